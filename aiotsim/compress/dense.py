@@ -1,0 +1,43 @@
+"""Dense baselines: ``none`` sends the fp32 gradient as it is; ``fp16`` sends it in half precision.
+
+Neither keeps a residual: ``fp16`` rounding error is not fed back (the usual fp16 all-reduce).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
+from aiotsim.compress.packing import pack_f16, pack_f32, unpack_f16, unpack_f32
+from aiotsim.compress.registry import register
+
+
+@register
+class NoCompression(Codec):
+    """Dense fp32 gradients: the reference every compression ratio is measured against."""
+
+    name = "none"
+    summary = "dense fp32 gradient (no compression; the baseline)"
+    unbiased = True
+    encode_flops_per_element = 0.0
+
+    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+        return Payload({"values": pack_f32(as_float(grad))})
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        return unpack_f32(payload.buffers["values"]).view(layer.shape).to(layer.dtype)
+
+
+@register
+class HalfPrecision(Codec):
+    """Dense fp16 gradients: 2 bytes per value, round-to-nearest (values beyond +-65504 overflow)."""
+
+    name = "fp16"
+    summary = "dense half-precision gradient (2 bytes per value)"
+    encode_flops_per_element = 2.0
+
+    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+        return Payload({"values": pack_f16(grad)})
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        return unpack_f16(payload.buffers["values"]).view(layer.shape).to(layer.dtype)

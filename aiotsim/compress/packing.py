@@ -1,0 +1,207 @@
+"""Bit packing and sparse index coding: how codes and indices become the bytes on the wire.
+
+Everything here is vectorized torch on the input's device and returns 1-D ``uint8`` tensors.
+
+* :func:`pack_bits` / :func:`unpack_bits`: codes of 1, 2, 4 or 8 bits, ``8 // bits`` per byte,
+  little-endian within the byte (code ``j`` of a byte sits at bit ``j * bits``).
+* :func:`pack_uint` / :func:`unpack_uint`: unsigned integers of any width 1..63 bits, bit-packed.
+* :func:`encode_indices` / :func:`decode_indices`: a sorted set of distinct indices into ``[0, n)``
+  in the cheapest exact form chosen per message: plain indices at the narrowest bit width,
+  delta (gap) coding at the narrowest width of the largest gap, or a bitmap of ``n`` bits.
+* :func:`pack_f32`, :func:`pack_f16` and friends: floating-point values as raw bytes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from aiotsim.errors import CodecError
+
+_U8 = torch.uint8
+
+# Index coding modes (first byte of an encoded index set).
+IDX_PLAIN, IDX_DELTA, IDX_BITMAP = 0, 1, 2
+_IDX_HEADER = 6  # bytes: mode (1) + bit width (1) + count (4, uint32 little-endian)
+
+
+def pack_bits(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """Pack ``codes`` (integers in ``[0, 2**bits)``) into bytes, ``8 // bits`` codes per byte.
+
+    Returns ``ceil(len(codes) * bits / 8)`` bytes; the pad codes in the last byte are zero.
+    """
+    if bits not in (1, 2, 4, 8):
+        raise CodecError(f"bits(={bits}) must be 1, 2, 4 or 8")
+    codes = codes.reshape(-1).to(_U8)
+    if bits == 8:
+        return codes.clone()
+    per = 8 // bits
+    pad = (-codes.numel()) % per
+    if pad:
+        codes = torch.cat([codes, codes.new_zeros(pad)])
+    shifts = torch.arange(0, 8, bits, device=codes.device, dtype=_U8)  # [per]
+    # Disjoint bit fields, so the sum equals the bitwise OR and never exceeds 255.
+    return (codes.view(-1, per) << shifts).sum(dim=1, dtype=torch.int32).to(_U8)
+
+
+def unpack_bits(buf: torch.Tensor, bits: int, count: int) -> torch.Tensor:
+    """Inverse of :func:`pack_bits`: the first ``count`` codes as ``uint8``."""
+    if bits not in (1, 2, 4, 8):
+        raise CodecError(f"bits(={bits}) must be 1, 2, 4 or 8")
+    need = math.ceil(count * bits / 8)
+    if buf.numel() < need:
+        raise CodecError(f"buffer of {buf.numel()} bytes is too short for {count} {bits}-bit codes")
+    if bits == 8:
+        return buf[:count].clone()
+    shifts = torch.arange(0, 8, bits, device=buf.device, dtype=_U8)
+    mask = (1 << bits) - 1
+    return ((buf[:need].unsqueeze(1) >> shifts) & mask).reshape(-1)[:count]
+
+
+def bit_width(max_value: int) -> int:
+    """Bits needed to store every integer in ``[0, max_value]`` (at least 1)."""
+    return max(1, int(max_value).bit_length())
+
+
+def pack_uint(values: torch.Tensor, width: int) -> torch.Tensor:
+    """Bit-pack non-negative integers of ``width`` bits each (1..63): ``ceil(k*width/8)`` bytes."""
+    if not 1 <= width <= 63:
+        raise CodecError(f"width(={width}) must be in 1..63 bits")
+    values = values.reshape(-1).to(torch.int64)
+    if width in (8, 16, 32):
+        # Byte-aligned widths: the integers' own little-endian bytes are the packing.
+        dtype = {8: torch.uint8, 16: torch.int16, 32: torch.int32}[width]
+        return values.to(dtype).contiguous().view(_U8).reshape(-1).clone()
+    shifts = torch.arange(width, device=values.device, dtype=torch.int64)
+    bitplanes = ((values.unsqueeze(1) >> shifts) & 1).to(_U8)  # [k, width], LSB first
+    return pack_bits(bitplanes.reshape(-1), 1)
+
+
+def unpack_uint(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
+    """Inverse of :func:`pack_uint`: ``count`` integers as ``int64``."""
+    if not 1 <= width <= 63:
+        raise CodecError(f"width(={width}) must be in 1..63 bits")
+    if width in (8, 16, 32):
+        dtype = {8: torch.uint8, 16: torch.int16, 32: torch.int32}[width]
+        nbytes = count * width // 8
+        raw = buf[:nbytes].clone().view(dtype).to(torch.int64)
+        if width == 16:
+            raw &= 0xFFFF  # int16 view is signed; the packed values are unsigned
+        elif width == 32:
+            raw &= 0xFFFFFFFF
+        return raw
+    bitplanes = unpack_bits(buf, 1, count * width).to(torch.int64).view(count, width)
+    shifts = torch.arange(width, device=buf.device, dtype=torch.int64)
+    return (bitplanes << shifts).sum(dim=1)
+
+
+def _header(mode: int, width: int, count: int, device: torch.device) -> torch.Tensor:
+    head = torch.tensor([mode, width], dtype=_U8, device=device)
+    return torch.cat([head, pack_u32([count], device)])
+
+
+def index_coding_sizes(count: int, n: int, max_gap: int) -> dict[int, int]:
+    """Bytes each index coding would take for ``count`` indices into ``[0, n)`` whose largest
+    gap (first index counted as a gap from 0) is ``max_gap``."""
+    plain = math.ceil(count * bit_width(max(n - 1, 0)) / 8)
+    delta = math.ceil(count * bit_width(max_gap) / 8)
+    bitmap = math.ceil(n / 8)
+    return {IDX_PLAIN: _IDX_HEADER + plain, IDX_DELTA: _IDX_HEADER + delta, IDX_BITMAP: _IDX_HEADER + bitmap}
+
+
+def encode_indices(indices: torch.Tensor, n: int) -> torch.Tensor:
+    """Encode sorted, distinct ``indices`` into ``[0, n)`` in the cheapest exact form.
+
+    The first byte names the form (plain / delta / bitmap); ties prefer the simpler form.
+    """
+    idx = indices.reshape(-1).to(torch.int64)
+    count = int(idx.numel())
+    device = idx.device
+    if count:
+        gaps = torch.diff(idx, prepend=idx.new_zeros(1))  # first gap is idx[0] itself
+        max_gap = int(gaps.max())
+    else:
+        gaps, max_gap = idx, 0
+    sizes = index_coding_sizes(count, n, max_gap)
+    mode = min(sizes, key=lambda m: (sizes[m], m))
+    if mode == IDX_PLAIN:
+        width = bit_width(max(n - 1, 0))
+        body = pack_uint(idx, width)
+    elif mode == IDX_DELTA:
+        width = bit_width(max_gap)
+        body = pack_uint(gaps, width)
+    else:
+        width = 1
+        mask = torch.zeros(n, dtype=_U8, device=device)
+        mask[idx] = 1
+        body = pack_bits(mask, 1)
+    return torch.cat([_header(mode, width, count, device), body])
+
+
+def decode_indices(buf: torch.Tensor, n: int) -> torch.Tensor:
+    """Inverse of :func:`encode_indices`: the sorted indices as ``int64``."""
+    if buf.numel() < _IDX_HEADER:
+        raise CodecError(f"index buffer of {buf.numel()} bytes is shorter than its header")
+    mode, width = int(buf[0]), int(buf[1])
+    count = int(unpack_u32(buf[2:6])[0])
+    body = buf[_IDX_HEADER:]
+    if mode == IDX_PLAIN:
+        return unpack_uint(body, width, count)
+    if mode == IDX_DELTA:
+        return torch.cumsum(unpack_uint(body, width, count), dim=0)
+    if mode == IDX_BITMAP:
+        return torch.nonzero(unpack_bits(body, 1, n), as_tuple=False).reshape(-1)
+    raise CodecError(f"unknown index coding mode {mode}")
+
+
+# ---- raw floating-point and integer fields ------------------------------------------------------
+def _as_tensor(values: torch.Tensor | list[float] | list[int], dtype: torch.dtype, device: torch.device | None) -> torch.Tensor:
+    if isinstance(values, torch.Tensor):
+        return values.reshape(-1).to(dtype=dtype, device=device if device is not None else values.device)
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def pack_f32(values: torch.Tensor | list[float], device: torch.device | None = None) -> torch.Tensor:
+    """fp32 values as their 4 little-endian bytes each."""
+    return _as_tensor(values, torch.float32, device).contiguous().view(_U8).clone()
+
+
+def unpack_f32(buf: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`pack_f32`."""
+    return buf.clone().view(torch.float32)
+
+
+def pack_f16(values: torch.Tensor | list[float], device: torch.device | None = None) -> torch.Tensor:
+    """fp16 values as their 2 bytes each (values outside fp16's range saturate to +-inf)."""
+    return _as_tensor(values, torch.float16, device).contiguous().view(_U8).clone()
+
+
+def unpack_f16(buf: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`pack_f16`, returned as fp32."""
+    return buf.clone().view(torch.float16).float()
+
+
+def pack_values(values: torch.Tensor, value_dtype: str) -> torch.Tensor:
+    """Sparse values as ``"fp32"`` or ``"fp16"`` bytes (the configurable value precision)."""
+    if value_dtype == "fp32":
+        return pack_f32(values)
+    if value_dtype == "fp16":
+        return pack_f16(values)
+    raise CodecError(f"value_dtype(={value_dtype!r}) must be 'fp32' or 'fp16'")
+
+
+def unpack_values(buf: torch.Tensor, value_dtype: str) -> torch.Tensor:
+    """Inverse of :func:`pack_values`, returned as fp32."""
+    return unpack_f32(buf) if value_dtype == "fp32" else unpack_f16(buf)
+
+
+def pack_u32(values: torch.Tensor | list[int], device: torch.device | None = None) -> torch.Tensor:
+    """Unsigned 32-bit integers (counts, seeds) as 4 little-endian bytes each."""
+    t = _as_tensor(values, torch.int64, device)
+    return pack_uint(t & 0xFFFFFFFF, 32)
+
+
+def unpack_u32(buf: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`pack_u32`, as ``int64``."""
+    return unpack_uint(buf, 32, buf.numel() // 4)
