@@ -1,0 +1,511 @@
+"""Compute: a node's real gradient, its cost in simulated seconds, and the node's stream of batches.
+
+The learning is real: :class:`GradientComputer` evaluates the shared model at the parameter
+version a node holds (``torch.func.functional_call``, so the shared model is never overwritten),
+and returns the gradient, the loss and the CUDA-synchronized wall time of forward + backward.
+
+Simulated time is separate: :class:`ComputeModel` turns that work into seconds on a simulated
+device described by a :class:`DeviceProfile`:
+
+``measured``
+    wall time on this host x ``profile.measured_scale`` x ``slowdown``. Realistic (captures
+    framework overheads), but noisy and host-dependent.
+``flops``
+    FLOPs of one batch, counted once with :class:`torch.utils.flop_counter.FlopCounterMode`,
+    / ``profile.flops_per_s`` x ``slowdown``. Deterministic: the same scenario gives the same
+    timeline on every machine.
+
+Profiles are calibrated against a reference host (the 2-core CPU this project is developed on),
+see :data:`PROFILES` for every figure and its source. This module never calls
+``torch.set_num_threads``: the thread count is the caller's decision.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad, vmap
+from torch.utils.flop_counter import FlopCounterMode
+
+from aiotsim.errors import ConfigError, DataError
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+# ---------------------------------------------------------------------------------------------
+# Device profiles
+# ---------------------------------------------------------------------------------------------
+
+# Reference host, measured on the development machine (2 vCPUs of an AMD EPYC, torch 2.13 CPU,
+# torch.set_num_threads(2)):
+#   - LeNet-5 on 28x28, batch 32, forward + backward: 72,445,440 FLOP (FlopCounterMode) in
+#     3.17 ms -> 22.8 GFLOP/s sustained training throughput;
+#   - 1024x1024 fp32 matmul: 190 GFLOP/s.
+HOST_TRAIN_FLOPS: float = 22.8e9  # FLOP/s, small-CNN training, measured
+HOST_SGEMM_FLOPS: float = 190e9  # FLOP/s, large fp32 matmul, measured
+# Small models at small batch sizes reach only a fraction of a device's dense-matmul throughput
+# (kernel launch and memory bound). We assume every device reaches the fraction the host does.
+SMALL_MODEL_EFFICIENCY: float = HOST_TRAIN_FLOPS / HOST_SGEMM_FLOPS  # = 0.12
+
+# Raspberry Pi 4 Model B (4x Cortex-A72 @ 1.5 GHz):
+#   - HPL (fp64) ~8 GFLOP/s on 64-bit Raspberry Pi OS (B. Feiereisen, "Benchmarking the Raspberry
+#     Pi 4 with Raspberry Pi OS64", 2022, feiereisen.net); NEON holds twice as many fp32 as fp64
+#     lanes, so dense fp32 throughput is taken as 2 x 8 = 16 GFLOP/s.
+#   - Power at 5.1 V: idle 540 mA = 2.7 W, `stress --cpu 4` 1280 mA = 6.4 W (RasPi.TV, "How much
+#     power does Pi4B use?", 2019).
+RPI4_SGEMM_FLOPS: float = 2 * 8e9  # FLOP/s, fp32 dense estimate (derivation above)
+
+# NVIDIA Jetson Nano (128-core Maxwell GPU @ 921.6 MHz, 4x Cortex-A57):
+#   - fp32 peak = 128 cores x 2 FLOP/FMA x 921.6 MHz = 236 GFLOP/s (NVIDIA's module data sheet
+#     gives 472 GFLOPS for fp16, twice the fp32 rate).
+#   - Power: the 10 W MAXN nvpmodel budget while training (NVIDIA L4T power-mode table: MAXN = 10 W,
+#     mode 1 = 5 W); idle 1.9 W module estimate (CPU 1.0 + GPU 0.5 + DRAM 0.3 + eMMC 0.1 W, a
+#     published per-component Nano power budget), an estimate, not a measurement.
+JETSON_NANO_PEAK_FLOPS: float = 128 * 2 * 921.6e6  # FLOP/s = 235.9 GFLOP/s
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """Compute speed and power of a simulated device.
+
+    Attributes
+    ----------
+    name : str
+        Profile name (key in :data:`PROFILES`).
+    flops_per_s : float
+        Sustained training throughput, FLOP/s (``flops`` compute model).
+    measured_scale : float
+        Multiplier on the reference host's measured wall time (``measured`` compute model):
+        ``HOST_TRAIN_FLOPS / flops_per_s``.
+    power_active_w : float
+        Power while computing, W.
+    power_idle_w : float
+        Power while idle (waiting for the network), W.
+    description : str
+        One line for listings.
+    """
+
+    name: str
+    flops_per_s: float
+    measured_scale: float
+    power_active_w: float
+    power_idle_w: float
+    description: str
+
+    def __post_init__(self) -> None:
+        for field_name in ("flops_per_s", "measured_scale", "power_active_w"):
+            value = getattr(self, field_name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"profile {self.name!r}: {field_name}(={value}) must be > 0")
+        if not (math.isfinite(self.power_idle_w) and 0 <= self.power_idle_w <= self.power_active_w):
+            raise ConfigError(
+                f"profile {self.name!r}: power_idle_w(={self.power_idle_w}) must be in [0, power_active_w]"
+            )
+
+
+def _profile(name: str, flops_per_s: float, active_w: float, idle_w: float, description: str) -> DeviceProfile:
+    return DeviceProfile(name, flops_per_s, HOST_TRAIN_FLOPS / flops_per_s, active_w, idle_w, description)
+
+
+PROFILES: dict[str, DeviceProfile] = {
+    # 16 GFLOP/s x 0.12 = 1.92 GFLOP/s; 6.4 W under 4-core load, 2.7 W idle (sources above).
+    "rpi4": _profile(
+        "rpi4",
+        SMALL_MODEL_EFFICIENCY * RPI4_SGEMM_FLOPS,
+        6.4,
+        2.7,
+        "Raspberry Pi 4-class sensor node (4x Cortex-A72 @ 1.5 GHz, CPU training)",
+    ),
+    # 235.9 GFLOP/s x 0.12 = 28.3 GFLOP/s; 10 W MAXN budget, 1.9 W idle estimate (sources above).
+    "jetson-nano": _profile(
+        "jetson-nano",
+        SMALL_MODEL_EFFICIENCY * JETSON_NANO_PEAK_FLOPS,
+        10.0,
+        1.9,
+        "Jetson Nano-class edge board (128-core Maxwell GPU, 10 W mode)",
+    ),
+    # This machine: measured_scale 1. Power: 2 vCPUs' share of a 64-core, 280 W EPYC socket
+    # (2 x 280 / 64 = 8.75 W) while computing; idle taken as 20% of that (1.75 W): estimates.
+    "host": _profile(
+        "host",
+        HOST_TRAIN_FLOPS,
+        2 * 280.0 / 64,
+        0.2 * 2 * 280.0 / 64,
+        "the reference host itself (2 vCPUs, measured)",
+    ),
+}
+
+
+def get_profile(name: str) -> DeviceProfile:
+    """Look up a device profile by name.
+
+    Raises
+    ------
+    ConfigError
+        Unknown name; the message lists the valid ones.
+    """
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ConfigError(f"unknown device profile {name!r}; valid names: {', '.join(PROFILES)}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Devices
+# ---------------------------------------------------------------------------------------------
+
+
+def resolve_device(name: str) -> torch.device:
+    """Map a device option to a :class:`torch.device`.
+
+    Parameters
+    ----------
+    name : str
+        ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+
+    Raises
+    ------
+    ConfigError
+        CUDA asked for but unavailable, an index beyond the visible GPUs, or an unknown name.
+    """
+    key = name.strip().lower()
+    if key == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if key == "cpu":
+        return torch.device("cpu")
+    if key == "cuda" or key.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"device {name!r} requested, but CUDA is not available (torch {torch.__version__}"
+                f"{' is a CPU-only build' if torch.version.cuda is None else ' sees no GPU'}); "
+                "use device 'cpu' or 'auto'"
+            )
+        index = key.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            raise ConfigError(f"device {name!r}: {torch.cuda.device_count()} CUDA device(s) visible")
+        return torch.device(key)
+    raise ConfigError(f"unknown device {name!r}; valid: auto, cpu, cuda, cuda:N")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradients
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GradResult:
+    """One node's gradient on one batch.
+
+    Attributes
+    ----------
+    grads : list of torch.Tensor
+        One per parameter, in ``model.parameters()`` order, on the computer's device.
+    loss : float
+        Mean loss of the batch.
+    wall_s : float
+        Wall time of forward + backward, s (CUDA-synchronized).
+    sq_grads : list of torch.Tensor or None
+        With ``per_sample_sq``: per parameter, the batch mean of squared per-sample gradients.
+    sq_wall_s : float
+        Wall time of the per-sample pass, s (0 without ``per_sample_sq``); it is codec work
+        (Gradient Variance), so it is reported apart from ``wall_s``.
+    """
+
+    grads: list[torch.Tensor]
+    loss: float
+    wall_s: float
+    sq_grads: list[torch.Tensor] | None = None
+    sq_wall_s: float = 0.0
+
+
+class GradientComputer:
+    """Computes a node's real gradient on a batch, and how long it takes.
+
+    One instance serves every node: parameters are passed per call, the shared model's own
+    parameters are never written.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model architecture (and default parameters), already on ``device``.
+    device : torch.device
+        Where batches and parameters live.
+    loss_fn : callable
+        ``loss_fn(logits, targets) -> scalar`` batch-mean loss; cross entropy by default.
+    """
+
+    def __init__(self, model: nn.Module, device: torch.device, loss_fn: LossFn = F.cross_entropy) -> None:
+        self.model = model
+        self.device = torch.device(device)
+        self.loss_fn = loss_fn
+        self.names: list[str] = [n for n, _ in model.named_parameters()]
+        self.buffers: dict[str, torch.Tensor] = dict(model.named_buffers())
+        self._flops: dict[tuple[int, ...], float] = {}  # batch shape -> FLOP per fwd+bwd
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _leaves(self, params: list[torch.Tensor] | None) -> list[torch.Tensor]:
+        """Tensors to differentiate: the model's own, or detached views of ``params`` (no copy)."""
+        if params is None:
+            return list(self.model.parameters())
+        if len(params) != len(self.names):
+            raise ValueError(f"got {len(params)} parameter tensors, the model has {len(self.names)}")
+        return [p.detach().requires_grad_(True) for p in params]
+
+    def _call(self, leaves: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        state = dict(zip(self.names, leaves))
+        if self.buffers:
+            state.update(self.buffers)
+        return functional_call(self.model, state, (x,))
+
+    # -- public API -----------------------------------------------------------------------------
+    def gradient(
+        self,
+        params: list[torch.Tensor] | None,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        per_sample_sq: bool = False,
+    ) -> GradResult:
+        """Gradient of the batch-mean loss at ``params``.
+
+        Parameters
+        ----------
+        params : list of torch.Tensor or None
+            The parameter version the node holds, in ``model.parameters()`` order; ``None`` uses
+            the model's current parameters.
+        x : torch.Tensor
+            ``[B, C, H, W]`` inputs on the device.
+        y : torch.Tensor
+            ``[B]`` int64 targets on the device.
+        per_sample_sq : bool
+            Also compute the batch mean of squared per-sample gradients (``torch.func.vmap`` of
+            ``torch.func.grad``), as the Gradient Variance codec needs.
+
+        Returns
+        -------
+        GradResult
+        """
+        leaves = self._leaves(params)
+        _sync(self.device)
+        t0 = time.perf_counter()
+        loss = self.loss_fn(self._call(leaves, x), y)  # scalar
+        grads = list(torch.autograd.grad(loss, leaves))
+        loss_value = loss.item()  # the one host sync (waits for backward on the same stream)
+        _sync(self.device)
+        wall_s = time.perf_counter() - t0
+        if not per_sample_sq:
+            return GradResult(grads=grads, loss=loss_value, wall_s=wall_s)
+        t1 = time.perf_counter()
+        sq = self._per_sample_sq([p.detach() for p in leaves], x, y)
+        _sync(self.device)
+        return GradResult(grads, loss_value, wall_s, sq, time.perf_counter() - t1)
+
+    def _per_sample_sq(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        def sample_loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+            state = {**p, **self.buffers} if self.buffers else p
+            out = functional_call(self.model, state, (xi.unsqueeze(0),))  # [1, classes]
+            return self.loss_fn(out, yi.unsqueeze(0))
+
+        pdict = dict(zip(self.names, params))
+        per_sample = vmap(grad(sample_loss), in_dims=(None, 0, 0))(pdict, x, y)  # name -> [B, *shape]
+        return [per_sample[n].square().mean(dim=0) for n in self.names]
+
+    def train_flops(self, batch_shape: tuple[int, ...] | torch.Size) -> float:
+        """FLOPs of one forward + backward pass on a batch of this shape.
+
+        Counted once per shape with :class:`~torch.utils.flop_counter.FlopCounterMode` on a
+        zero batch, exactly as :meth:`gradient` runs it, then cached. FlopCounterMode counts matrix
+        products and convolutions (a multiply-add is 2 FLOP), not elementwise ops or the loss; no
+        gradient is computed for the input, so the first layer has no input-gradient product.
+
+        Parameters
+        ----------
+        batch_shape : tuple of int
+            ``(B, C, H, W)``.
+
+        Returns
+        -------
+        float
+            FLOP per batch.
+        """
+        key = tuple(int(s) for s in batch_shape)
+        if key not in self._flops:
+            x = torch.zeros(key, device=self.device)
+            y = torch.zeros(key[0], dtype=torch.long, device=self.device)
+            leaves = self._leaves(None)
+            with FlopCounterMode(display=False) as counter:
+                loss = self.loss_fn(self._call(leaves, x), y)
+                torch.autograd.grad(loss, leaves)
+            self._flops[key] = float(counter.get_total_flops())
+        return self._flops[key]
+
+    def evaluate(
+        self, params: list[torch.Tensor] | None, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1000
+    ) -> tuple[float, float]:
+        """Accuracy and mean loss of ``params`` on a data set, without gradients.
+
+        Parameters
+        ----------
+        params : list of torch.Tensor or None
+            Parameters to evaluate; ``None`` uses the model's own.
+        x, y : torch.Tensor
+            ``[N, C, H, W]`` inputs and ``[N]`` targets (moved to the device chunk by chunk if
+            they are elsewhere).
+        batch_size : int
+            Samples per forward pass.
+
+        Returns
+        -------
+        tuple of float
+            ``(accuracy in [0, 1], mean loss)``.
+        """
+        n = int(y.shape[0])
+        if n == 0:
+            raise DataError("cannot evaluate on an empty data set")
+        leaves = list(self.model.parameters()) if params is None else list(params)
+        correct = torch.zeros((), dtype=torch.long, device=self.device)
+        loss_sum = torch.zeros((), device=self.device)
+        with torch.no_grad():
+            for start in range(0, n, batch_size):
+                xb = x[start : start + batch_size].to(self.device, non_blocking=True)
+                yb = y[start : start + batch_size].to(self.device, non_blocking=True)
+                logits = self._call(leaves, xb)  # [b, classes]
+                correct += (logits.argmax(dim=1) == yb).sum()
+                loss_sum += self.loss_fn(logits, yb) * yb.shape[0]  # batch mean -> batch sum
+        return correct.item() / n, loss_sum.item() / n
+
+
+# ---------------------------------------------------------------------------------------------
+# Simulated compute time
+# ---------------------------------------------------------------------------------------------
+
+
+class ComputeModel:
+    """Turns real work into simulated seconds on a device profile.
+
+    Parameters
+    ----------
+    mode : {"measured", "flops"}
+        ``measured``: host wall time x ``profile.measured_scale`` x ``slowdown``; ``flops``:
+        counted FLOPs / ``profile.flops_per_s`` x ``slowdown`` (deterministic).
+    profile : DeviceProfile
+        The simulated device.
+    slowdown : float
+        Extra factor (> 0) for heterogeneous or throttled nodes; 1 means as profiled.
+    """
+
+    MODES: tuple[str, ...] = ("measured", "flops")
+
+    def __init__(self, mode: Literal["measured", "flops"], profile: DeviceProfile, slowdown: float = 1.0) -> None:
+        if mode not in self.MODES:
+            raise ConfigError(f"unknown compute_model {mode!r}; valid names: {', '.join(self.MODES)}")
+        if not (math.isfinite(slowdown) and slowdown > 0):
+            raise ConfigError(f"slowdown(={slowdown}) must be a finite number > 0")
+        self.mode = mode
+        self.profile = profile
+        self.slowdown = float(slowdown)
+
+    def compute_time(self, wall_s: float, flops: float) -> float:
+        """Simulated seconds of a gradient computation that took ``wall_s`` s here and ``flops`` FLOP."""
+        if self.mode == "measured":
+            return wall_s * self.profile.measured_scale * self.slowdown  # s
+        return flops / self.profile.flops_per_s * self.slowdown  # FLOP / (FLOP/s) = s
+
+    def codec_time(self, wall_s: float, elements: int, flops_per_element: float) -> float:
+        """Simulated seconds of encoding or decoding ``elements`` values.
+
+        ``measured``: ``wall_s`` scaled like a gradient; ``flops``: ``elements x flops_per_element``
+        (the codec's modeled cost) at the profile's throughput.
+        """
+        if self.mode == "measured":
+            return wall_s * self.profile.measured_scale * self.slowdown
+        return elements * flops_per_element / self.profile.flops_per_s * self.slowdown
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches
+# ---------------------------------------------------------------------------------------------
+
+
+class BatchStream:
+    """A node's deterministic, infinite stream of mini-batches from its shard.
+
+    The shard is copied to ``device`` once. Each epoch is a fresh permutation of the shard drawn
+    from the stream's own ``torch.Generator``; a batch that crosses an epoch boundary takes the
+    rest of one epoch and the head of the next, so every batch has exactly
+    ``min(batch_size, shard size)`` samples (constant shapes keep FLOP counts cached) and the
+    concatenated stream is a sequence of whole permutations.
+
+    Parameters
+    ----------
+    x, y : torch.Tensor
+        The full training set, ``[N, C, H, W]`` and ``[N]``.
+    indices : numpy.ndarray
+        The node's shard: indices into ``x`` and ``y`` (non-empty).
+    batch_size : int
+        Samples per batch (>= 1).
+    seed : int
+        Seed of the stream's generator.
+    device : torch.device
+        Where the shard and the batches live.
+    """
+
+    def __init__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        indices: np.ndarray,
+        batch_size: int,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.ndim != 1 or idx.size == 0:
+            raise DataError(f"a node's shard must be a non-empty 1-D index array, got shape {idx.shape}")
+        if idx.min() < 0 or idx.max() >= x.shape[0]:
+            raise DataError(f"shard indices must lie in [0, {x.shape[0]}), got [{idx.min()}, {idx.max()}]")
+        if batch_size < 1:
+            raise ConfigError(f"batch_size(={batch_size}) must be >= 1")
+        self.device = torch.device(device)
+        sel = torch.from_numpy(idx).to(x.device)
+        self.x = x.index_select(0, sel).to(self.device)  # [n, C, H, W], once
+        self.y = y.index_select(0, sel.to(y.device)).to(self.device)  # [n]
+        self.n = int(idx.size)
+        self.batch_size = min(int(batch_size), self.n)
+        self.epoch = 0  # completed permutations drawn so far
+        self._gen = torch.Generator().manual_seed(seed)
+        self._perm = self._new_perm()  # [n] on device
+        self._pos = 0
+
+    def _new_perm(self) -> torch.Tensor:
+        return torch.randperm(self.n, generator=self._gen).to(self.device)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next batch: ``([b, C, H, W], [b])`` on the device, ``b = min(batch_size, n)``."""
+        end = self._pos + self.batch_size
+        if end <= self.n:
+            sel = self._perm[self._pos : end]
+            self._pos = end
+        else:  # cross into the next epoch
+            head = self._perm[self._pos :]
+            self._perm = self._new_perm()
+            self.epoch += 1
+            self._pos = self.batch_size - head.numel()
+            sel = torch.cat([head, self._perm[: self._pos]])
+        if self._pos == self.n:  # epoch exactly used up: draw the next permutation now
+            self._perm = self._new_perm()
+            self.epoch += 1
+            self._pos = 0
+        return self.x.index_select(0, sel), self.y.index_select(0, sel)

