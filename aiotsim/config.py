@@ -1,0 +1,437 @@
+"""Scenario files: frozen dataclasses, TOML loading, command-line overrides and validation.
+
+A scenario is a TOML file with one table per section (``[scenario]``, ``[data]``, ``[model]``,
+``[training]``, ``[compressor]``, ``[nodes]``, ``[network]``, ``[energy]``). Every key has a default,
+a type, a one-line help and a range check, declared once on the section's dataclass field, so
+validation, ``--set`` overrides and the resolved-scenario file all come from the same schema.
+
+Validation reports every problem at once, one line each, as ``FILE: section.key: reason`` (unknown
+keys get a did-you-mean; unknown dataset/model/compressor/profile names list the valid ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import tomli_w
+
+from aiotsim.errors import ConfigError
+
+Check = Callable[[Any], str | None]
+
+
+def _opt(default: Any, help: str, check: Check | None = None, choices: tuple[str, ...] | str | None = None) -> Any:
+    """A schema field: default, help line, optional range check and choices.
+
+    ``choices`` may be a tuple of names or the name of a function in :data:`_DYNAMIC_CHOICES`
+    (for registries that load lazily, e.g. compressors).
+    """
+    kw: dict[str, Any] = {"metadata": {"help": help, "check": check, "choices": choices}}
+    if isinstance(default, (list, dict)):
+        kw["default_factory"] = lambda d=default: type(d)(d)
+    else:
+        kw["default"] = default
+    return field(**kw)
+
+
+def positive(v: Any) -> str | None:
+    return None if v > 0 else f"must be > 0, got {v!r}"
+
+
+def non_negative(v: Any) -> str | None:
+    return None if v >= 0 else f"must be >= 0, got {v!r}"
+
+
+def fraction(v: Any) -> str | None:
+    return None if 0 <= v < 1 else f"must be in [0, 1), got {v!r}"
+
+
+def unit_interval(v: Any) -> str | None:
+    return None if 0 < v <= 1 else f"must be in (0, 1], got {v!r}"
+
+
+def at_least(lo: float) -> Check:
+    def check(v: Any) -> str | None:
+        return None if v >= lo else f"must be >= {lo}, got {v!r}"
+
+    return check
+
+
+@dataclass(frozen=True)
+class ScenarioSection:
+    """``[scenario]``: identity and length of the run."""
+
+    name: str = _opt("scenario", "name shown in results and plots")
+    seed: int = _opt(0, "seed of every random choice (data split, init, codecs, network)", non_negative)
+    iterations: int = _opt(100, "synchronous training iterations to simulate", positive)
+
+
+@dataclass(frozen=True)
+class DataSection:
+    """``[data]``: the data set and how it is split across nodes."""
+
+    dataset: str = _opt("mnist", "data set", choices="datasets")
+    batch_size: int = _opt(32, "mini-batch size per node per iteration", positive)
+    partition: str = _opt("iid", "how training data is split across nodes", choices=("iid", "dirichlet"))
+    alpha: float = _opt(0.5, "Dirichlet concentration for partition = 'dirichlet' (small = skewed)", positive)
+    test_fraction: float = _opt(0.2, "held-out fraction of the data set for evaluation", unit_interval)
+    eval_samples: int = _opt(0, "evaluate on at most this many test samples (0 = all)", non_negative)
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """``[model]``: the network being trained."""
+
+    name: str = _opt("lenet5", "model architecture", choices="models")
+
+
+@dataclass(frozen=True)
+class TrainingSection:
+    """``[training]``: optimizer, evaluation and the synchronization mode."""
+
+    optimizer: str = _opt("sgd", "server optimizer", choices=("sgd", "adam"))
+    lr: float = _opt(0.05, "learning rate", positive)
+    momentum: float = _opt(0.9, "SGD momentum (applied on the nodes instead by codecs with momentum correction)", fraction)
+    weight_decay: float = _opt(0.0, "L2 weight decay", non_negative)
+    eval_every: int = _opt(25, "evaluate the global model every this many iterations", positive)
+    target_accuracy: float = _opt(0.9, "accuracy for time-to-accuracy", unit_interval)
+
+
+@dataclass(frozen=True)
+class CompressorSection:
+    """``[compressor]``: the codec and its parameters (any other key is a codec parameter)."""
+
+    name: str = _opt("none", "codec name (see `aiotsim compressors`)", choices="compressors")
+    min_size: int = _opt(0, "layers with fewer elements than this go uncompressed (fp32)", non_negative)
+    downlink: str = _opt(
+        "model",
+        "what the server sends back: the dense fp32 'model', the sparse 'union' of the aggregated "
+        "update, or the update re-encoded with the codec ('compressed', bidirectional)",
+        choices=("model", "union", "compressed"),
+    )
+    params: dict[str, Any] = _opt({}, "codec parameters")
+
+
+@dataclass(frozen=True)
+class NodesSection:
+    """``[nodes]``: how many sensor nodes, on what hardware, and how compute time is charged."""
+
+    count: int = _opt(10, "number of sensor nodes", positive)
+    device: str = _opt("rpi4", "compute profile of the nodes", choices="profiles")
+    compute_model: str = _opt(
+        "flops", "'flops' (FLOPs / profile FLOP/s, deterministic) or 'measured' (wall time x scale)",
+        choices=("measured", "flops"),
+    )
+    server_device: str = _opt("host", "compute profile of the server (decode, aggregate, step)", choices="profiles")
+
+
+@dataclass(frozen=True)
+class NetworkSection:
+    """``[network]``: topology and link settings (Mbit/s = 1e6 bits/s)."""
+
+    topology: str = _opt("star", "network topology", choices=("star",))
+    uplink_mbps: float = _opt(10.0, "node -> server link rate, Mbit/s", positive)
+    downlink_mbps: float = _opt(10.0, "server -> node link rate, Mbit/s", positive)
+    latency_ms: float = _opt(5.0, "one-way latency of a node's link, ms", non_negative)
+    server_mbps: float = _opt(100.0, "server link rate shared by all flows (each direction), Mbit/s", positive)
+    mtu: int = _opt(1500, "maximum transmission unit, bytes", at_least(100))
+    header_bytes: int = _opt(40, "TCP/IP header bytes per packet", non_negative)
+    loss: float = _opt(0.0, "packet loss probability", fraction)
+    jitter_ms: float = _opt(0.0, "scale of the seeded latency jitter, ms", non_negative)
+
+
+SECTIONS: dict[str, type] = {
+    "scenario": ScenarioSection,
+    "data": DataSection,
+    "model": ModelSection,
+    "training": TrainingSection,
+    "compressor": CompressorSection,
+    "nodes": NodesSection,
+    "network": NetworkSection,
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A whole, validated scenario. Build it with :func:`load_scenario` or :func:`scenario_from_dict`."""
+
+    scenario: ScenarioSection = field(default_factory=ScenarioSection)
+    data: DataSection = field(default_factory=DataSection)
+    model: ModelSection = field(default_factory=ModelSection)
+    training: TrainingSection = field(default_factory=TrainingSection)
+    compressor: CompressorSection = field(default_factory=CompressorSection)
+    nodes: NodesSection = field(default_factory=NodesSection)
+    network: NetworkSection = field(default_factory=NetworkSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain dict; compressor parameters are flattened into ``[compressor]``."""
+        out: dict[str, Any] = {}
+        for name in SECTIONS:
+            sec = dataclasses.asdict(getattr(self, name))
+            if name == "compressor":
+                sec.update(sec.pop("params"))
+            out[name] = sec
+        return out
+
+    def to_toml(self) -> str:
+        """The resolved scenario as TOML (loads back to an equal Scenario)."""
+        return tomli_w.dumps(self.to_dict())
+
+    def replace(self, **overrides: Any) -> Scenario:
+        """A copy with ``"section.key": value`` overrides applied and validated."""
+        data = self.to_dict()
+        for dotted, value in overrides.items():
+            section, _, key = dotted.partition(".")
+            data.setdefault(section, {})[key] = value
+        return scenario_from_dict(data, source="<overrides>")
+
+
+# ---- dynamic choices: registries are imported lazily so `config` stays cheap to import ------------
+def _compressor_names() -> list[str]:
+    from aiotsim.compress.registry import codec_names
+
+    return codec_names()
+
+
+def _dataset_names() -> list[str]:
+    from aiotsim.learn.datasets import DATASETS
+
+    return list(DATASETS)
+
+
+def _model_names() -> list[str]:
+    from aiotsim.learn.models import MODELS
+
+    return list(MODELS)
+
+
+def _profile_names() -> list[str]:
+    from aiotsim.learn.compute import PROFILES
+
+    return sorted(PROFILES)
+
+
+_DYNAMIC_CHOICES: dict[str, Callable[[], list[str]]] = {
+    "compressors": _compressor_names,
+    "datasets": _dataset_names,
+    "models": _model_names,
+    "profiles": _profile_names,
+}
+
+_WHAT = {"compressors": "compressor", "datasets": "dataset", "models": "model", "profiles": "device profile"}
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    return True
+
+
+def _type_label(annotation: Any) -> str:
+    return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(annotation, str(annotation))
+
+
+def _did_you_mean(key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _check_section(name: str, cls: type, raw: dict[str, Any], where: str, problems: list[str]) -> Any:
+    """Build one section dataclass from ``raw``, appending every problem to ``problems``."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in fields or key == "params":
+            if cls is CompressorSection:
+                extra[key] = value  # codec parameter: checked against the codec below
+                continue
+            valid = [k for k in fields if k != "params"]
+            problems.append(f"{where}: {name}.{key}: unknown key{_did_you_mean(key, valid)}; valid: {', '.join(valid)}")
+            continue
+        f = fields[key]
+        if not _type_ok(value, hints[key]):
+            problems.append(f"{where}: {name}.{key}: must be {_type_label(hints[key])}, got {value!r}")
+            continue
+        if isinstance(value, int) and hints[key] is float:
+            value = float(value)
+        meta = f.metadata
+        choices = meta.get("choices")
+        if choices is not None:
+            valid_names = _DYNAMIC_CHOICES[choices]() if isinstance(choices, str) else list(choices)
+            if value not in valid_names:
+                what = _WHAT.get(choices, "value") if isinstance(choices, str) else "value"
+                problems.append(
+                    f"{where}: {name}.{key}: unknown {what} {value!r}{_did_you_mean(str(value), valid_names)}; "
+                    f"valid: {', '.join(valid_names)}"
+                )
+                continue
+        check = meta.get("check")
+        if check is not None:
+            msg = check(value)
+            if msg:
+                problems.append(f"{where}: {name}.{key}: {msg}")
+                continue
+        values[key] = value
+    if cls is CompressorSection:
+        values["params"] = extra
+    try:
+        return cls(**values)
+    except TypeError as exc:  # pragma: no cover - all fields have defaults
+        problems.append(f"{where}: {name}: {exc}")
+        return cls()
+
+
+def _check_codec(comp: CompressorSection, seed: int, where: str, problems: list[str]) -> None:
+    """Check the codec's own parameters (names, types, ranges) by building it once."""
+    from aiotsim.compress.registry import build_codec
+
+    if comp.name not in _compressor_names():
+        return  # already reported
+    try:
+        build_codec(comp.name, comp.params, seed=seed)
+    except ConfigError as exc:
+        problems.extend(f"{where}: compressor: {p}" for p in exc.problems)
+
+
+def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
+    """Validate a nested dict (as read from TOML) into a :class:`Scenario`.
+
+    Raises
+    ------
+    ConfigError
+        With every problem found, one line each, prefixed by ``source``.
+    """
+    problems: list[str] = []
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a scenario must be a TOML table")
+    sections: dict[str, Any] = {}
+    for name, raw in data.items():
+        if name not in SECTIONS:
+            problems.append(f"{source}: [{name}]: unknown section{_did_you_mean(name, list(SECTIONS))}; valid: {', '.join(SECTIONS)}")
+            continue
+        if not isinstance(raw, dict):
+            problems.append(f"{source}: {name}: must be a table ([{name}]), got {raw!r}")
+            continue
+        sections[name] = _check_section(name, SECTIONS[name], raw, source, problems)
+    scenario = Scenario(**sections)
+    _check_codec(scenario.compressor, scenario.scenario.seed, source, problems)
+    problems.extend(f"{source}: {p}" for p in cross_checks(scenario))
+    if problems:
+        raise ConfigError(problems)
+    return scenario
+
+
+def cross_checks(s: Scenario) -> list[str]:
+    """Problems that involve more than one key."""
+    out = []
+    if s.network.header_bytes >= s.network.mtu:
+        out.append(f"network.header_bytes: must be < network.mtu (={s.network.mtu}), got {s.network.header_bytes}")
+    if s.training.eval_every > s.scenario.iterations:
+        out.append(
+            f"training.eval_every: must be <= scenario.iterations (={s.scenario.iterations}), "
+            f"got {s.training.eval_every}; the model would never be evaluated"
+        )
+    return out
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"network.uplink_mbps=5"`` -> ``("network.uplink_mbps", 5)``; values are TOML literals,
+    and a bare word that is not valid TOML is taken as a string (``compressor.name=topk``)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected SECTION.KEY=VALUE, e.g. network.uplink_mbps=5")
+    key, _, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if "." not in key:
+        raise ConfigError(f"--set {text!r}: the key must be SECTION.KEY, e.g. network.uplink_mbps")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Nested copy of ``data`` with ``{"section.key": value}`` set (sections created as needed)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        sec = out.setdefault(section, {})
+        if isinstance(sec, dict):
+            sec[key] = value
+    return out
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML file; a missing file or a syntax error is a ConfigError naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such scenario file (see scenarios/ for examples)")
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: invalid TOML: {exc}") from None
+
+
+def load_scenario(
+    path: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    compressor: str | None = None,
+    iterations: int | None = None,
+) -> Scenario:
+    """Read, override and validate a scenario file.
+
+    Parameters
+    ----------
+    path : path to the TOML file.
+    overrides : ``SECTION.KEY=VALUE`` strings (the CLI's repeatable ``--set``).
+    compressor, iterations : shortcuts for ``compressor.name`` and ``scenario.iterations``.
+    """
+    data = read_toml(path)
+    problems: list[str] = []
+    parsed: dict[str, Any] = {}
+    for text in overrides or []:
+        try:
+            k, v = parse_override(text)
+            parsed[k] = v
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if compressor is not None:
+        if compressor != data.get("compressor", {}).get("name"):
+            # A different codec: the file's codec parameters belong to the old one.
+            data = {**data, "compressor": {k: v for k, v in data.get("compressor", {}).items() if k in _COMPRESSOR_KEYS}}
+        parsed["compressor.name"] = compressor
+    if iterations is not None:
+        parsed["scenario.iterations"] = iterations
+    if problems:
+        raise ConfigError(problems)
+    return scenario_from_dict(apply_overrides(data, parsed), source=str(path))
+
+
+_COMPRESSOR_KEYS = {f.name for f in dataclasses.fields(CompressorSection)} - {"params"}
+
+
+def describe_schema() -> list[tuple[str, str, Any, str]]:
+    """``(section, key, default, help)`` for every key: documentation for users and the README."""
+    rows = []
+    for name, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            if f.name == "params":
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            rows.append((name, f.name, default, f.metadata["help"]))
+    return rows

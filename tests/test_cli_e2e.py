@@ -1,0 +1,88 @@
+"""End to end through the CLI (typer's CliRunner): files, fields, determinism, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from aiotsim.cli import app
+
+runner = CliRunner()
+
+METRIC_COLUMNS = {"iteration", "sim_time_s", "loss", "bytes_up", "bytes_down", "wire_bytes_up",
+                  "wire_bytes_down", "compute_s", "encode_s", "comm_s"}
+SUMMARY_KEYS = {"schema_version", "scenario", "compressor", "iterations", "nodes", "sim_time_s",
+                "throughput_samples_per_s", "bytes_up", "bytes_down", "wire_bytes_up", "wire_bytes_down",
+                "compression_ratio", "final_accuracy", "wall_time_s", "aiotsim_version", "torch_version", "device"}
+
+
+def _run(args: list[str]):
+    return runner.invoke(app, args, catch_exceptions=False)
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_run_writes_every_file_with_its_fields(tiny_scenario, tmp_path) -> None:
+    out = tmp_path / "run"
+    res = _run(["run", str(tiny_scenario), "--out", str(out), "--compressor", "none", "-q"])
+    assert res.exit_code == 0, res.output
+    metrics = _rows(out / "metrics.csv")
+    assert len(metrics) == 4
+    assert METRIC_COLUMNS <= set(metrics[0])
+    evals = _rows(out / "evals.csv")
+    assert [int(r["iteration"]) for r in evals] == [1, 3]
+    assert {"iteration", "sim_time_s", "accuracy", "loss"} <= set(evals[0])
+    summary = json.loads((out / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(summary)
+    assert summary["complete"] is True and summary["iterations"] == 4 and summary["nodes"] == 2
+    # `none` sends the dense fp32 gradient: compression ratio exactly 1
+    assert summary["compression_ratio"] == 1.0
+    # bytes in the summary are the sums of the per-iteration rows
+    assert summary["bytes_up"] == sum(int(r["bytes_up"]) for r in metrics)
+    # simulated time is monotone and ends at the summary's sim time
+    times = [float(r["sim_time_s"]) for r in metrics]
+    assert times == sorted(times) and abs(times[-1] - summary["sim_time_s"]) < 1e-9
+    assert (out / "scenario.toml").read_text().startswith("[scenario]")
+    trace = json.loads((out / "trace.json").read_text())
+    assert any(e["ph"] == "X" and e["name"] == "upload" for e in trace["traceEvents"])
+
+
+def test_flops_mode_is_deterministic(tiny_scenario, tmp_path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        assert _run(["run", str(tiny_scenario), "--out", str(out), "-c", "topk", "-q"]).exit_code == 0
+    assert (a / "metrics.csv").read_text() == (b / "metrics.csv").read_text()
+    assert (a / "evals.csv").read_text() == (b / "evals.csv").read_text()
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    for s in (sa, sb):
+        s.pop("wall_time_s")
+    assert sa == sb
+
+
+def test_bad_scenario_reports_all_problems_exit_2_no_traceback(write_toml) -> None:
+    path = write_toml('[scenario]\nnodes = 3\n[network]\nuplink_mbps = -1\n[compressor]\nname = "zip"\n')
+    res = runner.invoke(app, ["validate", str(path)])
+    assert res.exit_code == 2
+    text = res.output
+    assert "scenario.nodes: unknown key" in text
+    assert "network.uplink_mbps: must be > 0" in text
+    assert "unknown compressor 'zip'" in text
+    assert "Traceback" not in text
+    # `run` refuses the same file the same way
+    res = runner.invoke(app, ["run", str(path)])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+
+
+def test_validate_ok_and_compressors_listing(tiny_scenario) -> None:
+    res = _run(["validate", str(tiny_scenario)])
+    assert res.exit_code == 0 and "ok" in res.output
+    res = _run(["compressors"])
+    assert res.exit_code == 0
+    for name in ("none", "fp16", "2bit", "topk"):
+        assert name in res.output
