@@ -1,0 +1,250 @@
+"""Hylo: a layer-type hybrid compressor for a parameter server (seed 004).
+
+Reference: J. Peng, "Communication Optimization of Distributed Deep Learning System Based on Model
+Structure Characteristics", Master's thesis, Huazhong University of Science and Technology (2021).
+
+Each layer is routed by its type and parameter count (:meth:`Hylo.route`); the route depends only on
+the static :class:`LayerInfo` and the parameters, so the server knows it without a flag on the wire.
+
+* **small** (``numel < size_threshold``, any kind): sent uncompressed as fp32; the transmission
+  cost is negligible and the thesis leaves such layers alone.
+* **conv kernels** (``kind == "conv"``, at least 3-D ``[out, in, k...]``): the layer is viewed as a
+  set of kernels, ``kernel_unit="kernel"``: one ``[kh, kw]`` slice per ``(out, in)`` pair,
+  ``[out * in, kh * kw]``; ``kernel_unit="filter"``: one ``[in, kh, kw]`` filter per output channel,
+  ``[out, in * kh * kw]``. The importance of a kernel is the ``importance_norm`` (L1 or L2) of its
+  *accumulated* gradient (gradient + residual), so a kernel left out keeps growing until it is sent.
+  The ``ceil(rate * kernels)`` most important kernels are sent (their indices in the shared index
+  coding, their values fp32 or fp16); the others stay in the residual. The transmission rate adapts
+  to the layer's parameter scale (the thesis: larger conv layers cost more to send, so they send a
+  smaller share)::
+
+      rate = clip(max_rate - rate_decay * log10(numel / size_threshold), min_rate, max_rate)
+
+  i.e. a layer at the size threshold sends ``max_rate`` of its kernels and every tenfold more
+  parameters lowers the rate by ``rate_decay``. With the defaults (0.3, 0.1, 0.05, threshold 1000):
+  LeNet-5's conv2 (2,400 weights) sends 26.2% of its 96 kernels, a 3x3x256x256 ResNet layer 5%.
+* **2-bit** (``kind == "fc"``, and the fallback of large layers of any other kind): MXNet's 2-bit
+  threshold quantization with error feedback and an adaptive threshold: ``acc = grad + residual``,
+  ``t = fc_factor * stat(acc)`` with ``stat`` the mean absolute value (default) or the RMS of the
+  layer's accumulated gradient ("a threshold adaptively set according to the overall size of all
+  gradient values in this layer"). Elements with ``acc >= t`` send code 1 (decoded ``+t``), elements
+  with ``acc <= -t`` code 2 (``-t``), the others code 0 (``0``); ``residual = acc - decoded``.
+  Codes are packed 4 per byte; ``t`` travels as an fp32 field.
+
+Large layers that are neither conv nor fc (big embeddings, large norm or bias vectors, conv layers
+whose shape has no kernel dimension) take the ``fallback`` route: ``"2bit"`` (default) or
+``"dense"``.
+
+Choices where the thesis abstract leaves details open, all parameters: the rate formula above; the
+kernel unit and its norm; the 2-bit threshold statistic and factor; the fallback of other large
+layers. Only worker-to-server traffic is compressed (as in MXNet, which Hylo is built on).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from aiotsim.compress import memory
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.packing import (
+    decode_indices,
+    encode_indices,
+    pack_bits,
+    pack_f32,
+    pack_values,
+    unpack_bits,
+    unpack_f32,
+    unpack_values,
+)
+from aiotsim.compress.registry import register
+
+Route = Literal["dense", "kernels", "2bit"]
+
+# 2-bit codes (MXNet's meaning: zero, +threshold, -threshold)
+CODE_ZERO, CODE_POS, CODE_NEG = 0, 1, 2
+
+
+def two_bit_quantize(acc: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """MXNet 2-bit quantization of an accumulated gradient at ``threshold``.
+
+    Parameters
+    ----------
+    acc : torch.Tensor
+        fp32 accumulated gradient (gradient + residual), any shape.
+    threshold : float
+        ``t > 0``; elements with ``|acc| >= t`` are sent as ``sign * t``. ``t <= 0`` sends nothing.
+
+    Returns
+    -------
+    codes : torch.Tensor
+        ``uint8`` codes in {0, 1, 2}, flat.
+    sent : torch.Tensor
+        fp32 decoded values (``0``, ``+t``, ``-t``), shape of ``acc``.
+    """
+    if threshold <= 0.0:
+        zeros = torch.zeros(acc.numel(), dtype=torch.uint8, device=acc.device)
+        return zeros, torch.zeros_like(acc)
+    pos = acc >= threshold
+    neg = acc <= -threshold
+    codes = (pos.to(torch.uint8) * CODE_POS) + (neg.to(torch.uint8) * CODE_NEG)
+    sent = (pos.to(acc.dtype) - neg.to(acc.dtype)) * threshold
+    return codes.reshape(-1), sent
+
+
+def two_bit_dequantize(codes: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Inverse of :func:`two_bit_quantize`: fp32 values ``{0, +t, -t}`` from ``uint8`` codes."""
+    pos = (codes == CODE_POS).to(torch.float32)
+    neg = (codes == CODE_NEG).to(torch.float32)
+    return (pos - neg) * threshold
+
+
+@register
+class Hylo(Codec):
+    """Layer-type hybrid: small layers dense, conv layers top kernels, fc layers adaptive 2-bit."""
+
+    name = "hylo"
+    summary = "layer-type hybrid: small layers dense, conv top-importance kernels, fc adaptive 2-bit (seed 004)"
+    has_residual = True
+    # kernel norms + top-k over kernels, or |acc| mean + two compares + packing
+    encode_flops_per_element = 8.0
+
+    @dataclass(frozen=True)
+    class Params:
+        size_threshold: int = field(default=1000, metadata={"help": "layers with fewer parameters go uncompressed (fp32)"})
+        max_rate: float = field(default=0.3, metadata={"help": "conv kernel transmission rate of a layer at the size threshold"})
+        min_rate: float = field(default=0.05, metadata={"help": "lowest conv kernel transmission rate"})
+        rate_decay: float = field(default=0.1, metadata={"help": "rate decrease per tenfold more conv parameters"})
+        kernel_unit: Literal["kernel", "filter"] = field(default="kernel", metadata={"help": "importance unit: [kh,kw] kernel per (out,in) or whole output filter"})
+        importance_norm: Literal["l1", "l2"] = field(default="l1", metadata={"help": "norm of the accumulated kernel gradient used as importance"})
+        value_dtype: Literal["fp32", "fp16"] = field(default="fp32", metadata={"help": "precision of the sent kernel values"})
+        fc_factor: float = field(default=1.0, metadata={"help": "fc 2-bit threshold = fc_factor * stat(accumulated gradient)"})
+        fc_stat: Literal["mean_abs", "rms"] = field(default="mean_abs", metadata={"help": "layer statistic the fc threshold scales"})
+        fallback: Literal["2bit", "dense"] = field(default="2bit", metadata={"help": "route of large layers that are neither conv nor fc"})
+
+    def validate(self) -> list[str]:
+        p = self.params
+        problems = []
+        if p.size_threshold < 0:
+            problems.append(f"size_threshold(={p.size_threshold}) must be >= 0")
+        if not 0.0 < p.min_rate <= 1.0:
+            problems.append(f"min_rate(={p.min_rate}) must be in (0, 1]")
+        if not 0.0 < p.max_rate <= 1.0:
+            problems.append(f"max_rate(={p.max_rate}) must be in (0, 1]")
+        if p.min_rate > p.max_rate:
+            problems.append(f"min_rate(={p.min_rate}) must be <= max_rate(={p.max_rate})")
+        if p.rate_decay < 0.0:
+            problems.append(f"rate_decay(={p.rate_decay}) must be >= 0")
+        if p.kernel_unit not in ("kernel", "filter"):
+            problems.append(f"kernel_unit(={p.kernel_unit!r}) must be 'kernel' or 'filter'")
+        if p.importance_norm not in ("l1", "l2"):
+            problems.append(f"importance_norm(={p.importance_norm!r}) must be 'l1' or 'l2'")
+        if p.value_dtype not in ("fp32", "fp16"):
+            problems.append(f"value_dtype(={p.value_dtype!r}) must be 'fp32' or 'fp16'")
+        if not p.fc_factor > 0.0:
+            problems.append(f"fc_factor(={p.fc_factor}) must be > 0")
+        if p.fc_stat not in ("mean_abs", "rms"):
+            problems.append(f"fc_stat(={p.fc_stat!r}) must be 'mean_abs' or 'rms'")
+        if p.fallback not in ("2bit", "dense"):
+            problems.append(f"fallback(={p.fallback!r}) must be '2bit' or 'dense'")
+        return problems
+
+    # ---- routing (static: both sides compute it from LayerInfo + params) ----------------------
+    def kernel_view(self, layer: LayerInfo) -> tuple[int, int] | None:
+        """``(kernels, elements per kernel)`` of a conv layer, or ``None`` if it has no kernels."""
+        shape = layer.shape
+        if self.params.kernel_unit == "kernel":
+            if len(shape) < 3:
+                return None
+            rows = shape[0] * shape[1]
+        else:
+            if len(shape) < 2:
+                return None
+            rows = shape[0]
+        if rows == 0:
+            return None
+        return rows, layer.numel // rows
+
+    def route(self, layer: LayerInfo) -> Route:
+        """Which path ``layer`` takes: ``"dense"``, ``"kernels"`` or ``"2bit"``."""
+        if layer.numel < self.params.size_threshold or layer.numel == 0:
+            return "dense"
+        if layer.kind == "conv" and self.kernel_view(layer) is not None:
+            return "kernels"
+        if layer.kind == "fc":
+            return "2bit"
+        return "2bit" if self.params.fallback == "2bit" else "dense"
+
+    def conv_rate(self, numel: int) -> float:
+        """Kernel transmission rate of a conv layer of ``numel`` parameters (formula in the module doc)."""
+        p = self.params
+        ratio = numel / max(p.size_threshold, 1)
+        rate = p.max_rate - p.rate_decay * math.log10(max(ratio, 1.0))
+        return min(p.max_rate, max(p.min_rate, rate))
+
+    def kernels_sent(self, layer: LayerInfo) -> int:
+        """Number of kernels a conv layer sends per iteration."""
+        view = self.kernel_view(layer)
+        assert view is not None
+        rows = view[0]
+        return min(rows, max(1, math.ceil(self.conv_rate(layer.numel) * rows)))
+
+    def fc_threshold(self, acc: torch.Tensor) -> float:
+        """Adaptive 2-bit threshold ``fc_factor * stat(acc)`` (fp32-rounded, as it is sent)."""
+        a = acc.reshape(-1)
+        stat = a.abs().mean() if self.params.fc_stat == "mean_abs" else a.square().mean().sqrt()
+        t = (self.params.fc_factor * stat).to(torch.float32)
+        return float(t)
+
+    # ---- node side -------------------------------------------------------------------------
+    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+        route = self.route(layer)
+        acc = memory.compensate(grad, state)  # fp32, layer.shape
+        n = acc.numel()
+        if route == "dense":
+            sent = acc
+            payload = Payload({"values": pack_f32(acc)})
+            out_elems = n
+        elif route == "kernels":
+            rows, cols = self.kernel_view(layer)  # type: ignore[misc]
+            kernels = acc.reshape(rows, cols)  # [kernels, elements per kernel]
+            ord_ = 1 if self.params.importance_norm == "l1" else 2
+            importance = torch.linalg.vector_norm(kernels, ord=ord_, dim=1)  # [kernels]
+            k = self.kernels_sent(layer)
+            idx = torch.topk(importance, k, sorted=False).indices.sort().values  # [k]
+            values = kernels[idx]  # [k, cols]
+            packed = pack_values(values, self.params.value_dtype)
+            sent_rows = torch.zeros_like(kernels)
+            sent_rows[idx] = unpack_values(packed, self.params.value_dtype).view(k, cols)
+            sent = sent_rows.view(acc.shape)
+            payload = Payload({"indices": encode_indices(idx, rows), "values": packed})
+            out_elems = k * cols
+        else:
+            t = self.fc_threshold(acc)
+            codes, sent = two_bit_quantize(acc, t)
+            payload = Payload({"threshold": pack_f32([t], acc.device), "codes": pack_bits(codes, 2)})
+            out_elems = int((codes != CODE_ZERO).sum())
+        memory.remember(acc, sent, state)
+        state.step += 1
+        state.elements_in += n
+        state.elements_out += out_elems
+        return payload
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        route = self.route(layer)
+        if route == "dense":
+            out = unpack_f32(payload.buffers["values"])
+        elif route == "kernels":
+            rows, cols = self.kernel_view(layer)  # type: ignore[misc]
+            idx = decode_indices(payload.buffers["indices"], rows)
+            vals = unpack_values(payload.buffers["values"], self.params.value_dtype).view(-1, cols)
+            out = torch.zeros(rows, cols, dtype=torch.float32, device=vals.device)
+            out[idx] = vals
+        else:
+            t = float(unpack_f32(payload.buffers["threshold"])[0])
+            codes = unpack_bits(payload.buffers["codes"], 2, layer.numel)
+            out = two_bit_dequantize(codes, t)
+        return out.reshape(layer.shape).to(layer.dtype)
