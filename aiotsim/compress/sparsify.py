@@ -1,0 +1,346 @@
+"""Sparsification with residuals: top-k, random-k and threshold codecs, and the exact selection
+helper the other sparse families (DGC, PGC, aggregation-aware) share.
+
+* ``topk`` (Aji & Heafield 2017, "Sparse communication for distributed gradient descent"): add the
+  residual to the gradient (error feedback), send the ``k = ceil(ratio * n)`` entries of largest
+  magnitude, keep the rest for the next step. Ties at the k-th magnitude are broken
+  deterministically: **among equal magnitudes the lower flat index wins**, so the same input always
+  gives the same index set on every device.
+* ``randomk``: ``k`` indices drawn uniformly without replacement from a 32-bit seed that travels in
+  the payload, so the server regenerates them and **no indices are sent** (payload = 4-byte seed +
+  ``k`` values). With ``scale = true`` the values are multiplied by ``n / k``, which makes the
+  message an unbiased estimate of the gradient (no residual); with ``scale = false`` the unsent
+  entries stay in the residual (error feedback).
+* ``threshold`` (Strom 2015, "Scalable distributed DNN training using commodity GPU cloud
+  computing"): every entry of the accumulated gradient with ``|acc| >= tau`` is sent. Strom sends
+  each as ``+-tau`` (1 sign bit plus its index) and keeps ``acc -+ tau`` in the residual
+  (``quantize = true``, the default); ``quantize = false`` sends the exact values instead.
+
+Every payload uses the shared sparse wire format of :mod:`aiotsim.compress.sparse`: the index set in
+its cheapest exact coding, then the values as fp32 or fp16 (``value_dtype``).
+
+Selection speed: ``torch.topk`` over tens of millions of elements is slow on CPU, so
+:func:`topk_indices` first brackets the k-th magnitude on a strided sample, keeps the candidates at or
+above that bracket (one compare and one ``nonzero`` over the tensor) and runs the exact top-k only
+on the candidates; when the bracket holds fewer than ``k`` candidates it falls back to the full
+tensor. The result is always exactly the top-k with the lower-index tie rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from aiotsim.compress import memory
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
+from aiotsim.compress.packing import (
+    decode_indices,
+    encode_indices,
+    pack_bits,
+    pack_u32,
+    pack_values,
+    unpack_bits,
+    unpack_u32,
+    unpack_values,
+)
+from aiotsim.compress.registry import register
+from aiotsim.compress.sparse import decode_sparse, sparse_payload
+from aiotsim.errors import CodecError
+
+ValueDtype = Literal["fp32", "fp16"]
+
+_FP16_MAX = 65504.0
+# Tensors at least this large use the sampled bracket before the exact top-k.
+_BRACKET_MIN_NUMEL = 1 << 16
+# Elements in the strided sample used to bracket the k-th magnitude.
+_BRACKET_SAMPLE = 1 << 16
+
+
+# ---- shared helpers ----------------------------------------------------------------------------
+def ratio_problems(name: str, value: float) -> list[str]:
+    """``[message]`` if ``value`` is not in (0, 1], else ``[]``."""
+    if not (0.0 < value <= 1.0):
+        return [f"{name}(={value}) must be in (0, 1]"]
+    return []
+
+
+def value_dtype_problems(value_dtype: str) -> list[str]:
+    """``[message]`` if ``value_dtype`` is not ``"fp32"`` or ``"fp16"``."""
+    if value_dtype not in ("fp32", "fp16"):
+        return [f"value_dtype(={value_dtype!r}) must be 'fp32' or 'fp16'"]
+    return []
+
+
+def k_of(ratio: float, n: int) -> int:
+    """Elements kept out of ``n`` at density ``ratio``: ``ceil(ratio * n)`` clipped to ``[0, n]``
+    (at least 1 for a non-empty tensor)."""
+    if n == 0:
+        return 0
+    return min(n, max(1, math.ceil(ratio * n)))
+
+
+def exact_topk_mask(mag: torch.Tensor, k: int) -> torch.Tensor:
+    """Boolean mask of the ``k`` largest entries of the 1-D ``mag``; among equal values at the
+    k-th position the lower indices win. ``mag`` must be free of NaN."""
+    n = mag.numel()
+    if k >= n:
+        return torch.ones(n, dtype=torch.bool, device=mag.device)
+    if k <= 0:
+        return torch.zeros(n, dtype=torch.bool, device=mag.device)
+    kth = torch.topk(mag, k, sorted=False).values.min()  # the k-th largest value (scalar)
+    above = mag > kth  # [n]: certainly kept
+    need = k - int(above.sum())  # how many of the ties at kth still fit
+    ties = mag == kth
+    # cumsum over the tie mask counts ties from the left: the first `need` of them win.
+    return above | (ties & (torch.cumsum(ties, dim=0, dtype=torch.int64) <= need))
+
+
+def topk_indices(mag: torch.Tensor, k: int) -> torch.Tensor:
+    """Flat indices (ascending, ``int64``) of the ``k`` largest entries of the 1-D ``mag``, ties
+    broken by lower index. Exact; uses a sampled bracket to avoid a full top-k on large inputs.
+
+    Parameters
+    ----------
+    mag : Tensor
+        ``[n]`` non-negative scores (magnitudes), fp32, without NaN.
+    k : int
+        How many to keep; clipped to ``[0, n]``.
+    """
+    n = mag.numel()
+    k = max(0, min(k, n))
+    if k == n:
+        return torch.arange(n, device=mag.device)
+    if k == 0:
+        return torch.zeros(0, dtype=torch.int64, device=mag.device)
+    if n >= _BRACKET_MIN_NUMEL and 4 * k <= n:
+        stride = max(1, n // _BRACKET_SAMPLE)
+        sample = mag[::stride]  # [~_BRACKET_SAMPLE], deterministic (no randomness consumed)
+        m = sample.numel()
+        # Twice the expected number of sample entries above the k-th magnitude, plus slack for
+        # sampling noise: the bracket usually holds about 2k candidates.
+        m_above = min(m, 2 * math.ceil(k * m / n) + 16)
+        if m_above < m:
+            bracket = torch.topk(sample, m_above, sorted=False).values.min()
+            cand = torch.nonzero(mag >= bracket).reshape(-1)  # [c] ascending
+            if k <= cand.numel() <= n // 2:
+                keep = exact_topk_mask(mag[cand], k)  # ties: lower candidate index = lower index
+                return cand[keep]
+    return torch.nonzero(exact_topk_mask(mag, k)).reshape(-1)
+
+
+def round_values(values: torch.Tensor, value_dtype: str) -> torch.Tensor:
+    """What the receiver will read back for ``values`` (fp32) sent as ``value_dtype``: fp16 values
+    are clamped to fp16's finite range and rounded, so the residual keeps the difference."""
+    if value_dtype == "fp16":
+        return values.clamp(-_FP16_MAX, _FP16_MAX).half().float()
+    return values
+
+
+def finish_sparse(
+    acc: torch.Tensor,
+    idx: torch.Tensor,
+    sent_values: torch.Tensor,
+    state: CodecState,
+    keep_residual: bool,
+) -> None:
+    """Bookkeeping shared by the residual sparsifiers: the residual and the element counts.
+
+    Parameters
+    ----------
+    acc : Tensor
+        The accumulated gradient (gradient + previous residual), fp32, shape of the gradient.
+    idx : Tensor
+        ``[k]`` flat indices that were sent.
+    sent_values : Tensor
+        ``[k]`` fp32 values the receiver decodes at ``idx``.
+    keep_residual : bool
+        Store ``acc - sent`` as the new residual (error feedback).
+    """
+    if keep_residual:
+        sent = torch.zeros_like(acc)
+        sent.view(-1)[idx] = sent_values
+        memory.remember(acc, sent, state)
+    state.step += 1
+    state.elements_in += acc.numel()
+    state.elements_out += int(idx.numel())
+
+
+# ---- top-k -------------------------------------------------------------------------------------
+@register
+class TopK(Codec):
+    """Top-k sparsification with error feedback (Aji & Heafield 2017); ties: lower index wins."""
+
+    @dataclass(frozen=True)
+    class Params:
+        ratio: float = field(default=0.01, metadata={"help": "fraction of elements sent, k = ceil(ratio * n)"})
+        value_dtype: ValueDtype = field(default="fp32", metadata={"help": "precision of the sent values: fp32 or fp16"})
+
+    name = "topk"
+    summary = "top-k magnitudes with error feedback (Aji & Heafield 2017)"
+    has_residual = True
+    sparse = True
+    encode_flops_per_element = 8.0
+
+    def validate(self) -> list[str]:
+        return ratio_problems("ratio", self.params.ratio) + value_dtype_problems(self.params.value_dtype)
+
+    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+        acc = memory.compensate(grad, state)  # fp32, shape of grad
+        flat = acc.view(-1)  # [n]
+        idx = topk_indices(flat.abs(), k_of(self.params.ratio, flat.numel()))  # [k]
+        values = round_values(flat[idx], self.params.value_dtype)  # [k] fp32
+        finish_sparse(acc, idx, values, state, keep_residual=True)
+        return sparse_payload(idx, values, flat.numel(), self.params.value_dtype)
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        return decode_sparse(payload, layer, self.params.value_dtype)
+
+
+# ---- random-k ----------------------------------------------------------------------------------
+def random_subset(seed: int, n: int, k: int, device: torch.device) -> torch.Tensor:
+    """``k`` distinct indices into ``[0, n)`` drawn uniformly from ``seed``, sorted ascending.
+
+    The draw runs on a CPU generator so encoder and decoder get the same set on any device. For
+    ``k <= n / 4`` it draws with replacement and keeps first occurrences in draw order (sequential
+    sampling without replacement, a uniform k-subset) in a few vectorized rounds, far cheaper than
+    a full permutation of ``n``; denser subsets take a prefix of ``randperm(n)``.
+    """
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(seed)
+    if k == 0:
+        return torch.zeros(0, dtype=torch.int64, device=device)
+    if 4 * k > n:
+        idx = torch.randperm(n, generator=gen)[:k]
+    else:
+        draws = torch.zeros(0, dtype=torch.int64)
+        distinct = 0
+        while distinct < k:
+            # Expected duplicates among k draws are about k^2 / (2n); draw with margin.
+            extra = k - distinct + (k * k) // n + 64
+            draws = torch.cat([draws, torch.randint(0, n, (extra,), generator=gen)])
+            distinct = int(torch.unique(draws).numel())
+        uniq, inverse = torch.unique(draws, return_inverse=True)  # [u], [m]
+        pos = torch.arange(draws.numel(), dtype=torch.int64)
+        first = torch.full((uniq.numel(),), draws.numel(), dtype=torch.int64)
+        first.scatter_reduce_(0, inverse, pos, reduce="amin")  # first draw position of each value
+        idx = uniq[torch.argsort(first)[:k]]  # the first k distinct values in draw order
+    return torch.sort(idx).values.to(device)
+
+
+@register
+class RandomK(Codec):
+    """Random-k sparsification: indices regenerated from a seed in the payload, none sent."""
+
+    @dataclass(frozen=True)
+    class Params:
+        ratio: float = field(default=0.01, metadata={"help": "fraction of elements sent, k = ceil(ratio * n)"})
+        scale: bool = field(
+            default=True,
+            metadata={"help": "multiply values by n/k (unbiased, no residual); false keeps a residual"},
+        )
+        value_dtype: ValueDtype = field(default="fp32", metadata={"help": "precision of the sent values: fp32 or fp16"})
+
+    name = "randomk"
+    summary = "random-k indices from a seed shared with the server (no indices sent); unbiased when scaled"
+    # Depends on `scale`: the class attribute is the default's property (scale = true).
+    unbiased = True
+    has_residual = True
+    sparse = True
+    encode_flops_per_element = 2.0
+
+    def __init__(self, params: object = None, seed: int = 0) -> None:
+        super().__init__(params, seed)
+        # Instance-level truth for the chosen parameters (contract tests read the class default).
+        self.unbiased = bool(self.params.scale)
+        self.has_residual = not self.params.scale
+
+    def validate(self) -> list[str]:
+        return ratio_problems("ratio", self.params.ratio) + value_dtype_problems(self.params.value_dtype)
+
+    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+        n = grad.numel()
+        k = k_of(self.params.ratio, n)
+        seed = int(torch.randint(0, 2**32, (1,), generator=state.generator, device=state.generator.device))
+        idx = random_subset(seed, n, k, grad.device)  # [k]
+        if self.params.scale:
+            flat = as_float(grad).reshape(-1)
+            values = round_values(flat[idx] * (n / max(k, 1)), self.params.value_dtype)
+            state.step += 1
+            state.elements_in += n
+            state.elements_out += k
+        else:
+            acc = memory.compensate(grad, state)
+            values = round_values(acc.view(-1)[idx], self.params.value_dtype)
+            finish_sparse(acc, idx, values, state, keep_residual=True)
+        return Payload({"seed": pack_u32([seed], grad.device), "values": pack_values(values, self.params.value_dtype)})
+
+    def indices(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        """The index set of a payload (regenerated from its seed): the server's union uses it."""
+        seed = int(unpack_u32(payload.buffers["seed"])[0])
+        return random_subset(seed, layer.numel, k_of(self.params.ratio, layer.numel), payload.buffers["seed"].device)
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        vals = unpack_values(payload.buffers["values"], self.params.value_dtype)
+        idx = self.indices(payload, layer).to(vals.device)
+        if idx.numel() != vals.numel():
+            raise CodecError(f"randomk payload for {layer.name} has {vals.numel()} values, expected {idx.numel()}")
+        out = torch.zeros(layer.numel, dtype=torch.float32, device=vals.device)
+        out[idx] = vals
+        return out.view(layer.shape).to(layer.dtype)
+
+
+# ---- threshold (Strom) -------------------------------------------------------------------------
+@register
+class Threshold(Codec):
+    """Strom (2015) threshold sparsification: send ``|acc| >= tau`` as ``+-tau`` (or exactly)."""
+
+    @dataclass(frozen=True)
+    class Params:
+        tau: float = field(default=0.01, metadata={"help": "threshold on |gradient + residual|; > 0"})
+        quantize: bool = field(
+            default=True, metadata={"help": "send +-tau as 1 sign bit per index (Strom); false sends exact values"}
+        )
+        value_dtype: ValueDtype = field(
+            default="fp32", metadata={"help": "precision of exact values (used when quantize = false)"}
+        )
+
+    name = "threshold"
+    summary = "Strom threshold sparsification: |acc| >= tau sent as +-tau (1 bit + index), residual kept"
+    has_residual = True
+    sparse = True
+    encode_flops_per_element = 4.0
+
+    def validate(self) -> list[str]:
+        problems = value_dtype_problems(self.params.value_dtype)
+        if not (self.params.tau > 0 and math.isfinite(self.params.tau)):
+            problems.insert(0, f"tau(={self.params.tau}) must be a finite number > 0")
+        return problems
+
+    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+        acc = memory.compensate(grad, state)
+        flat = acc.view(-1)  # [n]
+        idx = torch.nonzero(flat.abs() >= self.params.tau).reshape(-1)  # [k] ascending
+        picked = flat[idx]
+        n = flat.numel()
+        if self.params.quantize:
+            negative = picked < 0  # [k] sign bits, 1 = negative
+            values = torch.where(negative, -self.params.tau, self.params.tau).to(torch.float32)
+            finish_sparse(acc, idx, values, state, keep_residual=True)
+            # 1 sign bit per sent index: tau is known to both sides by protocol.
+            return Payload({"indices": encode_indices(idx, n), "signs": pack_bits(negative.to(torch.uint8), 1)})
+        values = round_values(picked, self.params.value_dtype)
+        finish_sparse(acc, idx, values, state, keep_residual=True)
+        return sparse_payload(idx, values, n, self.params.value_dtype)
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        if not self.params.quantize:
+            return decode_sparse(payload, layer, self.params.value_dtype)
+        idx = decode_indices(payload.buffers["indices"], layer.numel)  # [k] ascending
+        negative = unpack_bits(payload.buffers["signs"], 1, int(idx.numel())).bool()
+        out = torch.zeros(layer.numel, dtype=torch.float32, device=idx.device)
+        tau = self.params.tau
+        out[idx] = torch.where(negative, -tau, tau).to(torch.float32)
+        return out.view(layer.shape).to(layer.dtype)
