@@ -1,0 +1,156 @@
+"""Protocol overhead: how many packets and wire bytes a payload costs, and what loss adds.
+
+The model, per transfer of ``payload_bytes`` over a path with one packet format:
+
+* packets = ceil(payload / (mtu - header_bytes)), and at least 1 (an empty message still costs one
+  header-only packet);
+* each packet carries ``header_bytes`` (TCP/IP, inside the MTU) plus ``framing_bytes`` (link layer,
+  outside the MTU); a channel that also carries the acknowledgements is charged
+  ``acks_per_packet`` header-only ACK packets per data packet;
+* with packet loss probability ``p`` every packet is sent a geometric number of times, on average
+  ``1 / (1 - p)``: the wire bytes are inflated by that factor;
+* delay of loss recovery: a lost packet is detected and resent one round trip later (fast
+  retransmit after duplicate ACKs), and recoveries are taken one after another, so the transfer is
+  late by ``expected lost packets x RTT`` = ``packets x p / (1 - p) x 2 x path latency``. This is the
+  pessimistic end of TCP's behaviour (no overlap between recoveries); it is 0 on a lossless path.
+
+When a path crosses links with different formats the sender uses the path's format (see
+:func:`path_format`): the smallest MTU (path MTU discovery), the largest header, framing and ACK
+charge, and the end-to-end loss ``1 - prod(1 - p_i)`` (TCP retransmits end to end).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aiotsim.errors import ConfigError
+from aiotsim.network.link import Link
+
+
+def packets(payload_bytes: int, mtu: int, header_bytes: int) -> int:
+    """Number of packets a payload is cut into.
+
+    Parameters
+    ----------
+    payload_bytes : int
+        Application bytes, >= 0.
+    mtu : int
+        Maximum IP packet size in bytes.
+    header_bytes : int
+        TCP/IP header bytes per packet (inside the MTU).
+
+    Returns
+    -------
+    int
+        ``ceil(payload / (mtu - header_bytes))``, and 1 for an empty payload.
+    """
+    if payload_bytes < 0:
+        raise ConfigError(f"payload_bytes(={payload_bytes}) must be >= 0")
+    if mtu <= header_bytes:
+        raise ConfigError(f"mtu(={mtu}) must be > header_bytes(={header_bytes})")
+    return max(1, math.ceil(payload_bytes / (mtu - header_bytes)))
+
+
+def wire_bytes(
+    payload_bytes: int,
+    mtu: int,
+    header_bytes: int,
+    loss: float = 0.0,
+    framing_bytes: int = 0,
+    acks_per_packet: float = 0.0,
+) -> float:
+    """Expected bytes on the wire for one payload.
+
+    Parameters
+    ----------
+    payload_bytes : int
+        Application bytes, >= 0.
+    mtu, header_bytes : int
+        Packet format in bytes (see :func:`packets`).
+    loss : float
+        Packet loss probability in [0, 1); the total is divided by ``1 - loss``.
+    framing_bytes : int
+        Link-layer bytes per packet outside the MTU.
+    acks_per_packet : float
+        Header-only ACK packets charged to the same channel per data packet.
+
+    Returns
+    -------
+    float
+        ``(payload + n x (header + framing) x (1 + acks_per_packet)) / (1 - loss)`` bytes, with
+        ``n = packets(payload, mtu, header)``.
+    """
+    if not 0.0 <= loss < 1.0:
+        raise ConfigError(f"loss(={loss}) must be in [0, 1)")
+    n = packets(payload_bytes, mtu, header_bytes)
+    per_packet = header_bytes + framing_bytes  # bytes of overhead per packet on the wire
+    total = payload_bytes + n * per_packet * (1.0 + acks_per_packet)
+    return total / (1.0 - loss)
+
+
+def retransmission_delay(
+    payload_bytes: int, mtu: int, header_bytes: int, loss: float, rtt_s: float
+) -> float:
+    """Expected extra delay (s) of loss recovery: expected lost packets x one RTT each.
+
+    Parameters
+    ----------
+    payload_bytes, mtu, header_bytes : int
+        Payload and packet format in bytes.
+    loss : float
+        Packet loss probability in [0, 1).
+    rtt_s : float
+        Round-trip time of the path in s (twice its one-way latency).
+
+    Returns
+    -------
+    float
+        ``packets x loss / (1 - loss) x rtt_s`` in s.
+    """
+    if not 0.0 <= loss < 1.0:
+        raise ConfigError(f"loss(={loss}) must be in [0, 1)")
+    n = packets(payload_bytes, mtu, header_bytes)
+    return n * loss / (1.0 - loss) * rtt_s
+
+
+@dataclass(frozen=True)
+class PathFormat:
+    """The packet format a sender uses end to end on a path (see :func:`path_format`)."""
+
+    mtu: int  # bytes
+    header_bytes: int  # bytes per packet
+    framing_bytes: int  # bytes per packet
+    acks_per_packet: float  # ACK packets per data packet
+    loss: float  # end-to-end packet loss probability
+    latency_s: float  # one-way, sum of the links' latencies
+
+
+def path_format(links: Sequence[Link]) -> PathFormat:
+    """Combine the links of a path into the format its sender uses.
+
+    Parameters
+    ----------
+    links : sequence of Link
+        The path, in order; must not be empty.
+
+    Returns
+    -------
+    PathFormat
+        Smallest MTU; largest header, framing and ACK charge; end-to-end loss
+        ``1 - prod(1 - loss_i)``; latency = sum of latencies (s).
+    """
+    if not links:
+        raise ConfigError("path_format needs at least one link")
+    keep = 1.0
+    for link in links:
+        keep *= 1.0 - link.loss
+    return PathFormat(
+        mtu=min(link.mtu for link in links),
+        header_bytes=max(link.header_bytes for link in links),
+        framing_bytes=max(link.framing_bytes for link in links),
+        acks_per_packet=max(link.acks_per_packet for link in links),
+        loss=1.0 - keep,
+        latency_s=sum(link.latency_s for link in links),
+    )

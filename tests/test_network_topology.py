@@ -1,0 +1,157 @@
+"""Topology builders: routes, aggregators, shared resources and validation, by hand."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from aiotsim.errors import TopologyError
+from aiotsim.network import Link, Network, Topology
+
+
+def names(links: list[Link]) -> list[str]:
+    return [link.name for link in links]
+
+
+def test_star_routes_and_heterogeneous_groups() -> None:
+    topo = Topology.star(
+        3, uplink_bps=10e6, downlink_bps=20e6, latency_s=0.01, server_bps=100e6,
+        per_node=[{}, {"uplink_bps": 1e6, "latency_s": 0.2}, {"loss": 0.1}],
+    )  # fmt: skip
+    assert topo.nodes == ["node0", "node1", "node2"] and topo.servers == ["server"]
+    assert names(topo.route("node1", "server")) == ["node1.up", "server.in"]
+    assert names(topo.route("server", "node2")) == ["server.out", "node2.down"]
+    assert names(topo.route("node0", "node2")) == ["node0.up", "node2.down"]
+    up1 = topo.route("node1", "server")[0]
+    assert (up1.bandwidth_bps, up1.latency_s) == (1e6, 0.2)
+    assert topo.route("server", "node0")[1].bandwidth_bps == 20e6
+    assert topo.route("node2", "server")[0].loss == 0.1
+    assert topo.route("node0", "server")[1].bandwidth_bps == 100e6
+    assert topo.aggregator_of("node1") == "server"
+    assert topo.validate() == []
+    with pytest.raises(TopologyError, match="per_node\\[0\\]: unknown key\\(s\\) speed"):
+        Topology.star(1, 1e6, 1e6, 0.0, 1e6, per_node=[{"speed": 3}])
+
+
+def test_hierarchical_routes_and_aggregators() -> None:
+    topo = Topology.hierarchical(
+        [2, 1], uplink_bps=1e6, downlink_bps=1e6, latency_s=0.01,
+        backhaul_up_bps=50e6, backhaul_down_bps=50e6, backhaul_latency_s=0.02,
+    )  # fmt: skip
+    assert topo.gateways == ["gw0", "gw1"] and topo.nodes == ["node0", "node1", "node2"]
+    assert names(topo.route("node2", "gw1")) == ["node2.up"]
+    assert names(topo.route("node0", "server")) == ["node0.up", "gw0.up"]
+    assert names(topo.route("server", "node1")) == ["gw0.down", "node1.down"]
+    assert topo.aggregator_of("node2") == "gw1" and topo.aggregator_of("gw0") == "server"
+    assert topo.validate() == []
+    shared = Topology.hierarchical([1], 1e6, 1e6, 0.0, 5e6, 5e6, 0.0, server_bps=8e6)
+    assert names(shared.route("gw0", "server")) == ["gw0.up", "server.in"]
+
+
+def test_hierarchical_iteration_time_by_hand() -> None:
+    # 2 gateways x 2 nodes, sensor links 1 Mbit/s / 10 ms, backhaul 4 Mbit/s / 20 ms.
+    # Each node uploads 10,000 B (10,280 wire B) to its gateway: own link, 10,280*8/1e6 = 0.08224 s
+    # + 0.01 s -> 0.09224 s. Then each gateway sends 10,000 B to the server on its own backhaul:
+    # 10,280*8/4e6 = 0.02056 s + 0.02 s -> 0.1328 s.
+    topo = Topology.hierarchical([2, 2], 1e6, 1e6, 0.01, 4e6, 4e6, 0.02)
+    env = simpy.Environment()
+    net = Network(env, topo)
+    ends: dict[str, float] = {}
+
+    def gateway(gw: str, members: list[str]):  # type: ignore[no-untyped-def]
+        yield env.all_of([net.send(n, gw, 10_000) for n in members])
+        t = yield net.send(gw, "server", 10_000)
+        ends[gw] = t.end_s
+
+    env.process(gateway("gw0", ["node0", "node1"]))
+    env.process(gateway("gw1", ["node2", "node3"]))
+    env.run()
+    assert ends == pytest.approx({"gw0": 0.1328, "gw1": 0.1328}, rel=1e-9)
+
+
+def test_ring_routes_both_directions() -> None:
+    topo = Topology.ring(4, link_bps=1e6, latency_s=0.001)
+    assert names(topo.route("node0", "node1")) == ["node0->node1"]
+    assert names(topo.route("node1", "node0")) == ["node1->node0"]
+    assert names(topo.route("node0", "node3")) == ["node0->node3"]
+    # Two hops either way: the tie goes to the edge added first (node0 -> node1).
+    assert names(topo.route("node0", "node2")) == ["node0->node1", "node1->node2"]
+    assert topo.validate() == []
+    with pytest.raises(TopologyError, match="no aggregator"):
+        topo.aggregator_of("node0")
+    with pytest.raises(TopologyError, match=r"n_nodes\(=1\) must be an integer >= 2"):
+        Topology.ring(1, 1e6)
+
+
+def test_shared_medium_one_channel_for_up_and_down() -> None:
+    topo = Topology.shared_medium(3, channel_bps=1e6, latency_s=0.0)
+    assert names(topo.route("node0", "server")) == ["channel", "server.in"]
+    assert names(topo.route("server", "node1")) == ["server.out", "channel"]
+    assert names(topo.route("node0", "node1")) == ["channel", "channel"]
+    assert topo.validate() == []
+    # One upload and one download at once share the 1 Mbit/s airtime: 500 kbit/s each, so
+    # 10,280 wire B take 10,280*8/0.5e6 = 0.16448 s (server links are 1000x faster).
+    env = simpy.Environment()
+    net = Network(env, topo)
+    up = net.send("node0", "server", 10_000)
+    down = net.send("server", "node2", 10_000)
+    env.run()
+    assert [up.value.end_s, down.value.end_s] == pytest.approx([0.16448, 0.16448], rel=1e-9)
+    assert net.link_bytes["channel"] == pytest.approx(2 * 10_280)
+
+
+def test_custom_routes_and_validation_one_problem_each() -> None:
+    nodes = [
+        {"name": "server", "role": "server"},
+        {"name": "a"},
+        {"name": "b"},
+        {"name": "c"},  # no link at all: disconnected
+        {"name": "d"},  # only a link from the server: cannot send to its aggregator
+    ]
+    links = [
+        {"from": "a", "to": "server", "mbps": 10, "latency_ms": 5},
+        {"from": "b", "to": "a", "mbps": 2, "latency_ms": 1},
+        {"from": "server", "to": "d", "mbps": 1, "directed": True},
+    ]
+    topo = Topology.from_links(nodes, links)
+    route = topo.route("b", "server")
+    assert names(route) == ["b->a", "a->server"]
+    assert route[0].bandwidth_bps == 2e6 and route[1].latency_s == 0.005
+    assert names(topo.route("server", "b")) == ["server->a", "a->b"]
+    problems = topo.validate()
+    assert len(problems) == 2
+    assert sum("'c'" in p and "disconnected" in p for p in problems) == 1
+    assert sum("'d'" in p and "unroutable" in p and "to 'server'" in p for p in problems) == 1
+
+
+def test_custom_reports_every_bad_entry() -> None:
+    with pytest.raises(TopologyError) as info:
+        Topology.from_links(
+            [{"name": "s", "role": "server"}, {"name": "x", "role": "robot"}],
+            [{"from": "s", "to": "nowhere", "mbps": 1}, {"from": "s", "to": "x", "mbps": -2},
+             {"from": "s", "to": "x", "mbps": 1, "colour": "red"}],
+        )  # fmt: skip
+    lines = str(info.value).splitlines()
+    assert any("nodes[1]" in line and "role(='robot')" in line for line in lines)
+    assert any("links[0]" in line and "unknown node 'nowhere'" in line for line in lines)
+    assert any("links[1]" in line and "bandwidth_bps(=-2000000.0) must be > 0" in line for line in lines)
+    assert any("links[2]" in line and "colour" in line for line in lines)
+
+
+def test_shared_link_name_needs_identical_settings() -> None:
+    topo = Topology()
+    for v in ("a", "b", "c"):
+        topo.add_node(v, "node")
+    topo.add_link("a", "b", Link("ch", 1e6))
+    topo.add_link("b", "c", Link("ch", 1e6))  # same settings: one shared resource
+    with pytest.raises(TopologyError, match="'ch' is used twice with different settings"):
+        topo.add_link("c", "a", Link("ch", 2e6))
+
+
+def test_builder_validation_messages() -> None:
+    with pytest.raises(TopologyError, match=r"n_nodes\(=0\) must be an integer >= 1"):
+        Topology.star(0, 1e6, 1e6, 0.0, 1e6)
+    with pytest.raises(TopologyError, match=r"groups\[1\]\(=0\) must be an integer >= 1"):
+        Topology.hierarchical([2, 0], 1e6, 1e6, 0.0, 1e6, 1e6, 0.0)
+    with pytest.raises(TopologyError, match=r"role\(='boss'\)"):
+        Topology().add_node("x", "boss")
