@@ -1,0 +1,186 @@
+"""One bit per value: signSGD with majority vote, EF-signSGD and 1-bit SGD.
+
+``signsgd`` (Bernstein, Wang, Azizzadenesheli, Anandkumar, "signSGD: Compressed Optimisation for
+Non-Convex Problems", ICML 2018; majority vote as in its Algorithm 3 / "signSGD with Majority Vote is
+Communication Efficient and Fault Tolerant", ICLR 2019)
+    Each worker sends ``sign(g)``, one bit per value, nothing else. The decoder returns ``+-1``
+    (scale 1: the magnitude of a step is the learning rate, as in the paper's ``x -= lr * sign(.)``,
+    so a signsgd scenario needs a sign-sized learning rate, e.g. 1e-4..1e-3 with SGD). The server
+    aggregates by majority vote, ``sign(sum_i sign(g_i))``, with 0 where the vote ties (possible
+    with an even number of workers).
+
+``efsignsgd`` (Karimireddy, Rebjock, Stich, Jaggi, "Error Feedback Fixes SignSGD and other Gradient
+Compression Schemes", ICML 2019, Algorithm 1)
+    ``p = g + e``; ``delta = (||p||_1 / d) * sign(p)``; ``e = p - delta``. Wire: the sign bits plus
+    the scale ``||p||_1 / d`` as fp32. The server averages the decoded ``delta``.
+
+``onebit`` (Seide, Fu, Droppo, Li, Yu, "1-Bit Stochastic Gradient Descent and its Application to
+Data-Parallel Distributed Training of Speech DNNs", Interspeech 2014)
+    Quantize ``acc = g + r`` to one bit per value with error feedback (threshold 0), and reconstruct
+    each bit with the mean of the ``acc`` values that fell on its side, so the reconstruction keeps
+    each part's mass; ``r = acc - reconstruction``. Wire: the bits plus two fp32 means (for
+    ``granularity = "tensor"``, the default) or two fp32 means per column (``"column"``, the paper's
+    choice for weight matrices: CNTK stores a weight as ``[out, in]`` column-major and quantizes each
+    column, i.e. each of the ``in`` columns of ``out`` values; a torch tensor of shape
+    ``[out, ...]`` is viewed as ``[out, prod(rest)]`` and its columns are the slices ``[:, j]``; 1-D
+    tensors fall back to one pair of means).
+
+Bit convention for all three: 1 = negative, 0 = non-negative (so ``sign(0)`` is ``+1``), 8 values per
+byte, value ``j`` of a byte at bit ``j``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from aiotsim.compress import memory
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
+from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
+from aiotsim.compress.registry import register
+from aiotsim.errors import CodecError
+
+_U8 = torch.uint8
+
+
+def sign_bits(x: torch.Tensor) -> torch.Tensor:
+    """Packed sign bits of a flat fp32 tensor: 1 where ``x < 0``. ``ceil(n/8)`` bytes."""
+    return pack_bits((x < 0).view(_U8), 1)
+
+
+def unpack_signs(buf: torch.Tensor, count: int) -> torch.Tensor:
+    """``+-1`` as fp32 from packed sign bits: [count]."""
+    bits = unpack_bits(buf, 1, count).view(torch.int8)  # [count] 0 / 1
+    return (1 - 2 * bits).to(torch.float32)
+
+
+def _account(state: CodecState, n: int) -> None:
+    state.step += 1
+    state.elements_in += n
+    state.elements_out += n
+
+
+@register
+class SignSGD(Codec):
+    """signSGD: 1 bit per value, decoded as +-1; the server aggregates by majority vote.
+
+    Wire: ``signs`` (``ceil(n/8)`` bytes).
+    """
+
+    name = "signsgd"
+    summary = "signSGD: 1 sign bit per value (decoded +-1), majority vote at the server"
+    encode_flops_per_element = 2.0
+
+    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+        x = as_float(grad).reshape(-1)
+        _account(state, x.numel())
+        return Payload({"signs": sign_bits(x)})
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        return unpack_signs(payload.buffers["signs"], layer.numel).view(layer.shape).to(layer.dtype)
+
+    def aggregate(self, decoded: list[torch.Tensor], layer: LayerInfo) -> torch.Tensor:
+        """Majority vote: ``sign(sum of the workers' signs)``, 0 on a tie; dtype of the inputs."""
+        if not decoded:
+            raise CodecError(f"aggregate({layer.name}): no gradients to aggregate")
+        votes = torch.zeros(decoded[0].shape, dtype=torch.float32, device=decoded[0].device)
+        for d in decoded:  # one pass per worker, not per element
+            votes += d
+        return torch.sign(votes).to(decoded[0].dtype)
+
+
+@register
+class EFSignSGD(Codec):
+    """EF-signSGD: scaled sign ``(||p||_1 / d) sign(p)`` of ``p = g + e``, error kept in ``e``.
+
+    Wire: ``scale`` (fp32) and ``signs`` (``ceil(n/8)`` bytes).
+    """
+
+    name = "efsignsgd"
+    summary = "EF-signSGD: sign bits scaled by mean |g+e|, error feedback"
+    has_residual = True
+    encode_flops_per_element = 6.0
+
+    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+        p = memory.compensate(grad, state).reshape(-1)  # [n] fp32: g + e
+        n = p.numel()
+        _account(state, n)
+        scale = torch.linalg.vector_norm(p, ord=1) / max(n, 1)  # 0-d: ||p||_1 / d
+        negative = p < 0
+        delta = torch.where(negative, -scale, scale)  # [n] fp32: scale * sign(p), sign(0) = +1
+        memory.remember(p, delta, state)
+        state.residual = state.residual.view(layer.shape)
+        return Payload({"scale": pack_f32(scale.reshape(1)), "signs": pack_bits(negative.view(_U8), 1)})
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        scale = unpack_f32(payload.buffers["scale"]).reshape(())
+        bits = unpack_bits(payload.buffers["signs"], 1, layer.numel)
+        out = torch.where(bits.bool(), -scale, scale)
+        return out.view(layer.shape).to(layer.dtype)
+
+
+@register
+class OneBitSGD(Codec):
+    """1-bit SGD: sign bits with error feedback, each side reconstructed by its mean.
+
+    Wire: ``means`` (fp32 ``[mean_nonneg, mean_neg]`` per group, groups = 1 or the columns) and
+    ``signs`` (``ceil(n/8)`` bytes).
+    """
+
+    name = "onebit"
+    summary = "1-bit SGD: sign bits with error feedback, reconstructed by the mean of each sign's part"
+    has_residual = True
+    encode_flops_per_element = 8.0
+
+    @dataclass(frozen=True)
+    class Params:
+        granularity: Literal["tensor", "column"] = field(
+            default="tensor",
+            metadata={"help": "one pair of means per tensor, or per column of [out, in...] (paper)"},
+        )
+
+    def validate(self) -> list[str]:
+        g = self.params.granularity
+        if g not in ("tensor", "column"):
+            return [f"granularity(={g!r}) must be 'tensor' or 'column'"]
+        return []
+
+    def _grid(self, layer: LayerInfo) -> tuple[int, int]:
+        """``(rows, cols)``: the tensor as a matrix whose columns are the quantization groups."""
+        n = layer.numel
+        if n == 0:
+            return 0, 0  # nothing to send, not even means
+        if self.params.granularity == "column" and len(layer.shape) >= 2:
+            return layer.shape[0], n // layer.shape[0]
+        return n, 1
+
+    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+        acc = memory.compensate(grad, state).reshape(-1)  # [n] fp32
+        n = acc.numel()
+        _account(state, n)
+        rows, cols = self._grid(layer)
+        mat = acc.view(rows, cols)  # [rows, cols]
+        negative = mat < 0  # [rows, cols] bool
+        total = mat.sum(dim=0)  # [cols]
+        neg_sum = torch.where(negative, mat, 0.0).sum(dim=0)  # [cols]
+        neg_cnt = negative.sum(dim=0)  # [cols] int64
+        pos_cnt = rows - neg_cnt
+        # mean of each side; a side with no element has mean 0 (never used by any element)
+        mean_neg = neg_sum / neg_cnt.clamp(min=1)
+        mean_pos = (total - neg_sum) / pos_cnt.clamp(min=1)
+        sent = torch.where(negative, mean_neg, mean_pos)  # [rows, cols]
+        memory.remember(acc, sent.reshape(-1), state)
+        state.residual = state.residual.view(layer.shape)
+        means = torch.stack([mean_pos, mean_neg], dim=1)  # [cols, 2]
+        return Payload({"means": pack_f32(means), "signs": pack_bits(negative.reshape(-1).view(_U8), 1)})
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        rows, cols = self._grid(layer)
+        means = unpack_f32(payload.buffers["means"]).view(cols, 2)  # [cols, (pos, neg)]
+        if rows * cols == 0:
+            return torch.zeros(layer.shape, dtype=layer.dtype, device=means.device)
+        bits = unpack_bits(payload.buffers["signs"], 1, layer.numel).view(rows, cols).bool()
+        out = torch.where(bits, means[:, 1], means[:, 0])  # broadcast over rows: [rows, cols]
+        return out.view(layer.shape).to(layer.dtype)
