@@ -1,0 +1,154 @@
+"""PGC, partition-based gradient compression (Guo, Liu, Zhang, Sensors 2021, 21(6) 1943; seed 002).
+
+The paper models a layer's gradients as ``N(mu, sigma^2)`` and partitions them into a *sparse
+region* ``(mu - sigma, mu + sigma)`` (about 68% of the elements, little influence on training) and
+a *key region* ``(mu - 3 sigma, mu - sigma) U (mu + sigma, mu + 3 sigma)``; it sends few values from
+the first and most from the second through a per-layer threshold chosen by Algorithm 1::
+
+    mu    = mean(G)                                   (line 2)
+    sigma = sqrt(mean((G - mu)^2))                    (line 3, population std, 1/N)
+    H     = |0.5 * (ln(2 pi) + 2 ln sigma + 1)|       (lines 4-5, entropy of N(mu, sigma^2))
+    gamma = |(G_max - G_min) / G_sum|,  G_sum = sum |G|      (line 6, trade-off factor)
+    S     = H * gamma                                 (line 7, the layer's "gradient sparsity")
+    alpha = Top-k(|G|, S)                             (line 8, the threshold)
+    T_alpha(g) = g if |g| > alpha;  alpha if |g| == alpha;  0 if |g| < alpha   (screening)
+
+Readings chosen where the paper is open (documented, and parameters where two are plausible):
+
+* **Sign of H.** The differential entropy ``0.5 (ln 2pi + 2 ln sigma + 1)`` is negative for
+  ``sigma < 0.242``, i.e. for every realistic gradient; the paper says it re-expresses H "to ensure
+  that the information entropy is positive", and the scrape lost that operator. The faithful
+  reading is the absolute value, used here.
+* **S -> k.** S is called the sparsity and fed to Top-k; here it is the *fraction of elements
+  kept*: ``k = ceil(scale * S * N)`` clipped to ``[1, N]`` (``scale`` = 1 is the paper's formula).
+  Order of magnitude: ``S * N = H * (G_max - G_min) / mean|G|`` hardly depends on N. For a
+  Gaussian layer ``(G_max - G_min) / mean|G|`` is about 2 * 4.3 / 0.8 ~ 11 at N = 48,000, so with
+  sigma = 1e-3 (H = 5.5) k ~ 60. Measured on aiotsim's LeNet-5 (MNIST, batch 64, every parameter
+  tensor, no residual): sigma ~ 4e-3 to 3e-2 so H ~ 1-4, heavier tails than Gaussian; fc1
+  (48,000 weights) keeps k = 173, fc2 (10,080) k = 274, conv2 (2,400) k = 74; the whole model goes
+  from 246,824 to 3,722 wire bytes, **66x** (69x after 50 SGD steps). Table 3 reports 24.2x for
+  LeNet on MNIST (29.1x AlexNet, 37.1x ResNet): the fraction reading lands within 3x of it, the same
+  order of magnitude and sparser. The other readings are far off: "S percent" is 100x sparser
+  still, and S as the fraction *dropped* keeps >99% of the elements (below 1x with indices).
+  ``scale`` calibrates (``scale = 10`` gives 8x on the same gradient; about 3 matches 24x).
+* **Top-k on magnitudes.** Top-k and T_alpha are applied to ``|G|``; elements at exactly alpha are
+  sent with their own sign (``T_alpha`` sends "alpha" for ``|g| == alpha``, i.e. ``g`` itself), so
+  ties at the threshold are all sent and the message can exceed k.
+* **The partition.** T_alpha screens the whole layer: with alpha above sigma (always, at these
+  k) the sent elements are the key region's outer part and the tails beyond 3 sigma, which the
+  screening function does not exclude; the sparse region sends nothing.
+* **Residual.** The paper does not say whether unsent gradients are kept; ``residual = true``
+  (default) keeps them as error feedback (the statistics then describe the accumulated gradient,
+  which is what is sparsified); ``false`` drops them.
+
+Degenerate layers: all-zero (``G_sum = 0``) sends nothing; a constant layer (``sigma = 0``,
+``gamma = 0``) gives ``S = 0`` and hence k = 1, then every element tied at alpha is sent.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+
+from aiotsim.compress import memory
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
+from aiotsim.compress.registry import register
+from aiotsim.compress.sparse import decode_sparse, sparse_payload
+from aiotsim.compress.sparsify import ValueDtype, finish_sparse, round_values, topk_indices, value_dtype_problems
+
+
+class PGCThreshold(NamedTuple):
+    """The quantities of Algorithm 1 for one layer (all Python floats/ints, for inspection)."""
+
+    mu: float
+    sigma: float
+    entropy: float  # H
+    gamma: float
+    sparsity: float  # S
+    k: int
+    alpha: float  # the threshold: k-th largest |g|
+
+
+def pgc_threshold(g: torch.Tensor, scale: float = 1.0) -> PGCThreshold:
+    """Algorithm 1 of the PGC paper on one layer's gradient ``g`` (any shape, fp32, non-empty).
+
+    Returns
+    -------
+    PGCThreshold
+        ``mu``, ``sigma``, ``H``, ``gamma``, ``S``, ``k = clip(ceil(scale * S * N), 1, N)`` and the
+        threshold ``alpha`` (``k = 0``, ``alpha = inf`` when every gradient is zero).
+    """
+    flat = g.reshape(-1).float()  # [N]
+    n = flat.numel()
+    mag = flat.abs()  # [N]
+    # Sums accumulate in float64 so the statistics of large layers stay exact enough.
+    g_sum = float(mag.sum(dtype=torch.float64))
+    mu = float(flat.sum(dtype=torch.float64)) / n
+    sigma = math.sqrt(float(((flat - mu) ** 2).sum(dtype=torch.float64)) / n)
+    if g_sum == 0.0:
+        return PGCThreshold(mu, sigma, math.inf, 0.0, 0.0, 0, math.inf)
+    gamma = abs((float(flat.max()) - float(flat.min())) / g_sum)
+    if sigma > 0.0:
+        entropy = abs(0.5 * (math.log(2 * math.pi) + 2 * math.log(sigma) + 1))
+        s = entropy * gamma
+    else:  # constant layer: gamma = 0, the entropy term is unbounded; define S = 0
+        entropy, s = math.inf, 0.0
+    k = min(n, max(1, math.ceil(scale * s * n)))
+    alpha = float(mag[topk_indices(mag, k)].min())  # the k-th largest |g|
+    return PGCThreshold(mu, sigma, entropy, gamma, s, k, alpha)
+
+
+@dataclass
+class PGCStats(CodecState):
+    """PGC state with the last layer's Algorithm-1 quantities (statistics only)."""
+
+    last: PGCThreshold | None = None
+
+
+@register
+class PartitionGradientCompression(Codec):
+    """PGC (seed 002): per-layer entropy x trade-off sparsity, Top-k threshold, T_alpha screening."""
+
+    @dataclass(frozen=True)
+    class Params:
+        scale: float = field(
+            default=1.0, metadata={"help": "multiplier on S: k = ceil(scale * S * N); 1 = the paper's formula"}
+        )
+        residual: bool = field(default=True, metadata={"help": "keep unsent gradients as error feedback"})
+        value_dtype: ValueDtype = field(default="fp32", metadata={"help": "precision of the sent values: fp32 or fp16"})
+
+    name = "pgc"
+    summary = "PGC (seed 002): per-layer threshold from entropy x range/sum sparsity, Top-k, T_alpha screening"
+    has_residual = True
+    sparse = True
+    encode_flops_per_element = 12.0
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not (self.params.scale > 0 and math.isfinite(self.params.scale)):
+            problems.append(f"scale(={self.params.scale}) must be a finite number > 0")
+        return problems + value_dtype_problems(self.params.value_dtype)
+
+    def init_state(self, layer: LayerInfo, device: torch.device, node: int) -> PGCStats:
+        return PGCStats(generator=self.make_generator(layer, device, node))
+
+    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+        acc = memory.compensate(grad, state) if self.params.residual else as_float(grad)
+        flat = acc.reshape(-1)  # [N]
+        n = flat.numel()
+        if n == 0:
+            idx = torch.zeros(0, dtype=torch.int64, device=acc.device)
+        else:
+            thr = pgc_threshold(flat, self.params.scale)
+            if isinstance(state, PGCStats):
+                state.last = thr
+            idx = torch.nonzero(flat.abs() >= thr.alpha).reshape(-1)  # T_alpha: |g| >= alpha sent
+        values = round_values(flat[idx], self.params.value_dtype)
+        finish_sparse(acc, idx, values, state, keep_residual=self.params.residual)
+        return sparse_payload(idx, values, n, self.params.value_dtype)
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        return decode_sparse(payload, layer, self.params.value_dtype)

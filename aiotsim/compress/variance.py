@@ -1,0 +1,179 @@
+"""Variance-based gradient compression (Tsuzuku, Imachi, Akiba 2018, arXiv 1802.06058).
+
+The idea: delay an element's update until it is *unambiguous*, i.e. its accumulated amplitude is
+large relative to its accumulated variance. Per node and layer, for every element ``i``::
+
+    r_i <- r_i + g_i                 accumulated gradient (the residual, error feedback)
+    v_i <- v_i + s_i                 accumulated variance estimate; s = state.sq_grad, the batch
+                                     mean of per-sample squared gradients (filled by the engine)
+    if r_i^2 > alpha * v_i:          unambiguous: send r_i (quantized), then
+        r_i <- r_i - q(r_i);  v_i <- 0
+    else:                            ambiguous: keep it, with decay of the stale accumulators
+        r_i <- zeta * r_i;  v_i <- zeta^2 * v_i
+
+Reading of the paper, and the choices made here:
+
+* ``v``: the paper estimates the variance of the mini-batch gradient from per-sample squared
+  gradients at negligible cost. The engine supplies the batch *mean* of per-sample squares (the
+  per-sample second moment, an upper bound on the per-sample variance); the variance of the
+  batch-mean gradient is that divided by the batch size ``B``, which the codec does not know, so
+  ``alpha`` here equals the paper's alpha divided by ``B``. An element with per-step mean ``mu`` and
+  per-sample spread ``s`` is sent after about ``alpha * (1 + s^2 / mu^2)`` steps.
+* decay: unsent accumulators decay by ``zeta`` (amplitude) and ``zeta^2`` (variance, which scales
+  with the square), so stale evidence fades; ``zeta = 1`` disables it, and then ``sent +
+  residual_after == grad + residual_before`` holds exactly (with ``zeta < 1`` the decayed part is
+  forgotten by design).
+* quantization (``quantize = true``): the paper sends each selected element as a sign and a
+  power-of-two magnitude relative to the largest sent magnitude. Here ``M = max |r_i|`` over the sent
+  set travels once as fp32 and each value as a 4-bit code: 1 sign bit and a 3-bit exponent ``e``
+  (``|q| = M * 2**-e``, ``e`` = the nearest integer to ``log2(M / |r_i|)``, clipped to 0..7). The
+  quantization error ``r_i - q(r_i)`` stays in the residual (error feedback) rather than being
+  dropped; ``v_i`` restarts at 0. ``quantize = false`` sends exact values (``value_dtype``).
+
+Wire format: the shared index coding of :mod:`aiotsim.compress.sparse`, then either ``scale``
+(4 bytes) and ``codes`` (4 bits per sent element) or the exact ``values``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from aiotsim.compress import memory
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.packing import (
+    decode_indices,
+    encode_indices,
+    pack_bits,
+    pack_f32,
+    unpack_bits,
+    unpack_f32,
+)
+from aiotsim.compress.registry import register
+from aiotsim.compress.sparse import decode_sparse, sparse_payload
+from aiotsim.compress.sparsify import ValueDtype, finish_sparse, round_values, value_dtype_problems
+from aiotsim.errors import CodecError
+
+_EXP_BITS = 3  # exponent bits of a 4-bit code (1 sign bit + 3)
+_MAX_EXP = (1 << _EXP_BITS) - 1
+
+
+@dataclass
+class VarianceState(CodecState):
+    """Per-node, per-layer state: ``residual`` is ``r``; ``variance`` is ``v``."""
+
+    variance: torch.Tensor | None = None  # v, shape of the gradient (fp32)
+
+
+def quantize_pow2(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """4-bit sign/exponent codes of ``values`` ([k] fp32) relative to their largest magnitude.
+
+    Returns
+    -------
+    codes : Tensor
+        ``[k]`` uint8: bit 3 = sign (1 negative), bits 0..2 = exponent ``e``.
+    dequantized : Tensor
+        ``[k]`` fp32 values the receiver decodes, ``sign * M * 2**-e``.
+    scale : float
+        ``M``, the largest magnitude (0.0 when ``values`` is empty).
+    """
+    if values.numel() == 0:
+        return values.to(torch.uint8), values.clone(), 0.0
+    mag = values.abs()
+    scale = float(mag.max())
+    # Nearest power of two in log scale; zero magnitudes cannot be selected (r^2 > alpha v >= 0).
+    e = torch.round(torch.log2(scale / mag.clamp_min(torch.finfo(torch.float32).tiny)))
+    e = e.clamp(0, _MAX_EXP).to(torch.uint8)  # [k]
+    negative = values < 0
+    codes = e | (negative.to(torch.uint8) << _EXP_BITS)
+    deq = dequantize_pow2(codes, scale)
+    return codes, deq, scale
+
+
+def dequantize_pow2(codes: torch.Tensor, scale: float) -> torch.Tensor:
+    """Inverse of :func:`quantize_pow2`: ``[k]`` fp32 values from 4-bit codes and ``M``."""
+    e = (codes & _MAX_EXP).to(torch.float32)
+    sign = 1.0 - 2.0 * ((codes >> _EXP_BITS) & 1).to(torch.float32)
+    return sign * scale * torch.exp2(-e)
+
+
+@register
+class VarianceCompression(Codec):
+    """Gradient Variance (Tsuzuku et al. 2018): send an element once r^2 > alpha * v."""
+
+    @dataclass(frozen=True)
+    class Params:
+        alpha: float = field(default=2.0, metadata={"help": "send element i once r_i^2 > alpha * v_i; > 0"})
+        zeta: float = field(
+            default=0.999, metadata={"help": "decay of unsent accumulators per step (r by zeta, v by zeta^2), in (0, 1]"}
+        )
+        quantize: bool = field(
+            default=True, metadata={"help": "4-bit sign + power-of-two exponent codes; false sends exact values"}
+        )
+        value_dtype: ValueDtype = field(
+            default="fp32", metadata={"help": "precision of exact values (used when quantize = false)"}
+        )
+
+    name = "variance"
+    summary = "Gradient Variance: delay each element until unambiguous (r^2 > alpha v), 4-bit pow2 codes"
+    has_residual = True
+    sparse = True
+    needs_sq_grad = True
+    encode_flops_per_element = 10.0
+
+    def validate(self) -> list[str]:
+        p = self.params
+        problems = []
+        if not (p.alpha > 0 and math.isfinite(p.alpha)):
+            problems.append(f"alpha(={p.alpha}) must be a finite number > 0")
+        if not 0.0 < p.zeta <= 1.0:
+            problems.append(f"zeta(={p.zeta}) must be in (0, 1]")
+        return problems + value_dtype_problems(p.value_dtype)
+
+    def init_state(self, layer: LayerInfo, device: torch.device, node: int) -> VarianceState:
+        return VarianceState(generator=self.make_generator(layer, device, node))
+
+    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+        if not isinstance(state, VarianceState):
+            raise CodecError(f"variance needs the state from its own init_state(), got {type(state).__name__}")
+        if state.sq_grad is None:
+            raise CodecError(f"variance: state.sq_grad is not set for layer {layer.name} (needs_sq_grad)")
+        acc = memory.compensate(grad, state)  # r + g, fp32, shape of grad
+        sq = state.sq_grad.to(device=acc.device, dtype=torch.float32).reshape(acc.shape)
+        var = sq.clone() if state.variance is None else state.variance.add_(sq)  # v + s
+        flat, vflat = acc.view(-1), var.view(-1)  # [n]
+        n = flat.numel()
+        send = flat * flat > self.params.alpha * vflat  # [n] unambiguous
+        idx = torch.nonzero(send).reshape(-1)  # [k] ascending
+        picked = flat[idx]
+        if self.params.quantize:
+            codes, values, scale = quantize_pow2(picked)
+            payload = Payload(
+                {
+                    "indices": encode_indices(idx, n),
+                    "scale": pack_f32([scale], acc.device),
+                    "codes": pack_bits(codes, 4),
+                }
+            )
+        else:
+            values = round_values(picked, self.params.value_dtype)
+            payload = sparse_payload(idx, values, n, self.params.value_dtype)
+        finish_sparse(acc, idx, values, state, keep_residual=True)  # r <- r - q(r) where sent
+        zeta = self.params.zeta
+        vflat.mul_(torch.where(send, 0.0, zeta * zeta))  # v <- 0 where sent, zeta^2 v elsewhere
+        if zeta < 1.0:
+            state.residual.view(-1).mul_(torch.where(send, 1.0, zeta))  # r <- zeta r where unsent
+        state.variance = var
+        return payload
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        if not self.params.quantize:
+            return decode_sparse(payload, layer, self.params.value_dtype)
+        idx = decode_indices(payload.buffers["indices"], layer.numel)  # [k]
+        scale = float(unpack_f32(payload.buffers["scale"])[0])
+        codes = unpack_bits(payload.buffers["codes"], 4, int(idx.numel()))
+        out = torch.zeros(layer.numel, dtype=torch.float32, device=idx.device)
+        out[idx] = dequantize_pow2(codes, scale)
+        return out.view(layer.shape).to(layer.dtype)
