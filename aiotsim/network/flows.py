@@ -25,7 +25,6 @@ the network: callers only ``yield`` the event that :meth:`Network.send` returns.
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -35,7 +34,8 @@ import numpy as np
 import simpy
 
 from aiotsim.errors import ConfigError
-from aiotsim.network.overhead import path_format, retransmission_delay, wire_bytes
+from aiotsim.network.link import Link
+from aiotsim.network.overhead import PathFormat, path_format, retransmission_delay, wire_bytes
 from aiotsim.network.topology import Topology
 
 K = TypeVar("K", bound=Hashable)
@@ -63,42 +63,64 @@ def max_min_rates(capacity: Mapping[str, float], usage: Mapping[K, Mapping[str, 
     Examples
     --------
     >>> max_min_rates({"a": 10.0, "b": 4.0}, {"x": {"a": 1}, "y": {"a": 1, "b": 1}, "z": {"b": 1}})
-    {'y': 2.0, 'z': 2.0, 'x': 8.0}
+    {'x': 8.0, 'y': 2.0, 'z': 2.0}
     """
-    on_link: dict[str, list[K]] = {}
-    weight: dict[str, int] = {}  # sum of multiplicities of the unfrozen flows on each link
-    for flow, links in usage.items():
-        if not links:
+    names = list(capacity)
+    index = {name: i for i, name in enumerate(names)}
+    flows = list(usage)
+    width = max((len(usage[f]) for f in flows), default=1)
+    links = np.full((len(flows), width), len(names), dtype=np.intp)  # [flows, hops]; pad = dummy
+    mults = np.zeros((len(flows), width))  # [flows, hops]
+    for row, flow in enumerate(flows):
+        if not usage[flow]:
             raise ConfigError(f"flow {flow!r} crosses no link")
-        for name, mult in links.items():
-            on_link.setdefault(name, []).append(flow)
-            weight[name] = weight.get(name, 0) + mult
-    used = {name: 0.0 for name in on_link}  # capacity taken by frozen flows
-    heap = [(capacity[name] / w, name) for name, w in weight.items()]
-    heapq.heapify(heap)
-    rates: dict[K, float] = {}
-    while heap:
-        level, name = heapq.heappop(heap)
-        w = weight[name]
-        if w == 0 or level != _fill_level(capacity[name], used[name], w):
-            continue  # stale entry: this link changed since it was pushed
-        for flow in on_link[name]:
-            if flow in rates:
-                continue
-            rates[flow] = level
-            for other, mult in usage[flow].items():
-                used[other] += level * mult
-                weight[other] -= mult
-                if other != name and weight[other] > 0:
-                    new = max(level, _fill_level(capacity[other], used[other], weight[other]))
-                    heapq.heappush(heap, (new, other))
-        weight[name] = 0
+        for col, (name, mult) in enumerate(usage[flow].items()):
+            links[row, col] = index[name]
+            mults[row, col] = mult
+    cap = np.append(np.array([capacity[n] for n in names], dtype=float), np.inf)
+    rates = progressive_filling(cap, links, mults)
+    return {flow: float(rate) for flow, rate in zip(flows, rates, strict=True)}
+
+
+def progressive_filling(cap: np.ndarray, links: np.ndarray, mults: np.ndarray) -> np.ndarray:
+    """Max-min fair rates, vectorized.
+
+    Parameters
+    ----------
+    cap : ndarray, shape [links + 1]
+        Capacities (e.g. bytes/s); the last entry is a dummy link of infinite capacity used as
+        padding.
+    links : ndarray of int, shape [flows, hops]
+        Link index of each hop of each flow (padding: the dummy index).
+    mults : ndarray of float, shape [flows, hops]
+        How many times the flow crosses that link (0 for padding).
+
+    Returns
+    -------
+    ndarray, shape [flows]
+        Rates in the unit of ``cap``. All unfrozen flows rise together to the level at which the
+        first link fills, ``(cap - used) / weight``; flows through the full link(s) are frozen at
+        that level; repeat. One iteration per distinct bottleneck level.
+    """
+    n_flows, hops = links.shape
+    n_links = cap.shape[0]
+    flat = links.ravel()  # [flows * hops]
+    flat_mult = mults.ravel()
+    real = mults > 0  # [flows, hops]
+    rates = np.zeros(n_flows)
+    used = np.zeros(n_links)  # capacity taken by frozen flows
+    unfrozen = np.ones(n_flows, dtype=bool)
+    level = 0.0
+    while unfrozen.any():
+        weight = np.bincount(flat, np.repeat(unfrozen, hops) * flat_mult, minlength=n_links)
+        fill = np.divide(cap - used, weight, out=np.full(n_links, np.inf), where=weight > 0)
+        level = max(level, float(fill.min()))
+        full = fill <= level * (1.0 + 1e-12)  # [links]
+        hit = unfrozen & (full[links] & real).any(axis=1)
+        rates[hit] = level
+        used += np.bincount(flat, np.repeat(hit * level, hops) * flat_mult, minlength=n_links)
+        unfrozen &= ~hit
     return rates
-
-
-def _fill_level(cap: float, used: float, weight: int) -> float:
-    """Rate at which the unfrozen flows on a link fill it."""
-    return (cap - used) / weight
 
 
 @dataclass(frozen=True)
@@ -150,15 +172,31 @@ class FlowState:
     remaining_bytes: float
 
 
-class _Flow:
-    __slots__ = (
-        "id", "src", "dst", "tag", "nbytes", "wire", "remaining", "rate", "start", "delay",
-        "usage", "path", "nodes", "event",
-    )  # fmt: skip
+@dataclass(frozen=True)
+class _Path:
+    """What a (src, dst) pair costs, computed once per pair."""
 
-    def __init__(self, **kw: object) -> None:
-        for key, value in kw.items():
-            setattr(self, key, value)
+    links: list[Link]
+    names: list[str]  # link names crossed, in order
+    nodes: list[str]  # vertices, both ends included
+    index: np.ndarray  # [hops] distinct link indices
+    mult: np.ndarray  # [hops] times each is crossed
+    fmt: PathFormat
+
+
+@dataclass
+class _Flow:
+    """Bookkeeping of one flow in flight; its remaining bytes and rate live in the slot arrays."""
+
+    src: str
+    dst: str
+    tag: str
+    nbytes: int
+    wire: float  # bytes
+    start: float  # s
+    delay: float  # s, latency + loss recovery + jitter after the last byte is drained
+    path: _Path
+    event: simpy.Event
 
 
 class Network:
@@ -180,6 +218,12 @@ class Network:
     link_bytes : dict of str to float
         Wire bytes carried so far per link name (counted when a flow is drained; a link crossed
         twice counts twice).
+
+    Notes
+    -----
+    Flows in flight occupy *slots* of a few arrays (remaining wire bytes, rate, the links of the
+    path), so draining, finding finished flows and progressive filling are vectorized: one event
+    costs a handful of numpy calls over the flows in flight, not Python loops over them.
     """
 
     def __init__(self, env: simpy.Environment, topology: Topology, seed: int = 0) -> None:
@@ -187,16 +231,32 @@ class Network:
         self.topology = topology
         self.seed = seed
         self._rng = np.random.default_rng(seed)
-        self._capacity = {name: link.capacity_Bps for name, link in topology.links.items()}  # B/s
-        self.link_bytes: dict[str, float] = {name: 0.0 for name in self._capacity}
+        all_links = topology.links
+        self._link_names = list(all_links)
+        self._link_index = {name: i for i, name in enumerate(self._link_names)}
+        # bytes/s per link, plus a dummy link of infinite capacity that pads short paths
+        self._cap = np.array([all_links[n].capacity_Bps for n in self._link_names] + [np.inf])
+        self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link
         self.transfers: list[Transfer] = []
-        self._active: dict[int, _Flow] = {}
-        self._next_id = 0
-        self._last = env.now  # s, time the flows' `remaining` refers to
+        self._paths: dict[tuple[str, str], _Path] = {}
+        # slot arrays: [slots] and [slots, hops]
+        self._flows: list[_Flow | None] = []
+        self._free: list[int] = []
+        self._remaining = np.zeros(0)  # wire bytes left
+        self._rate = np.zeros(0)  # bytes/s (0 until the next recomputation)
+        self._alive = np.zeros(0, dtype=bool)
+        self._hops = np.zeros((0, 1), dtype=np.intp)
+        self._mult = np.zeros((0, 1))
+        self._last = env.now  # s, time `_remaining` refers to
         self._gen = 0  # generation of the pending completion timer
         self._update_pending = False
 
     # ------------------------------------------------------------------ public
+    @property
+    def link_bytes(self) -> dict[str, float]:
+        """Wire bytes carried so far per link name."""
+        return {name: float(self._carried[i]) for i, name in enumerate(self._link_names)}
+
     def send(self, src: str, dst: str, nbytes: int, tag: str = "") -> simpy.Event:
         """Start a transfer of ``nbytes`` payload bytes from ``src`` to ``dst``.
 
@@ -218,34 +278,36 @@ class Network:
         if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
             raise ConfigError(f"nbytes(={nbytes!r}) must be an integer >= 0")
         nbytes = int(nbytes)
-        links = self.topology.route(src, dst)
+        path = self._path(src, dst)
         event = self.env.event()
         now = self.env.now
-        if not links:
+        if not path.links:
             record = Transfer(src, dst, tag, nbytes, 0.0, now, now, [], [src])
             self.transfers.append(record)
             event.succeed(record)
             return event
-        fmt = path_format(links)
+        fmt = path.fmt
         wire = wire_bytes(
             nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet
         )  # bytes
-        delay = fmt.latency_s + retransmission_delay(
-            nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, 2.0 * fmt.latency_s
-        )  # s
-        for link in links:
+        delay = fmt.latency_s  # s
+        if fmt.loss > 0:
+            delay += retransmission_delay(
+                nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, 2.0 * fmt.latency_s
+            )
+        for link in path.links:
             if link.jitter_s > 0:
                 delay += float(self._rng.exponential(link.jitter_s))
         self._advance()
-        flow = _Flow(
-            id=self._next_id, src=src, dst=dst, tag=tag, nbytes=nbytes, wire=wire,
-            remaining=wire, rate=0.0, start=now, delay=delay,
-            usage=dict(Counter(link.name for link in links)),
-            path=[link.name for link in links], nodes=self.topology.route_nodes(src, dst),
-            event=event,
-        )  # fmt: skip
-        self._next_id += 1
-        self._active[flow.id] = flow
+        slot = self._slot(len(path.index))
+        self._flows[slot] = _Flow(src, dst, tag, nbytes, wire, now, delay, path, event)
+        self._remaining[slot] = wire
+        self._rate[slot] = 0.0
+        self._alive[slot] = True
+        self._hops[slot] = len(self._link_names)  # dummy padding
+        self._mult[slot] = 0.0
+        self._hops[slot, : len(path.index)] = path.index
+        self._mult[slot, : len(path.index)] = path.mult
         if not self._update_pending:
             self._update_pending = True
             self.env.timeout(0).callbacks.append(self._on_update)
@@ -255,11 +317,55 @@ class Network:
     def active_flows(self) -> list[FlowState]:
         """Flows being drained now, with their current rates (bits/s) and remaining wire bytes."""
         self._advance()
-        return [
-            FlowState(f.src, f.dst, f.tag, f.rate * 8.0, f.remaining) for f in self._active.values()
-        ]
+        out = []
+        for slot in np.flatnonzero(self._alive):
+            f = self._flows[slot]
+            assert f is not None
+            out.append(
+                FlowState(f.src, f.dst, f.tag, float(self._rate[slot]) * 8.0,
+                          float(self._remaining[slot]))
+            )  # fmt: skip
+        return out
 
     # ------------------------------------------------------------------ controller
+    def _path(self, src: str, dst: str) -> _Path:
+        key = (src, dst)
+        path = self._paths.get(key)
+        if path is None:
+            links = self.topology.route(src, dst)
+            counts = Counter(link.name for link in links)
+            path = _Path(
+                links=links,
+                names=[link.name for link in links],
+                nodes=self.topology.route_nodes(src, dst),
+                index=np.array([self._link_index[n] for n in counts], dtype=np.intp),
+                mult=np.array(list(counts.values()), dtype=float),
+                fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
+            )
+            self._paths[key] = path
+        return path
+
+    def _slot(self, hops: int) -> int:
+        """A free slot with room for ``hops`` distinct links (arrays grow by doubling)."""
+        if hops > self._hops.shape[1]:
+            pad = hops - self._hops.shape[1]
+            dummy = len(self._link_names)
+            self._hops = np.hstack([self._hops, np.full((len(self._flows), pad), dummy, np.intp)])
+            self._mult = np.hstack([self._mult, np.zeros((len(self._flows), pad))])
+        if not self._free:
+            old = len(self._flows)
+            new = max(8, 2 * old)
+            self._flows.extend([None] * (new - old))
+            self._free.extend(range(new - 1, old - 1, -1))
+            grow = new - old
+            self._remaining = np.append(self._remaining, np.zeros(grow))
+            self._rate = np.append(self._rate, np.zeros(grow))
+            self._alive = np.append(self._alive, np.zeros(grow, dtype=bool))
+            dummy = len(self._link_names)
+            self._hops = np.vstack([self._hops, np.full((grow, self._hops.shape[1]), dummy, np.intp)])
+            self._mult = np.vstack([self._mult, np.zeros((grow, self._mult.shape[1]))])
+        return self._free.pop()
+
     def _on_update(self, _event: simpy.Event) -> None:
         self._update_pending = False
         self._step()
@@ -273,40 +379,46 @@ class Network:
         now = self.env.now
         dt = now - self._last  # s
         if dt > 0:
-            for f in self._active.values():
-                f.remaining -= f.rate * dt
+            self._remaining -= self._rate * dt  # dead slots have rate 0
         self._last = now
 
     def _step(self) -> None:
         """Advance, finish drained flows, recompute rates, schedule the next completion."""
         self._advance()
         now = self.env.now
-        done = [
-            f
-            for f in self._active.values()
-            if f.rate > 0 and (f.remaining < DONE_BYTES or now + f.remaining / f.rate <= now)
-        ]
-        for f in done:
-            del self._active[f.id]
-            self._finish(f)
+        live = np.flatnonzero(self._alive)
+        rate, rem = self._rate[live], self._remaining[live]
+        started = rate > 0  # a flow added since the last step has no rate yet
+        # finished: under DONE_BYTES left, or so little that no float time step can drain it
+        eta = np.divide(rem, rate, out=np.full(live.size, np.inf), where=started)  # s
+        done = started & ((rem < DONE_BYTES) | (now + eta <= now))
+        if done.any():
+            for slot in live[done]:
+                self._finish(int(slot))
+            live = live[~done]
         self._gen += 1
-        if not self._active:
+        if live.size == 0:
             return
-        rates = max_min_rates(self._capacity, {f.id: f.usage for f in self._active.values()})
-        next_dt = float("inf")
-        for f in self._active.values():
-            f.rate = rates[f.id]  # bytes/s
-            next_dt = min(next_dt, f.remaining / f.rate)
+        rates = progressive_filling(self._cap, self._hops[live], self._mult[live])
+        self._rate[live] = rates
+        next_dt = float(np.min(self._remaining[live] / rates))  # s
         self.env.timeout(max(next_dt, 0.0), value=self._gen).callbacks.append(self._on_timer)
 
-    def _finish(self, f: _Flow) -> None:
-        """Account a drained flow and deliver its event after the path's latency."""
-        for name, mult in f.usage.items():
-            self.link_bytes[name] += f.wire * mult
+    def _finish(self, slot: int) -> None:
+        """Free a drained flow's slot, account its bytes, deliver its event after its delay."""
+        f = self._flows[slot]
+        assert f is not None
+        self._flows[slot] = None
+        self._alive[slot] = False
+        self._rate[slot] = 0.0
+        self._remaining[slot] = 0.0
+        self._free.append(slot)
+        np.add.at(self._carried, f.path.index, f.wire * f.path.mult)
         now = self.env.now
         record = Transfer(
-            f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + f.delay, f.path, f.nodes
-        )
+            f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + f.delay,
+            list(f.path.names), list(f.path.nodes),
+        )  # fmt: skip
         event = f.event
 
         def arrive(_e: simpy.Event | None = None) -> None:
