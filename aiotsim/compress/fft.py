@@ -32,8 +32,10 @@ Reading of the paper. The abstract fixes the two stages (frequency-domain sparsi
 small-magnitude frequencies, then a range-based float that quantizes the kept frequencies), both
 tunable. Choices made here where the text leaves details open, each a parameter: the sparsification
 threshold is the magnitude of the ``k``-th largest bin (a top-k over ``|spec|``, i.e. the paper's
-``theta`` percentile); the transform runs either over the whole flattened layer or over fixed-size
-chunks (the GPU implementation batches fixed-size FFTs); the exponent range is taken from the
+``theta`` percentile); the transform runs over fixed-size chunks by default (4096 elements: batched
+power-of-two FFTs, several times faster than one FFT of an arbitrary layer length on the CPU, and the
+natural batched form on a GPU; layers smaller than a chunk get one FFT of their own length) or, with
+``chunk_size = 0``, over the whole flattened layer; the exponent range is taken from the
 message's own values (min in the header) rather than fixed per model; error feedback of the
 untransmitted part is applied, which the paper's convergence argument (diminishing ``theta``) does
 not need but which every other sparsifier in aiotsim uses, so comparisons are like for like.
@@ -164,7 +166,7 @@ class FFTSparsification(Codec):
     @dataclass(frozen=True)
     class Params:
         keep: float = field(default=0.1, metadata={"help": "fraction of frequency bins kept (1 - the paper's theta), in (0, 1]"})
-        chunk_size: int = field(default=0, metadata={"help": "FFT length in elements; 0 = one FFT over the whole layer"})
+        chunk_size: int = field(default=4096, metadata={"help": "FFT length in elements (batched fixed-size FFTs); 0 = one FFT over the whole layer"})
         mantissa_bits: int = field(default=7, metadata={"help": "mantissa bits of the range-based float (0..23)"})
         max_exponent_bits: int = field(default=5, metadata={"help": "widest exponent field (1..8); smaller values become subnormals"})
 
