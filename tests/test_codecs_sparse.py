@@ -1,0 +1,366 @@
+"""Hand-computed and statistical checks of the sparse codecs: topk, randomk, threshold, dgc,
+variance, pgc, agg-aware (the registry-wide contract test lives elsewhere)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from aiotsim.compress.base import LayerInfo
+from aiotsim.compress.dgc import warmup_sparsity
+from aiotsim.compress.packing import IDX_BITMAP, IDX_DELTA, IDX_PLAIN, encode_indices
+from aiotsim.compress.registry import build_codec
+from aiotsim.compress.sparse import payload_indices
+from aiotsim.compress.sparsify import topk_indices
+from aiotsim.compress.variance import quantize_pow2
+from aiotsim.errors import ConfigError
+
+CPU = torch.device("cpu")
+
+
+def setup(name: str, params: dict, shape: tuple[int, ...], node: int = 0, seed: int = 0):
+    codec = build_codec(name, params, seed=seed)
+    layer = LayerInfo("w", shape)
+    return codec, layer, codec.init_state(layer, CPU, node)
+
+
+def sent_of(codec, payload, layer) -> torch.Tensor:
+    return codec.decode(payload, layer).float()
+
+
+# ---- top-k -------------------------------------------------------------------------------------
+def test_topk_ties_lower_index_wins() -> None:
+    # |g| = 3 5 2 3 5 3 0; k = ceil(0.4 * 7) = 3: both 5s (1, 4), then one of the 3s at 0, 3, 5:
+    # the lowest index, 0.
+    codec, layer, state = setup("topk", {"ratio": 0.4}, (7,))
+    g = torch.tensor([3.0, -5.0, 2.0, 3.0, 5.0, -3.0, 0.0])
+    payload = codec.encode(g, layer, state)
+    assert payload_indices(payload, 7).tolist() == [0, 1, 4]
+    assert sent_of(codec, payload, layer).tolist() == [3.0, -5.0, 0.0, 0.0, 5.0, 0.0, 0.0]
+    assert state.residual.tolist() == [0.0, 0.0, 2.0, 3.0, 0.0, -3.0, 0.0]
+
+
+def test_topk_indices_matches_stable_sort_on_many_ties() -> None:
+    # Integer magnitudes: thousands of ties at the k-th value; the sampled-bracket path (n >= 65536)
+    # must return exactly the stable-sort answer (descending magnitude, then ascending index).
+    g = torch.Generator().manual_seed(3)
+    mag = torch.randint(0, 50, (300_001,), generator=g).float()
+    for k in (1, 17, 3000, 70_000, 300_001):
+        ref = torch.sort(torch.sort(-mag, stable=True).indices[:k]).values
+        assert torch.equal(topk_indices(mag, k), ref), k
+
+
+def test_topk_payload_exact_size_fp16_clustered() -> None:
+    # n = 1000, k = ceil(0.01 * 1000) = 10 at indices 100..109. Index coding: header 6 bytes;
+    # plain: 10 x bit_width(999) = 10 bits -> ceil(100 / 8) = 13; delta: gaps 100, 1, ..., 1 ->
+    # width bit_width(100) = 7 -> ceil(70 / 8) = 9 (chosen); bitmap: 125. Values: 10 x fp16 = 20.
+    # Total 6 + 9 + 20 = 35 bytes.
+    codec, layer, state = setup("topk", {"ratio": 0.01, "value_dtype": "fp16"}, (1000,))
+    g = torch.full((1000,), 0.01)
+    g[100:110] = torch.arange(1.0, 11.0)
+    payload = codec.encode(g, layer, state)
+    assert payload.buffers["indices"].numel() == 15
+    assert payload.buffers["indices"][0].item() == IDX_DELTA
+    assert payload.buffers["values"].numel() == 20
+    assert payload.nbytes == 35
+
+
+# ---- index coding chooses the smaller form ------------------------------------------------------
+def test_index_coding_dense_set_uses_bitmap() -> None:
+    # n = 80, all indices but 10..19 (70 of them). plain: 70 x bit_width(79) = 7 bits = 490 bits
+    # -> 62 bytes; delta: largest gap 20 - 9 = 11 -> 4 bits -> 280 bits = 35 bytes; bitmap:
+    # 80 bits = 10 bytes. Plus the 6-byte header: bitmap, 16 bytes.
+    idx = torch.tensor([i for i in range(80) if not 10 <= i < 20])
+    buf = encode_indices(idx, 80)
+    assert (buf[0].item(), buf.numel()) == (IDX_BITMAP, 16)
+    # Through a codec: topk with k = ceil(0.875 * 80) = 70 picks exactly that set; 70 fp32 values.
+    codec, layer, state = setup("topk", {"ratio": 0.875}, (80,))
+    g = torch.ones(80)
+    g[10:20] = 0.1
+    payload = codec.encode(g, layer, state)
+    assert payload.buffers["indices"][0].item() == IDX_BITMAP
+    assert payload.nbytes == 16 + 70 * 4
+
+
+def test_index_coding_clustered_set_uses_delta() -> None:
+    # n = 1e6, indices 100..109: plain 10 x 20 bits = 25 bytes; delta 10 x 7 bits (gap 100) =
+    # 9 bytes; bitmap 125,000 bytes. Delta: 6 + 9 = 15.
+    buf = encode_indices(torch.arange(100, 110), 1_000_000)
+    assert (buf[0].item(), buf.numel()) == (IDX_DELTA, 15)
+
+
+def test_index_coding_scattered_tie_prefers_plain() -> None:
+    # n = 1e6, indices {0, 999999}: plain 2 x 20 bits = 5 bytes; delta gaps (0, 999999) -> 20 bits
+    # each = 5 bytes: a tie, which goes to the simpler plain form. 6 + 5 = 11 bytes.
+    buf = encode_indices(torch.tensor([0, 999_999]), 1_000_000)
+    assert (buf[0].item(), buf.numel()) == (IDX_PLAIN, 11)
+
+
+# ---- random-k ----------------------------------------------------------------------------------
+def test_randomk_sends_no_indices() -> None:
+    codec, layer, state = setup("randomk", {"ratio": 0.01}, (1000,))
+    g = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    p1 = codec.encode(g, layer, state)
+    p2 = codec.encode(g, layer, state)
+    # k = 10: a 4-byte seed and 10 fp32 values, nothing else.
+    assert set(p1.buffers) == {"seed", "values"}
+    assert p1.nbytes == 4 + 10 * 4
+    d1 = codec.decode(p1, layer)
+    idx1 = codec.indices(p1, layer)
+    assert torch.equal(torch.nonzero(d1).reshape(-1), idx1)
+    assert idx1.numel() == 10 and not torch.equal(idx1, codec.indices(p2, layer))
+    assert torch.allclose(d1[idx1], g[idx1] * 100.0)  # scaled by n / k
+
+
+def test_randomk_scaled_is_unbiased_monte_carlo() -> None:
+    # n = 40, k = 4: each value is n/k * g_i with probability k/n. Per-draw variance g_i^2 (n/k - 1)
+    # = 9 g_i^2, so over T draws the mean's standard error is 3 |g_i| / sqrt(T).
+    n, trials = 40, 6000
+    codec, layer, state = setup("randomk", {"ratio": 0.1}, (n,))
+    g = torch.linspace(1.0, 2.0, n)
+    total = torch.zeros(n)
+    hits = torch.zeros(n)
+    for _ in range(trials):
+        d = codec.decode(codec.encode(g, layer, state), layer)
+        total += d
+        hits += (d != 0).float()
+    se = 3.0 * g / math.sqrt(trials)
+    assert torch.all((total / trials - g).abs() < 5 * se)
+    # Uniform inclusion: each index in about k/n = 10% of the draws (binomial sd ~0.39%).
+    assert torch.all((hits / trials - 0.1).abs() < 0.02)
+
+
+# ---- error-feedback conservation ---------------------------------------------------------------
+RESIDUAL_CASES = [
+    ("topk", {"ratio": 0.05}),
+    ("topk", {"ratio": 0.05, "value_dtype": "fp16"}),
+    ("randomk", {"ratio": 0.05, "scale": False}),
+    ("threshold", {"tau": 1.0}),
+    ("threshold", {"tau": 1.0, "quantize": False, "value_dtype": "fp16"}),
+    ("variance", {"alpha": 1.0, "zeta": 1.0}),
+    ("variance", {"alpha": 1.0, "zeta": 1.0, "quantize": False}),
+    ("pgc", {}),
+    ("agg-aware", {"ratio": 0.05, "metric": "global"}),
+    ("agg-aware", {"ratio": 0.05, "metric": "persistence"}),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), RESIDUAL_CASES)
+def test_error_feedback_conservation(name: str, params: dict) -> None:
+    codec, layer, state = setup(name, params, (37, 11))
+    gen = torch.Generator().manual_seed(5)
+    total_sent = torch.zeros(layer.shape)
+    total_grad = torch.zeros(layer.shape)
+    for _ in range(6):
+        g = torch.randn(layer.shape, generator=gen)
+        state.sq_grad = g * g + 0.1  # only read by `variance`
+        before = torch.zeros(layer.shape) if state.residual is None else state.residual.clone()
+        payload = codec.encode(g, layer, state)
+        sent = sent_of(codec, payload, layer)
+        assert torch.allclose(sent + state.residual, g + before, atol=1e-5)
+        codec.observe_global(sent, layer, state)
+        total_sent += sent
+        total_grad += g
+    # Nothing lost over the run: everything not yet sent is in the residual.
+    assert torch.allclose(total_sent + state.residual, total_grad, atol=1e-4)
+    assert state.elements_out > 0 and state.step == 6
+
+
+def test_dgc_conserves_accumulated_velocity() -> None:
+    codec, layer, state = setup("dgc", {"warmup_steps": 4, "momentum": 0.9}, (5000,))
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(6):
+        g = torch.randn(5000, generator=gen)
+        u_before = torch.zeros(5000) if state.momentum is None else state.momentum.clone()
+        v_before = torch.zeros(5000) if state.residual is None else state.residual.clone()
+        u_new = 0.9 * u_before + g
+        sent = sent_of(codec, codec.encode(g, layer, state), layer)
+        assert torch.allclose(sent + state.residual, v_before + u_new, atol=1e-5)
+
+
+# ---- DGC -----------------------------------------------------------------------------------------
+def test_dgc_warmup_schedule() -> None:
+    got = [warmup_sparsity(s, 8, 0.999) for s in range(10)]
+    assert got == [0.75, 0.75, 0.9375, 0.9375, 0.984375, 0.984375, 0.99609375, 0.99609375, 0.999, 0.999]
+    assert warmup_sparsity(0, 0, 0.999) == 0.999
+    assert warmup_sparsity(0, 8, 0.5) == 0.5  # never sparser than the final value
+    # The k actually sent follows it: n = 4096, exact threshold (sample_ratio = 1).
+    codec, layer, state = setup("dgc", {"warmup_steps": 8, "sample_ratio": 1.0}, (4096,))
+    gen = torch.Generator().manual_seed(0)
+    counts = []
+    for _ in range(10):
+        before = state.elements_out
+        codec.encode(torch.randn(4096, generator=gen), layer, state)
+        counts.append(state.elements_out - before)
+    # ceil((1 - s) * 4096): 1024, 256, 64, 16, then ceil(4.096) = 5
+    assert counts == [1024, 1024, 256, 256, 64, 64, 16, 16, 5, 5]
+
+
+def test_dgc_momentum_correction_and_factor_masking_hand_case() -> None:
+    # n = 4, k = ceil(0.25 * 4) = 1, momentum 0.5, no warm-up.
+    codec, layer, state = setup("dgc", {"sparsity": 0.75, "momentum": 0.5, "warmup_steps": 0}, (4,))
+    # step 1: u = g = [1, -3, 2, .5]; v = u; |v| largest at 1 -> send -3; u, v zeroed there.
+    p = codec.encode(torch.tensor([1.0, -3.0, 2.0, 0.5]), layer, state)
+    assert codec.decode(p, layer).tolist() == [0.0, -3.0, 0.0, 0.0]
+    assert state.residual.tolist() == [1.0, 0.0, 2.0, 0.5]
+    assert state.momentum.tolist() == [1.0, 0.0, 2.0, 0.5]
+    # step 2, g = 0: u = .5 u = [.5, 0, 1, .25]; v = [1.5, 0, 3, .75] -> send 3 at index 2.
+    p = codec.encode(torch.zeros(4), layer, state)
+    assert codec.decode(p, layer).tolist() == [0.0, 0.0, 3.0, 0.0]
+    assert state.residual.tolist() == [1.5, 0.0, 0.0, 0.75]
+    assert state.momentum.tolist() == [0.5, 0.0, 0.0, 0.25]
+
+
+def test_dgc_local_clipping() -> None:
+    # ||[3, 4]|| = 5 clipped to 1 -> [.6, .8]; k = 2 of 2 (sparsity 0) sends it all.
+    codec, layer, state = setup("dgc", {"sparsity": 0.0, "warmup_steps": 0, "clip_norm": 1.0}, (2,))
+    sent = codec.decode(codec.encode(torch.tensor([3.0, 4.0]), layer, state), layer)
+    assert torch.allclose(sent, torch.tensor([0.6, 0.8]))
+
+
+def test_dgc_sampled_threshold_near_target() -> None:
+    # 1M elements at 99.9% sparsity: k = 1000; the 1% sample gives a count near k and never more
+    # than the fallback's 1.3 k.
+    codec, layer, state = setup("dgc", {"warmup_steps": 0}, (1_000_000,))
+    g = torch.randn(1_000_000, generator=torch.Generator().manual_seed(2))
+    codec.encode(g, layer, state)
+    assert 500 <= state.elements_out <= 1300
+
+
+# ---- variance ----------------------------------------------------------------------------------
+def test_variance_sends_only_when_unambiguous() -> None:
+    codec, layer, state = setup("variance", {"alpha": 1.0, "zeta": 1.0, "quantize": False}, (3,))
+    # step 1: r = [1, .1, -2], v = [.5, 1, 8]; r^2 = [1, .01, 4] > v only at 0.
+    state.sq_grad = torch.tensor([0.5, 1.0, 8.0])
+    p = codec.encode(torch.tensor([1.0, 0.1, -2.0]), layer, state)
+    assert codec.decode(p, layer).tolist() == pytest.approx([1.0, 0.0, 0.0])
+    assert state.residual.tolist() == pytest.approx([0.0, 0.1, -2.0])
+    assert state.variance.tolist() == pytest.approx([0.0, 1.0, 8.0])
+    # step 2: r = [0, .2, -4], v = [0, 1.01, 8.5]; r^2 = [0, .04, 16]: element 2, ambiguous at
+    # step 1 (4 < 8), is now unambiguous (16 > 8.5); element 0 (0 > 0) is not sent.
+    state.sq_grad = torch.tensor([0.0, 0.01, 0.5])
+    p = codec.encode(torch.tensor([0.0, 0.1, -2.0]), layer, state)
+    assert codec.decode(p, layer).tolist() == pytest.approx([0.0, 0.0, -4.0])
+    assert state.residual.tolist() == pytest.approx([0.0, 0.2, 0.0])
+    assert state.variance.tolist() == pytest.approx([0.0, 1.01, 0.0])
+
+
+def test_variance_decay_of_unsent() -> None:
+    codec, layer, state = setup("variance", {"alpha": 1.0, "zeta": 0.5, "quantize": False}, (2,))
+    state.sq_grad = torch.tensor([0.5, 4.0])
+    codec.encode(torch.tensor([1.0, 1.0]), layer, state)  # sends 0 (1 > .5), keeps 1 (1 < 4)
+    assert state.residual.tolist() == pytest.approx([0.0, 0.5])  # zeta * r
+    assert state.variance.tolist() == pytest.approx([0.0, 1.0])  # zeta^2 * v
+
+
+def test_variance_pow2_codes_and_payload() -> None:
+    # M = 8: exponents round(log2(8/|x|)) = 0, round(1.415) = 1, 3, round(9.64) -> clipped to 7.
+    codes, deq, scale = quantize_pow2(torch.tensor([8.0, -3.0, 1.0, 0.01]))
+    assert scale == 8.0
+    assert codes.tolist() == [0, 8 | 1, 3, 7]
+    assert deq.tolist() == [8.0, -4.0, 1.0, 0.0625]
+    codec, layer, state = setup("variance", {"alpha": 1.0, "zeta": 1.0}, (6,))
+    state.sq_grad = torch.zeros(6)
+    g = torch.tensor([8.0, 0.0, -3.0, 1.0, 0.0, 0.01])
+    p = codec.encode(g, layer, state)
+    # 4 sent at 0, 2, 3, 5. Indices: plain 4 x bit_width(5) = 12 bits = 2 bytes; delta gaps
+    # 0, 2, 1, 2 -> 4 x 2 bits = 1 byte; bitmap 6 bits = 1 byte; tie -> delta: 6 + 1 = 7 bytes.
+    # Scale 4 bytes; codes 4 x 4 bits = 2 bytes (low nibble first: 0 | 9 << 4 = 144, 3 | 7 << 4
+    # = 115). Total 13.
+    assert p.buffers["indices"][0].item() == IDX_DELTA
+    assert p.buffers["codes"].tolist() == [144, 115]
+    assert p.nbytes == 7 + 4 + 2
+    assert codec.decode(p, layer).tolist() == [8.0, 0.0, -4.0, 1.0, 0.0, 0.0625]
+    assert torch.allclose(state.residual, torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0, 0.01 - 0.0625]))
+
+
+# ---- PGC ---------------------------------------------------------------------------------------
+def test_pgc_threshold_follows_the_papers_formulas() -> None:
+    # A hand-made layer: 40 small gradients plus a few larger ones (a heavy-ish tail).
+    rng = np.random.default_rng(7)
+    g = np.concatenate([rng.normal(0.0, 0.02, 40), [0.15, -0.12, 0.09, -0.2, 0.11]]).astype(np.float32)
+    x = g.astype(np.float64)
+    n = x.size
+    mu = x.mean()
+    sigma = np.sqrt(np.mean((x - mu) ** 2))
+    h = abs(0.5 * (np.log(2 * np.pi) + 2 * np.log(sigma) + 1))  # raw value is negative here
+    assert 0.5 * (np.log(2 * np.pi) + 2 * np.log(sigma) + 1) < 0
+    gamma = abs((x.max() - x.min()) / np.abs(x).sum())
+    s = h * gamma
+    k = int(min(n, max(1, math.ceil(s * n))))
+    alpha = np.sort(np.abs(g))[::-1][k - 1]
+    expected = np.nonzero(np.abs(g) >= alpha)[0]
+    assert 1 < k < n  # the case is not degenerate
+
+    codec, layer, state = setup("pgc", {"residual": False}, (n,))
+    payload = codec.encode(torch.from_numpy(g), layer, state)
+    last = state.last
+    assert last.mu == pytest.approx(mu, rel=1e-5)
+    assert last.sigma == pytest.approx(sigma, rel=1e-5)
+    assert last.entropy == pytest.approx(h, rel=1e-5)
+    assert last.gamma == pytest.approx(gamma, rel=1e-5)
+    assert last.sparsity == pytest.approx(s, rel=1e-5)
+    assert (last.k, last.alpha) == (k, pytest.approx(float(alpha)))
+    assert payload_indices(payload, n).tolist() == expected.tolist()
+    # T_alpha: values above the threshold go out unchanged.
+    assert codec.decode(payload, layer)[expected].tolist() == pytest.approx(g[expected].tolist())
+    # `scale` multiplies S: twice the kept count (up to N).
+    codec2, _, state2 = setup("pgc", {"residual": False, "scale": 2.0}, (n,))
+    codec2.encode(torch.from_numpy(g), layer, state2)
+    assert state2.last.k == min(n, math.ceil(2 * s * n))
+
+
+def test_pgc_degenerate_layers() -> None:
+    codec, layer, state = setup("pgc", {}, (5,))
+    assert codec.encode(torch.zeros(5), layer, state).buffers["values"].numel() == 0
+    # constant layer: sigma = 0 -> S = 0 -> k = 1; every element ties at alpha and is sent.
+    p = codec.encode(torch.full((5,), 0.5), layer, state)
+    assert codec.decode(p, layer).tolist() == [0.5] * 5
+
+
+# ---- aggregation-aware -------------------------------------------------------------------------
+def _union_sizes(params: dict, rounds: int = 6, workers: int = 4, n: int = 2000, hot: int = 60) -> list[int]:
+    """Union size at the server per round; each worker sees the same 60 large coordinates with its
+    own noise (correlated large gradients), k = 20 of 2,000 per worker."""
+    gen = torch.Generator().manual_seed(0)
+    codec = build_codec("agg-aware", {"ratio": 0.01, **params})
+    layer = LayerInfo("fc", (n,))
+    states = [codec.init_state(layer, CPU, w) for w in range(workers)]
+    hot_idx = torch.randperm(n, generator=gen)[:hot]
+    base = torch.sign(torch.randn(hot, generator=gen)) * (1 + torch.rand(hot, generator=gen))
+    sizes = []
+    for _ in range(rounds):
+        decoded, index_sets = [], []
+        for w in range(workers):
+            g = 0.1 * torch.randn(n, generator=gen)
+            g[hot_idx] += base * (1 + 0.5 * torch.randn(hot, generator=gen))
+            payload = codec.encode(g, layer, states[w])
+            index_sets.append(payload_indices(payload, n))
+            decoded.append(codec.decode(payload, layer))
+        assert all(s.numel() == 20 for s in index_sets)  # equal per-worker k for every metric
+        sizes.append(int(torch.unique(torch.cat(index_sets)).numel()))
+        update = codec.aggregate(decoded, layer)
+        for w in range(workers):
+            codec.observe_global(update, layer, states[w])
+    return sizes
+
+
+def test_agg_aware_union_smaller_than_independent_topk() -> None:
+    reference = sum(_union_sizes({"metric": "magnitude"})[1:])  # round 1 has no global info yet
+    for params in ({"metric": "global"}, {"metric": "persistence", "boost": 4.0}, {"metric": "consensus", "boost": 4.0}):
+        unions = sum(_union_sizes(params)[1:])
+        assert unions < 0.92 * reference, (params, unions, reference)
+
+
+def test_param_validation_names_the_value() -> None:
+    with pytest.raises(ConfigError, match=r"ratio\(=1.5\) must be in \(0, 1\]"):
+        build_codec("topk", {"ratio": 1.5})
+    with pytest.raises(ConfigError, match=r"sparsity\(=1.0\)"):
+        build_codec("dgc", {"sparsity": 1.0})
+    with pytest.raises(ConfigError, match=r"zeta\(=0.0\)"):
+        build_codec("variance", {"zeta": 0.0})
+    with pytest.raises(ConfigError, match=r"metric"):
+        build_codec("agg-aware", {"metric": "nope"})
