@@ -12,8 +12,8 @@ Nothing here downloads anything. Three data sets are available:
     scikit-learn's 1,797 8x8 handwritten digits (:func:`sklearn.datasets.load_digits`, bundled with
     scikit-learn), pixel values 0..16.
 ``synthetic``
-    A learnable classification problem of any shape (:class:`SyntheticSpec`): one random prototype
-    image per class, samples are prototype plus Gaussian noise.
+    A learnable classification problem of any shape (:class:`SyntheticSpec`): one smooth random
+    prototype image per class, samples are prototype plus Gaussian noise.
 
 The train/test split of the real data sets is stratified (each class contributes ``test_fraction``
 of its samples to the test set) and drawn with a fixed split seed, independent of the scenario seed,
@@ -64,8 +64,9 @@ class SyntheticSpec:
     noise : float
         Standard deviation of the Gaussian noise added to the class prototype, per element, relative
         to the prototype's unit per-element standard deviation (>= 0). At the default 4.0 a single
-        pixel says almost nothing about the class, but the whole image separates classes well, so a
-        model has to learn to pool evidence.
+        pixel says almost nothing about the class but the whole image separates classes well: at
+        batch 32, SGD with momentum takes LeNet-5 and the MLP to >90% test accuracy in about 100
+        steps, a learning curve with some shape to it.
     """
 
     input_shape: tuple[int, ...] = (1, 28, 28)
@@ -270,14 +271,22 @@ def _stratified_split(labels: np.ndarray, test_fraction: float) -> tuple[np.ndar
 
 
 def _synthetic(spec: SyntheticSpec, seed: int) -> Dataset:
-    """Class prototypes ~ N(0, 1) per element; sample = (prototype + noise * N(0, 1)) / sqrt(1 + noise^2).
+    """Smooth class prototypes plus white noise: ``x = (prototype[y] + noise * N(0, 1)) / sqrt(1 + noise^2)``.
 
-    The division keeps every element at unit variance. Labels are balanced (``i % num_classes``)
-    and shuffled. Train and test come from the same prototypes with independent noise.
+    Each prototype is Gaussian noise on a grid 4x coarser than the image, upsampled bilinearly and
+    standardized to zero mean and unit variance: spatially smooth, image-like, so convolutional and
+    fully connected models can both pool the evidence. The division keeps every element at unit
+    variance. Labels are balanced (``i % num_classes``) and shuffled. Train and test come from the
+    same prototypes with independent noise.
     """
     g = torch.Generator().manual_seed(seed)
     shape = tuple(int(s) for s in spec.input_shape)
-    protos = torch.randn((spec.num_classes, *shape), generator=g)  # [K, C, H, W]
+    c, h, w = shape
+    coarse = torch.randn((spec.num_classes, c, -(-h // 4), -(-w // 4)), generator=g)  # [K, C, h/4, w/4]
+    protos = torch.nn.functional.interpolate(coarse, size=(h, w), mode="bilinear", align_corners=False)
+    if c * h * w > 1:  # [K, C, H, W], each prototype standardized
+        protos = protos - protos.mean(dim=(1, 2, 3), keepdim=True)
+        protos = protos / protos.std(dim=(1, 2, 3), keepdim=True).clamp_min(1e-12)
     scale = 1.0 / math.sqrt(1.0 + spec.noise**2)
 
     def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
