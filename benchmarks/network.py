@@ -70,7 +70,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     print(
-        f"star, {UPLINK_BPS / 1e6:g} Mbit/s uplinks, shared {SERVER_BPS / 1e6:g} Mbit/s server link,"
+        f"star, {UPLINK_BPS / 1e6:g} Mbit/s uplinks,"
+        f" shared {SERVER_BPS / 1e6:g} Mbit/s server link,"
         f" {args.rounds} uploads of 50-150 KB per node"
     )
     header = (

@@ -9,7 +9,13 @@ import subprocess
 import pytest
 
 from aiotsim.errors import AiotsimError
-from aiotsim.network.calibrate import CalibrationRow, format_table, predict, run_calibration, summary
+from aiotsim.network.calibrate import (
+    CalibrationRow,
+    format_table,
+    predict,
+    run_calibration,
+    summary,
+)
 from aiotsim.network.link import Link
 
 

@@ -134,7 +134,8 @@ def test_custom_reports_every_bad_entry() -> None:
     lines = str(info.value).splitlines()
     assert any("nodes[1]" in line and "role(='robot')" in line for line in lines)
     assert any("links[0]" in line and "unknown node 'nowhere'" in line for line in lines)
-    assert any("links[1]" in line and "bandwidth_bps(=-2000000.0) must be > 0" in line for line in lines)
+    bad_rate = "bandwidth_bps(=-2000000.0) must be > 0"
+    assert any("links[1]" in line and bad_rate in line for line in lines)
     assert any("links[2]" in line and "colour" in line for line in lines)
 
 

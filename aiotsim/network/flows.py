@@ -44,7 +44,9 @@ K = TypeVar("K", bound=Hashable)
 DONE_BYTES = 1e-9
 
 
-def max_min_rates(capacity: Mapping[str, float], usage: Mapping[K, Mapping[str, int]]) -> dict[K, float]:
+def max_min_rates(
+    capacity: Mapping[str, float], usage: Mapping[K, Mapping[str, int]]
+) -> dict[K, float]:
     """Max-min fair rates by progressive filling.
 
     Parameters
@@ -362,7 +364,8 @@ class Network:
             self._rate = np.append(self._rate, np.zeros(grow))
             self._alive = np.append(self._alive, np.zeros(grow, dtype=bool))
             dummy = len(self._link_names)
-            self._hops = np.vstack([self._hops, np.full((grow, self._hops.shape[1]), dummy, np.intp)])
+            pad_rows = np.full((grow, self._hops.shape[1]), dummy, np.intp)
+            self._hops = np.vstack([self._hops, pad_rows])
             self._mult = np.vstack([self._mult, np.zeros((grow, self._mult.shape[1]))])
         return self._free.pop()
 

@@ -11,8 +11,9 @@ The model, per transfer of ``payload_bytes`` over a path with one packet format:
   ``1 / (1 - p)``: the wire bytes are inflated by that factor;
 * delay of loss recovery: a lost packet is detected and resent one round trip later (fast
   retransmit after duplicate ACKs), and recoveries are taken one after another, so the transfer is
-  late by ``expected lost packets x RTT`` = ``packets x p / (1 - p) x 2 x path latency``. This is the
-  pessimistic end of TCP's behaviour (no overlap between recoveries); it is 0 on a lossless path.
+  late by ``expected lost packets x RTT`` = ``packets x p / (1 - p) x 2 x path latency``. This is
+  the pessimistic end of TCP's behaviour (no overlap between recoveries); it is 0 on a lossless
+  path.
 
 When a path crosses links with different formats the sender uses the path's format (see
 :func:`path_format`): the smallest MTU (path MTU discovery), the largest header, framing and ACK

@@ -47,7 +47,7 @@ class Topology:
 
     Examples
     --------
-    >>> topo = Topology.star(2, uplink_bps=10e6, downlink_bps=10e6, latency_s=0.01, server_bps=100e6)
+    >>> topo = Topology.star(2, 10e6, 10e6, latency_s=0.01, server_bps=100e6)
     >>> [link.name for link in topo.route("node0", "server")]
     ['node0.up', 'server.in']
     """
@@ -167,10 +167,8 @@ class Topology:
         hops = self._bfs(node)
         best = [v for v in hops if self._roles[v] in ("gateway", "server") and v != node]
         if not best:
-            raise TopologyError(
-                f"{node!r} has no aggregator (no server or gateway reachable"
-                + (", ring topology: peers reduce among themselves)" if self.kind == "ring" else ")")
-            )
+            why = ", ring topology: peers reduce among themselves" if self.kind == "ring" else ""
+            raise TopologyError(f"{node!r} has no aggregator (no server or gateway reachable{why})")
         return min(best, key=lambda v: hops[v][0])
 
     def route(self, src: str, dst: str) -> list[Link]:
@@ -325,7 +323,7 @@ class Topology:
     ) -> Topology:
         """Sensors -> edge gateways -> server, with per-tier link settings.
 
-        Gateway k (``gw{k}``) serves ``groups[k]`` nodes, numbered globally ``node0``, ``node1``, ...
+        Gateway k (``gw{k}``) serves ``groups[k]`` nodes, numbered globally ``node0``, ``node1``..
         Node i's links to its gateway: ``node{i}.up`` / ``node{i}.down`` (sensor tier). Gateway k's
         backhaul: ``gw{k}.up`` / ``gw{k}.down``. With ``server_bps`` the gateways reach the server
         through a relay ``core`` and the shared ``server.in`` / ``server.out`` links; without it
