@@ -140,7 +140,7 @@ RESIDUAL_CASES = [
     ("randomk", {"ratio": 0.05, "scale": False}),
     ("threshold", {"tau": 1.0}),
     ("threshold", {"tau": 1.0, "quantize": False, "value_dtype": "fp16"}),
-    ("variance", {"alpha": 1.0, "zeta": 1.0}),
+    ("variance", {"alpha": 1.0}),
     ("variance", {"alpha": 1.0, "zeta": 1.0, "quantize": False}),
     ("pgc", {}),
     ("agg-aware", {"ratio": 0.05, "metric": "global"}),
@@ -249,11 +249,25 @@ def test_variance_sends_only_when_unambiguous() -> None:
 
 
 def test_variance_decay_of_unsent() -> None:
-    codec, layer, state = setup("variance", {"alpha": 1.0, "zeta": 0.5, "quantize": False}, (2,))
+    params = {"alpha": 1.0, "zeta": 0.5, "quantize": False}
+    codec, layer, state = setup("variance", params, (2,))
     state.sq_grad = torch.tensor([0.5, 4.0])
     codec.encode(torch.tensor([1.0, 1.0]), layer, state)  # sends 0 (1 > .5), keeps 1 (1 < 4)
+    assert state.residual.tolist() == pytest.approx([0.0, 1.0])  # r kept exactly
+    assert state.variance.tolist() == pytest.approx([0.0, 2.0])  # zeta * v
+    codec, layer, state = setup("variance", {**params, "decay_residual": True}, (2,))
+    state.sq_grad = torch.tensor([0.5, 4.0])
+    codec.encode(torch.tensor([1.0, 1.0]), layer, state)
     assert state.residual.tolist() == pytest.approx([0.0, 0.5])  # zeta * r
     assert state.variance.tolist() == pytest.approx([0.0, 1.0])  # zeta^2 * v
+
+
+def test_variance_without_sq_grad_uses_one_sample_proxy() -> None:
+    # s = g^2 (server re-encoding): r = t * a, v = t * a^2 -> sent once t^2 a^2 > 1.5 t a^2, t = 2.
+    codec, layer, state = setup("variance", {"alpha": 1.5, "zeta": 1.0, "quantize": False}, (1,))
+    first = codec.decode(codec.encode(torch.tensor([0.5]), layer, state), layer)
+    second = codec.decode(codec.encode(torch.tensor([0.5]), layer, state), layer)
+    assert (first.item(), second.item()) == (0.0, 1.0)
 
 
 def test_variance_pow2_codes_and_payload() -> None:

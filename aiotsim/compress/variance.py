@@ -8,8 +8,8 @@ large relative to its accumulated variance. Per node and layer, for every elemen
                                      mean of per-sample squared gradients (filled by the engine)
     if r_i^2 > alpha * v_i:          unambiguous: send r_i (quantized), then
         r_i <- r_i - q(r_i);  v_i <- 0
-    else:                            ambiguous: keep it, with decay of the stale accumulators
-        r_i <- zeta * r_i;  v_i <- zeta^2 * v_i
+    else:                            ambiguous: keep it; the stale variance evidence decays
+        v_i <- zeta * v_i            (decay_residual = true: r_i <- zeta r_i, v_i <- zeta^2 v_i)
 
 Reading of the paper, and the choices made here:
 
@@ -19,12 +19,18 @@ Reading of the paper, and the choices made here:
   batch-mean gradient is that divided by the batch size ``B``, which the codec does not know, so
   ``alpha`` here equals the paper's alpha divided by ``B``. An element with per-step mean ``mu`` and
   per-sample spread ``s`` is sent after about ``alpha * (1 + s^2 / mu^2)`` steps.
-* decay: unsent accumulators decay by ``zeta`` (amplitude) and ``zeta^2`` (variance, which scales
-  with the square), so stale evidence fades; ``zeta = 1`` disables it, and then ``sent +
-  residual_after == grad + residual_before`` holds exactly (with ``zeta < 1`` the decayed part is
-  forgotten by design).
-* quantization (``quantize = true``): the paper sends each selected element as a sign and a
-  power-of-two magnitude relative to the largest sent magnitude. Here ``M = max |r_i|`` over the sent
+* without ``state.sq_grad`` (a compressed downlink, where the server re-encodes its aggregated
+  update and has no per-sample gradients) the squared message itself is the one-sample proxy
+  ``s = g^2``: an element is then sent once its sign has been consistent for about alpha steps.
+* decay: the paper decays the accumulators of unsent elements by ``zeta``; its full text was not
+  available when this was written, so which accumulators decay is a parameter. Default (``decay_residual = false``): only ``v`` decays, ``v <- zeta v``, as in a
+  public re-implementation of the method; ``r`` is an exact error-feedback residual, so ``sent +
+  residual_after == grad + residual_before`` holds. ``decay_residual = true`` also forgets stale
+  amplitude, ``r <- zeta r`` and ``v <- zeta^2 v`` (variance scales with the square); the decayed
+  part of ``r`` is then dropped by design. ``zeta = 1`` disables decay.
+* quantization (``quantize = true``): the paper quantizes the sent values; its exact format could
+  not be checked here, and this implements the reading of a sign and a power-of-two magnitude
+  relative to the largest sent magnitude. Here ``M = max |r_i|`` over the sent
   set travels once as fp32 and each value as a 4-bit code: 1 sign bit and a 3-bit exponent ``e``
   (``|q| = M * 2**-e``, ``e`` = the nearest integer to ``log2(M / |r_i|)``, clipped to 0..7). The
   quantization error ``r_i - q(r_i)`` stays in the residual (error feedback) rather than being
@@ -42,7 +48,7 @@ from dataclasses import dataclass, field
 import torch
 
 from aiotsim.compress import memory
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
 from aiotsim.compress.packing import (
     decode_indices,
     encode_indices,
@@ -107,7 +113,11 @@ class VarianceCompression(Codec):
     class Params:
         alpha: float = field(default=2.0, metadata={"help": "send element i once r_i^2 > alpha * v_i; > 0"})
         zeta: float = field(
-            default=0.999, metadata={"help": "decay of unsent accumulators per step (r by zeta, v by zeta^2), in (0, 1]"}
+            default=0.999, metadata={"help": "per-step decay of unsent accumulators (see decay_residual), in (0, 1]"}
+        )
+        decay_residual: bool = field(
+            default=False,
+            metadata={"help": "false: only v decays (v <- zeta v); true: r <- zeta r and v <- zeta^2 v"},
         )
         quantize: bool = field(
             default=True, metadata={"help": "4-bit sign + power-of-two exponent codes; false sends exact values"}
@@ -138,10 +148,11 @@ class VarianceCompression(Codec):
     def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
         if not isinstance(state, VarianceState):
             raise CodecError(f"variance needs the state from its own init_state(), got {type(state).__name__}")
-        if state.sq_grad is None:
-            raise CodecError(f"variance: state.sq_grad is not set for layer {layer.name} (needs_sq_grad)")
         acc = memory.compensate(grad, state)  # r + g, fp32, shape of grad
-        sq = state.sq_grad.to(device=acc.device, dtype=torch.float32).reshape(acc.shape)
+        if state.sq_grad is not None:
+            sq = state.sq_grad.to(device=acc.device, dtype=torch.float32).reshape(acc.shape)
+        else:  # no per-sample squares (e.g. the server re-encoding its update): one-sample proxy g^2
+            sq = as_float(grad).square()
         var = sq.clone() if state.variance is None else state.variance.add_(sq)  # v + s
         flat, vflat = acc.view(-1), var.view(-1)  # [n]
         n = flat.numel()
@@ -162,8 +173,9 @@ class VarianceCompression(Codec):
             payload = sparse_payload(idx, values, n, self.params.value_dtype)
         finish_sparse(acc, idx, values, state, keep_residual=True)  # r <- r - q(r) where sent
         zeta = self.params.zeta
-        vflat.mul_(torch.where(send, 0.0, zeta * zeta))  # v <- 0 where sent, zeta^2 v elsewhere
-        if zeta < 1.0:
+        v_decay = zeta * zeta if self.params.decay_residual else zeta
+        vflat.mul_(torch.where(send, 0.0, v_decay))  # v <- 0 where sent, decayed elsewhere
+        if self.params.decay_residual and zeta < 1.0:
             state.residual.view(-1).mul_(torch.where(send, 1.0, zeta))  # r <- zeta r where unsent
         state.variance = var
         return payload
