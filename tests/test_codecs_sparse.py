@@ -101,7 +101,7 @@ def test_index_coding_scattered_tie_prefers_plain() -> None:
 
 # ---- random-k ----------------------------------------------------------------------------------
 def test_randomk_sends_no_indices() -> None:
-    codec, layer, state = setup("randomk", {"ratio": 0.01}, (1000,))
+    codec, layer, state = setup("randomk", {"ratio": 0.01, "scale": True}, (1000,))
     g = torch.randn(1000, generator=torch.Generator().manual_seed(0))
     p1 = codec.encode(g, layer, state)
     p2 = codec.encode(g, layer, state)
@@ -119,7 +119,8 @@ def test_randomk_scaled_is_unbiased_monte_carlo() -> None:
     # n = 40, k = 4: each value is n/k * g_i with probability k/n. Per-draw variance g_i^2 (n/k - 1)
     # = 9 g_i^2, so over T draws the mean's standard error is 3 |g_i| / sqrt(T).
     n, trials = 40, 6000
-    codec, layer, state = setup("randomk", {"ratio": 0.1}, (n,))
+    codec, layer, state = setup("randomk", {"ratio": 0.1, "scale": True}, (n,))
+    assert codec.unbiased and not codec.has_residual
     g = torch.linspace(1.0, 2.0, n)
     total = torch.zeros(n)
     hits = torch.zeros(n)
