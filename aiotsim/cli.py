@@ -169,3 +169,6 @@ def main() -> None:  # pragma: no cover - console entry point alias
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())
+
+from aiotsim.cli_batch import register as _register_batch
+_register_batch(app)

@@ -1,0 +1,223 @@
+"""Batch commands of the ``aiotsim`` CLI: ``compare``, ``sweep`` and ``plot``.
+
+They are thin like the rest of the CLI: parse, plan (validating everything up front), hand the jobs
+to a backend (:mod:`aiotsim.results.parallel`), show progress, and print what the run directories
+say. :func:`register` adds them to the main Typer app.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from aiotsim.cli import SetOpt, err, expected_errors, out
+from aiotsim.errors import ConfigError, ResultsError
+from aiotsim.results.parallel import BatchError, Event, Job, JobResult
+
+JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", help="runs at once, each in its own process (default: one per core)", min=1)]
+DeviceOpt = Annotated[str, typer.Option("--device", help="where the real learning runs: auto | cpu | cuda")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]
+
+
+class BatchProgress:
+    """Progress bars for a batch: runs done / total, and one bar per running run (its iterations)."""
+
+    def __init__(self, jobs: list[Job], quiet: bool = False, skipped: int = 0) -> None:
+        self.jobs = jobs
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err, disable=quiet,
+        )
+        self.overall: TaskID = self.progress.add_task(
+            "runs", total=len(jobs) + skipped, completed=skipped, info=f"({skipped} already done)" if skipped else "")
+        self.running: dict[int, TaskID] = {}
+
+    def __enter__(self) -> BatchProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def __call__(self, e: Event) -> None:
+        if e.kind == "start":
+            self.running[e.index] = self.progress.add_task(f"  {self.jobs[e.index].label}", total=e.total or None, info="")
+        elif e.kind == "iter":
+            task = self.running.get(e.index)
+            if task is not None:
+                self.progress.update(task, completed=e.iteration, total=e.total, info=f"sim {e.sim_time_s:8.2f} s  loss {e.loss:.4f}")
+        elif e.kind == "done":
+            task = self.running.pop(e.index, None)
+            if task is not None:
+                self.progress.remove_task(task)
+            self.progress.advance(self.overall)
+
+
+def _run_jobs(jobs: list[Job], workers: int | None, ray_address: str | None, quiet: bool, skipped: int,
+              after_each: Any = None) -> list[JobResult]:
+    """Run ``jobs`` locally or on Ray under progress bars; ``after_each()`` runs when a run ends."""
+    from aiotsim.results.parallel import run_local, run_ray
+
+    with BatchProgress(jobs, quiet=quiet, skipped=skipped) as bars:
+
+        def on_event(e: Event) -> None:
+            bars(e)
+            if e.kind == "done" and after_each is not None:
+                after_each()
+
+        if ray_address is not None:
+            return run_ray(jobs, address=ray_address, on_event=on_event)
+        return run_local(jobs, workers=workers, on_event=on_event)
+
+
+def _report_failures(results: list[JobResult]) -> None:
+    failed = [r for r in results if not r.ok]
+    if failed:
+        lines = [f"{r.job.label}: {r.error} (see {r.job.out_dir})" for r in failed]
+        raise BatchError("\n".join([f"{len(failed)} of {len(results)} runs failed; the others are kept:", *lines]))
+
+
+def comparison_table(c: Any, title: str) -> Table:
+    """A :class:`~aiotsim.results.compare.Comparison` as a rich table."""
+    from aiotsim.results.compare import display_columns
+
+    headers, cells = display_columns(c)
+    t = Table(title=title, caption=f"speed-up relative to {c.baseline}; accuracy mean ± std over seeds")
+    for i, h in enumerate(headers):
+        t.add_column(h, justify="left" if i == 0 else "right", style="bold" if i == 0 else None)
+    for row in cells:
+        t.add_row(*row)
+    return t
+
+
+def compare(
+    scenario: Annotated[Path, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)],
+    compressor: Annotated[str, typer.Option("--compressor", "-c", help="comma-separated codecs, e.g. none,2bit,topk")] = "none,fp16,2bit,topk",
+    seeds: Annotated[int, typer.Option("--seeds", help="seeds per codec: scenario.seed, +1, ...", min=1)] = 1,
+    jobs: JobsOpt = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="comparison directory (default runs/compare-NAME)")] = None,
+    set_: SetOpt = None,
+    iterations: Annotated[int | None, typer.Option("--iterations", "-n", help="iterations (overrides scenario.iterations)", min=1)] = None,
+    target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help="accuracy for time-to-accuracy (default: the scenario's)", min=0.0, max=1.0)] = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="codec the speed-up is relative to (default: none, else the first)")] = None,
+    device: DeviceOpt = "auto",
+    quiet: QuietOpt = False,
+) -> None:
+    """Run a scenario with several compressors (x seeds) in parallel and compare them in one table.
+
+    Writes a run directory per codec and seed (OUT/CODEC/seedK; complete ones of the same scenario
+    are reused), then comparison.csv and comparison.md, read from those run directories only.
+    """
+    from aiotsim.config import read_toml
+    from aiotsim.results.compare import already_done, compare_runs, parse_compressors, plan_comparison, write_comparison
+
+    names = parse_compressors(compressor)
+    if out_dir is None:
+        name = read_toml(scenario).get("scenario", {}).get("name", scenario.stem)
+        out_dir = Path("runs") / f"compare-{name}"
+    planned = plan_comparison(scenario, names, seeds, out_dir, set_ or [], iterations, device)
+    if baseline is not None and baseline not in names:
+        raise ResultsError(f"--baseline {baseline!r} is not among the compared codecs: {', '.join(names)}")
+    todo = [j for j in planned if not already_done(j)]
+    results = _run_jobs(todo, jobs, None, quiet, skipped=len(planned) - len(todo))
+    done = [j.out_dir for j in planned if Path(j.out_dir, "summary.json").is_file() and already_done(j)]
+    if done:
+        c = compare_runs(done, target_accuracy, baseline)
+        title = f"{scenario.stem}: {len(c.rows)} codecs x {seeds} seed{'s' if seeds > 1 else ''}"
+        csv_path, md_path = write_comparison(c, out_dir, title)
+        out.print(comparison_table(c, title))
+        out.print(f"written: {csv_path}, {md_path}")
+    _report_failures(results)
+
+
+def sweep(
+    sweep_file: Annotated[Path, typer.Argument(help="sweep TOML file, e.g. scenarios/sweep_uplink.toml", show_default=False)],
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="sweep directory (default: [sweep] out, else runs/sweep-NAME)")] = None,
+    jobs: JobsOpt = None,
+    ray: Annotated[bool, typer.Option(
+        "--ray", help="run on Ray: `--ray` alone starts a local Ray instance, `--ray ADDRESS` joins a cluster "
+        "(e.g. auto, ray://head:10001); needs pip install 'aiotsim[ray]'")] = False,
+    address: Annotated[str | None, typer.Argument(
+        metavar="[ADDRESS]", help="Ray cluster address, only after --ray", show_default=False)] = None,
+    device: DeviceOpt = "auto",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="validate and list the grid points, run nothing")] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run every point of a grid over scenario keys; resumable (complete runs are never redone).
+
+    Each point runs in OUT/runs/HASH (hash of its resolved scenario); sweep.csv indexes the points
+    with their grid values and key metrics, and sweep.json describes the grid for `aiotsim plot`.
+    """
+    from aiotsim.results.sweep import load_sweep, write_index, write_manifest
+
+    if address is not None and not ray:
+        raise ConfigError(f"unexpected argument {address!r} (a Ray address goes with --ray: --ray {address})")
+    sw = load_sweep(sweep_file, out_dir)
+    all_jobs = sw.jobs(device)
+    todo = sw.pending(device)
+    out.print(f"sweep {sw.name}: {len(sw.points)} grid points, {len(all_jobs)} distinct runs, "
+              f"{len(all_jobs) - len(todo)} already complete, {len(todo)} to run -> {sw.out_dir}")
+    if dry_run:
+        for pt in sw.points:
+            out.print(f"  {sw.run_dir(pt)}  {pt.label()}", highlight=False)
+        return
+    write_manifest(sw)
+    write_index(sw)
+
+    results = _run_jobs(todo, jobs, (address or "local") if ray else None, quiet, skipped=len(all_jobs) - len(todo), after_each=lambda: write_index(sw))
+    index = write_index(sw)
+    out.print(_sweep_table(sw))
+    out.print(f"written: {index}")
+    _report_failures(results)
+
+
+def _sweep_table(sw: Any) -> Table:
+    from aiotsim.results.compare import fmt_bytes
+    from aiotsim.results.store import read_summary
+
+    t = Table(title=f"sweep {sw.name}")
+    for k in sw.grid:
+        t.add_column(k, style="bold")
+    for h in ("throughput (samples/s)", "wire up", "final accuracy", "sim time (s)", "run"):
+        t.add_column(h, justify="right")
+    for pt in sw.points:
+        try:
+            s = read_summary(sw.run_dir(pt))
+        except ResultsError:
+            s = {}
+        tp, acc, st = s.get("throughput_samples_per_s"), s.get("final_accuracy"), s.get("sim_time_s")
+        t.add_row(*(str(v) for v in pt.values.values()), "-" if tp is None else f"{tp:.2f}",
+                  fmt_bytes(s.get("wire_bytes_up")), "-" if acc is None else f"{acc:.2%}",
+                  "-" if st is None else f"{st:.2f}", pt.key)
+    return t
+
+
+def plot(
+    paths: Annotated[list[Path], typer.Argument(help="run, comparison or sweep directories", show_default=False)],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="directory for the figures")] = Path("plots"),
+    formats: Annotated[str, typer.Option("--formats", help="comma-separated figure formats")] = "png,svg",
+    target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help="accuracy for time-to-accuracy (default: the runs')", min=0.0, max=1.0)] = None,
+) -> None:
+    """Figures from run, comparison and sweep directories: throughput, bytes on the wire,
+    convergence (against simulated time, iterations and bytes), time-to-accuracy, timelines and
+    sweep curves, as PNG and SVG."""
+    from aiotsim.results.plots import plot_all
+
+    written = plot_all(paths, out_dir, formats=tuple(f.strip() for f in formats.split(",") if f.strip()), target_accuracy=target_accuracy)
+    for p in written:
+        out.print(str(p), highlight=False)
+    out.print(f"{len(written)} files in {out_dir}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``compare``, ``sweep`` and ``plot`` to the ``aiotsim`` app."""
+    app.command("compare")(expected_errors(compare))
+    app.command("sweep")(expected_errors(sweep))
+    app.command("plot")(expected_errors(plot))
+
+
+__all__ = ["register", "compare", "sweep", "plot", "BatchProgress", "comparison_table"]

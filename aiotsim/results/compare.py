@@ -1,0 +1,310 @@
+"""Comparisons: one scenario, several compressors and seeds, one table.
+
+A comparison has two halves that share nothing but files (pyperf style: comparison separate from
+storage):
+
+1. :func:`plan_comparison` turns a scenario and a list of compressors x seeds into validated
+   :class:`~aiotsim.results.parallel.Job` s, one run directory each (``OUT/<compressor>/seed<k>``).
+   Every variant is validated before anything runs, and every problem is reported at once.
+2. :func:`compare_runs` reads only the run directories (``summary.json`` and ``evals.csv``) and
+   builds one :class:`ComparisonRow` per compressor: means (and the standard deviation of the final
+   accuracy) over seeds, the speed-up over a baseline, and the time to reach a target accuracy,
+   recomputed from ``evals.csv`` so that any target works, not only the one the runs were made with.
+
+:func:`write_comparison` writes ``comparison.csv`` (raw numbers, SI units) and ``comparison.md``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from aiotsim.config import apply_overrides, parse_override, read_toml, scenario_from_dict
+from aiotsim.errors import ConfigError, ResultsError
+from aiotsim.results.parallel import Job
+from aiotsim.results.store import is_run_dir, read_csv, read_summary
+
+# Keys of [compressor] that are not codec parameters (a switched codec keeps these, drops the rest).
+_COMPRESSOR_SECTION_KEYS = {"name", "min_size", "downlink"}
+
+
+# ---- planning ---------------------------------------------------------------------------------------
+def parse_compressors(text: str) -> list[str]:
+    """``"none, 2bit,topk"`` -> ``["none", "2bit", "topk"]`` (order kept, duplicates dropped)."""
+    names: list[str] = []
+    for part in text.split(","):
+        name = part.strip()
+        if name and name not in names:
+            names.append(name)
+    if not names:
+        raise ConfigError(f"--compressor {text!r}: give at least one codec name, e.g. none,2bit,topk")
+    return names
+
+
+def variant_data(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The base scenario dict with ``{"section.key": value}`` overrides applied.
+
+    When the overrides switch the codec, the base file's codec parameters (which belong to the old
+    codec) are dropped first, as ``aiotsim run --compressor`` does.
+    """
+    name = overrides.get("compressor.name")
+    comp = base.get("compressor", {})
+    if name is not None and isinstance(comp, dict) and name != comp.get("name"):
+        base = {**base, "compressor": {k: v for k, v in comp.items() if k in _COMPRESSOR_SECTION_KEYS}}
+    return apply_overrides(base, overrides)
+
+
+def plan_comparison(
+    scenario_path: str | Path,
+    compressors: Sequence[str],
+    seeds: int,
+    out_dir: str | Path,
+    overrides: Sequence[str] = (),
+    iterations: int | None = None,
+    device: str = "auto",
+) -> list[Job]:
+    """Validated jobs for every compressor x seed, in that order.
+
+    Seeds are the scenario's ``scenario.seed`` (after overrides) plus 0, 1, ..., ``seeds - 1``.
+
+    Raises
+    ------
+    ConfigError
+        Every problem of every variant (an unknown compressor, a bad override), each line once.
+    """
+    if seeds < 1:
+        raise ConfigError(f"--seeds: must be >= 1, got {seeds}")
+    base = read_toml(scenario_path)
+    problems: list[str] = []
+    fixed: dict[str, Any] = {}
+    for text in overrides:
+        try:
+            k, v = parse_override(text)
+            fixed[k] = v
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if iterations is not None:
+        fixed["scenario.iterations"] = iterations
+    if problems:
+        raise ConfigError(problems)
+    base_seed = apply_overrides(base, fixed).get("scenario", {}).get("seed", 0)
+    if not isinstance(base_seed, int):
+        base_seed = 0  # the validation below reports the bad seed
+    jobs: list[Job] = []
+    for name in compressors:
+        for k in range(seeds):
+            seed = base_seed + k
+            data = variant_data(base, {**fixed, "compressor.name": name, "scenario.seed": seed})
+            try:
+                sc = scenario_from_dict(data, source=str(scenario_path))
+            except ConfigError as exc:
+                problems.extend(p for p in exc.problems if p not in problems)
+                break  # the other seeds of this variant have the same problems
+            run_dir = Path(out_dir) / _safe(name) / f"seed{seed}"
+            jobs.append(Job(f"{name} seed {seed}", sc.to_toml(), str(run_dir), device))
+    if problems:
+        raise ConfigError(problems)
+    return jobs
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def already_done(job: Job) -> bool:
+    """True when ``job.out_dir`` holds a complete run of exactly this scenario (nothing to redo)."""
+    d = Path(job.out_dir)
+    return is_run_dir(d) and (d / "scenario.toml").is_file() and (d / "scenario.toml").read_text() == job.scenario_toml
+
+
+# ---- the table --------------------------------------------------------------------------------------
+@dataclass
+class ComparisonRow:
+    """One compressor's numbers, over its seeds (means unless named otherwise; SI units)."""
+
+    compressor: str
+    seeds: int
+    throughput_samples_per_s: float | None
+    speedup: float | None  # throughput / baseline throughput
+    bytes_up: float | None  # payload bytes, all nodes -> aggregator, whole run
+    bytes_down: float | None
+    wire_bytes_up: float | None  # payload + packet headers
+    wire_bytes_down: float | None
+    compression_ratio: float | None  # dense fp32 bytes / payload bytes, uplink
+    final_accuracy: float | None
+    final_accuracy_std: float | None  # sample standard deviation over seeds (0 for one seed)
+    time_to_accuracy_s: float | None  # simulated seconds, mean over the seeds that reached the target
+    reached: int  # seeds that reached the target accuracy
+    compute_share: float | None  # of simulated time
+    encode_share: float | None
+    decode_share: float | None
+    comm_share: float | None
+    sim_time_s: float | None
+
+
+@dataclass
+class Comparison:
+    """The rows, the baseline they are compared with and the target accuracy used."""
+
+    rows: list[ComparisonRow]
+    baseline: str
+    target_accuracy: float
+    run_dirs: list[Path]
+
+
+def time_to_accuracy(evals: list[dict[str, float]], target: float) -> float | None:
+    """Simulated seconds at the first evaluation whose accuracy is >= ``target`` (None if never)."""
+    for row in evals:
+        if row["accuracy"] >= target:
+            return float(row["sim_time_s"])
+    return None
+
+
+def _mean(values: list[Any]) -> float | None:
+    vals = [float(v) for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def compare_runs(run_dirs: Sequence[str | Path], target_accuracy: float | None = None, baseline: str | None = None) -> Comparison:
+    """Build the comparison from run directories alone.
+
+    Parameters
+    ----------
+    run_dirs : complete run directories; runs of the same compressor are seeds of one row.
+    target_accuracy : for time-to-accuracy (default: the runs' own ``target_accuracy``).
+    baseline : compressor the speed-up is relative to (default ``none`` when present, else the
+        first compressor).
+
+    Raises
+    ------
+    ResultsError
+        When there is no run, a run directory cannot be read, or ``baseline`` is not among the rows.
+    """
+    if not run_dirs:
+        raise ResultsError("no run directories to compare")
+    groups: dict[str, list[tuple[dict[str, Any], list[dict[str, float]]]]] = {}
+    for d in run_dirs:
+        summary = read_summary(d)
+        if not summary.get("complete"):
+            raise ResultsError(f"{d}: run is incomplete ({summary.get('status')})")
+        groups.setdefault(summary["compressor"], []).append((summary, read_csv(Path(d) / "evals.csv")))
+    if target_accuracy is None:
+        target_accuracy = float(next(iter(groups.values()))[0][0]["target_accuracy"])
+    rows = []
+    for name, runs in groups.items():
+        sums = [s for s, _ in runs]
+        accs = [s["final_accuracy"] for s in sums if s.get("final_accuracy") is not None]
+        ttas = [time_to_accuracy(ev, target_accuracy) for _, ev in runs]
+        rows.append(ComparisonRow(
+            compressor=name,
+            seeds=len(runs),
+            throughput_samples_per_s=_mean([s.get("throughput_samples_per_s") for s in sums]),
+            speedup=None,
+            bytes_up=_mean([s.get("bytes_up") for s in sums]),
+            bytes_down=_mean([s.get("bytes_down") for s in sums]),
+            wire_bytes_up=_mean([s.get("wire_bytes_up") for s in sums]),
+            wire_bytes_down=_mean([s.get("wire_bytes_down") for s in sums]),
+            compression_ratio=_mean([s.get("compression_ratio") for s in sums]),
+            final_accuracy=_mean(accs),
+            final_accuracy_std=(statistics.stdev(accs) if len(accs) > 1 else 0.0) if accs else None,
+            time_to_accuracy_s=_mean(ttas),
+            reached=sum(t is not None for t in ttas),
+            compute_share=_mean([s.get("compute_share") for s in sums]),
+            encode_share=_mean([s.get("encode_share") for s in sums]),
+            decode_share=_mean([s.get("decode_share") for s in sums]),
+            comm_share=_mean([s.get("comm_share") for s in sums]),
+            sim_time_s=_mean([s.get("sim_time_s") for s in sums]),
+        ))
+    names = [r.compressor for r in rows]
+    if baseline is None:
+        baseline = "none" if "none" in names else names[0]
+    elif baseline not in names:
+        raise ResultsError(f"baseline {baseline!r} is not among the compared compressors: {', '.join(names)}")
+    base_tp = rows[names.index(baseline)].throughput_samples_per_s
+    for r in rows:
+        if base_tp and r.throughput_samples_per_s is not None:
+            r.speedup = r.throughput_samples_per_s / base_tp
+    return Comparison(rows, baseline, target_accuracy, [Path(d) for d in run_dirs])
+
+
+# ---- output -----------------------------------------------------------------------------------------
+CSV_FIELDS = tuple(f.name for f in fields(ComparisonRow))
+
+
+def _f(v: float | None, spec: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def fmt_bytes(n: float | None) -> str:
+    """``1.8e6`` -> ``"1.8 MB"`` (decimal units)."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"  # pragma: no cover - the loop returns at GB
+
+
+def display_columns(c: Comparison) -> tuple[list[str], list[list[str]]]:
+    """Headers and formatted cells shared by the terminal and Markdown tables."""
+    headers = [
+        "codec", "seeds", "samples/s", f"speed-up vs {c.baseline}", "bytes up", "bytes down", "wire up",
+        "wire down", "ratio", "final accuracy", f"sim s to {c.target_accuracy:.0%}", "compute/comm",
+    ]
+    cells = []
+    for r in c.rows:
+        acc = "-" if r.final_accuracy is None else f"{r.final_accuracy:.2%} ± {r.final_accuracy_std or 0:.2%}"
+        tta = _f(r.time_to_accuracy_s, ".2f")
+        if r.time_to_accuracy_s is not None and r.reached < r.seeds:
+            tta += f" ({r.reached}/{r.seeds} seeds)"
+        elif r.time_to_accuracy_s is None:
+            tta = "not reached"
+        cells.append([
+            r.compressor, str(r.seeds), _f(r.throughput_samples_per_s, ".2f"), _f(r.speedup, ".2f") + "x",
+            fmt_bytes(r.bytes_up), fmt_bytes(r.bytes_down), fmt_bytes(r.wire_bytes_up), fmt_bytes(r.wire_bytes_down),
+            _f(r.compression_ratio, ".1f") + "x", acc, tta,
+            f"{_f(r.compute_share, '.0%')} / {_f(r.comm_share, '.0%')}",
+        ])
+    return headers, cells
+
+
+def to_markdown(c: Comparison, title: str = "") -> str:
+    """The comparison as a Markdown table, with a note on the baseline and the target."""
+    headers, cells = display_columns(c)
+    lines = [f"# {title}", ""] if title else []
+    lines += ["| " + " | ".join(headers) + " |", "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
+    lines += [
+        "",
+        f"Speed-up: throughput relative to `{c.baseline}`. Final accuracy: mean ± standard deviation over seeds. "
+        f"Time to {c.target_accuracy:.0%}: simulated seconds to the first evaluation at or above the target "
+        "(mean over the seeds that reached it). Shares: of simulated time.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_comparison(c: Comparison, out_dir: str | Path, title: str = "") -> tuple[Path, Path]:
+    """Write ``comparison.csv`` (raw numbers) and ``comparison.md``; returns their paths."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = d / "comparison.csv", d / "comparison.md"
+    with open(csv_path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([*CSV_FIELDS, "baseline", "target_accuracy"])
+        for r in c.rows:
+            w.writerow([("" if getattr(r, k) is None else getattr(r, k)) for k in CSV_FIELDS] + [c.baseline, c.target_accuracy])
+    md_path.write_text(to_markdown(c, title))
+    return csv_path, md_path
+
+
+__all__ = [
+    "plan_comparison", "parse_compressors", "variant_data", "already_done", "compare_runs", "time_to_accuracy",
+    "Comparison", "ComparisonRow", "write_comparison", "to_markdown", "display_columns", "fmt_bytes",
+]

@@ -1,0 +1,428 @@
+"""Figures from run directories: what a comparison or a sweep looks like, read from files alone.
+
+Inputs are directories: a run directory, any directory holding run directories (a comparison's
+``OUT/``), or a sweep directory (with ``sweep.json``). Runs are grouped by compressor (prefixed by the
+scenario name when several scenarios are mixed); runs of one group are seeds. From the runs, in
+every requested format (PNG and SVG by default):
+
+============================  ==================================================================
+``throughput``                samples/s per compressor (mean over seeds, error bar = std)
+``wire_bytes``                bytes on the wire, up and down, per compressor (MB = 1e6 bytes)
+``convergence_time``          test accuracy and training loss against simulated time
+``convergence_iterations``    ... against iterations
+``convergence_bytes``         ... against cumulative bytes on the wire (up + down)
+``time_to_accuracy``          simulated seconds to the target accuracy per compressor
+``timeline_<group>``          Gantt chart of the first iterations of the group's first run, a row
+                              per node and per link (compute, encode, upload, aggregate, download),
+                              read from ``trace.json``
+``sweep_<name>_<key>``        per sweep and swept key (other than the codec and the seed):
+                              throughput, wire bytes up, final accuracy and time-to-accuracy against
+                              the key, one line per compressor (mean over seeds)
+============================  ==================================================================
+
+A sweep whose grid varies only the codec (and seeds) is drawn as a comparison instead.
+Matplotlib runs with the Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from aiotsim.errors import ResultsError  # noqa: E402
+from aiotsim.results.compare import time_to_accuracy  # noqa: E402
+from aiotsim.results.store import is_run_dir, read_csv, read_summary  # noqa: E402
+from aiotsim.results.sweep import is_sweep_dir, read_manifest  # noqa: E402
+
+MB = 1e6  # bytes per MB (decimal, as network rates are)
+PHASE_COLORS = {
+    "compute": "#4C72B0", "encode": "#DD8452", "upload": "#55A868", "aggregate": "#C44E52",
+    "download": "#8172B3", "decode": "#937860",
+}
+TIMELINE_ITERATIONS = 3  # iterations shown in a timeline
+SEED_KEY = "scenario.seed"
+CODEC_KEY = "compressor.name"
+
+
+@dataclass
+class Run:
+    """One run directory's files, loaded."""
+
+    dir: Path
+    summary: dict[str, Any]
+    metrics: list[dict[str, float]]
+    evals: list[dict[str, float]]
+    group: str = ""
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Read ``summary.json``, ``metrics.csv`` and ``evals.csv`` of a run directory."""
+    d = Path(run_dir)
+    return Run(d, read_summary(d), read_csv(d / "metrics.csv"), read_csv(d / "evals.csv"))
+
+
+def find_run_dirs(path: str | Path) -> list[Path]:
+    """``path`` itself when it is a complete run, else every complete run below it (sorted)."""
+    p = Path(path)
+    if is_run_dir(p):
+        return [p]
+    return sorted(s.parent for s in p.rglob("summary.json") if is_run_dir(s.parent))
+
+
+# ---- inputs ------------------------------------------------------------------------------------------
+@dataclass
+class SweepData:
+    """A sweep directory: its manifest and its points' runs (points not yet run are left out)."""
+
+    dir: Path
+    name: str
+    grid: dict[str, list[Any]]
+    points: list[tuple[dict[str, Any], Run]]
+
+
+def collect(paths: Sequence[str | Path]) -> tuple[list[Run], list[SweepData]]:
+    """Sort inputs into plain runs and sweeps.
+
+    Raises
+    ------
+    ResultsError
+        Every input that does not exist or holds no complete run, one line each.
+    """
+    if not paths:
+        raise ResultsError("no input directories given")
+    problems: list[str] = []
+    runs: list[Run] = []
+    sweeps: list[SweepData] = []
+    seen: set[Path] = set()
+    for path in paths:
+        p = Path(path)
+        if not p.is_dir():
+            problems.append(f"{p}: no such directory")
+            continue
+        if is_sweep_dir(p):
+            man = read_manifest(p)
+            pts = [(pt["values"], load_run(p / pt["run_dir"])) for pt in man["points"] if is_run_dir(p / pt["run_dir"])]
+            if not pts:
+                problems.append(f"{p}: sweep has no complete run yet (run `aiotsim sweep` first)")
+                continue
+            swept = [k for k in man["grid"] if k not in (CODEC_KEY, SEED_KEY)]
+            if swept:
+                sweeps.append(SweepData(p, man["name"], man["grid"], pts))
+            else:  # only codecs (and seeds) vary: a comparison
+                runs.extend(r for _, r in pts if r.dir.resolve() not in seen)
+                seen.update(r.dir.resolve() for _, r in pts)
+            continue
+        dirs = find_run_dirs(p)
+        if not dirs:
+            problems.append(f"{p}: no complete run directory found (a run directory holds summary.json with complete: true)")
+            continue
+        for d in dirs:
+            if d.resolve() not in seen:
+                seen.add(d.resolve())
+                runs.append(load_run(d))
+    if problems:
+        raise ResultsError("\n".join(problems))
+    _assign_groups(runs)
+    return runs, sweeps
+
+
+def _assign_groups(runs: list[Run]) -> None:
+    multi = len({r.summary.get("scenario") for r in runs}) > 1
+    for r in runs:
+        r.group = f"{r.summary.get('scenario')}/{r.summary['compressor']}" if multi else str(r.summary["compressor"])
+
+
+def _groups(runs: list[Run]) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for r in runs:
+        out.setdefault(r.group, []).append(r)
+    return out
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "run"
+
+
+def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
+    paths = []
+    for fmt in formats:
+        path = out_dir / f"{stem}.{fmt}"
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def _title_suffix(runs: list[Run]) -> str:
+    s = runs[0].summary
+    return f"{s.get('scenario')}: {s.get('nodes')} nodes, {s.get('iterations')} iterations"
+
+
+# ---- run figures -------------------------------------------------------------------------------------
+def plot_throughput(runs: list[Run], out_dir: Path, formats: Sequence[str]) -> list[Path]:
+    """Bars: training throughput (samples/s of simulated time) per compressor."""
+    groups = _groups(runs)
+    names = list(groups)
+    stats = [_mean_std([r.summary["throughput_samples_per_s"] or 0.0 for r in groups[n]]) for n in names]
+    fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(names) + 2), 4))
+    bars = ax.bar(names, [m for m, _ in stats], yerr=[s for _, s in stats], capsize=3, color="#4C72B0", label="mean over seeds")
+    ax.bar_label(bars, fmt="%.1f", fontsize=8)
+    ax.set_ylabel("throughput (samples / simulated s)")
+    ax.set_xlabel("compressor")
+    ax.set_title(f"Training throughput per compressor\n{_title_suffix(runs)}")
+    ax.legend()
+    ax.tick_params(axis="x", rotation=30)
+    return _save(fig, out_dir, "throughput", formats)
+
+
+def plot_wire_bytes(runs: list[Run], out_dir: Path, formats: Sequence[str]) -> list[Path]:
+    """Grouped bars: bytes on the wire (payload + headers), uplink and downlink, per compressor."""
+    groups = _groups(runs)
+    names = list(groups)
+    up = [statistics.fmean(r.summary["wire_bytes_up"] for r in groups[n]) / MB for n in names]
+    down = [statistics.fmean(r.summary["wire_bytes_down"] for r in groups[n]) / MB for n in names]
+    x = range(len(names))
+    w = 0.4
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 4))
+    b1 = ax.bar([i - w / 2 for i in x], up, w, label="uplink (nodes -> server)", color="#55A868")
+    b2 = ax.bar([i + w / 2 for i in x], down, w, label="downlink (server -> nodes)", color="#8172B3")
+    ax.bar_label(b1, fmt="%.2g", fontsize=7)
+    ax.bar_label(b2, fmt="%.2g", fontsize=7)
+    ax.set_xticks(list(x), names, rotation=30)
+    ax.set_ylabel("bytes on the wire, whole run (MB)")
+    ax.set_xlabel("compressor")
+    ax.set_title(f"Bytes on the wire per compressor (payload + packet headers)\n{_title_suffix(runs)}")
+    ax.legend()
+    return _save(fig, out_dir, "wire_bytes", formats)
+
+
+def _cumulative_wire_mb(run: Run) -> dict[int, float]:
+    """Iteration -> cumulative wire bytes (up + down) at its end, in MB."""
+    total, out = 0.0, {}
+    for row in run.metrics:
+        total += row["wire_bytes_up"] + row["wire_bytes_down"]
+        out[int(row["iteration"])] = total / MB
+    return out
+
+
+def plot_convergence(runs: list[Run], out_dir: Path, formats: Sequence[str], x: str) -> list[Path]:
+    """Test accuracy (evals.csv) and training loss (metrics.csv) against ``x``.
+
+    ``x`` is ``"time"`` (simulated s), ``"iterations"`` or ``"bytes"`` (cumulative wire MB).
+    """
+    xlabel = {"time": "simulated time (s)", "iterations": "iteration", "bytes": "bytes on the wire, up + down (MB)"}[x]
+    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for gi, (name, members) in enumerate(_groups(runs).items()):
+        color = colors[gi % len(colors)]
+        for ri, r in enumerate(members):
+            cum = _cumulative_wire_mb(r)
+
+            def xs(rows: list[dict[str, float]]) -> list[float]:
+                if x == "time":
+                    return [row["sim_time_s"] for row in rows]
+                if x == "iterations":
+                    return [row["iteration"] + 1 for row in rows]  # iterations done
+                return [cum.get(int(row["iteration"]), float("nan")) for row in rows]
+
+            label = name if ri == 0 else None
+            ax_acc.plot(xs(r.evals), [row["accuracy"] * 100 for row in r.evals], marker="o", ms=3, color=color, label=label, alpha=0.9)
+            ax_loss.plot(xs(r.metrics), [row["loss"] for row in r.metrics], color=color, label=label, alpha=0.8, lw=1)
+    ax_acc.set_ylabel("test accuracy (%)")
+    ax_loss.set_ylabel("training loss (cross-entropy)")
+    for ax in (ax_acc, ax_loss):
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    if x == "bytes":
+        ax_acc.set_xscale("log")
+        ax_loss.set_xscale("log")
+    ax_acc.legend(title="compressor", fontsize=8)
+    what = {"time": "simulated time", "iterations": "iterations", "bytes": "bytes on the wire"}[x]
+    fig.suptitle(f"Convergence against {what}: {_title_suffix(runs)}")
+    fig.tight_layout()
+    return _save(fig, out_dir, f"convergence_{x}", formats)
+
+
+def plot_time_to_accuracy(runs: list[Run], out_dir: Path, formats: Sequence[str], target: float) -> list[Path]:
+    """Bars: simulated seconds to reach ``target`` accuracy (mean over seeds that reached it)."""
+    groups = _groups(runs)
+    names = list(groups)
+    fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(names) + 2), 4))
+    heights, labels = [], []
+    for n in names:
+        ttas = [t for t in (time_to_accuracy(r.evals, target) for r in groups[n]) if t is not None]
+        heights.append(statistics.fmean(ttas) if ttas else 0.0)
+        labels.append(f"{heights[-1]:.1f}" if ttas else "not reached")
+        if ttas and len(ttas) < len(groups[n]):
+            labels[-1] += f" ({len(ttas)}/{len(groups[n])})"
+    bars = ax.bar(names, heights, color="#C44E52", label=f"mean over seeds reaching {target:.0%}")
+    ax.bar_label(bars, labels=labels, fontsize=8)
+    ax.set_ylabel(f"simulated time to {target:.0%} test accuracy (s)")
+    ax.set_xlabel("compressor")
+    ax.set_title(f"Time to {target:.0%} accuracy per compressor\n{_title_suffix(runs)}")
+    ax.legend()
+    ax.tick_params(axis="x", rotation=30)
+    return _save(fig, out_dir, "time_to_accuracy", formats)
+
+
+# ---- timeline ---------------------------------------------------------------------------------------
+def load_trace(run_dir: str | Path) -> tuple[dict[tuple[int, int], str], list[dict[str, Any]]]:
+    """``trace.json``: track names by ``(pid, tid)`` and the complete (``"X"``) spans."""
+    path = Path(run_dir) / "trace.json"
+    if not path.is_file():
+        raise ResultsError(f"{run_dir}: no trace.json")
+    try:
+        events = json.loads(path.read_text())["traceEvents"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ResultsError(f"{path}: not a trace-event file ({exc})") from None
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    return names, [e for e in events if e.get("ph") == "X"]
+
+
+def _track_order(name: str) -> tuple[Any, ...]:
+    """node3, node3 -> server, server -> node3 together, in node order; other tracks after."""
+    parts = [p.strip() for p in name.split("->")]
+    ends = [p for p in parts if p != "server"] or parts
+    m = re.search(r"(\d+)$", ends[0])
+    num = int(m.group(1)) if m else 10**9
+    kind = 0 if len(parts) == 1 else (1 if parts[-1] == "server" else 2)
+    return (m is None, re.sub(r"\d+$", "", ends[0]), num, kind, name)
+
+
+def plot_timeline(run: Run, out_dir: Path, formats: Sequence[str], iterations: int = TIMELINE_ITERATIONS) -> list[Path]:
+    """Gantt chart of the first ``iterations`` iterations: a row per node and per link."""
+    names, spans = load_trace(run.dir)
+    spans = [e for e in spans if e.get("args", {}).get("iteration", 0) < iterations]
+    tracks = sorted({names.get((e["pid"], e["tid"]), f"{e['pid']}/{e['tid']}") for e in spans}, key=_track_order)
+    row = {t: i for i, t in enumerate(tracks)}
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.28 * len(tracks)))
+    seen: set[str] = set()
+    extra = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"])
+    colors = dict(PHASE_COLORS)
+    for e in spans:
+        track = names.get((e["pid"], e["tid"]), f"{e['pid']}/{e['tid']}")
+        color = colors.setdefault(e["name"], next(extra, "#999999"))
+        start, dur = e["ts"] / 1e6, e["dur"] / 1e6  # trace microseconds -> s
+        ax.broken_barh([(start, dur)], (row[track] - 0.4, 0.8), color=color,
+                       label=None if e["name"] in seen else e["name"])
+        seen.add(e["name"])
+    ax.set_yticks(range(len(tracks)), tracks, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("simulated time (s)")
+    ax.set_title(f"Timeline of the first {iterations} iterations: {run.summary.get('scenario')} / {run.group or run.summary['compressor']}")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / max(len(tracks), 1)), ncol=6, fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, out_dir, f"timeline_{_safe(run.group or run.summary['compressor'])}", formats)
+
+
+# ---- sweeps -----------------------------------------------------------------------------------------
+SWEEP_METRICS = (
+    ("throughput_samples_per_s", "throughput (samples / simulated s)", 1.0),
+    ("wire_bytes_up", "wire bytes up, whole run (MB)", 1 / MB),
+    ("final_accuracy", "final test accuracy (%)", 100.0),
+    ("time_to_accuracy_s", "simulated s to target accuracy", 1.0),
+)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def plot_sweep(sw: SweepData, key: str, out_dir: Path, formats: Sequence[str], target: float | None) -> list[Path]:
+    """Metrics against swept ``key``; a line per compressor (and per value of the other swept keys)."""
+    others = [k for k in sw.grid if k not in (key, SEED_KEY)]
+    lines: dict[str, dict[Any, list[Run]]] = {}
+    for values, run in sw.points:
+        name = ", ".join(f"{k.partition('.')[2]}={values[k]}" if k != CODEC_KEY else str(values[k]) for k in others)
+        if CODEC_KEY not in sw.grid:
+            name = (str(run.summary["compressor"]) + (", " + name if name else ""))
+        lines.setdefault(name, {}).setdefault(values[key], []).append(run)
+    xs_all = list(dict.fromkeys(sw.grid[key]))
+    numeric = all(_is_number(v) for v in xs_all)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    for ax, (metric, ylabel, scale) in zip(axes.flat, SWEEP_METRICS):
+        for name, by_x in lines.items():
+            xs, ys, es = [], [], []
+            for xv in xs_all:
+                if xv not in by_x:
+                    continue
+                if metric == "time_to_accuracy_s":
+                    t = target if target is not None else float(by_x[xv][0].summary["target_accuracy"])
+                    vals = [v for v in (time_to_accuracy(r.evals, t) for r in by_x[xv]) if v is not None]
+                else:
+                    vals = [r.summary[metric] for r in by_x[xv] if r.summary.get(metric) is not None]
+                if not vals:
+                    continue
+                m, s = _mean_std([v * scale for v in vals])
+                xs.append(xv if numeric else xs_all.index(xv))
+                ys.append(m)
+                es.append(s)
+            if xs:
+                ax.errorbar(xs, ys, yerr=es, marker="o", ms=4, capsize=3, label=name or "all")
+        if numeric:
+            pos = [v for v in xs_all if v > 0]
+            if len(pos) == len(xs_all) and max(pos) / min(pos) >= 50:
+                ax.set_xscale("log")
+        else:
+            ax.set_xticks(range(len(xs_all)), [str(v) for v in xs_all])
+        if metric == "time_to_accuracy_s":
+            t = target if target is not None else float(sw.points[0][1].summary["target_accuracy"])
+            ylabel = f"simulated s to {t:.0%} accuracy"
+        ax.set_xlabel(key)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=8, title="compressor" if CODEC_KEY in sw.grid else None)
+    fig.suptitle(f"Sweep {sw.name}: metrics against {key} (mean over seeds, error bar = std)")
+    fig.tight_layout()
+    return _save(fig, out_dir, f"sweep_{_safe(sw.name)}_{_safe(key)}", formats)
+
+
+# ---- everything -------------------------------------------------------------------------------------
+def plot_all(paths: Sequence[str | Path], out_dir: str | Path, formats: Sequence[str] = ("png", "svg"),
+             target_accuracy: float | None = None) -> list[Path]:
+    """Every figure the inputs allow (see the module docstring); returns the files written.
+
+    Raises
+    ------
+    ResultsError
+        For inputs without runs, or an unknown format.
+    """
+    bad = [f for f in formats if f not in ("png", "svg", "pdf")]
+    if bad or not formats:
+        raise ResultsError(f"--formats: unknown {', '.join(bad) or '(none given)'}; valid: png, svg, pdf")
+    runs, sweeps = collect(paths)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    if runs:
+        target = target_accuracy if target_accuracy is not None else float(runs[0].summary["target_accuracy"])
+        written += plot_throughput(runs, out, formats)
+        written += plot_wire_bytes(runs, out, formats)
+        for x in ("time", "iterations", "bytes"):
+            written += plot_convergence(runs, out, formats, x)
+        written += plot_time_to_accuracy(runs, out, formats, target)
+        for members in _groups(runs).values():
+            written += plot_timeline(members[0], out, formats)
+    for sw in sweeps:
+        for key in sw.grid:
+            if key not in (CODEC_KEY, SEED_KEY):
+                written += plot_sweep(sw, key, out, formats, target_accuracy)
+    return written
+
+
+__all__ = ["plot_all", "collect", "load_run", "find_run_dirs", "load_trace", "plot_timeline", "plot_sweep", "Run"]

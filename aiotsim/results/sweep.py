@@ -1,0 +1,242 @@
+"""Sweeps: a base scenario, a grid over any scenario keys, one run directory per grid point.
+
+A sweep file is TOML::
+
+    [sweep]
+    base = "../scenarios/iot10.toml"   # relative to the sweep file
+    name = "uplink"                    # optional; default: the file's stem
+    out = "runs/sweep-uplink"          # optional; default: runs/sweep-<name> (relative to the CWD)
+
+    [set]                              # optional: fixed overrides for every point
+    "scenario.iterations" = 100
+
+    [grid]                             # every combination of these values is one run
+    "network.uplink_mbps" = [1, 10, 100]
+    "compressor.name" = ["none", "2bit", "topk"]
+    "scenario.seed" = [1, 2, 3]
+
+:func:`load_sweep` validates every grid point before anything runs and reports all problems at once.
+Each point's run directory is ``OUT/runs/<hash>``, the first 12 hex digits of the SHA-256 of its
+resolved scenario TOML, so the same scenario always lands in the same directory: re-running a sweep
+skips every point whose directory already holds a complete run (``summary.json`` with
+``complete: true``) and runs only the rest. Nothing already computed is redone or lost after an
+interruption.
+
+The sweep directory also holds ``sweep.json`` (the grid and each point's values and run directory,
+which is what ``aiotsim plot`` reads) and ``sweep.csv``, the index: the grid values, the status and
+the key summary metrics of every point, rewritten as runs finish.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiotsim.config import read_toml, scenario_from_dict
+from aiotsim.errors import ConfigError, ResultsError
+from aiotsim.results.compare import variant_data
+from aiotsim.results.parallel import Job
+from aiotsim.results.store import is_run_dir, read_summary
+
+SWEEP_KEYS = {"base", "name", "out"}
+# Summary metrics copied into sweep.csv, in this order.
+INDEX_METRICS = (
+    "throughput_samples_per_s", "sim_time_s", "bytes_up", "bytes_down", "wire_bytes_up", "wire_bytes_down",
+    "compression_ratio", "final_accuracy", "time_to_accuracy_s", "compute_share", "comm_share",
+)
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One grid point: its values (``{"network.uplink_mbps": 10, ...}``), resolved scenario and key."""
+
+    values: dict[str, Any]
+    scenario_toml: str
+    key: str  # 12 hex digits of sha256(scenario_toml)
+
+    def label(self) -> str:
+        """``"uplink_mbps=10 name=2bit"`` (the key part after the section)."""
+        return " ".join(f"{k.partition('.')[2]}={v}" for k, v in self.values.items())
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A validated sweep: the grid, its points (in grid order) and the sweep directory."""
+
+    path: Path
+    name: str
+    base: Path
+    fixed: dict[str, Any]
+    grid: dict[str, list[Any]]
+    points: list[SweepPoint]
+    out_dir: Path
+
+    def run_dir(self, point: SweepPoint) -> Path:
+        """Where ``point`` runs: ``OUT/runs/<hash>``."""
+        return self.out_dir / "runs" / point.key
+
+    def jobs(self, device: str = "auto") -> list[Job]:
+        """A job per distinct point (points resolving to the same scenario share a run)."""
+        seen: set[str] = set()
+        out = []
+        for p in self.points:
+            if p.key not in seen:
+                seen.add(p.key)
+                out.append(Job(p.label(), p.scenario_toml, str(self.run_dir(p)), device))
+        return out
+
+    def pending(self, device: str = "auto") -> list[Job]:
+        """The jobs whose run directory does not hold a complete run yet."""
+        return [j for j in self.jobs(device) if not is_run_dir(j.out_dir)]
+
+
+def scenario_key(scenario_toml: str) -> str:
+    """The run directory name of a resolved scenario: 12 hex digits of its SHA-256."""
+    return hashlib.sha256(scenario_toml.encode()).hexdigest()[:12]
+
+
+def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
+    """Read a sweep file and validate every grid point.
+
+    Parameters
+    ----------
+    path : the sweep TOML file.
+    out_dir : sweep directory (default: ``[sweep] out``, else ``runs/sweep-<name>``).
+
+    Raises
+    ------
+    ConfigError
+        Every problem at once: the file's own structure (unknown tables or keys, a grid value that
+        is not a non-empty list, a key not of the form ``section.key``) and each grid point that
+        does not validate (unknown scenario key, bad value), each distinct message once.
+    """
+    p = Path(path)
+    data = read_toml(p)
+    where = str(p)
+    problems: list[str] = []
+    for table in data:
+        if table not in ("sweep", "set", "grid"):
+            problems.append(f"{where}: [{table}]: unknown table; valid: [sweep], [set], [grid]")
+    head = data.get("sweep", {})
+    if not isinstance(head, dict):
+        head = {}
+        problems.append(f"{where}: sweep: must be a table ([sweep])")
+    for k in head:
+        if k not in SWEEP_KEYS:
+            problems.append(f"{where}: sweep.{k}: unknown key; valid: {', '.join(sorted(SWEEP_KEYS))}")
+    base_rel = head.get("base")
+    base: Path | None = None
+    if not isinstance(base_rel, str):
+        problems.append(f"{where}: sweep.base: required, the base scenario file (relative to the sweep file)")
+    else:
+        base = (p.parent / base_rel) if not Path(base_rel).is_absolute() else Path(base_rel)
+        if not base.is_file():
+            problems.append(f"{where}: sweep.base: no such scenario file {str(base)!r}")
+            base = None
+    fixed = data.get("set", {})
+    grid = data.get("grid", {})
+    for table, content in (("set", fixed), ("grid", grid)):
+        if not isinstance(content, dict):
+            problems.append(f"{where}: {table}: must be a table of \"section.key\" = value")
+            continue
+        for k in content:
+            if k.count(".") != 1 or not all(k.partition(".")[::2]):
+                problems.append(f'{where}: {table}."{k}": must be "section.key", e.g. "network.uplink_mbps"')
+    if isinstance(grid, dict):
+        if not grid:
+            problems.append(f'{where}: grid: empty; give at least one "section.key" = [values]')
+        for k, v in grid.items():
+            if not isinstance(v, list) or not v:
+                problems.append(f'{where}: grid."{k}": must be a non-empty list of values, got {v!r}')
+    name = head.get("name", p.stem)
+    if problems or base is None:
+        raise ConfigError(problems)
+    base_data = read_toml(base)
+    keys = list(grid)
+    points: list[SweepPoint] = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        values = dict(zip(keys, combo))
+        try:
+            sc = scenario_from_dict(variant_data(base_data, {**fixed, **values}), source=where)
+        except ConfigError as exc:
+            problems.extend(q for q in exc.problems if q not in problems)
+            continue
+        toml = sc.to_toml()
+        points.append(SweepPoint(values, toml, scenario_key(toml)))
+    if problems:
+        raise ConfigError(problems)
+    out = Path(out_dir) if out_dir is not None else Path(head.get("out", f"runs/sweep-{name}"))
+    return Sweep(p, str(name), base, dict(fixed), {k: list(v) for k, v in grid.items()}, points, out)
+
+
+# ---- the sweep directory ----------------------------------------------------------------------------
+def write_manifest(sweep: Sweep) -> Path:
+    """``sweep.json``: name, base, fixed overrides, grid, and each point's values and run directory."""
+    sweep.out_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "name": sweep.name,
+        "sweep_file": str(sweep.path),
+        "base": str(sweep.base),
+        "set": sweep.fixed,
+        "grid": sweep.grid,
+        "points": [{"values": pt.values, "key": pt.key, "run_dir": f"runs/{pt.key}"} for pt in sweep.points],
+    }
+    path = sweep.out_dir / "sweep.json"
+    _atomic(path, json.dumps(manifest, indent=2))
+    return path
+
+
+def write_index(sweep: Sweep) -> Path:
+    """``sweep.csv``: a row per grid point with its values, status, key metrics and run directory.
+
+    Reads only the run directories, so it can be rewritten at any time (it is, after every run).
+    """
+    path = sweep.out_dir / "sweep.csv"
+    sweep.out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([*sweep.grid, "status", *INDEX_METRICS, "run_dir"])
+        for pt in sweep.points:
+            d = sweep.run_dir(pt)
+            try:
+                s = read_summary(d)
+                status = s.get("status", "complete" if s.get("complete") else "incomplete")
+            except ResultsError:
+                s, status = {}, "pending"
+            metrics = ["" if s.get(m) is None else s[m] for m in INDEX_METRICS]
+            w.writerow([*pt.values.values(), status, *metrics, os.path.relpath(d, sweep.out_dir)])
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
+    """The ``sweep.json`` of a sweep directory."""
+    path = Path(sweep_dir) / "sweep.json"
+    if not path.is_file():
+        raise ResultsError(f"{sweep_dir}: no sweep.json (not a sweep directory)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+
+
+def is_sweep_dir(path: str | Path) -> bool:
+    """True when ``path`` holds a ``sweep.json``."""
+    return (Path(path) / "sweep.json").is_file()
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+__all__ = ["Sweep", "SweepPoint", "load_sweep", "scenario_key", "write_manifest", "write_index",
+           "read_manifest", "is_sweep_dir", "INDEX_METRICS"]
