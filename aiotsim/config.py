@@ -101,6 +101,17 @@ class TrainingSection:
     weight_decay: float = _opt(0.0, "L2 weight decay", non_negative)
     eval_every: int = _opt(25, "evaluate the global model every this many iterations", positive)
     target_accuracy: float = _opt(0.9, "accuracy for time-to-accuracy", unit_interval)
+    mode: str = _opt(
+        "sync",
+        "'sync' (wait for every online node), 'partial' (aggregate the first partial_k uploads), "
+        "'async' (apply each gradient on arrival; an iteration is one server update)",
+        choices=("sync", "partial", "async"),
+    )
+    partial_k: int = _opt(0, "uploads aggregated per iteration in partial mode (1..nodes)", non_negative)
+    late: str = _opt(
+        "drop", "partial mode: uploads that miss their iteration are 'drop'ped or 'apply'd late (stale)",
+        choices=("drop", "apply"),
+    )
 
 
 @dataclass(frozen=True)
@@ -129,13 +140,30 @@ class NodesSection:
         choices=("measured", "flops"),
     )
     server_device: str = _opt("host", "compute profile of the server (decode, aggregate, step)", choices="profiles")
+    gateway_device: str = _opt("jetson-nano", "compute profile of edge gateways (hierarchical)", choices="profiles")
+    radio: str = _opt("wifi", "radio profile of the nodes, for energy", choices="radios")
+    straggler_fraction: float = _opt(0.0, "fraction of nodes slowed down (seeded choice)", fraction)
+    straggler_factor: float = _opt(1.0, "slowdown factor of a straggler (x compute time and/or / link rate)", at_least(1.0))
+    straggler_kind: str = _opt("compute", "what a straggler slows: 'compute', 'link' or 'both'", choices=("compute", "link", "both"))
+    straggler_mode: str = _opt(
+        "fixed", "'fixed': the same seeded nodes are always slow; 'transient': each node is slow in "
+        "an iteration with probability straggler_fraction (compute only)", choices=("fixed", "transient"),
+    )
+    dropout_prob: float = _opt(0.0, "chance that an online node is offline at its next dispatch", fraction)
+    rejoin_prob: float = _opt(0.5, "chance that an offline node is back at its next dispatch", unit_interval)
+    residual_on_rejoin: str = _opt(
+        "keep", "a rejoining node's error-feedback residuals: 'keep' (sent later) or 'reset' (dropped)",
+        choices=("keep", "reset"),
+    )
+    retry_s: float = _opt(1.0, "async mode: seconds before an offline node is tried again", positive)
+    group: list[dict[str, Any]] = _opt([], "[[nodes.group]] blocks: heterogeneous node groups")
 
 
 @dataclass(frozen=True)
 class NetworkSection:
     """``[network]``: topology and link settings (Mbit/s = 1e6 bits/s)."""
 
-    topology: str = _opt("star", "network topology", choices=("star",))
+    topology: str = _opt("star", "network topology", choices=("star", "hierarchical", "ring", "shared-medium", "custom"))
     uplink_mbps: float = _opt(10.0, "node -> server link rate, Mbit/s", positive)
     downlink_mbps: float = _opt(10.0, "server -> node link rate, Mbit/s", positive)
     latency_ms: float = _opt(5.0, "one-way latency of a node's link, ms", non_negative)
@@ -144,6 +172,24 @@ class NetworkSection:
     header_bytes: int = _opt(40, "TCP/IP header bytes per packet", non_negative)
     loss: float = _opt(0.0, "packet loss probability", fraction)
     jitter_ms: float = _opt(0.0, "scale of the seeded latency jitter, ms", non_negative)
+    gateways: int = _opt(2, "hierarchical: edge gateways (nodes are split evenly across them)", positive)
+    backhaul_up_mbps: float = _opt(50.0, "hierarchical: gateway -> server link rate, Mbit/s", positive)
+    backhaul_down_mbps: float = _opt(50.0, "hierarchical: server -> gateway link rate, Mbit/s", positive)
+    backhaul_latency_ms: float = _opt(20.0, "hierarchical: one-way latency of the backhaul, ms", non_negative)
+    gateway_mode: str = _opt(
+        "reencode", "hierarchical: a gateway sends its nodes' summed gradient 're-encode'd with the "
+        "codec or 'dense' fp32", choices=("reencode", "dense"),
+    )
+    channel_mbps: float = _opt(10.0, "shared-medium: capacity of the one channel all nodes share, Mbit/s", positive)
+    link: list[dict[str, Any]] = _opt([], "custom: [[network.link]] from, to, mbps, latency_ms (+ loss, jitter_ms, mtu, directed)")
+    vertex: list[dict[str, Any]] = _opt([], "custom: [[network.vertex]] name, role (server/gateway/relay/node), aggregator")
+
+
+@dataclass(frozen=True)
+class EnergySection:
+    """``[energy]``: how node energy is counted (device power x time + radio energy per bit)."""
+
+    include_idle: bool = _opt(False, "also charge idle power while a node waits (J)")
 
 
 SECTIONS: dict[str, type] = {
@@ -154,6 +200,7 @@ SECTIONS: dict[str, type] = {
     "compressor": CompressorSection,
     "nodes": NodesSection,
     "network": NetworkSection,
+    "energy": EnergySection,
 }
 
 
@@ -168,6 +215,7 @@ class Scenario:
     compressor: CompressorSection = field(default_factory=CompressorSection)
     nodes: NodesSection = field(default_factory=NodesSection)
     network: NetworkSection = field(default_factory=NetworkSection)
+    energy: EnergySection = field(default_factory=EnergySection)
 
     def to_dict(self) -> dict[str, Any]:
         """Nested plain dict; compressor parameters are flattened into ``[compressor]``."""
@@ -217,14 +265,21 @@ def _profile_names() -> list[str]:
     return sorted(PROFILES)
 
 
+def _radio_names() -> list[str]:
+    from aiotsim.sim.energy import RADIOS
+
+    return sorted(RADIOS)
+
+
 _DYNAMIC_CHOICES: dict[str, Callable[[], list[str]]] = {
     "compressors": _compressor_names,
     "datasets": _dataset_names,
     "models": _model_names,
     "profiles": _profile_names,
+    "radios": _radio_names,
 }
 
-_WHAT = {"compressors": "compressor", "datasets": "dataset", "models": "model", "profiles": "device profile"}
+_WHAT = {"compressors": "compressor", "datasets": "dataset", "models": "model", "profiles": "device profile", "radios": "radio profile"}
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -236,10 +291,14 @@ def _type_ok(value: Any, annotation: Any) -> bool:
         return isinstance(value, bool)
     if annotation is str:
         return isinstance(value, str)
+    if typing.get_origin(annotation) is list:
+        return isinstance(value, list) and all(isinstance(v, dict) for v in value)
     return True
 
 
 def _type_label(annotation: Any) -> str:
+    if typing.get_origin(annotation) is list:
+        return "a list of tables ([[...]] blocks)"
     return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(annotation, str(annotation))
 
 
@@ -345,7 +404,97 @@ def cross_checks(s: Scenario) -> list[str]:
             f"training.eval_every: must be <= scenario.iterations (={s.scenario.iterations}), "
             f"got {s.training.eval_every}; the model would never be evaluated"
         )
+    n, topo, mode = s.nodes.count, s.network.topology, s.training.mode
+    if mode == "partial" and not 1 <= s.training.partial_k <= n:
+        out.append(f"training.partial_k: must be in 1..nodes.count (={n}) for mode = 'partial', got {s.training.partial_k}")
+    if s.nodes.straggler_mode == "transient" and s.nodes.straggler_kind != "compute":
+        out.append("nodes.straggler_kind: transient stragglers slow compute only; use straggler_kind = 'compute' "
+                   "or straggler_mode = 'fixed'")
+    if topo == "ring":
+        if n < 2:
+            out.append(f"nodes.count: a ring needs at least 2 nodes, got {n}")
+        if mode != "sync":
+            out.append(f"training.mode: ring all-reduce is synchronous; use mode = 'sync', got {mode!r}")
+        if s.nodes.dropout_prob > 0:
+            out.append("nodes.dropout_prob: a ring all-reduce needs every node; use 0 with topology = 'ring'")
+        out.extend(_ring_codec_problems(s.compressor.name))
+    if topo == "hierarchical":
+        if s.network.gateways > n:
+            out.append(f"network.gateways: must be <= nodes.count (={n}), got {s.network.gateways}")
+        if mode != "sync":
+            out.append(f"training.mode: hierarchical aggregation is synchronous; use mode = 'sync', got {mode!r}")
+    if topo == "custom" and not s.network.link:
+        out.append("network.link: topology = 'custom' needs [[network.link]] blocks (from, to, mbps, latency_ms)")
+    if topo != "custom" and (s.network.link or s.network.vertex):
+        out.append(f"network.link: [[network.link]]/[[network.vertex]] blocks need topology = 'custom', got {topo!r}")
+    out.extend(_group_problems(s))
+    if not out and topo == "custom":
+        from aiotsim.errors import TopologyError
+        from aiotsim.sim.topologies import build_topology
+
+        try:
+            problems = build_topology(s).validate()
+            out.extend(f"network: {p}" for p in problems)
+        except TopologyError as exc:
+            out.extend(f"network: {line}" for line in exc.message.splitlines())
     return out
+
+
+GROUP_KEYS: dict[str, tuple[type, Check | None]] = {
+    "name": (str, None),
+    "count": (int, positive),
+    "device": (str, None),
+    "radio": (str, None),
+    "uplink_mbps": (float, positive),
+    "downlink_mbps": (float, positive),
+    "latency_ms": (float, non_negative),
+    "loss": (float, fraction),
+    "jitter_ms": (float, non_negative),
+    "share": (float, positive),
+    "slowdown": (float, at_least(1.0)),
+}
+
+
+def _group_problems(s: Scenario) -> list[str]:
+    """Problems of the ``[[nodes.group]]`` blocks, each named ``nodes.group[k].key``."""
+    out: list[str] = []
+    groups = s.nodes.group
+    if not groups:
+        return out
+    names = {"device": _profile_names(), "radio": _radio_names()}
+    total = 0
+    for k, g in enumerate(groups):
+        where = f"nodes.group[{k}]"
+        if "count" not in g:
+            out.append(f"{where}.count: missing; every group needs a node count")
+        for key, value in g.items():
+            if key not in GROUP_KEYS:
+                out.append(f"{where}.{key}: unknown key{_did_you_mean(key, list(GROUP_KEYS))}; valid: {', '.join(GROUP_KEYS)}")
+                continue
+            typ, check = GROUP_KEYS[key]
+            if not _type_ok(value, typ):
+                out.append(f"{where}.{key}: must be {_type_label(typ)}, got {value!r}")
+                continue
+            if key in names and value not in names[key]:
+                out.append(f"{where}.{key}: unknown {key} {value!r}{_did_you_mean(value, names[key])}; valid: {', '.join(names[key])}")
+            elif check is not None and (msg := check(value)):
+                out.append(f"{where}.{key}: {msg}")
+        if isinstance(g.get("count"), int):
+            total += g["count"]
+    if not out and total != s.nodes.count:
+        out.append(f"nodes.count: must equal the sum of the groups' counts (={total}), got {s.nodes.count}")
+    return out
+
+
+def _ring_codec_problems(name: str) -> list[str]:
+    from aiotsim.compress.registry import codec_names, get_codec_class
+
+    if name not in codec_names():
+        return []
+    if get_codec_class(name).supports_ring():
+        return []
+    ok = [c for c in codec_names() if get_codec_class(c).supports_ring()]
+    return [f"compressor.name: {name!r} cannot be summed hop by hop in a ring all-reduce; codecs that can: {', '.join(ok)}"]
 
 
 def parse_override(text: str) -> tuple[str, Any]:

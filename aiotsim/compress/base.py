@@ -210,6 +210,13 @@ class Codec(ABC):
             raise CodecError(f"aggregate({layer.name}): no gradients to aggregate")
         return torch.stack(decoded).mean(dim=0)
 
+    @classmethod
+    def supports_ring(cls) -> bool:
+        """Whether a ring all-reduce can carry this codec: each hop decodes, adds its own
+        gradient and re-encodes, which is only the codec's aggregation when that is a mean.
+        Codecs that aggregate otherwise (signSGD's majority vote) cannot."""
+        return cls.aggregate is Codec.aggregate
+
     # ---- description -----------------------------------------------------------------------
     @classmethod
     def param_docs(cls) -> list[tuple[str, Any, str]]:

@@ -315,6 +315,15 @@ class Network:
             self.env.timeout(0).callbacks.append(self._on_update)
         return event
 
+    def wire_bytes_for(self, src: str, dst: str, nbytes: int) -> float:
+        """Wire bytes a transfer of ``nbytes`` from ``src`` to ``dst`` would put on its path
+        (the same figure :meth:`send` charges), without sending anything."""
+        path = self._path(src, dst)
+        if not path.links:
+            return 0.0
+        fmt = path.fmt
+        return wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)
+
     @property
     def active_flows(self) -> list[FlowState]:
         """Flows being drained now, with their current rates (bits/s) and remaining wire bytes."""

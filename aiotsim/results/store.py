@@ -37,6 +37,7 @@ METRIC_FIELDS = (
     "agg_bytes",  # bytes of the aggregated update coded sparsely (seed 001's aggregated size)
     "contributors",  # gradients aggregated this iteration
     "staleness",  # mean staleness (model versions) of the aggregated gradients
+    "energy_j",  # energy charged to the sensor nodes since the previous row, J
 )
 EVAL_FIELDS = ("iteration", "sim_time_s", "accuracy", "loss")
 

@@ -1,15 +1,32 @@
-"""The simulation engine: SimPy processes for nodes and the aggregator around real learning.
+"""The simulation engine: SimPy processes for nodes, gateways and the server around real learning.
 
 One synchronous iteration on a star (DESIGN.md):
 
-    node i : gradient on its batch (real torch) -> timeout(compute time) -> encode every layer
-             (real codec) -> timeout(encode time) -> network.send(node i -> server, payload bytes)
-    server : wait for the uploads -> decode + aggregate (real) -> timeout(decode time) ->
-             optimizer step -> network.send(server -> node i, downlink bytes) for every node
+    node i : [download the model] -> gradient on its batch (real torch) -> timeout(compute) ->
+             encode every layer (real codec) -> timeout(encode) -> send(node i -> aggregator)
+    server : wait for the uploads -> decode + aggregate (real) -> timeout(decode) -> optimizer
+             step -> dispatch the next round (downlink + work) to every online node
+
+A *dispatch* is one node round: the downlink that brings the node the model version it will work
+on, then compute, encode and upload. The server loop decides whom to dispatch and how many uploads
+make an iteration:
+
+``sync``     every online node; the server waits for all of them.
+``partial``  the server aggregates the first ``partial_k`` fresh uploads; uploads of older versions
+             that arrive meanwhile are dropped or applied late (``late``), and their nodes are
+             dispatched again at once with the current model.
+``async``    each upload is applied on arrival (an iteration is one server update) and its node is
+             dispatched again; staleness = versions the server moved on since the node's download.
+
+In ``hierarchical`` (and custom topologies with gateways) a node's aggregator is its gateway: the
+gateway decodes and averages its nodes' uploads, re-encodes the result with the codec (its own
+residuals) or sends it dense, and the server averages the gateways weighted by node counts; the
+downlink crosses the backhaul once per gateway and fans out from there. A ``ring`` runs a ring
+all-reduce instead (:mod:`aiotsim.sim.ring`).
 
 Simulated time advances only through the compute model (``timeout``) and the network (``send``);
-the real computations run in between, in wall-clock time that the compute model may measure.
-Every node holds the same model version in synchronous mode, so the engine keeps one global model.
+the real computations run in between, in wall-clock time that the ``measured`` model scales.
+Nodes that work on an older version (partial, async) compute on a snapshot of that version.
 """
 
 from __future__ import annotations
@@ -20,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import simpy
 import torch
 
@@ -33,11 +51,13 @@ from aiotsim.learn.datasets import load_dataset
 from aiotsim.learn.models import build_model, layer_infos
 from aiotsim.learn.partition import partition
 from aiotsim.network.flows import Network
-from aiotsim.network.topology import Topology
 from aiotsim.results.store import RunWriter
+from aiotsim.sim.energy import EnergyMeter, get_radio
+from aiotsim.sim.topologies import NodeSpec, build_topology, node_layout
 from aiotsim.sim.trace import TraceRecorder
 
 SERVER = "server"
+Proc = Generator[simpy.Event, Any, Any]
 
 
 @dataclass
@@ -53,15 +73,41 @@ class Progress:
 
 @dataclass
 class Upload:
-    """One node's contribution to an iteration."""
+    """One message arriving at an aggregator: a node's gradient, or a gateway's average."""
 
-    node: int
-    payloads: list[Payload]
-    loss: float
-    compute_s: float
-    encode_s: float
-    bytes: int
-    wire_bytes: float
+    source: str  # vertex that sent it
+    nodes: list[int]  # sensor nodes whose gradients it carries
+    version: int  # model version the gradients were computed on
+    payloads: list[Payload]  # one per layer
+    losses: list[float]  # training loss per contributing node
+    compute_s: list[float]  # simulated compute time per contributing node
+    encode_s: list[float]  # simulated encode time per contributing node
+    dense: bool = False  # payloads are dense fp32 (gateway_mode = "dense")
+
+
+@dataclass
+class NodeState:
+    """What the engine tracks about one sensor node between rounds."""
+
+    spec: NodeSpec
+    compute: ComputeModel
+    energy: EnergyMeter
+    rng: np.random.Generator  # availability and transient stragglers
+    held_version: int = 0  # model version the node holds
+    dispatched_version: int = 0  # version of its latest dispatch (held once the download arrives)
+    busy: bool = False  # dispatched and its upload not yet arrived
+    online: bool = True
+
+
+@dataclass
+class Window:
+    """Traffic and energy since the last metrics row (counted when a send starts)."""
+
+    bytes_up: int = 0
+    bytes_down: int = 0
+    wire_up: float = 0.0
+    wire_down: float = 0.0
+    energy_j: float = 0.0
 
 
 @dataclass
@@ -72,6 +118,8 @@ class Totals:
     bytes_down: int = 0
     wire_up: float = 0.0
     wire_down: float = 0.0
+    node_bytes_up: int = 0  # payload bytes of the sensor nodes' own uploads
+    dense_up: int = 0  # what those uploads would have been as dense fp32
     compute_s: float = 0.0
     encode_s: float = 0.0
     decode_s: float = 0.0
@@ -79,6 +127,9 @@ class Totals:
     agg_bytes: int = 0
     samples: int = 0
     iterations: int = 0
+    dropped: int = 0  # uploads that arrived too late and were discarded (partial, late = drop)
+    staleness_sum: float = 0.0
+    contributions: int = 0
     evals: list[tuple[int, float, float, float]] = field(default_factory=list)  # (it, t, acc, loss)
 
 
@@ -92,6 +143,10 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
 class Simulation:
     """A scenario made runnable: data, model, codecs, network and the SimPy processes.
 
@@ -103,19 +158,21 @@ class Simulation:
     """
 
     def __init__(self, scenario: Scenario, device: str = "auto", on_progress: Callable[[Progress], None] | None = None) -> None:
-        self.sc = scenario
+        self.sc = s = scenario
         self.device = resolve_device(device)
         self.on_progress = on_progress
-        s = scenario
         seed = s.scenario.seed
         self.n = s.nodes.count
+        self.mode = s.training.mode
 
         # ---- learning ------------------------------------------------------------------------
+        self.layout = node_layout(s)
         self.data = load_dataset(s.data.dataset, seed=seed, test_fraction=s.data.test_fraction)
         self.model = build_model(s.model.name, self.data.input_shape, self.data.num_classes, seed=seed).to(self.device)
         self.layers: list[LayerInfo] = layer_infos(self.model)
         self.params = list(self.model.parameters())
-        shards = partition(self.data.train_y, self.n, s.data.partition, s.data.alpha, seed=seed)
+        shares = [spec.share for spec in self.layout]
+        shards = partition(self.data.train_y, self.n, s.data.partition, s.data.alpha, seed=seed, shares=shares)
         self.streams = [
             BatchStream(self.data.train_x, self.data.train_y, shard, s.data.batch_size, seed=seed * 1000 + i, device=self.device)
             for i, shard in enumerate(shards)
@@ -125,16 +182,14 @@ class Simulation:
         test_n = s.data.eval_samples or len(self.data.test_y)
         self.test_x = self.data.test_x[:test_n].to(self.device)
         self.test_y = self.data.test_y[:test_n].to(self.device)
+        self.dense_model_bytes = sum(L.dense_nbytes for L in self.layers)
 
         # ---- codecs: one instance serves every node; state per node and layer ----------------
         self.codec: Codec = build_codec(s.compressor.name, s.compressor.params, seed=seed)
-        dense = build_codec("none", seed=seed)
-        self.layer_codecs = [self.codec if L.numel >= s.compressor.min_size else dense for L in self.layers]
-        self.states: list[list[CodecState]] = [
-            [c.init_state(L, self.device, node=i) for c, L in zip(self.layer_codecs, self.layers)] for i in range(self.n)
-        ]
-        # the server's own states, for a compressed (bidirectional) downlink
-        self.server_states = [c.init_state(L, self.device, node=-1) for c, L in zip(self.layer_codecs, self.layers)]
+        self.dense: Codec = build_codec("none", seed=seed)
+        self.layer_codecs = [self.codec if L.numel >= s.compressor.min_size else self.dense for L in self.layers]
+        self.states: list[list[CodecState]] = [self.new_states(i) for i in range(self.n)]
+        self.server_states = self.new_states(-1)  # compressed (bidirectional) downlink
         momentum = 0.0 if self.codec.absorbs_momentum else s.training.momentum
         if s.training.optimizer == "sgd":
             self.optimizer: torch.optim.Optimizer = torch.optim.SGD(
@@ -143,102 +198,245 @@ class Simulation:
         else:
             self.optimizer = torch.optim.Adam(self.params, lr=s.training.lr, weight_decay=s.training.weight_decay)
 
-        # ---- compute-time models ----------------------------------------------------------------
-        self.node_compute = ComputeModel(s.nodes.compute_model, get_profile(s.nodes.device))
+        # ---- nodes: compute models, energy, availability ---------------------------------------
+        self.nodes = [self._node_state(spec) for spec in self.layout]
         self.server_compute = ComputeModel(s.nodes.compute_model, get_profile(s.nodes.server_device))
+        self.gateway_compute = ComputeModel(s.nodes.compute_model, get_profile(s.nodes.gateway_device))
 
         # ---- network ----------------------------------------------------------------------------
         self.env = simpy.Environment()
-        self.topology = self._build_topology()
+        self.topology = build_topology(s, self.layout)
         self.net = Network(self.env, self.topology, seed=seed)
+        self.gateways = self.topology.gateways if s.network.topology != "ring" else []
+        self.aggregator = {i: self.topology.aggregator_of(node_name(i)) for i in range(self.n)} if s.network.topology != "ring" else {}
+        self.gateway_states = {gw: self.new_states(100_000 + k) for k, gw in enumerate(self.gateways)}
+        self.mailbox: dict[str, simpy.Store] = {v: simpy.Store(self.env) for v in [SERVER, *self.gateways]}
         self.trace = TraceRecorder()
         self.totals = Totals()
+        self.window = Window()
+        self.version = 0
+        self.snapshots: dict[int, list[torch.Tensor]] = {}
+        self._last_row_time = 0.0
+        self._writer: RunWriter | None = None
 
     # ------------------------------------------------------------------------------------------
-    def _build_topology(self) -> Topology:
-        nw = self.sc.network
-        mbps = 1e6  # bits/s per Mbit/s
-        return Topology.star(
-            self.n,
-            uplink_bps=nw.uplink_mbps * mbps,
-            downlink_bps=nw.downlink_mbps * mbps,
-            latency_s=nw.latency_ms / 1e3,
-            server_bps=nw.server_mbps * mbps,
-            mtu=nw.mtu,
-            header_bytes=nw.header_bytes,
-            loss=nw.loss,
-            jitter_s=nw.jitter_ms / 1e3,
-        )
+    def new_states(self, owner: int) -> list[CodecState]:
+        """Fresh codec states, one per layer, for node (or gateway/server) id ``owner``."""
+        return [c.init_state(L, self.device, node=owner) for c, L in zip(self.layer_codecs, self.layers)]
+
+    def _node_state(self, spec: NodeSpec) -> NodeState:
+        s = self.sc
+        profile = get_profile(spec.device)
+        meter = EnergyMeter(profile.power_active_w, profile.power_idle_w, get_radio(spec.radio))
+        compute = ComputeModel(s.nodes.compute_model, profile, slowdown=spec.compute_slowdown)
+        rng = np.random.default_rng([s.scenario.seed, 0xA11, spec.index])
+        return NodeState(spec, compute, meter, rng)
+
+    # ---- traffic accounting ------------------------------------------------------------------
+    def send(self, src: str, dst: str, nbytes: int, direction: str, tag: str) -> simpy.Event:
+        """Start a transfer and count it in the current metrics window (``direction``: up/down)."""
+        wire = self.net.wire_bytes_for(src, dst, nbytes)
+        w = self.window
+        if direction == "up":
+            w.bytes_up += nbytes
+            w.wire_up += wire
+        else:
+            w.bytes_down += nbytes
+            w.wire_down += wire
+        for end, charge in ((src, "sent"), (dst, "received")):
+            if end.startswith("node") and end[4:].isdigit():
+                w.energy_j += getattr(self.nodes[int(end[4:])].energy, charge)(wire)
+        return self.net.send(src, dst, nbytes, tag=tag)
 
     # ---- node side ---------------------------------------------------------------------------
-    def compute_gradient(self, i: int) -> tuple[list[torch.Tensor], float, float, list[torch.Tensor] | None]:
-        """Node ``i``'s real gradient on its next batch: ``(grads, loss, simulated compute s, sq)``."""
+    def availability(self, i: int) -> bool:
+        """One step of node ``i``'s seeded on/off Markov chain; True if it can work now."""
+        st, nd = self.nodes[i], self.sc.nodes
+        if nd.dropout_prob == 0.0 and st.online:
+            return True
+        u = st.rng.random()
+        was_online = st.online
+        st.online = u >= nd.dropout_prob if was_online else u < nd.rejoin_prob
+        if st.online and not was_online and nd.residual_on_rejoin == "reset":
+            for state in self.states[i]:
+                state.residual = None
+        return st.online
+
+    def compute_gradient(self, i: int, params: list[torch.Tensor] | None) -> tuple[list[torch.Tensor], float, float, list[torch.Tensor] | None]:
+        """Node ``i``'s real gradient on its next batch: ``(grads, loss, simulated s, sq grads)``."""
+        st = self.nodes[i]
         x, y = self.streams[i].next()
-        res = self.computer.gradient(None, x, y, per_sample_sq=self.codec.needs_sq_grad)
-        t = self.node_compute.compute_time(res.wall_s, self.flops_per_batch)
+        res = self.computer.gradient(params, x, y, per_sample_sq=self.codec.needs_sq_grad)
+        t = st.compute.compute_time(res.wall_s, self.flops_per_batch)
+        nd = self.sc.nodes
+        if nd.straggler_mode == "transient" and nd.straggler_fraction > 0 and st.rng.random() < nd.straggler_fraction:
+            t *= nd.straggler_factor
         return res.grads, res.loss, t, res.sq_grads
 
-    def encode(self, i: int, grads: list[torch.Tensor], sq: list[torch.Tensor] | None) -> tuple[list[Payload], float]:
-        """Encode every layer of node ``i``'s gradient: ``(payloads, simulated encode s)``."""
-        states = self.states[i]
+    def encode_layers(self, grads: list[torch.Tensor], states: list[CodecState], sq: list[torch.Tensor] | None = None,
+                      codecs: list[Codec] | None = None) -> tuple[list[Payload], float]:
+        """Encode every layer: ``(payloads, wall seconds)``."""
+        codecs = codecs or self.layer_codecs
         _sync(self.device)
         t0 = time.perf_counter()
         payloads = []
-        for j, (codec, layer, g) in enumerate(zip(self.layer_codecs, self.layers, grads)):
+        for j, (codec, layer, g) in enumerate(zip(codecs, self.layers, grads)):
             if sq is not None:
                 states[j].sq_grad = sq[j]
             payloads.append(codec.encode(g, layer, states[j]))
         _sync(self.device)
-        wall = time.perf_counter() - t0
-        return payloads, self._codec_time(self.node_compute, wall, 1)
+        return payloads, time.perf_counter() - t0
 
-    def _codec_time(self, model: ComputeModel, wall_s: float, copies: int) -> float:
+    def codec_time(self, model: ComputeModel, wall_s: float, copies: int = 1) -> float:
+        """Simulated seconds of encoding/decoding the whole model ``copies`` times."""
         elements = sum(L.numel for L in self.layers) * copies
         return model.codec_time(wall_s, elements, self.codec.encode_flops_per_element)
 
-    def node_process(self, i: int, it: int) -> Generator[simpy.Event, Any, Upload]:
-        """SimPy process: one node's compute, encode and upload for iteration ``it``."""
-        name = node_name(i)
-        t0 = self.env.now
-        grads, loss, compute_s, sq = self.compute_gradient(i)
-        yield self.env.timeout(compute_s)
-        self.trace.span(name, "compute", t0, compute_s, iteration=it)
-        payloads, encode_s = self.encode(i, grads, sq)
-        t1 = self.env.now
-        yield self.env.timeout(encode_s)
-        self.trace.span(name, "encode", t1, encode_s, iteration=it)
+    def downlink_bytes(self, i: int) -> int:
+        """Payload bytes node ``i`` must download to hold the current version: the update
+        (``union``/``compressed`` downlink) when it holds the previous version, else the model."""
+        if self.sc.compressor.downlink != "model" and self.nodes[i].held_version == self.version - 1:
+            return self._update_bytes
+        return self.dense_model_bytes
+
+    def node_round(self, i: int, version: int, download: simpy.Event | None, work: bool) -> Proc:
+        """SimPy process: node ``i`` receives model ``version`` (if ``download``) and, if ``work``,
+        computes, encodes and uploads a gradient on it."""
+        env, st, name = self.env, self.nodes[i], node_name(i)
+        if download is not None:
+            yield download
+        st.held_version = version
+        if not work:
+            st.busy = False
+            return
+        t0 = env.now
+        params = self.snapshots.get(version) if self.mode != "sync" else None
+        grads, loss, compute_s, sq = self.compute_gradient(i, params)
+        yield env.timeout(compute_s)
+        self.trace.span(name, "compute", t0, compute_s, version=version)
+        payloads, wall = self.encode_layers(grads, self.states[i], sq)
+        encode_s = st.compute.codec_time(wall, sum(L.numel for L in self.layers), self.codec.encode_flops_per_element)
+        t1 = env.now
+        yield env.timeout(encode_s)
+        self.trace.span(name, "encode", t1, encode_s, version=version)
+        self.window.energy_j += st.energy.busy(compute_s + encode_s)
         nbytes = sum(p.nbytes for p in payloads)
-        tr = yield self.net.send(name, SERVER, nbytes, tag=f"up{it}")
-        self.trace.transfer(tr, "upload", iteration=it)
-        return Upload(i, payloads, loss, compute_s, encode_s, nbytes, tr.wire_bytes)
+        self.totals.node_bytes_up += nbytes
+        self.totals.dense_up += self.dense_model_bytes
+        dst = self.aggregator[i]
+        tr = yield self.send(name, dst, nbytes, "up", f"up v{version}")
+        self.trace.transfer(tr, "upload", version=version)
+        yield self.mailbox[dst].put(Upload(name, [i], version, payloads, [loss], [compute_s], [encode_s]))
+
+    def dispatch(self, nodes: list[int], work: bool = True) -> list[simpy.Process]:
+        """Start a round on each of ``nodes``: downlink (via its gateway) and, if ``work``, the
+        gradient. Nodes already holding the current version download nothing."""
+        procs = []
+        fanout: dict[str, simpy.Event] = {}
+        for i in nodes:
+            st = self.nodes[i]
+            st.busy = work
+            st.dispatched_version = self.version
+            download = None
+            if st.held_version != self.version:
+                nbytes = self.downlink_bytes(i)
+                gw = self.aggregator[i]
+                if gw != SERVER:
+                    if gw not in fanout:  # one copy crosses the backhaul, then fans out
+                        fanout[gw] = self.env.process(self._hop(SERVER, gw, nbytes))
+                    download = self.env.process(self._hop(gw, node_name(i), nbytes, after=fanout[gw]))
+                else:
+                    download = self.env.process(self._hop(SERVER, node_name(i), nbytes))
+            procs.append(self.env.process(self.node_round(i, self.version, download, work)))
+        return procs
+
+    def _hop(self, src: str, dst: str, nbytes: int, after: simpy.Event | None = None) -> Proc:
+        if after is not None:
+            yield after
+        tr = yield self.send(src, dst, nbytes, "down", f"down v{self.version}")
+        self.trace.transfer(tr, "download", version=self.version)
+        return tr
+
+    def dispatch_round(self, work: bool = True) -> tuple[list[int], list[simpy.Process]]:
+        """Dispatch every idle node that is online; returns ``(nodes, processes)``."""
+        chosen = [i for i in range(self.n) if not self.nodes[i].busy and self.availability(i)]
+        procs = self.dispatch(chosen, work)
+        if work:
+            self._start_gateways(chosen)
+        return chosen, procs
+
+    # ---- gateways ---------------------------------------------------------------------------
+    def _start_gateways(self, chosen: list[int]) -> None:
+        by_gw: dict[str, list[int]] = {}
+        for i in chosen:
+            if self.aggregator[i] != SERVER:
+                by_gw.setdefault(self.aggregator[i], []).append(i)
+        for gw, members in by_gw.items():
+            self.env.process(self.gateway_round(gw, members))
+
+    def gateway_round(self, gw: str, members: list[int]) -> Proc:
+        """SimPy process: gateway ``gw`` waits for its ``members``' uploads, averages them, and
+        forwards one message (re-encoded with its own residuals, or dense) to the server."""
+        env = self.env
+        ups: list[Upload] = []
+        while len(ups) < len(members):
+            ups.append((yield self.mailbox[gw].get()))
+        t0 = env.now
+        agg, wall = self.decode_aggregate(ups)
+        if self.sc.network.gateway_mode == "dense":
+            payloads, enc_wall = self.encode_layers(agg, self.gateway_states[gw], codecs=[self.dense] * len(self.layers))
+        else:
+            payloads, enc_wall = self.encode_layers(agg, self.gateway_states[gw])
+        busy = self.codec_time(self.gateway_compute, wall + enc_wall, len(ups) + 1)
+        yield env.timeout(busy)
+        self.trace.span(gw, "aggregate", t0, busy)
+        nbytes = sum(p.nbytes for p in payloads)
+        tr = yield self.send(gw, self.topology.aggregator_of(gw), nbytes, "up", f"up v{ups[0].version}")
+        self.trace.transfer(tr, "upload", version=ups[0].version)
+        merged = Upload(
+            gw, [i for u in ups for i in u.nodes], min(u.version for u in ups), payloads,
+            [x for u in ups for x in u.losses], [x for u in ups for x in u.compute_s],
+            [x for u in ups for x in u.encode_s], dense=self.sc.network.gateway_mode == "dense",
+        )
+        yield self.mailbox[SERVER].put(merged)
 
     # ---- server side ---------------------------------------------------------------------------
-    def aggregate(self, uploads: list[Upload]) -> tuple[list[torch.Tensor], float]:
-        """Decode and aggregate every layer: ``(aggregated update per layer, simulated s)``."""
+    def decode_aggregate(self, uploads: list[Upload]) -> tuple[list[torch.Tensor], float]:
+        """Decode every upload and aggregate per layer, weighting each by its node count.
+
+        Returns ``(aggregate per layer, wall seconds)``. A codec whose aggregation is not a mean
+        (signSGD's majority vote) aggregates the messages unweighted.
+        """
         _sync(self.device)
         t0 = time.perf_counter()
+        weights = [len(u.nodes) for u in uploads]
+        mean_codec = self.codec.supports_ring()
         agg = []
         for j, (codec, layer) in enumerate(zip(self.layer_codecs, self.layers)):
-            decoded = [codec.decode(u.payloads[j], layer) for u in uploads]
-            agg.append(codec.aggregate(decoded, layer))
+            decoded = [(self.dense if u.dense else codec).decode(u.payloads[j], layer) for u in uploads]
+            if len(set(weights)) > 1 and mean_codec:
+                w = torch.tensor(weights, dtype=torch.float32, device=decoded[0].device)
+                stacked = torch.stack([d.float() for d in decoded])  # [uploads, *shape]
+                agg.append((torch.tensordot(w / w.sum(), stacked, dims=1)).to(layer.dtype))
+            else:
+                agg.append(codec.aggregate(decoded, layer))
         _sync(self.device)
-        wall = time.perf_counter() - t0
-        return agg, self._codec_time(self.server_compute, wall, len(uploads))
+        return agg, time.perf_counter() - t0
 
-    def downlink(self, agg: list[torch.Tensor]) -> tuple[list[torch.Tensor], int]:
-        """What the server sends back and applies: ``(update to apply, payload bytes per node)``.
+    def prepare_update(self, agg: list[torch.Tensor]) -> tuple[list[torch.Tensor], int]:
+        """What the server applies and what an up-to-date node downloads:
+        ``(update per layer, payload bytes of the update message)``.
 
-        ``model``: the dense fp32 parameters after the step (the update applied is ``agg``).
+        ``model``: the dense fp32 parameters (the update applied is ``agg``).
         ``union``: the aggregated update as a sparse message (its index set is the union).
         ``compressed``: ``agg`` re-encoded with the codec and the server's own residuals; the
         server applies what the nodes decode, so every replica stays identical.
         """
         mode = self.sc.compressor.downlink
         if mode == "model":
-            return agg, sum(L.dense_nbytes for L in self.layers)
+            return agg, self.dense_model_bytes
         if mode == "union":
-            nbytes = sum(self._sparse_message(a).nbytes for a in agg)
-            return agg, nbytes
+            return agg, sum(self._sparse_message(a).nbytes for a in agg)
         applied, nbytes = [], 0
         for j, (codec, layer) in enumerate(zip(self.layer_codecs, self.layers)):
             p = codec.encode(agg[j], layer, self.server_states[j])
@@ -263,68 +461,67 @@ class Simulation:
         """Accuracy and loss of the global model on the held-out test split."""
         return self.computer.evaluate(None, self.test_x, self.test_y)
 
-    def iteration(self, it: int, writer: RunWriter) -> Generator[simpy.Event, Any, None]:
-        """SimPy process body of one synchronous iteration."""
-        env, s = self.env, self.sc
-        t_start = env.now
-        procs = [env.process(self.node_process(i, it)) for i in range(self.n)]
-        done = yield env.all_of(procs)
-        uploads = [done[p] for p in procs]
-
+    def apply(self, it: int, uploads: list[Upload]) -> Proc:
+        """SimPy process: decode, aggregate, step; then the metrics row and any evaluation."""
+        env = self.env
         t_dec = env.now
-        agg, decode_s = self.aggregate(uploads)
-        applied, down_bytes = self.downlink(agg)
+        agg, wall = self.decode_aggregate(uploads)
+        applied, self._update_bytes = self.prepare_update(agg)
+        decode_s = self.codec_time(self.server_compute, wall, len(uploads))
         yield env.timeout(decode_s)
         self.trace.span(SERVER, "aggregate", t_dec, decode_s, iteration=it)
         self.step(applied)
-        agg_msgs = [self._sparse_message(a) for a in applied]
-        agg_nnz = sum(int(torch.count_nonzero(a)) for a in applied)
-        agg_bytes = sum(m.nbytes for m in agg_msgs)
-
-        sends = [self.net.send(SERVER, node_name(i), down_bytes, tag=f"down{it}") for i in range(self.n)]
-        got = yield env.all_of(sends)
-        wire_down = 0.0
-        for ev in sends:
-            tr = got[ev]
-            wire_down += tr.wire_bytes
-            self.trace.transfer(tr, "download", iteration=it)
+        self.version += 1
+        if self.mode != "sync":
+            self.snapshots[self.version] = [p.detach().clone() for p in self.params]
+            keep = {st.dispatched_version for st in self.nodes} | {self.version}
+            self.snapshots = {v: p for v, p in self.snapshots.items() if v in keep}
         for i in range(self.n):
             for j, (codec, layer) in enumerate(zip(self.layer_codecs, self.layers)):
                 codec.observe_global(applied[j], layer, self.states[i][j])
+        self._pending = (it, uploads, applied, decode_s)
 
-        iter_s = env.now - t_start
-        critical = max(u.compute_s + u.encode_s for u in uploads) + decode_s
+    def write_row(self, it: int, uploads: list[Upload], applied: list[torch.Tensor], decode_s: float) -> None:
+        """The metrics row of iteration ``it`` (traffic and energy since the previous row)."""
+        env, s, w = self.env, self.sc, self.window
+        agg_nnz = sum(int(torch.count_nonzero(a)) for a in applied)
+        agg_bytes = sum(self._sparse_message(a).nbytes for a in applied)
+        compute = [x for u in uploads for x in u.compute_s]
+        encode = [x for u in uploads for x in u.encode_s]
+        losses = [x for u in uploads for x in u.losses]
+        stale = [self.version - 1 - u.version for u in uploads for _ in u.nodes]
+        iter_s = env.now - self._last_row_time
+        self._last_row_time = env.now
+        critical = max((c + e for c, e in zip(compute, encode)), default=0.0) + decode_s
         row = {
             "iteration": it,
             "sim_time_s": env.now,
             "iter_time_s": iter_s,
-            "loss": sum(u.loss for u in uploads) / len(uploads),
-            "bytes_up": sum(u.bytes for u in uploads),
-            "bytes_down": down_bytes * self.n,
-            "wire_bytes_up": sum(u.wire_bytes for u in uploads),
-            "wire_bytes_down": wire_down,
-            "compute_s": sum(u.compute_s for u in uploads) / len(uploads),
-            "encode_s": sum(u.encode_s for u in uploads) / len(uploads),
+            "loss": _mean(losses),
+            "bytes_up": w.bytes_up,
+            "bytes_down": w.bytes_down,
+            "wire_bytes_up": w.wire_up,
+            "wire_bytes_down": w.wire_down,
+            "compute_s": _mean(compute),
+            "encode_s": _mean(encode),
             "decode_s": decode_s,
-            "comm_s": max(iter_s - critical, 0.0),
+            "comm_s": max(iter_s - critical, 0.0) if self.mode == "sync" else max(iter_s - decode_s, 0.0),
             "agg_nnz": agg_nnz,
             "agg_bytes": agg_bytes,
-            "contributors": len(uploads),
-            "staleness": 0.0,
+            "contributors": len(losses),
+            "staleness": _mean([float(x) for x in stale]),
+            "energy_j": w.energy_j,
         }
-        writer.write_metrics(row)
-        self._accumulate(row, s.data.batch_size * len(uploads))
+        self.emit_row(row, samples=s.data.batch_size * len(losses))
+        self.totals.staleness_sum += sum(stale)
+        self.totals.contributions += len(stale)
 
-        acc = None
-        if (it + 1) % s.training.eval_every == 0 or it + 1 == s.scenario.iterations:
-            acc, loss = self.evaluate()
-            writer.write_eval({"iteration": it, "sim_time_s": env.now, "accuracy": acc, "loss": loss})
-            self.totals.evals.append((it, env.now, acc, loss))
-        if self.on_progress:
-            self.on_progress(Progress(it + 1, s.scenario.iterations, env.now, row["loss"], acc))
-
-    def _accumulate(self, row: dict[str, Any], samples: int) -> None:
-        t = self.totals
+    def emit_row(self, row: dict[str, Any], samples: int) -> None:
+        """Write a metrics row, add it to the totals, evaluate if due, report progress."""
+        assert self._writer is not None
+        s, t = self.sc, self.totals
+        self._writer.write_metrics(row)
+        self.window = Window()
         t.bytes_up += row["bytes_up"]
         t.bytes_down += row["bytes_down"]
         t.wire_up += row["wire_bytes_up"]
@@ -336,11 +533,125 @@ class Simulation:
         t.agg_bytes += row["agg_bytes"]
         t.samples += samples
         t.iterations += 1
+        it = row["iteration"]
+        acc = None
+        if (it + 1) % s.training.eval_every == 0 or it + 1 == s.scenario.iterations:
+            acc, loss = self.evaluate()
+            self._writer.write_eval({"iteration": it, "sim_time_s": self.env.now, "accuracy": acc, "loss": loss})
+            t.evals.append((it, self.env.now, acc, loss))
+        if self.on_progress:
+            self.on_progress(Progress(it + 1, s.scenario.iterations, self.env.now, row["loss"], acc))
 
-    def main(self, writer: RunWriter) -> Generator[simpy.Event, Any, None]:
-        """SimPy process: every iteration in turn."""
-        for it in range(self.sc.scenario.iterations):
-            yield self.env.process(self.iteration(it, writer))
+    # ---- server loops --------------------------------------------------------------------------
+    def _wait_for_someone(self) -> Proc:
+        """Nobody could be dispatched (all offline): wait ``retry_s`` and try again."""
+        yield self.env.timeout(self.sc.nodes.retry_s)
+
+    def round_loop(self) -> Proc:
+        """``sync`` and ``partial``: rounds of dispatch, collect, apply."""
+        iters = self.sc.scenario.iterations
+        self._update_bytes = self.dense_model_bytes
+        if self.mode != "sync":
+            self.snapshots[0] = [p.detach().clone() for p in self.params]
+        for it in range(iters):
+            uploads = yield from self.collect()
+            yield from self.apply(it, uploads)
+            if it + 1 < iters:
+                self.dispatch_round(work=True)
+                self.write_row(*self._pending)
+        yield from self.final_broadcast()
+
+    def collect(self) -> Proc:
+        """Uploads for the current iteration (dispatching first where nodes are idle)."""
+        box = self.mailbox[SERVER]
+        while not any(st.busy for st in self.nodes):
+            chosen, _ = self.dispatch_round(work=True)
+            if not chosen:
+                yield from self._wait_for_someone()
+        if self.mode == "sync":
+            expected = {self.aggregator[i] if self.aggregator[i] != SERVER else node_name(i)
+                        for i in range(self.n) if self.nodes[i].busy}
+            got: list[Upload] = []
+            while len(got) < len(expected):
+                u = yield box.get()
+                self._arrived(u)
+                got.append(u)
+            return got
+        return (yield from self.collect_partial())
+
+    def _arrived(self, u: Upload) -> None:
+        for i in u.nodes:
+            self.nodes[i].busy = False
+
+    def collect_partial(self) -> Proc:
+        """``partial``: the first ``partial_k`` fresh uploads, plus late ones if ``late = apply``."""
+        k = self.sc.training.partial_k
+        box = self.mailbox[SERVER]
+        fresh: list[Upload] = []
+        late: list[Upload] = []
+        while True:
+            outstanding = sum(1 for st in self.nodes if st.busy and st.held_version == self.version)
+            need = min(k, len(fresh) + outstanding)
+            if need > 0 and len(fresh) >= need:
+                return fresh + late
+            if not any(st.busy for st in self.nodes):
+                chosen, _ = self.dispatch_round(work=True)
+                if not chosen:
+                    yield from self._wait_for_someone()
+                continue
+            u = yield box.get()
+            self._arrived(u)
+            if u.version == self.version:
+                fresh.append(u)
+            elif self.sc.training.late == "apply":
+                late.append(u)
+            else:
+                self.totals.dropped += 1
+            if u.version != self.version:
+                # a late node is idle again: put it back to work on the current model
+                self.dispatch([i for i in u.nodes if self.availability(i)], work=True)
+
+    def async_loop(self) -> Proc:
+        """``async``: apply each upload on arrival and send its node back to work."""
+        iters = self.sc.scenario.iterations
+        self._update_bytes = self.dense_model_bytes
+        self.snapshots[0] = [p.detach().clone() for p in self.params]
+        for i in range(self.n):
+            self.env.process(self._async_dispatch(i))
+        for it in range(iters):
+            u = yield self.mailbox[SERVER].get()
+            self._arrived(u)
+            yield from self.apply(it, [u])
+            if it + 1 < iters:
+                for i in u.nodes:
+                    self.env.process(self._async_dispatch(i))
+                self.write_row(*self._pending)
+        yield from self.final_broadcast()
+
+    def _async_dispatch(self, i: int) -> Proc:
+        while not self.availability(i):
+            yield self.env.timeout(self.sc.nodes.retry_s)
+        self.dispatch([i], work=True)
+
+    def final_broadcast(self) -> Proc:
+        """After the last step: every idle online node downloads the final model (counted in
+        the last iteration's row), then the run ends."""
+        nodes = [i for i in range(self.n) if not self.nodes[i].busy and self.nodes[i].online]
+        procs = self.dispatch(nodes, work=False)
+        self.write_row(*self._pending)
+        if procs:
+            yield self.env.all_of(procs)
+
+    def main(self) -> Proc:
+        """The whole run as one SimPy process."""
+        if self.sc.network.topology == "ring":
+            from aiotsim.sim.ring import ring_loop
+
+            yield from ring_loop(self)
+        elif self.mode == "async":
+            yield from self.async_loop()
+        else:
+            yield from self.round_loop()
 
     # ---- running -------------------------------------------------------------------------------
     def run(self, out_dir: str | Path) -> dict[str, Any]:
@@ -349,12 +660,12 @@ class Simulation:
         On Ctrl-C or an error, the rows written so far stay and ``summary.json`` is written with
         ``complete: false`` and the reason, then the exception propagates.
         """
-        writer = RunWriter(out_dir, self.sc.to_toml())
+        self._writer = RunWriter(out_dir, self.sc.to_toml())
         wall0 = time.perf_counter()
         status = "complete"
         try:
-            self.env.process(self.main(writer))
-            self.env.run()
+            done = self.env.process(self.main())
+            self.env.run(until=done)
         except KeyboardInterrupt:
             status = "interrupted"
             raise
@@ -363,20 +674,21 @@ class Simulation:
             raise
         finally:
             summary = self.summary(time.perf_counter() - wall0, status)
-            writer.write_trace(self.trace.events())
-            writer.finish(summary)
+            self._writer.write_trace(self.trace.events())
+            self._writer.finish(summary)
         return summary
 
     def summary(self, wall_s: float, status: str) -> dict[str, Any]:
         """The run's ``summary.json`` content (without ``schema_version``)."""
         s, t = self.sc, self.totals
         sim_time = self.env.now
-        dense_up = sum(L.dense_nbytes for L in self.layers) * self.n * t.iterations
+        for st in self.nodes:
+            st.energy.close(sim_time, s.energy.include_idle)
         evals = t.evals
         target = s.training.target_accuracy
         tta = next((time_s for _, time_s, acc, _ in evals if acc >= target), None)
         iters = max(t.iterations, 1)
-        mean_iter = sim_time / iters
+        share = (lambda x: x / sim_time) if sim_time > 0 else (lambda x: None)
         return {
             "complete": status == "complete",
             "status": status,
@@ -384,28 +696,40 @@ class Simulation:
             "compressor": s.compressor.name,
             "compressor_params": dict(s.compressor.params),
             "topology": s.network.topology,
+            "mode": self.mode,
             "iterations": t.iterations,
             "nodes": self.n,
             "seed": s.scenario.seed,
             "batch_size": s.data.batch_size,
             "sim_time_s": sim_time,
-            "mean_iter_time_s": mean_iter if t.iterations else None,
+            "mean_iter_time_s": sim_time / iters if t.iterations else None,
             "throughput_samples_per_s": t.samples / sim_time if sim_time > 0 else None,
             "bytes_up": t.bytes_up,
             "bytes_down": t.bytes_down,
             "wire_bytes_up": t.wire_up,
             "wire_bytes_down": t.wire_down,
-            "compression_ratio": dense_up / t.bytes_up if t.bytes_up else None,
+            "compression_ratio": t.dense_up / t.node_bytes_up if t.node_bytes_up else None,
             "mean_agg_bytes": t.agg_bytes / iters if t.iterations else None,
-            "compute_share": t.compute_s / sim_time if sim_time > 0 else None,
-            "encode_share": t.encode_s / sim_time if sim_time > 0 else None,
-            "decode_share": t.decode_s / sim_time if sim_time > 0 else None,
-            "comm_share": t.comm_s / sim_time if sim_time > 0 else None,
+            "compute_share": share(t.compute_s),
+            "encode_share": share(t.encode_s),
+            "decode_share": share(t.decode_s),
+            "comm_share": share(t.comm_s),
+            "mean_staleness": t.staleness_sum / t.contributions if t.contributions else 0.0,
+            "dropped_uploads": t.dropped,
             "final_accuracy": evals[-1][2] if evals else None,
             "final_eval_loss": evals[-1][3] if evals else None,
             "best_accuracy": max(e[2] for e in evals) if evals else None,
             "target_accuracy": target,
             "time_to_accuracy_s": tta,
+            "energy_j": sum(st.energy.total_j for st in self.nodes),
+            "energy_per_node_j": [round(st.energy.total_j, 9) for st in self.nodes],
+            "energy_breakdown_j": {
+                "compute": sum(st.energy.compute_j for st in self.nodes),
+                "radio_tx": sum(st.energy.tx_j for st in self.nodes),
+                "radio_rx": sum(st.energy.rx_j for st in self.nodes),
+                "idle": sum(st.energy.idle_j for st in self.nodes),
+            },
+            "stragglers": [st.spec.index for st in self.nodes if st.spec.straggler],
             "model": s.model.name,
             "dataset": s.data.dataset,
             "model_params": sum(L.numel for L in self.layers),
@@ -422,4 +746,4 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, device: str = "auto", 
     return Simulation(scenario, device=device, on_progress=on_progress).run(out_dir)
 
 
-__all__ = ["Simulation", "Progress", "run_scenario", "node_name", "SERVER"]
+__all__ = ["Simulation", "Progress", "Upload", "run_scenario", "node_name", "SERVER"]

@@ -1,0 +1,105 @@
+"""Energy: what a node spends computing and talking.
+
+A node's energy is its device profile's active power times its busy time (gradient computation
+and encoding), plus its radio's energy per transmitted and per received bit times the wire bits it
+sent and received, plus (optionally) its idle power for the rest of the simulated time:
+
+    E_node = P_active * t_busy + e_tx * bits_tx + e_rx * bits_rx [+ P_idle * (T - t_busy)]   # J
+
+Radio figures are energy per bit at the radio's nominal rate, derived from datasheet currents;
+each carries its source. They are per-bit costs of the radio itself, independent of the simulated
+link's bandwidth (a slower shared channel costs airtime, which the time terms already see).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+NJ = 1e-9  # joules per nanojoule
+
+
+@dataclass(frozen=True)
+class RadioProfile:
+    """Energy per bit of a radio, nJ/bit, with the figures it was derived from."""
+
+    name: str
+    tx_nj_per_bit: float
+    rx_nj_per_bit: float
+    description: str
+
+    def __post_init__(self) -> None:
+        for key in ("tx_nj_per_bit", "rx_nj_per_bit"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key}(={getattr(self, key)}) must be >= 0")
+
+
+RADIOS: dict[str, RadioProfile] = {
+    # ESP32 Series Datasheet (Espressif, v4.x), "RF Power-Consumption Specifications":
+    # TX 802.11n MCS7 at 13 dBm: 190 mA; RX 802.11n: 100 mA; 3.3 V supply -> 0.627 W TX,
+    # 0.33 W RX. At ~20 Mbit/s of application throughput (a typical ESP32 TCP figure):
+    # 0.627 / 20e6 = 31.4 nJ/bit TX, 0.33 / 20e6 = 16.5 nJ/bit RX.
+    "wifi": RadioProfile("wifi", 31.4, 16.5, "802.11n (ESP32-class), 20 Mbit/s effective"),
+    # TI CC2420 datasheet (SWRS041c): TX at 0 dBm 17.4 mA, RX 18.8 mA, 3.0 V (0.052 / 0.056 W),
+    # 250 kbit/s -> 208.8 nJ/bit TX, 225.6 nJ/bit RX.
+    "802.15.4": RadioProfile("802.15.4", 208.8, 225.6, "IEEE 802.15.4 / Zigbee (CC2420-class), 250 kbit/s"),
+    # Semtech SX1276 datasheet (rev. 7): TX +20 dBm on PA_BOOST 120 mA, RX (LnaBoost off,
+    # 125 kHz) 10.8 mA, 3.3 V (0.396 / 0.0356 W); LoRa SF7/BW125/CR4-5 bit rate 5,469 bit/s
+    # -> 72,400 nJ/bit TX, 6,517 nJ/bit RX.
+    "lora": RadioProfile("lora", 72_400.0, 6_517.0, "LoRa (SX1276-class), SF7/125 kHz, 5.5 kbit/s"),
+    # Wired Ethernet NIC for gateways/servers: 100BASE-TX PHY ~0.25 W each way at 100 Mbit/s
+    # (e.g. TI DP83848 datasheet: 264 mW typical at 3.3 V) -> 2.6 nJ/bit.
+    "ethernet": RadioProfile("ethernet", 2.64, 2.64, "100BASE-TX Ethernet PHY (DP83848-class)"),
+}
+
+
+def get_radio(name: str) -> RadioProfile:
+    """The radio profile ``name``; a miss lists the valid ones."""
+    from aiotsim.compress.registry import unknown_name_message
+    from aiotsim.errors import ConfigError
+
+    if name not in RADIOS:
+        raise ConfigError(unknown_name_message("radio profile", name, sorted(RADIOS)))
+    return RADIOS[name]
+
+
+@dataclass
+class EnergyMeter:
+    """Per-node energy account, in joules."""
+
+    active_w: float
+    idle_w: float
+    radio: RadioProfile
+    compute_j: float = 0.0
+    tx_j: float = 0.0
+    rx_j: float = 0.0
+    idle_j: float = 0.0
+    busy_s: float = 0.0
+    log: list[float] = field(default_factory=list)
+
+    def busy(self, seconds: float) -> float:
+        """Charge ``seconds`` of computation at the active power; returns the joules charged."""
+        self.busy_s += seconds
+        j = self.active_w * seconds
+        self.compute_j += j
+        return j
+
+    def sent(self, wire_bytes: float) -> float:
+        """Charge transmitting ``wire_bytes``; returns the joules charged."""
+        j = wire_bytes * 8 * self.radio.tx_nj_per_bit * NJ
+        self.tx_j += j
+        return j
+
+    def received(self, wire_bytes: float) -> float:
+        """Charge receiving ``wire_bytes``; returns the joules charged."""
+        j = wire_bytes * 8 * self.radio.rx_nj_per_bit * NJ
+        self.rx_j += j
+        return j
+
+    def close(self, total_s: float, include_idle: bool) -> None:
+        """At the end of the run: idle power for the time not spent busy (if asked)."""
+        self.idle_j = self.idle_w * max(total_s - self.busy_s, 0.0) if include_idle else 0.0
+
+    @property
+    def total_j(self) -> float:
+        """Everything charged so far, J."""
+        return self.compute_j + self.tx_j + self.rx_j + self.idle_j
