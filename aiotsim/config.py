@@ -82,6 +82,11 @@ class DataSection:
     alpha: float = _opt(0.5, "Dirichlet concentration for partition = 'dirichlet' (small = skewed)", positive)
     test_fraction: float = _opt(0.2, "held-out fraction of the data set for evaluation", unit_interval)
     eval_samples: int = _opt(0, "evaluate on at most this many test samples (0 = all)", non_negative)
+    synthetic_shape: list[int] = _opt([1, 28, 28], "dataset = 'synthetic': input shape [C, H, W]")
+    synthetic_classes: int = _opt(10, "dataset = 'synthetic': number of classes", at_least(2))
+    synthetic_train_size: int = _opt(2000, "dataset = 'synthetic': training samples", positive)
+    synthetic_test_size: int = _opt(500, "dataset = 'synthetic': test samples", positive)
+    synthetic_noise: float = _opt(4.0, "dataset = 'synthetic': noise std relative to the class prototypes", non_negative)
 
 
 @dataclass(frozen=True)
@@ -292,13 +297,18 @@ def _type_ok(value: Any, annotation: Any) -> bool:
     if annotation is str:
         return isinstance(value, str)
     if typing.get_origin(annotation) is list:
-        return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+        (item,) = typing.get_args(annotation)
+        item = dict if typing.get_origin(item) is dict else item
+        return isinstance(value, list) and all(_type_ok(v, item) if item is not dict else isinstance(v, dict) for v in value)
     return True
 
 
 def _type_label(annotation: Any) -> str:
     if typing.get_origin(annotation) is list:
-        return "a list of tables ([[...]] blocks)"
+        (item,) = typing.get_args(annotation)
+        if typing.get_origin(item) is dict:
+            return "a list of tables ([[...]] blocks)"
+        return f"a list of {_type_label(item).removeprefix('a ').removeprefix('an ')}s"
     return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(annotation, str(annotation))
 
 
@@ -404,6 +414,9 @@ def cross_checks(s: Scenario) -> list[str]:
             f"training.eval_every: must be <= scenario.iterations (={s.scenario.iterations}), "
             f"got {s.training.eval_every}; the model would never be evaluated"
         )
+    shape = s.data.synthetic_shape
+    if len(shape) != 3 or any(d < 1 for d in shape):
+        out.append(f"data.synthetic_shape: must be [C, H, W] with every size >= 1, got {shape!r}")
     n, topo, mode = s.nodes.count, s.network.topology, s.training.mode
     if mode == "partial" and not 1 <= s.training.partial_k <= n:
         out.append(f"training.partial_k: must be in 1..nodes.count (={n}) for mode = 'partial', got {s.training.partial_k}")

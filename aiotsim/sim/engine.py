@@ -47,7 +47,7 @@ from aiotsim.compress.registry import build_codec
 from aiotsim.compress.sparse import sparse_payload
 from aiotsim.config import Scenario
 from aiotsim.learn.compute import BatchStream, ComputeModel, GradientComputer, get_profile, resolve_device
-from aiotsim.learn.datasets import load_dataset
+from aiotsim.learn.datasets import SyntheticSpec, load_dataset
 from aiotsim.learn.models import build_model, layer_infos
 from aiotsim.learn.partition import partition
 from aiotsim.network.flows import Network
@@ -167,7 +167,9 @@ class Simulation:
 
         # ---- learning ------------------------------------------------------------------------
         self.layout = node_layout(s)
-        self.data = load_dataset(s.data.dataset, seed=seed, test_fraction=s.data.test_fraction)
+        d = s.data
+        spec = SyntheticSpec(tuple(d.synthetic_shape), d.synthetic_classes, d.synthetic_train_size, d.synthetic_test_size, d.synthetic_noise)
+        self.data = load_dataset(d.dataset, seed=seed, test_fraction=d.test_fraction, synthetic=spec)
         self.model = build_model(s.model.name, self.data.input_shape, self.data.num_classes, seed=seed).to(self.device)
         self.layers: list[LayerInfo] = layer_infos(self.model)
         self.params = list(self.model.parameters())
@@ -234,7 +236,13 @@ class Simulation:
 
     # ---- traffic accounting ------------------------------------------------------------------
     def send(self, src: str, dst: str, nbytes: int, direction: str, tag: str) -> simpy.Event:
-        """Start a transfer and count it in the current metrics window (``direction``: up/down)."""
+        """Start a transfer now and count it in the current metrics window (``up``/``down``)."""
+        self.account(src, dst, nbytes, direction)
+        return self.net.send(src, dst, nbytes, tag=tag)
+
+    def account(self, src: str, dst: str, nbytes: int, direction: str) -> None:
+        """Count a transfer's payload and wire bytes, and the nodes' radio energy, in the current
+        metrics window. Downlinks are counted when dispatched, even if a hop starts later."""
         wire = self.net.wire_bytes_for(src, dst, nbytes)
         w = self.window
         if direction == "up":
@@ -246,7 +254,6 @@ class Simulation:
         for end, charge in ((src, "sent"), (dst, "received")):
             if end.startswith("node") and end[4:].isdigit():
                 w.energy_j += getattr(self.nodes[int(end[4:])].energy, charge)(wire)
-        return self.net.send(src, dst, nbytes, tag=tag)
 
     # ---- node side ---------------------------------------------------------------------------
     def availability(self, i: int) -> bool:
@@ -343,18 +350,23 @@ class Simulation:
                 gw = self.aggregator[i]
                 if gw != SERVER:
                     if gw not in fanout:  # one copy crosses the backhaul, then fans out
-                        fanout[gw] = self.env.process(self._hop(SERVER, gw, nbytes))
-                    download = self.env.process(self._hop(gw, node_name(i), nbytes, after=fanout[gw]))
+                        fanout[gw] = self._hop(SERVER, gw, nbytes)
+                    download = self._hop(gw, node_name(i), nbytes, after=fanout[gw])
                 else:
-                    download = self.env.process(self._hop(SERVER, node_name(i), nbytes))
+                    download = self._hop(SERVER, node_name(i), nbytes)
             procs.append(self.env.process(self.node_round(i, self.version, download, work)))
         return procs
 
-    def _hop(self, src: str, dst: str, nbytes: int, after: simpy.Event | None = None) -> Proc:
+    def _hop(self, src: str, dst: str, nbytes: int, after: simpy.Event | None = None) -> simpy.Process:
+        """One downlink hop: counted now (at dispatch), sent once ``after`` has fired."""
+        self.account(src, dst, nbytes, "down")
+        return self.env.process(self._send_after(src, dst, nbytes, after, self.version))
+
+    def _send_after(self, src: str, dst: str, nbytes: int, after: simpy.Event | None, version: int) -> Proc:
         if after is not None:
             yield after
-        tr = yield self.send(src, dst, nbytes, "down", f"down v{self.version}")
-        self.trace.transfer(tr, "download", version=self.version)
+        tr = yield self.net.send(src, dst, nbytes, tag=f"down v{version}")
+        self.trace.transfer(tr, "download", version=version)
         return tr
 
     def dispatch_round(self, work: bool = True) -> tuple[list[int], list[simpy.Process]]:
