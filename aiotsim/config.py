@@ -440,6 +440,7 @@ def cross_checks(s: Scenario) -> list[str]:
         out.append("network.link: topology = 'custom' needs [[network.link]] blocks (from, to, mbps, latency_ms)")
     if topo != "custom" and (s.network.link or s.network.vertex):
         out.append(f"network.link: [[network.link]]/[[network.vertex]] blocks need topology = 'custom', got {topo!r}")
+    out.extend(_codec_downlink_problems(s))
     out.extend(_group_problems(s))
     if not out and topo == "custom":
         from aiotsim.errors import TopologyError
@@ -497,6 +498,18 @@ def _group_problems(s: Scenario) -> list[str]:
     if not out and total != s.nodes.count:
         out.append(f"nodes.count: must equal the sum of the groups' counts (={total}), got {s.nodes.count}")
     return out
+
+
+def _codec_downlink_problems(s: Scenario) -> list[str]:
+    """A compressed downlink re-encodes the aggregate with the codec: a codec that applies
+    momentum itself (DGC) would apply it a second time there."""
+    from aiotsim.compress.registry import codec_names, get_codec_class
+
+    name = s.compressor.name
+    if s.compressor.downlink == "compressed" and name in codec_names() and get_codec_class(name).absorbs_momentum:
+        return [f"compressor.downlink: 'compressed' would re-apply {name}'s momentum correction at the "
+                "server; use downlink = 'union' or 'model'"]
+    return []
 
 
 def _ring_codec_problems(name: str) -> list[str]:
