@@ -92,3 +92,43 @@ def test_validate_ok_and_compressors_listing(tiny_scenario) -> None:
     assert res.exit_code == 0
     for name in ("none", "fp16", "2bit", "topk"):
         assert name in res.output
+
+
+def test_interrupted_run_keeps_rows_and_marks_summary_incomplete(tiny_scenario, tmp_path) -> None:
+    from aiotsim.config import load_scenario
+    from aiotsim.sim.engine import Simulation
+
+    def stop_after_two(p) -> None:
+        if p.iteration == 2:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "cut"
+    sim = Simulation(load_scenario(tiny_scenario), device="cpu", on_progress=stop_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        sim.run(out)
+    assert len(_rows(out / "metrics.csv")) == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] is False and summary["status"] == "interrupted"
+    assert summary["iterations"] == 2
+    json.loads((out / "trace.json").read_text())  # still a valid trace
+
+
+def test_error_mid_run_is_recorded(tiny_scenario, tmp_path, monkeypatch) -> None:
+    from aiotsim.sim.engine import Simulation
+
+    calls = {"n": 0}
+    original = Simulation.evaluate
+
+    def failing(self):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("disk on fire")
+        return original(self)
+
+    monkeypatch.setattr(Simulation, "evaluate", failing)
+    out = tmp_path / "err"
+    res = runner.invoke(app, ["run", str(tiny_scenario), "--out", str(out), "-q"])
+    assert res.exit_code != 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] is False and "disk on fire" in summary["status"]
+    assert len(_rows(out / "metrics.csv")) == 4  # rows up to the failing evaluation (iteration 3)
