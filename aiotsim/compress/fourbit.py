@@ -51,7 +51,8 @@ import torch
 
 from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
-from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
+from aiotsim.compress.packing import pack_f32, unpack_bits, unpack_f32
+from aiotsim.compress.quantize import pack_codes
 from aiotsim.compress.registry import register
 
 _U8 = torch.uint8
@@ -67,12 +68,12 @@ def first_threshold(anchor: torch.Tensor, spacing: str, statistic: str) -> torch
     return anchor / LEVELS if spacing == "linear" else anchor * 2.0 ** (1 - LEVELS)
 
 
-def magnitudes(level: torch.Tensor, t1: torch.Tensor, spacing: str) -> torch.Tensor:
-    """``t_level`` (0 for level 0) in fp32 for integer ``level`` given as fp32: [n]."""
-    if spacing == "linear":
-        return level * t1
-    # t_1 * 2**(l - 1) for l >= 1; exp2 of an integer is exact in fp32
-    return torch.where(level > 0, torch.exp2(level - 1.0) * t1, torch.zeros_like(level))
+def _log2_rungs_(level: torch.Tensor) -> torch.Tensor:
+    """In place on an ``int32`` level tensor (values 0..7): the fp32 ``2**(l - 1)`` for ``l >= 1``
+    and 0 for ``l = 0``, built from exponent bits (``(l + 126) << 23`` is ``2**(l - 1)``; for
+    ``l = 0`` that is 0.5, which ``floor`` turns into 0). Returns the fp32 view of the buffer."""
+    level.add_(126).bitwise_left_shift_(23)
+    return level.view(torch.float32).floor_()
 
 
 @register
@@ -107,10 +108,10 @@ class FourBit(Codec):
 
     def thresholds(self, anchor: float) -> list[float]:
         """The seven thresholds ``t_1..t_7`` for an anchor value (for reports and tests)."""
-        a = torch.tensor(anchor, dtype=torch.float32)
-        t1 = first_threshold(a, self.params.spacing, self.params.statistic)
-        lv = torch.arange(1, LEVELS + 1, dtype=torch.float32)
-        return magnitudes(lv, t1, self.params.spacing).tolist()
+        t1 = first_threshold(torch.tensor(anchor, dtype=torch.float32), self.params.spacing, self.params.statistic)
+        level = torch.arange(1, LEVELS + 1, dtype=torch.int32)
+        rungs = level.float() if self.params.spacing == "linear" else _log2_rungs_(level)
+        return (rungs * t1).tolist()
 
     def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
         spacing, statistic = self.params.spacing, self.params.statistic
@@ -127,29 +128,41 @@ class FourBit(Codec):
         # |acc| / t1 in units of the first rung. A zero t1 means a zero layer (|acc| = 0 everywhere,
         # or an anchor below fp32's range): dividing by 1 instead keeps every level at 0. Division,
         # not multiplication by 1/t1, so that the max element lands exactly on level 7.
-        level = acc.abs().div_(torch.where(t1 > 0, t1, torch.ones_like(t1)))  # [n] fp32
+        ratio = torch.abs(acc).div_(torch.where(t1 > 0, t1, torch.ones_like(t1)))  # [n] fp32
         if spacing == "linear":
-            level.floor_()
+            sent = ratio.clamp_(max=LEVELS).floor_()  # [n] level l as fp32 (t_l = l * t1)
+            level = sent.to(_U8)
         else:
-            # |acc| / t1 = m * 2**e with m in [0.5, 1): l = e (t_e <= |acc| < t_{e+1}); e <= 0 -> 0
-            level = torch.frexp(level).exponent.to(torch.float32)
-        level.clamp_(0, LEVELS)  # [n] fp32 integers 0..7
-        sent = torch.copysign(magnitudes(level, t1, spacing), acc)  # [n] fp32
+            # ratio = 1.f * 2**(E - 127) lies in [t_k, t_{k+1}) / t1 for k = E - 126: the level is the
+            # biased exponent minus 126, clamped to 0..7 (zero and subnormals give 0)
+            ex = (ratio.view(torch.int32) >> 23).sub_(126).clamp_(0, LEVELS)  # [n] int32
+            level = ex.to(_U8)
+            sent = _log2_rungs_(ex)  # [n] fp32 2**(l - 1), 0 for l = 0
+        sent.mul_(t1).copysign_(acc)  # [n] fp32: sign(acc) * t_l
         memory.remember(acc, sent, state)
         state.residual = state.residual.view(layer.shape)
         state.step += 1
         state.elements_in += n
         state.elements_out += n
-        codes = level.to(_U8) | ((sent < 0).to(_U8) << 3)  # [n] sign-magnitude 4-bit codes
-        return Payload({"anchor": pack_f32(anchor.reshape(1)), "codes": pack_bits(codes, 4)})
+        # [n] sign-magnitude 4-bit codes (-0.0 is not < 0), in place on the level
+        codes = level.bitwise_or_((sent < 0).view(_U8).bitwise_left_shift_(3))
+        return Payload({"anchor": pack_f32(anchor.reshape(1)), "codes": pack_codes(codes, 4)})
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         spacing, statistic = self.params.spacing, self.params.statistic
         anchor = unpack_f32(payload.buffers["anchor"]).reshape(())
         t1 = first_threshold(anchor, spacing, statistic)
         codes = unpack_bits(payload.buffers["codes"], 4, layer.numel)  # [n] uint8
-        level = (codes & LEVELS).to(torch.float32)
-        mag = magnitudes(level, t1, spacing)
-        out = torch.where(codes >= SIGN_BIT, -mag, mag)
+        if spacing == "linear":
+            # signed level (two's complement negation where the sign bit is set), then * t1
+            minus = (codes >> 3).view(torch.int8).neg_()  # 0 or -1
+            signed = codes.bitwise_and_(LEVELS).view(torch.int8).bitwise_xor_(minus).sub_(minus)
+            out = torch.empty(signed.shape, dtype=torch.float32, device=codes.device).copy_(signed)
+            out.mul_(t1)
+        else:
+            ex = (codes & LEVELS).to(torch.int32)
+            out = _log2_rungs_(ex).mul_(t1)
+            # sign bit of the code -> sign bit of the fp32 word (reusing a second int32 buffer)
+            sign = torch.empty_like(ex).copy_(codes.bitwise_right_shift_(3)).bitwise_left_shift_(31)
+            out.view(torch.int32).bitwise_or_(sign)
         return out.view(layer.shape).to(layer.dtype)
-

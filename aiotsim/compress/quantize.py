@@ -76,18 +76,71 @@ def _uniform(n: int, state: CodecState, device: torch.device) -> torch.Tensor:
     return torch.empty(n, dtype=torch.float32, device=device).uniform_(generator=state.generator)
 
 
-def _stochastic_round_(t: torch.Tensor, state: CodecState, bound: float) -> torch.Tensor:
-    """Unbiased stochastic rounding of ``t`` to integers in ``[-bound, bound]``.
+def _round_stochastic_(q: torch.Tensor, bound: float) -> torch.Tensor:
+    """``q`` holds ``t + U`` (``U ~ U[0, 1)``); turn it, in place, into ``floor(t + U)`` clamped to
+    ``[-bound, bound]`` and return it as ``int8``.
 
-    ``floor(t + U)`` with ``U ~ U[0, 1)`` is ``ceil(t)`` with probability ``t - floor(t)`` and
-    ``floor(t)`` otherwise, so ``E = t``; for ``t < 0`` it has the same law as
-    ``-round_stochastic(|t|)``, i.e. sign times a stochastically rounded magnitude. The clamp only
-    guards the fp32 rounding of ``t`` at the edges. Returns a new fp32 tensor of integers.
+    ``floor(t + U)`` is ``ceil(t)`` with probability ``t - floor(t)`` and ``floor(t)`` otherwise, so
+    its mean is ``t``; for ``t < 0`` it has the law of ``-floor(|t| + U)``, i.e. sign times a
+    stochastically rounded magnitude. The clamp guards fp32 rounding at ``|t| = bound`` (and does the
+    clipping of TernGrad, since ``floor(clip(t) + U) == clip(floor(t + U))`` for integer bounds).
     """
-    q = _uniform(t.numel(), state, t.device)
-    q += t
-    q.floor_()
-    return q.clamp_(-bound, bound)
+    return q.floor_().clamp_(-bound, bound).to(torch.int8)
+
+
+def _signed_to_f32(q8: torch.Tensor) -> torch.Tensor:
+    """fp32 copy of an ``int8`` tensor (a fresh buffer filled by ``copy_``, the fast cast)."""
+    return torch.empty(q8.shape, dtype=torch.float32, device=q8.device).copy_(q8)
+
+
+def _sign_magnitude_(level: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
+    """In place: ``level`` (``uint8``) becomes the ``int8`` value ``-level`` where ``negative``
+    (``0``/``1`` ``uint8``, overwritten) is 1. ``(l xor -n) + n`` is two's complement negation for
+    ``n = 1`` and the identity for ``n = 0``. Returns the ``int8`` view of ``level``."""
+    minus = negative.view(torch.int8).neg_()  # 0 or -1 (all bits set)
+    return level.view(torch.int8).bitwise_xor_(minus).sub_(minus)
+
+
+# Multipliers that gather the low bits of every byte of a little-endian word into its top byte:
+# byte j (value < 2**bits, at bit 8j) times 2**(top - (8 - bits) * j) lands at bit top + bits*j, and
+# no two partial products overlap, so the product has no carries into the top byte.
+_GATHER_1 = sum(1 << (56 - 7 * j) for j in range(8))  # 8 one-bit codes per int64 -> bits 56..63
+_GATHER_2 = sum(1 << (24 - 6 * j) for j in range(4))  # 4 two-bit codes per int32 -> bits 24..31
+
+
+def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """:func:`~aiotsim.compress.packing.pack_bits` for 1, 2 or 4-bit codes, same bytes, faster.
+
+    ``pack_bits`` shifts a ``[n/per, per]`` tensor and reduces over its short last dimension; here a
+    whole word of codes is combined with one integer multiply (1 and 2 bits) or one shift-or (4
+    bits), a few passes over ``n / per`` words. ``codes`` must be ``uint8`` below ``2**bits``.
+    """
+    codes = codes.reshape(-1)
+    if bits not in (1, 2, 4) or codes.dtype != _U8:
+        return pack_bits(codes, bits)
+    if codes.storage_offset() % 8:
+        codes = codes.clone()  # word views need an aligned start
+    per_word = {1: 8, 2: 4, 4: 2}[bits]  # codes per word (int64, int32, int16)
+    n = codes.numel()
+    main = n - n % per_word
+    parts = []
+    if main:
+        body = codes[:main]
+        if bits == 1:
+            word = body.view(torch.int64)
+            packed = (word * _GATHER_1) >> 56
+        elif bits == 2:
+            word = body.view(torch.int32)
+            packed = (word * _GATHER_2) >> 24
+        else:
+            word = body.view(torch.int16)
+            packed = word | (word >> 4)  # low byte: c0 | c1 << 4
+        parts.append(packed.to(_U8))  # keeps the low byte
+    if main < n:
+        parts.append(pack_bits(codes[main:], bits))
+    if not parts:
+        return codes.new_zeros(0)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def pack_fixed(codes: torch.Tensor, width: int) -> torch.Tensor:
@@ -101,7 +154,7 @@ def pack_fixed(codes: torch.Tensor, width: int) -> torch.Tensor:
         raise CodecError(f"width(={width}) must be in 1..8 bits")
     codes = codes.reshape(-1).to(_U8)
     if width in (1, 2, 4, 8):
-        return pack_bits(codes, width)
+        return pack_codes(codes, width)
     n = codes.numel()
     if n == 0:
         return codes.new_zeros(0)
@@ -110,8 +163,10 @@ def pack_fixed(codes: torch.Tensor, width: int) -> torch.Tensor:
         codes = torch.cat([codes, codes.new_zeros(pad)])
     groups = codes.view(-1, 8)  # [n/8, 8]
     word = torch.zeros(groups.shape[0], dtype=torch.int64, device=codes.device)  # [n/8]
-    for j in range(8):  # code j of each group into bits j*width.. of its 64-bit word
-        word |= groups[:, j].to(torch.int64) << (j * width)
+    tmp = torch.empty_like(word)
+    for j in range(8):  # code j of each group into bits j*width.. of its 64-bit word, in place
+        tmp.copy_(groups[:, j])
+        word.bitwise_or_(tmp.bitwise_left_shift_(j * width))
     out = word.view(_U8).view(-1, 8)[:, :width].reshape(-1)  # little-endian bytes of each word
     return out[: math.ceil(n * width / 8)].clone()
 
@@ -135,8 +190,10 @@ def unpack_fixed(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
     word = words.view(torch.int64).reshape(-1)  # [rows]
     mask = (1 << width) - 1
     out = torch.empty(rows, 8, dtype=_U8, device=buf.device)
+    tmp = torch.empty_like(word)
     for j in range(8):
-        out[:, j] = ((word >> (j * width)) & mask).to(_U8)
+        torch.bitwise_right_shift(word, j * width, out=tmp)
+        out[:, j].copy_(tmp.bitwise_and_(mask))
     return out.reshape(-1)[:count]
 
 
@@ -174,22 +231,25 @@ class TwoBit(Codec):
         acc = memory.compensate(grad, state).reshape(-1)  # [n] fp32: r + g
         pos = acc >= t  # [n] bool
         neg = acc <= -t
-        step = pos.to(torch.int8) - neg.to(torch.int8)  # [n] int8 in {-1, 0, 1}
-        codes = (step != 0).to(_U8) * 2 + pos.to(_U8)  # [n] uint8: 0b11 = +t, 0b10 = -t, 0b00 = 0
-        sent = step.to(torch.float32).mul_(t)  # [n] fp32 in {-t, 0, t}
+        codes = (pos | neg).view(_U8).bitwise_left_shift_(1).bitwise_or_(pos.view(_U8))
+        # codes [n] uint8: 0b11 = +t, 0b10 = -t, 0b00 = 0
+        step = pos.view(torch.int8).sub_(neg.view(torch.int8))  # [n] int8 in {-1, 0, 1} (reuses pos)
+        sent = _signed_to_f32(step).mul_(t)  # [n] fp32 in {-t, 0, t}
         memory.remember(acc, sent, state)
         state.residual = state.residual.view(layer.shape)
         state.step += 1
         state.elements_in += acc.numel()
         state.elements_out += acc.numel()
-        return Payload({"codes": pack_bits(codes, 2)})
+        return Payload({"codes": pack_codes(codes, 2)})
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         t = float(self.params.threshold)
         codes = unpack_bits(payload.buffers["codes"], 2, layer.numel).view(torch.int8)  # [n]
-        # high bit: non-zero; low bit: positive. 0b11 -> +1, 0b10 -> -1, 0b0x -> 0 (int8 arithmetic)
-        step = (codes >> 1) * ((codes & 1) * 2 - 1)  # [n] int8 in {-1, 0, 1}
-        return step.to(torch.float32).mul_(t).view(layer.shape).to(layer.dtype)
+        # high bit h: non-zero; low bit l: positive. step = h * (2l - 1) = 2(h & l) - h, so
+        # 0b11 -> +1, 0b10 -> -1, 0b00 and the never-sent 0b01 -> 0 (int8 arithmetic)
+        high = codes >> 1
+        step = codes.bitwise_and_(high).bitwise_left_shift_(1).sub_(high)  # [n] int8 in {-1, 0, 1}
+        return _signed_to_f32(step).mul_(t).view(layer.shape).to(layer.dtype)
 
 
 # ---- TernGrad ------------------------------------------------------------------------------------
@@ -227,23 +287,29 @@ class TernGrad(Codec):
         state.elements_in += n
         state.elements_out += n
         if n == 0:
-            return Payload({"scale": pack_f32([0.0], x.device), "codes": pack_bits(x.new_empty(0, dtype=_U8), 2)})
-        if self.params.clip and n > 1:
-            sigma = torch.sqrt(torch.mean(torch.square(x - x.mean())))  # population std, scalar
-            # A constant layer has sigma = 0: clipping it would erase it, so it is left as is.
-            bound = torch.where(sigma > 0, self.params.clip_factor * sigma, torch.full_like(sigma, math.inf))
-            x = torch.clamp(x, -bound, bound)
-        s = x.abs().max()  # scalar fp32
+            return Payload({"scale": pack_f32([0.0], x.device), "codes": x.new_zeros(0, dtype=_U8)})
+        lo, hi = torch.aminmax(x)
+        s = torch.maximum(hi, -lo)  # max|g|, 0-d fp32
+        if self.params.clip:
+            # population std from two reductions, no [n] temporary: var = E[g^2] - E[g]^2
+            mean = x.sum() / n
+            sigma = torch.sqrt(torch.clamp(torch.dot(x, x) / n - mean * mean, min=0.0))
+            bound = self.params.clip_factor * sigma
+            # The clipped gradient's max is min(max|g|, bound). A constant layer has sigma = 0 and
+            # is left unclipped rather than erased.
+            s = torch.where(bound > 0, torch.minimum(s, bound), s)
         inv = torch.where(s > 0, 1.0 / s, torch.zeros_like(s))
-        q = _stochastic_round_(x * inv, state, 1.0)  # [n] in {-1, 0, 1}; P(|q|=1) = |x|/s
-        codes = q.to(torch.int8) & 0b11  # [n] two's complement: 0 -> 0b00, 1 -> 0b01, -1 -> 0b11
-        return Payload({"scale": pack_f32(s.reshape(1)), "codes": pack_bits(codes, 2)})
+        # q = floor(g/s + U) clamped to [-1, 1]: the clamp is the clipping, and
+        # P(q = sign(g)) = |clip(g)| / s as in TernGrad
+        q = _uniform(n, state, x.device).addcmul_(x, inv)  # [n] fp32: g/s + U
+        codes = _round_stochastic_(q, 1.0).bitwise_and_(0b11)  # [n] two's complement: 0b00, 0b01 = +s, 0b11 = -s
+        return Payload({"scale": pack_f32(s.reshape(1)), "codes": pack_codes(codes.view(_U8), 2)})
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        s = unpack_f32(payload.buffers["scale"])  # [1]
+        s = unpack_f32(payload.buffers["scale"]).reshape(())
         codes = unpack_bits(payload.buffers["codes"], 2, layer.numel)  # [n] uint8
-        tern = (codes << 6).view(torch.int8) >> 6  # sign-extend the 2-bit code: {0, 1, -1}
-        return tern.to(torch.float32).mul_(s).view(layer.shape).to(layer.dtype)
+        tern = codes.bitwise_left_shift_(6).view(torch.int8).bitwise_right_shift_(6)  # sign-extend: {0, 1, -1}
+        return _signed_to_f32(tern).mul_(s).view(layer.shape).to(layer.dtype)
 
 
 # ---- QSGD ----------------------------------------------------------------------------------------
@@ -259,16 +325,16 @@ def _bucket_norms(x: torch.Tensor, d: int) -> torch.Tensor:
     return torch.cat(parts) if parts else x.new_zeros(0)
 
 
-def _bucket_mul(x: torch.Tensor, per_bucket: torch.Tensor, d: int) -> torch.Tensor:
-    """``x[i] * per_bucket[i // d]`` without materializing the per-element factor: [n]."""
+def _by_bucket(x: torch.Tensor, d: int) -> list[tuple[torch.Tensor, slice]]:
+    """``x`` as ``[(full buckets [nf, d], rows 0..nf), (tail [1, n - nf*d], row nf)]`` views."""
     n = x.numel()
     nf = n // d
-    out = torch.empty_like(x)
+    parts = []
     if nf:
-        torch.mul(x[: nf * d].view(nf, d), per_bucket[:nf, None], out=out[: nf * d].view(nf, d))
+        parts.append((x[: nf * d].view(nf, d), slice(0, nf)))
     if n > nf * d:
-        torch.mul(x[nf * d :], per_bucket[nf], out=out[nf * d :])
-    return out
+        parts.append((x[nf * d :].view(1, -1), slice(nf, nf + 1)))
+    return parts
 
 
 def elias_gamma_encode(levels: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
@@ -308,7 +374,7 @@ def elias_gamma_encode(levels: torch.Tensor, negative: torch.Tensor) -> torch.Te
         shift = (mant_len - 1 - j).clamp_(min=0)
         bits[mant_start[has] + j] = ((val[has] >> shift[has]) & 1).to(_U8)
     bits[prefix_bits + mant_bits :] = negative[nz].to(_U8)
-    return pack_bits(bits, 1)
+    return pack_codes(bits, 1)
 
 
 def elias_gamma_decode(buf: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -392,15 +458,17 @@ class QSGD(Codec):
         state.elements_out += n
         norms = _bucket_norms(x, d)  # [nb]
         factor = torch.where(norms > 0, s / norms, torch.zeros_like(norms))  # [nb]: levels per unit
-        q = _stochastic_round_(_bucket_mul(x, factor, d), state, float(s))  # [n] signed level
-        q8 = q.to(torch.int8)  # [n] signed level in [-s, s], |s| <= 127
-        negative = q8 < 0
+        q = _uniform(n, state, x.device)  # [n] U[0, 1)
+        for (qb, rows), (xb, _) in zip(_by_bucket(q, d), _by_bucket(x, d)):
+            qb.addcmul_(xb, factor[rows, None])  # s * g / ||bucket|| + U
+        q8 = _round_stochastic_(q, float(s))  # [n] int8 signed level in [-s, s], s <= 127
+        negative = (q8 < 0).view(_U8)
         level = q8.abs_().view(_U8)
         if self.params.elias:
-            codes = elias_gamma_encode(level, negative)
+            codes = elias_gamma_encode(level, negative.view(torch.bool))
         else:
-            # sign-magnitude code: level | sign << w
-            codes = pack_fixed(level | (negative.to(_U8) << self.level_bits), self.level_bits + 1)
+            # sign-magnitude code: level | sign << w (in place on the level)
+            codes = pack_fixed(level.bitwise_or_(negative.bitwise_left_shift_(self.level_bits)), self.level_bits + 1)
         return Payload({"norms": pack_f32(norms), "codes": codes})
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
@@ -411,13 +479,14 @@ class QSGD(Codec):
             raise CodecError(f"qsgd payload has {norms.numel()} norms, expected {math.ceil(n / d)}")
         if self.params.elias:
             level, negative = elias_gamma_decode(payload.buffers["codes"], n)
-            neg8 = negative.view(torch.int8)
+            negative = negative.view(_U8)
         else:
             w = self.level_bits
             codes = unpack_fixed(payload.buffers["codes"], w + 1, n)  # [n] uint8
-            level = codes & ((1 << w) - 1)
-            neg8 = (codes >> w).view(torch.int8)
-        # two's complement negation where negative: (l xor -1) + 1 == -l, all in int8
-        q8 = (level.view(torch.int8) ^ -neg8) + neg8  # [n] signed level
-        out = _bucket_mul(q8.to(torch.float32), norms / s, d)
+            negative = codes >> w
+            level = codes.bitwise_and_((1 << w) - 1)
+        out = _signed_to_f32(_sign_magnitude_(level, negative))  # [n] signed level
+        unit = norms / s  # [nb] value of one level in each bucket
+        for ob, rows in _by_bucket(out, d):
+            ob.mul_(unit[rows, None])
         return out.view(layer.shape).to(layer.dtype)

@@ -38,7 +38,8 @@ import torch
 
 from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
-from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
+from aiotsim.compress.packing import pack_f32, unpack_bits, unpack_f32
+from aiotsim.compress.quantize import pack_codes
 from aiotsim.compress.registry import register
 from aiotsim.errors import CodecError
 
@@ -47,13 +48,14 @@ _U8 = torch.uint8
 
 def sign_bits(x: torch.Tensor) -> torch.Tensor:
     """Packed sign bits of a flat fp32 tensor: 1 where ``x < 0``. ``ceil(n/8)`` bytes."""
-    return pack_bits((x < 0).view(_U8), 1)
+    return pack_codes((x < 0).view(_U8), 1)
 
 
 def unpack_signs(buf: torch.Tensor, count: int) -> torch.Tensor:
     """``+-1`` as fp32 from packed sign bits: [count]."""
     bits = unpack_bits(buf, 1, count).view(torch.int8)  # [count] 0 / 1
-    return (1 - 2 * bits).to(torch.float32)
+    signs = (bits << 1).neg_().add_(1)  # [count] int8: 1 - 2 * bit
+    return torch.empty(count, dtype=torch.float32, device=buf.device).copy_(signs)
 
 
 def _account(state: CodecState, n: int) -> None:
@@ -108,16 +110,15 @@ class EFSignSGD(Codec):
         n = p.numel()
         _account(state, n)
         scale = torch.linalg.vector_norm(p, ord=1) / max(n, 1)  # 0-d: ||p||_1 / d
-        negative = p < 0
-        delta = torch.where(negative, -scale, scale)  # [n] fp32: scale * sign(p), sign(0) = +1
+        signs = sign_bits(p)
+        delta = unpack_signs(signs, n).mul_(scale)  # [n] fp32: scale * sign(p), sign(0) = +1
         memory.remember(p, delta, state)
         state.residual = state.residual.view(layer.shape)
-        return Payload({"scale": pack_f32(scale.reshape(1)), "signs": pack_bits(negative.view(_U8), 1)})
+        return Payload({"scale": pack_f32(scale.reshape(1)), "signs": signs})
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         scale = unpack_f32(payload.buffers["scale"]).reshape(())
-        bits = unpack_bits(payload.buffers["signs"], 1, layer.numel)
-        out = torch.where(bits.bool(), -scale, scale)
+        out = unpack_signs(payload.buffers["signs"], layer.numel).mul_(scale)
         return out.view(layer.shape).to(layer.dtype)
 
 
@@ -163,24 +164,35 @@ class OneBitSGD(Codec):
         rows, cols = self._grid(layer)
         mat = acc.view(rows, cols)  # [rows, cols]
         negative = mat < 0  # [rows, cols] bool
+        # per column: sum of the values and of their magnitudes give both sides' sums
         total = mat.sum(dim=0)  # [cols]
-        neg_sum = torch.where(negative, mat, 0.0).sum(dim=0)  # [cols]
-        neg_cnt = negative.sum(dim=0)  # [cols] int64
+        magnitude = torch.linalg.vector_norm(mat, ord=1, dim=0)  # [cols]
+        neg_cnt = torch.count_nonzero(negative, dim=0)  # [cols] int64
         pos_cnt = rows - neg_cnt
         # mean of each side; a side with no element has mean 0 (never used by any element)
-        mean_neg = neg_sum / neg_cnt.clamp(min=1)
-        mean_pos = (total - neg_sum) / pos_cnt.clamp(min=1)
-        sent = torch.where(negative, mean_neg, mean_pos)  # [rows, cols]
+        mean_neg = (total - magnitude) / 2 / neg_cnt.clamp(min=1)
+        mean_pos = (total + magnitude) / 2 / pos_cnt.clamp(min=1)
+        means = torch.stack([mean_pos, mean_neg], dim=1)  # [cols, (pos, neg)]
+        sent = _reconstruct(negative.view(_U8), means)  # [rows, cols]
         memory.remember(acc, sent.reshape(-1), state)
         state.residual = state.residual.view(layer.shape)
-        means = torch.stack([mean_pos, mean_neg], dim=1)  # [cols, 2]
-        return Payload({"means": pack_f32(means), "signs": pack_bits(negative.reshape(-1).view(_U8), 1)})
+        return Payload({"means": pack_f32(means), "signs": pack_codes(negative.reshape(-1).view(_U8), 1)})
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         rows, cols = self._grid(layer)
         means = unpack_f32(payload.buffers["means"]).view(cols, 2)  # [cols, (pos, neg)]
         if rows * cols == 0:
             return torch.zeros(layer.shape, dtype=layer.dtype, device=means.device)
-        bits = unpack_bits(payload.buffers["signs"], 1, layer.numel).view(rows, cols).bool()
-        out = torch.where(bits, means[:, 1], means[:, 0])  # broadcast over rows: [rows, cols]
-        return out.view(layer.shape).to(layer.dtype)
+        bits = unpack_bits(payload.buffers["signs"], 1, layer.numel).view(rows, cols)
+        return _reconstruct(bits, means).view(layer.shape).to(layer.dtype)
+
+
+def _reconstruct(bits: torch.Tensor, means: torch.Tensor) -> torch.Tensor:
+    """``mean_neg`` where the bit is 1, ``mean_pos`` where it is 0, column by column.
+
+    ``bits`` is ``[rows, cols]`` ``uint8``; ``means`` is ``[cols, (pos, neg)]``. Computed as
+    ``mean_pos + bit * (mean_neg - mean_pos)``, written in place into one fresh fp32 buffer; the
+    product is exact for bit 0 and the sum rounds ``mean_neg`` at most by one ulp, the same on both
+    sides (encoder and decoder run this same function)."""
+    out = torch.empty(bits.shape, dtype=torch.float32, device=bits.device).copy_(bits)
+    return out.mul_(means[:, 1] - means[:, 0]).add_(means[:, 0])
