@@ -269,3 +269,26 @@ def test_group_validation_names_each_problem() -> None:
     assert "nodes.group[1].cout: unknown key (did you mean 'count'?)" in text
     assert "nodes.group[1].uplink_mbps: must be > 0" in text
     assert "nodes.group[1].count: missing" in text
+
+
+def test_min_size_sends_small_layers_dense(tmp_path) -> None:
+    # every MLP layer has fewer than 10**6 elements: all go dense, so topk compresses nothing
+    _, summary, _ = run(tmp_path, scenario(compressor={"name": "topk", "min_size": 10**6}))
+    assert summary["compression_ratio"] == 1.0
+    _, sparse, _ = run(tmp_path / "b", scenario(compressor={"name": "topk", "ratio": 0.01}))
+    assert sparse["compression_ratio"] > 20
+
+
+def test_downlink_modes(tmp_path) -> None:
+    # `union`: an up-to-date node downloads the aggregated update as one sparse message whose
+    # index set is the union of the two nodes' top-k sets: at most 2k entries per layer
+    _, union, rows = run(tmp_path / "u", scenario(compressor={"name": "topk", "ratio": 0.01, "downlink": "union"}))
+    _, model, _ = run(tmp_path / "m", scenario(compressor={"name": "topk", "ratio": 0.01}))
+    assert model["bytes_down"] == 2 * 2 * DENSE
+    round1 = rows[0]["bytes_down"] / 2  # per node, dispatched after step 0
+    assert round1 == rows[0]["agg_bytes"]  # the union message is the aggregated size
+    assert round1 < DENSE / 10
+    # `compressed`: the server re-encodes the aggregate with 2bit; each layer's message is the
+    # fixed-size 2-bit payload of that layer, the same size the nodes upload
+    _, comp, rows = run(tmp_path / "c", scenario(compressor={"name": "2bit", "downlink": "compressed"}))
+    assert rows[0]["bytes_down"] == rows[0]["bytes_up"]
