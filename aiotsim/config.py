@@ -12,7 +12,6 @@ keys get a did-you-mean; unknown dataset/model/compressor/profile names list the
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any, Callable
 import tomli_w
 
 from aiotsim.errors import ConfigError
+from aiotsim.schema import did_you_mean, type_label, type_ok
 
 Check = Callable[[Any], str | None]
 
@@ -287,36 +287,6 @@ _DYNAMIC_CHOICES: dict[str, Callable[[], list[str]]] = {
 _WHAT = {"compressors": "compressor", "datasets": "dataset", "models": "model", "profiles": "device profile", "radios": "radio profile"}
 
 
-def _type_ok(value: Any, annotation: Any) -> bool:
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    if typing.get_origin(annotation) is list:
-        (item,) = typing.get_args(annotation)
-        item = dict if typing.get_origin(item) is dict else item
-        return isinstance(value, list) and all(_type_ok(v, item) if item is not dict else isinstance(v, dict) for v in value)
-    return True
-
-
-def _type_label(annotation: Any) -> str:
-    if typing.get_origin(annotation) is list:
-        (item,) = typing.get_args(annotation)
-        if typing.get_origin(item) is dict:
-            return "a list of tables ([[...]] blocks)"
-        return f"a list of {_type_label(item).removeprefix('a ').removeprefix('an ')}s"
-    return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(annotation, str(annotation))
-
-
-def _did_you_mean(key: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(key, valid, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _check_section(name: str, cls: type, raw: dict[str, Any], where: str, problems: list[str]) -> Any:
     """Build one section dataclass from ``raw``, appending every problem to ``problems``."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -329,11 +299,11 @@ def _check_section(name: str, cls: type, raw: dict[str, Any], where: str, proble
                 extra[key] = value  # codec parameter: checked against the codec below
                 continue
             valid = [k for k in fields if k != "params"]
-            problems.append(f"{where}: {name}.{key}: unknown key{_did_you_mean(key, valid)}; valid: {', '.join(valid)}")
+            problems.append(f"{where}: {name}.{key}: unknown key{did_you_mean(key, valid)}; valid: {', '.join(valid)}")
             continue
         f = fields[key]
-        if not _type_ok(value, hints[key]):
-            problems.append(f"{where}: {name}.{key}: must be {_type_label(hints[key])}, got {value!r}")
+        if not type_ok(value, hints[key]):
+            problems.append(f"{where}: {name}.{key}: must be {type_label(hints[key])}, got {value!r}")
             continue
         if isinstance(value, int) and hints[key] is float:
             value = float(value)
@@ -344,7 +314,7 @@ def _check_section(name: str, cls: type, raw: dict[str, Any], where: str, proble
             if value not in valid_names:
                 what = _WHAT.get(choices, "value") if isinstance(choices, str) else "value"
                 problems.append(
-                    f"{where}: {name}.{key}: unknown {what} {value!r}{_did_you_mean(str(value), valid_names)}; "
+                    f"{where}: {name}.{key}: unknown {what} {value!r}{did_you_mean(str(value), valid_names)}; "
                     f"valid: {', '.join(valid_names)}"
                 )
                 continue
@@ -390,7 +360,7 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scen
     sections: dict[str, Any] = {}
     for name, raw in data.items():
         if name not in SECTIONS:
-            problems.append(f"{source}: [{name}]: unknown section{_did_you_mean(name, list(SECTIONS))}; valid: {', '.join(SECTIONS)}")
+            problems.append(f"{source}: [{name}]: unknown section{did_you_mean(name, list(SECTIONS))}; valid: {', '.join(SECTIONS)}")
             continue
         if not isinstance(raw, dict):
             problems.append(f"{source}: {name}: must be a table ([{name}]), got {raw!r}")
@@ -483,14 +453,14 @@ def _group_problems(s: Scenario) -> list[str]:
             out.append(f"{where}.count: missing; every group needs a node count")
         for key, value in g.items():
             if key not in GROUP_KEYS:
-                out.append(f"{where}.{key}: unknown key{_did_you_mean(key, list(GROUP_KEYS))}; valid: {', '.join(GROUP_KEYS)}")
+                out.append(f"{where}.{key}: unknown key{did_you_mean(key, list(GROUP_KEYS))}; valid: {', '.join(GROUP_KEYS)}")
                 continue
             typ, check = GROUP_KEYS[key]
-            if not _type_ok(value, typ):
-                out.append(f"{where}.{key}: must be {_type_label(typ)}, got {value!r}")
+            if not type_ok(value, typ):
+                out.append(f"{where}.{key}: must be {type_label(typ)}, got {value!r}")
                 continue
             if key in names and value not in names[key]:
-                out.append(f"{where}.{key}: unknown {key} {value!r}{_did_you_mean(value, names[key])}; valid: {', '.join(names[key])}")
+                out.append(f"{where}.{key}: unknown {key} {value!r}{did_you_mean(value, names[key])}; valid: {', '.join(names[key])}")
             elif check is not None and (msg := check(value)):
                 out.append(f"{where}.{key}: {msg}")
         if isinstance(g.get("count"), int):

@@ -8,13 +8,13 @@ reports all problems at once.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import typing
 from typing import Any, TypeVar
 
 from aiotsim.compress.base import Codec
 from aiotsim.errors import CodecError, ConfigError
+from aiotsim.schema import did_you_mean, type_label, type_ok
 
 _REGISTRY: dict[str, type[Codec]] = {}
 _LOADED = False
@@ -79,29 +79,7 @@ def get_codec_class(name: str) -> type[Codec]:
 
 def unknown_name_message(what: str, name: str, valid: list[str]) -> str:
     """``unknown compressor 'tpok' (did you mean 'topk'?); valid: a, b, c``."""
-    close = difflib.get_close_matches(name, valid, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"unknown {what} {name!r}{hint}; valid: {', '.join(valid)}"
-
-
-def _type_ok(value: Any, annotation: Any) -> bool:
-    """Loose check of a TOML value against a dataclass field annotation."""
-    origin = typing.get_origin(annotation)
-    if origin is typing.Literal:
-        return value in typing.get_args(annotation)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    return True
+    return f"unknown {what} {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)}"
 
 
 def params_problems(cls: type[Codec], values: dict[str, Any]) -> list[str]:
@@ -111,22 +89,14 @@ def params_problems(cls: type[Codec], values: dict[str, Any]) -> list[str]:
     problems = []
     for key, value in values.items():
         if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             valid = ", ".join(fields) or "none"
-            problems.append(f"unknown parameter {key!r} for compressor {cls.name!r}{hint}; valid: {valid}")
-        elif not _type_ok(value, hints[key]):
+            problems.append(f"unknown parameter {key!r} for compressor {cls.name!r}{did_you_mean(key, list(fields))}; valid: {valid}")
+        elif not type_ok(value, hints[key]):
             problems.append(
-                f"parameter {key!r} of compressor {cls.name!r} must be {_type_name(hints[key])}, "
+                f"parameter {key!r} of compressor {cls.name!r} must be {type_label(hints[key])}, "
                 f"got {value!r}"
             )
     return problems
-
-
-def _type_name(annotation: Any) -> str:
-    if typing.get_origin(annotation) is typing.Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
-    return getattr(annotation, "__name__", str(annotation))
 
 
 def build_codec(name: str, params: dict[str, Any] | None = None, seed: int = 0) -> Codec:
