@@ -322,11 +322,12 @@ def test_qsgd_elias_vs_fixed_exact_and_smaller_on_sparse_levels():
 def test_elias_gamma_hand_case():
     # levels [0, 1, 2, 0, 3], negative [1, 0, 1, 1, 0]; gamma(l + 1): "1", "010", "011", "1", "00100"
     # prefixes "1|01|01|1|001", mantissas "0|1|00", signs of non-zero levels (idx 1, 2, 4): 0, 1, 0
+    # header: M = 4 prefix zeros (uint32 little-endian), then
     # bits: 1 0 1 0 1 1 0 0 | 1 0 1 0 0 0 1 0  -> LSB first: 0x35, 0x45
     levels = u8([0, 1, 2, 0, 3])
     negative = torch.tensor([1, 0, 1, 1, 0], dtype=torch.bool)
     buf = elias_gamma_encode(levels, negative)
-    assert buf.tolist() == [0x35, 0x45]
+    assert buf.tolist() == [4, 0, 0, 0, 0x35, 0x45]
     lv, ng = elias_gamma_decode(buf, 5)
     assert lv.tolist() == [0, 1, 2, 0, 3]
     assert ng.tolist() == [False, False, True, False, False]  # the sign of a zero is not sent
@@ -339,7 +340,7 @@ def test_elias_gamma_round_trip(pairs):
     negative = torch.tensor([p[1] for p in pairs], dtype=torch.bool)
     buf = elias_gamma_encode(levels, negative)
     bits = sum(2 * (lv + 1).bit_length() - 1 + (lv > 0) for lv, _ in pairs)
-    assert buf.numel() == math.ceil(bits / 8)
+    assert buf.numel() == 4 + math.ceil(bits / 8)
     lv, ng = elias_gamma_decode(buf, len(pairs))
     assert torch.equal(lv, levels)
     assert torch.equal(ng, negative & (levels > 0))

@@ -31,13 +31,15 @@ Encoding", NeurIPS 2017)
       ``w = bit_length(s)``, bit-packed (little-endian bit order, the layout of
       :func:`~aiotsim.compress.packing.pack_uint`);
     * ``elias=True``: each level is Elias-gamma coded as ``l_i + 1`` (``0 -> "1"``, ``1 -> "010"``,
-      ``2 -> "011"``, ...), followed by a sign bit only where ``l_i > 0``. The bits of the stream are
-      laid out as three sections: the unary length prefixes of every code (``L-1`` zeros then a one),
-      then the ``L-1`` mantissa bits of every code (most significant first), then the sign bits of the
-      non-zero levels. The size is exactly that of the interleaved gamma stream; the layout lets both
-      sides work with cumulative sums instead of a sequential bit reader (no Python loop over
-      elements). The paper's own coding (its Section 3.1) additionally codes the *gaps between
-      non-zero positions* with recursive Elias codes and skips the zeros; per-element gamma coding of
+      ``2 -> "011"``, ...), followed by a sign bit only where ``l_i > 0``. The bits are laid out in
+      three sections: the unary length prefixes of every code (``L-1`` zeros then a one), the
+      ``L-1`` mantissa bits of every code (most significant first), the sign bits of the non-zero
+      levels; a 4-byte header gives the number of prefix zeros so the decoder knows where the
+      sections start. Apart from that header the size is exactly that of the interleaved gamma
+      stream; the layout lets both sides work with cumulative sums and run detection over the
+      non-zero codes instead of a sequential bit reader (no Python loop over elements). The
+      paper's own coding (its Section 3.1) additionally codes the *gaps between non-zero
+      positions* with recursive Elias codes and skips the zeros; per-element gamma coding of
       the levels spends one bit per zero level instead and is what ``elias`` selects here.
 
 All three compute in fp32 on the gradient's device and draw randomness only from the state's
@@ -53,7 +55,7 @@ import torch
 
 from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
-from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
+from aiotsim.compress.packing import pack_bits, pack_f32, pack_uint, unpack_bits, unpack_f32, unpack_uint
 from aiotsim.compress.registry import register
 from aiotsim.errors import CodecError
 
@@ -337,78 +339,95 @@ def _by_bucket(x: torch.Tensor, d: int) -> list[tuple[torch.Tensor, slice]]:
     return parts
 
 
+def _index_dtype(limit: int) -> torch.dtype:
+    """The narrower integer type that can hold bit positions up to ``limit``."""
+    return torch.int32 if limit < 2**31 else torch.int64
+
+
 def elias_gamma_encode(levels: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
     """Sectioned Elias-gamma stream of ``levels + 1`` with a sign bit per non-zero level.
 
     Parameters
     ----------
     levels : Tensor
-        ``[n]`` non-negative integer levels (uint8, at most 254).
+        ``[n]`` non-negative integer levels (``uint8``, at most 254).
     negative : Tensor
         ``[n]`` bool, the sign of each element (read only where the level is non-zero).
 
     Returns
     -------
     Tensor
-        Packed bits (``uint8``): prefixes of all codes, then mantissas, then signs (see the module
-        docstring). Its size is ``ceil((sum(2 L_i - 1) + nnz) / 8)`` bytes, ``L_i = bit_length(l_i + 1)``.
+        ``uint8``: a 4-byte little-endian header ``M`` (the number of zeros in the prefix section,
+        ``sum(L_i - 1)``), then the packed bits: prefixes of all codes (``L_i - 1`` zeros and a one
+        each, ``n + M`` bits), mantissas (``M`` bits, most significant first), signs of the ``k``
+        non-zero levels. Size ``4 + ceil((n + 2M + k) / 8)`` bytes, ``L_i = bit_length(l_i + 1)``.
+
+    Notes
+    -----
+    A zero level costs one bit (a lone one in the prefix section), so only the ``k`` non-zero
+    elements need index arithmetic: the work beyond a byte fill of ``n + M`` bits is ``O(k)``.
     """
     device = levels.device
     n = levels.numel()
-    nz = torch.nonzero(levels).reshape(-1)  # [k] positions of non-zero levels
-    val = levels[nz].to(torch.int64) + 1  # [k] gamma-coded integers >= 2
-    lengths = torch.ones(n, dtype=torch.int64, device=device)  # L_i: 1 for a zero level
-    nz_len = torch.floor(torch.log2(val.to(torch.float64))).to(torch.int64) + 1  # [k], exact for <= 255
-    lengths[nz] = nz_len
-    ends = torch.cumsum(lengths, dim=0)  # [n] one past each prefix's terminating one
-    prefix_bits = int(ends[-1]) if n else 0
-    mant_len = nz_len - 1  # [k] mantissa bits of each non-zero code
-    mant_start = prefix_bits + torch.cumsum(mant_len, dim=0) - mant_len  # [k] exclusive cumsum
-    mant_bits = int(mant_len.sum()) if nz.numel() else 0
-    total = prefix_bits + mant_bits + nz.numel()
-    bits = torch.zeros(total, dtype=_U8, device=device)
-    bits[ends - 1] = 1  # the one that ends each unary prefix
-    max_len = int(nz_len.max()) if nz.numel() else 1
-    for j in range(max_len - 1):  # bit j (from the top, after the implicit leading one): <= 7 passes
-        has = mant_len > j  # [k]
-        shift = (mant_len - 1 - j).clamp_(min=0)
-        bits[mant_start[has] + j] = ((val[has] >> shift[has]) & 1).to(_U8)
-    bits[prefix_bits + mant_bits :] = negative[nz].to(_U8)
-    return pack_codes(bits, 1)
+    nz = torch.nonzero(levels).reshape(-1)  # [k] positions of non-zero levels, ascending
+    k = nz.numel()
+    val = levels[nz].to(torch.int32) + 1  # [k] gamma-coded integers in 2..255
+    # L - 1 = floor(log2(val)): the biased exponent of the exact fp32 value, minus 127
+    extra = (val.to(torch.float32).view(torch.int32) >> 23) - 127  # [k] mantissa bits = zeros
+    zeros_total = int(extra.sum()) if k else 0  # M
+    total = n + 2 * zeros_total + k
+    idx = _index_dtype(total)
+    nz, extra = nz.to(idx), extra.to(idx)
+    ends = nz + torch.cumsum(extra, dim=0, dtype=idx)  # [k] position of each non-zero code's one
+    bits = torch.ones(total, dtype=_U8, device=device)  # every prefix bit defaults to a one
+    bits[n + zeros_total :] = 0
+    mant_start = n + zeros_total + ends - nz - extra  # [k] exclusive cumsum of extra, shifted
+    for j in range(int(extra.max()) if k else 0):  # <= 7 passes over the k non-zero codes
+        has = extra > j
+        bits[(ends - 1 - j)[has]] = 0  # the zeros that open the prefix, right to left
+        shift = (extra - 1 - j).clamp_(min=0)
+        bits[(mant_start + j)[has]] = ((val >> shift) & 1).to(_U8)[has]
+    bits[n + 2 * zeros_total :] = negative[nz].to(_U8)
+    header = torch.tensor([zeros_total], dtype=torch.int64, device=device)
+    return torch.cat([pack_uint(header, 32), pack_codes(bits, 1)])
 
 
 def elias_gamma_decode(buf: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Inverse of :func:`elias_gamma_encode`: ``(levels uint8 [count], negative bool [count])``."""
     device = buf.device
+    if buf.numel() < 4:
+        raise CodecError(f"Elias stream of {buf.numel()} bytes is shorter than its 4-byte header")
+    zeros_total = int(unpack_uint(buf[:4], 32, 1)[0])  # M
+    body = buf[4:]
+    prefix = count + zeros_total
+    idx = _index_dtype(prefix + zeros_total + count)
+    levels = torch.zeros(count, dtype=_U8, device=device)
+    negative = torch.zeros(count, dtype=torch.bool, device=device)
     if count == 0:
-        return torch.zeros(0, dtype=_U8, device=device), torch.zeros(0, dtype=torch.bool, device=device)
-    bits = unpack_bits(buf, 1, buf.numel() * 8)  # [8 * nbytes]
-    # The prefix section holds exactly `count` ones and comes first, so the first `count` ones of
-    # the stream terminate the prefixes, in element order.
-    ones = torch.nonzero(bits[: 8 * count]).reshape(-1)
-    if ones.numel() < count:
-        raise CodecError(f"Elias stream holds {ones.numel()} codes, expected {count}")
-    ends = ones[:count] + 1  # [count]
-    lengths = torch.diff(ends, prepend=ends.new_zeros(1))  # [count] L_i
-    prefix_bits = int(ends[-1])
-    nz = torch.nonzero(lengths > 1).reshape(-1)  # [k] elements with a non-zero level
-    mant_len = lengths[nz] - 1
-    mant_start = prefix_bits + torch.cumsum(mant_len, dim=0) - mant_len
-    mant_bits = int(mant_len.sum()) if nz.numel() else 0
-    need = prefix_bits + mant_bits + nz.numel()
+        return levels, negative
+    bits = unpack_bits(body, 1, body.numel() * 8)
+    z = torch.nonzero(bits[:prefix] == 0).reshape(-1).to(idx)  # [M] zeros of the prefix section
+    if z.numel() != zeros_total:
+        raise CodecError(f"Elias stream has {z.numel()} prefix zeros, its header says {zeros_total}")
+    # Each non-zero code opens with a run of L-1 zeros; runs are separated by at least one one.
+    starts = torch.ones(z.numel(), dtype=torch.bool, device=device)
+    starts[1:] = torch.diff(z) != 1
+    run_first = torch.nonzero(starts).reshape(-1).to(idx)  # [k] rank of each run's first zero
+    extra = torch.diff(run_first, append=run_first.new_tensor([z.numel()]))  # [k] L - 1
+    element = z[run_first] - run_first  # [k] ones before the run = index of its element
+    k = element.numel()
+    mant_start = prefix + run_first  # [k] exclusive cumsum of extra, shifted by the prefix
+    need = prefix + zeros_total + k
     if need > bits.numel():
         raise CodecError(f"Elias stream of {bits.numel()} bits is shorter than the {need} it declares")
-    val = torch.ones_like(mant_len)  # the implicit leading one
-    max_len = int(mant_len.max()) + 1 if nz.numel() else 1
-    for j in range(max_len - 1):
-        has = mant_len > j
-        bit = torch.zeros_like(val)
-        bit[has] = bits[mant_start[has] + j].to(torch.int64)
+    val = torch.ones(k, dtype=torch.int32, device=device)  # the implicit leading one
+    for j in range(int(extra.max()) if k else 0):
+        has = extra > j
+        bit = torch.zeros(k, dtype=torch.int32, device=device)
+        bit[has] = bits[(mant_start + j)[has]].to(torch.int32)
         val = torch.where(has, val * 2 + bit, val)
-    levels = torch.zeros(count, dtype=_U8, device=device)
-    levels[nz] = (val - 1).to(_U8)
-    negative = torch.zeros(count, dtype=torch.bool, device=device)
-    negative[nz] = bits[prefix_bits + mant_bits : need].bool()
+    levels[element] = (val - 1).to(_U8)
+    negative[element] = bits[prefix + zeros_total : need].bool()
     return levels, negative
 
 
