@@ -17,6 +17,12 @@ from hypothesis import strategies as st
 from aiotsim.compress.base import CodecState, LayerInfo, Payload
 from aiotsim.compress.packing import pack_bits, pack_uint, unpack_f32
 from aiotsim.compress.quantize import (
+    CODE_NEG,
+    CODE_POS,
+    CODE_ZERO,
+    TERN_NEG,
+    TERN_POS,
+    TERN_ZERO,
     elias_gamma_decode,
     elias_gamma_encode,
     pack_codes,
@@ -81,7 +87,9 @@ def test_2bit_hand_case_two_steps():
 def test_2bit_never_sent_code_decodes_to_zero():
     codec = build_codec("2bit", {"threshold": 0.5})
     # codes 0b00, 0b01 (never sent), 0b10, 0b11 in one byte
-    out = codec.decode(Payload({"codes": u8([0b11_10_01_00])}), layer((4,)))
+    assert (CODE_ZERO, CODE_NEG, CODE_POS) == (0b00, 0b10, 0b11)  # MXNet's assignment
+    byte = CODE_ZERO | 0b01 << 2 | CODE_NEG << 4 | CODE_POS << 6
+    out = codec.decode(Payload({"codes": u8([byte])}), layer((4,)))
     assert out.tolist() == [0.0, 0.0, -0.5, 0.5]
 
 
@@ -248,7 +256,7 @@ def test_terngrad_wire():
     ((p, d, _),) = run("terngrad", {"clip": False}, [t([0.0, 2.0, -2.0, 0.0, 0.0])])
     # s = 2; elements at +-s are sent with probability 1: codes [0b00, 0b01, 0b11, 0, 0]
     assert unpack_f32(p.buffers["scale"]).tolist() == [2.0]
-    assert p.buffers["codes"].tolist() == [0b00 | 0b01 << 2 | 0b11 << 4, 0]
+    assert p.buffers["codes"].tolist() == [TERN_ZERO | TERN_POS << 2 | TERN_NEG << 4, 0]
     assert d.tolist() == [0.0, 2.0, -2.0, 0.0, 0.0]
     assert p.nbytes == 4 + 2
 

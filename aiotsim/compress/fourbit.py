@@ -108,7 +108,8 @@ class FourBit(Codec):
 
     def thresholds(self, anchor: float) -> list[float]:
         """The seven thresholds ``t_1..t_7`` for an anchor value (for reports and tests)."""
-        t1 = first_threshold(torch.tensor(anchor, dtype=torch.float32), self.params.spacing, self.params.statistic)
+        a = torch.tensor(anchor, dtype=torch.float32)
+        t1 = first_threshold(a, self.params.spacing, self.params.statistic)
         level = torch.arange(1, LEVELS + 1, dtype=torch.int32)
         rungs = level.float() if self.params.spacing == "linear" else _log2_rungs_(level)
         return (rungs * t1).tolist()

@@ -16,8 +16,8 @@ Learning", NeurIPS 2017)
     standard deviation about the mean, as in the authors' ``clip_gradients_by_stddev``; c = 2.5), then
     ``s = max|g|`` and ``g_i -> s * sign(g_i) * b_i`` with ``b_i ~ Bernoulli(|g_i| / s)``: unbiased
     with respect to the (clipped) gradient. Wire: 2-bit two's-complement codes (``0b00 = 0``,
-    ``0b01 = +s``, ``0b11 = -s``), 4 per byte, plus ``s`` as fp32. The paper's *scaler sharing* (every worker uses the max of the workers'
-    scalers) needs a round of communication before encoding; here each worker sends its own ``s``,
+    ``0b01 = +s``, ``0b11 = -s``), 4 per byte, plus ``s`` as fp32. The paper's *scaler sharing*
+    (every worker uses the max of the workers' scalers) needs a round of communication before encoding; here each worker sends its own ``s``,
     which keeps each message decodable on its own and unbiased.
 
 ``qsgd`` (Alistarh et al., "QSGD: Communication-Efficient SGD via Gradient Quantization and
@@ -199,10 +199,6 @@ def unpack_fixed(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
     return out.reshape(-1)[:count]
 
 
-def _flops(step: str) -> float:
-    return {"2bit": 7.0, "terngrad": 10.0, "qsgd": 12.0}[step]
-
-
 # ---- MXNet 2-bit ---------------------------------------------------------------------------------
 @register
 class TwoBit(Codec):
@@ -214,7 +210,7 @@ class TwoBit(Codec):
     name = "2bit"
     summary = "MXNet 2-bit: +-threshold or 0 per element, residual kept locally"
     has_residual = True
-    encode_flops_per_element = _flops("2bit")
+    encode_flops_per_element = 8.0  # add residual, 2 compares, code, sent, residual, decode
 
     @dataclass(frozen=True)
     class Params:
@@ -265,7 +261,7 @@ class TernGrad(Codec):
     name = "terngrad"
     summary = "TernGrad: stochastic ternary {-s,0,s}, s=max|g| after 2.5-sigma clipping; unbiased"
     unbiased = True  # w.r.t. the clipped gradient; exactly unbiased with clip=False
-    encode_flops_per_element = _flops("terngrad")
+    encode_flops_per_element = 8.0  # random draw, scale, floor, clamp, code, decode
 
     @dataclass(frozen=True)
     class Params:
@@ -304,13 +300,15 @@ class TernGrad(Codec):
         # q = floor(g/s + U) clamped to [-1, 1]: the clamp is the clipping, and
         # P(q = sign(g)) = |clip(g)| / s as in TernGrad
         q = _uniform(n, state, x.device).addcmul_(x, inv)  # [n] fp32: g/s + U
-        codes = _round_stochastic_(q, 1.0).bitwise_and_(0b11)  # [n] two's complement: 0b00, 0b01 = +s, 0b11 = -s
+        # [n] 2-bit two's complement: 0b00 = 0, 0b01 = +s, 0b11 = -s
+        codes = _round_stochastic_(q, 1.0).bitwise_and_(0b11)
         return Payload({"scale": pack_f32(s.reshape(1)), "codes": pack_codes(codes.view(_U8), 2)})
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         s = unpack_f32(payload.buffers["scale"]).reshape(())
         codes = unpack_bits(payload.buffers["codes"], 2, layer.numel)  # [n] uint8
-        tern = codes.bitwise_left_shift_(6).view(torch.int8).bitwise_right_shift_(6)  # sign-extend: {0, 1, -1}
+        # sign-extend the 2-bit code through the int8 sign bit: {0, 1, -1}
+        tern = codes.bitwise_left_shift_(6).view(torch.int8).bitwise_right_shift_(6)
         return _signed_to_f32(tern).mul_(s).view(layer.shape).to(layer.dtype)
 
 
@@ -442,7 +440,7 @@ class QSGD(Codec):
     name = "qsgd"
     summary = "QSGD: s levels of |g|/||g|| per bucket, stochastic rounding, optional Elias coding; unbiased"
     unbiased = True
-    encode_flops_per_element = _flops("qsgd")
+    encode_flops_per_element = 10.0  # norm, random draw, scale, floor, clamp, code, decode
 
     @dataclass(frozen=True)
     class Params:
@@ -487,7 +485,8 @@ class QSGD(Codec):
             codes = elias_gamma_encode(level, negative.view(torch.bool))
         else:
             # sign-magnitude code: level | sign << w (in place on the level)
-            codes = pack_fixed(level.bitwise_or_(negative.bitwise_left_shift_(self.level_bits)), self.level_bits + 1)
+            w = self.level_bits
+            codes = pack_fixed(level.bitwise_or_(negative.bitwise_left_shift_(w)), w + 1)
         return Payload({"norms": pack_f32(norms), "codes": codes})
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
