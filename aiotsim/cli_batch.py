@@ -114,6 +114,7 @@ def compare(
     """
     from aiotsim.config import read_toml
     from aiotsim.results.compare import already_done, compare_runs, parse_compressors, plan_comparison, write_comparison
+    from aiotsim.results.store import is_run_dir
 
     names = parse_compressors(compressor)
     if out_dir is None:
@@ -124,7 +125,7 @@ def compare(
         raise ResultsError(f"--baseline {baseline!r} is not among the compared codecs: {', '.join(names)}")
     todo = [j for j in planned if not already_done(j)]
     results = _run_jobs(todo, jobs, None, quiet, skipped=len(planned) - len(todo))
-    done = [j.out_dir for j in planned if Path(j.out_dir, "summary.json").is_file() and already_done(j)]
+    done = [j.out_dir for j in planned if is_run_dir(j.out_dir)]
     if done:
         c = compare_runs(done, target_accuracy, baseline)
         title = f"{scenario.stem}: {len(c.rows)} codecs x {seeds} seed{'s' if seeds > 1 else ''}"

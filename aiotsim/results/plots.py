@@ -201,13 +201,15 @@ def plot_wire_bytes(runs: list[Run], out_dir: Path, formats: Sequence[str]) -> l
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 4))
     b1 = ax.bar([i - w / 2 for i in x], up, w, label="uplink (nodes -> server)", color="#55A868")
     b2 = ax.bar([i + w / 2 for i in x], down, w, label="downlink (server -> nodes)", color="#8172B3")
-    ax.bar_label(b1, fmt="%.2g", fontsize=7)
-    ax.bar_label(b2, fmt="%.2g", fontsize=7)
+    ax.bar_label(b1, fmt="%.3g", fontsize=7)
+    ax.bar_label(b2, fmt="%.3g", fontsize=7)
+    if max(up + down) > 30 * min(v for v in up + down if v > 0):  # codecs spanning decades: log axis
+        ax.set_yscale("log")
     ax.set_xticks(list(x), names, rotation=30)
-    ax.set_ylabel("bytes on the wire, whole run (MB)")
+    ax.set_ylabel("bytes on the wire, whole run (MB)" + (", log scale" if ax.get_yscale() == "log" else ""))
     ax.set_xlabel("compressor")
     ax.set_title(f"Bytes on the wire per compressor (payload + packet headers)\n{_title_suffix(runs)}")
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     return _save(fig, out_dir, "wire_bytes", formats)
 
 
@@ -307,7 +309,11 @@ def _track_order(name: str) -> tuple[Any, ...]:
 def plot_timeline(run: Run, out_dir: Path, formats: Sequence[str], iterations: int = TIMELINE_ITERATIONS) -> list[Path]:
     """Gantt chart of the first ``iterations`` iterations: a row per node and per link."""
     names, spans = load_trace(run.dir)
-    spans = [e for e in spans if e.get("args", {}).get("iteration", 0) < iterations]
+    # The window ends when the `iterations`-th iteration ends (metrics.csv); spans starting before it
+    # belong to those iterations, whatever the synchronization mode.
+    ends = [row["sim_time_s"] for row in run.metrics]
+    t_end_us = ends[min(iterations, len(ends)) - 1] * 1e6 if ends else float("inf")  # s -> trace us
+    spans = [e for e in spans if e["ts"] <= t_end_us]
     tracks = sorted({names.get((e["pid"], e["tid"]), f"{e['pid']}/{e['tid']}") for e in spans}, key=_track_order)
     row = {t: i for i, t in enumerate(tracks)}
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.28 * len(tracks)))
@@ -324,8 +330,9 @@ def plot_timeline(run: Run, out_dir: Path, formats: Sequence[str], iterations: i
     ax.set_yticks(range(len(tracks)), tracks, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("simulated time (s)")
-    ax.set_title(f"Timeline of the first {iterations} iterations: {run.summary.get('scenario')} / {run.group or run.summary['compressor']}")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / max(len(tracks), 1)), ncol=6, fontsize=8)
+    ax.set_title(f"Timeline of the first {iterations} iterations: {run.summary.get('scenario')} / "
+                 f"{run.group or run.summary['compressor']}", pad=26)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=6, fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, out_dir, f"timeline_{_safe(run.group or run.summary['compressor'])}", formats)
 

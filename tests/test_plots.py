@@ -1,0 +1,91 @@
+"""`aiotsim plot`: valid PNG (and SVG) files, as many as the inputs call for; bad input exits 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from aiotsim.cli import app
+from aiotsim.results.compare import plan_comparison
+from aiotsim.results.parallel import run_local
+from aiotsim.results.sweep import load_sweep, write_manifest
+
+runner = CliRunner()
+TESTS = Path(__file__).parent
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+RUN_FIGURES = {"throughput", "wire_bytes", "convergence_time", "convergence_iterations", "convergence_bytes",
+               "time_to_accuracy"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """A comparison directory: none and 2bit, 2 iterations each, run in this process."""
+    out = tmp_path_factory.mktemp("plots") / "cmp"
+    jobs = plan_comparison(TESTS / "tiny.toml", ["none", "2bit"], 1, out, ["training.eval_every=1"], iterations=2)
+    assert all(r.ok for r in run_local(jobs, workers=1))
+    return out
+
+
+def _valid_png(p: Path) -> bool:
+    data = p.read_bytes()
+    return len(data) > 1000 and data[:8] == PNG_SIGNATURE
+
+
+def test_plot_runs_writes_one_figure_set_and_a_timeline_per_codec(runs, tmp_path) -> None:
+    out = tmp_path / "fig"
+    res = runner.invoke(app, ["plot", str(runs), "-o", str(out)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    pngs = sorted(out.glob("*.png"))
+    assert {p.stem for p in pngs} == RUN_FIGURES | {"timeline_none", "timeline_2bit"}
+    assert all(_valid_png(p) for p in pngs)
+    svgs = sorted(out.glob("*.svg"))
+    assert len(svgs) == len(pngs) and all(p.read_text().lstrip().startswith("<?xml") for p in svgs)
+    # one run directory alone: same figures, one timeline
+    res = runner.invoke(app, ["plot", str(runs / "2bit" / "seed3"), "-o", str(tmp_path / "one"), "--formats", "png"],
+                        catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert {p.stem for p in (tmp_path / "one").glob("*")} == RUN_FIGURES | {"timeline_2bit"}
+
+
+def test_plot_sweep_draws_a_figure_per_swept_key(runs, tmp_path) -> None:
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text(f"""
+[sweep]
+base = "{TESTS / 'tiny.toml'}"
+name = "up"
+[set]
+"scenario.iterations" = 2
+"training.eval_every" = 1
+[grid]
+"network.uplink_mbps" = [1, 4]
+"network.latency_ms" = [1, 20]
+"compressor.name" = ["none"]
+""")
+    sw = load_sweep(sweep_file, tmp_path / "sw")
+    write_manifest(sw)
+    assert all(r.ok for r in run_local(sw.jobs(), workers=1))
+    out = tmp_path / "fig"
+    res = runner.invoke(app, ["plot", str(tmp_path / "sw"), str(runs), "-o", str(out), "--formats", "png"],
+                        catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    stems = {p.stem for p in out.glob("*.png")}
+    assert stems == RUN_FIGURES | {"timeline_none", "timeline_2bit", "sweep_up_network.uplink_mbps",
+                                   "sweep_up_network.latency_ms"}
+    assert all(_valid_png(p) for p in out.glob("*.png"))
+
+
+def test_plot_bad_inputs_exit_2_listing_each(tmp_path) -> None:
+    (tmp_path / "empty").mkdir()
+    res = runner.invoke(app, ["plot", str(tmp_path / "nope"), str(tmp_path / "empty"), "-o", str(tmp_path / "f")],
+                        catch_exceptions=False)
+    assert res.exit_code == 2
+    assert "nope: no such directory" in res.output and "no complete run directory found" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "f").exists()
+
+
+def test_plot_unknown_format_exits_2(runs, tmp_path) -> None:
+    res = runner.invoke(app, ["plot", str(runs), "-o", str(tmp_path / "f"), "--formats", "png,gif"],
+                        catch_exceptions=False)
+    assert res.exit_code == 2 and "unknown gif" in res.output

@@ -1,0 +1,152 @@
+"""`aiotsim sweep`: hash-keyed run directories, an index equal to the runs' summaries, resuming after
+an interruption without recomputing, validation of every grid point up front, and Ray = local."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from aiotsim.cli import app
+from aiotsim.results.parallel import Event, ray_available, run_local, run_ray
+from aiotsim.results.sweep import load_sweep
+
+runner = CliRunner()
+TESTS = Path(__file__).parent
+WALL_CLOCK = {"wall_time_s"}  # summary fields that legitimately differ between two identical runs
+
+
+def _sweep_file(tmp: Path, grid: str, extra: str = "") -> Path:
+    p = tmp / "sweep.toml"
+    p.write_text(f"""
+[sweep]
+base = "{TESTS / 'tiny.toml'}"
+name = "t"
+{extra}
+[set]
+"scenario.iterations" = 2
+"training.eval_every" = 1
+
+[grid]
+{grid}
+""")
+    return p
+
+
+GRID = '"network.uplink_mbps" = [1, 10]\n"compressor.name" = ["none", "2bit"]\n'
+
+
+def _index(out: Path) -> list[dict[str, str]]:
+    with open(out / "sweep.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _mtimes(out: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/summary.json")}
+
+
+def test_sweep_interrupted_resumes_only_the_rest(tmp_path) -> None:
+    path = _sweep_file(tmp_path, GRID)
+    out = tmp_path / "out"
+    sw = load_sweep(path, out)
+    assert len(sw.points) == 4 and len(sw.pending()) == 4
+
+    # Interrupt after the first run finishes (as a Ctrl-C would, between runs).
+    def stop_after_first(e: Event) -> None:
+        if e.kind == "done":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_local(sw.pending(), workers=1, on_event=stop_after_first)
+    first = _mtimes(out)
+    assert len(first) == 1 and len(sw.pending()) == 3
+
+    res = runner.invoke(app, ["sweep", str(path), "--out", str(out), "-j", "1", "-q"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "1 already complete, 3 to run" in res.output
+    after = _mtimes(out)
+    assert len(after) == 4
+    assert {p: after[p] for p in first} == first  # the finished run was not recomputed
+
+    # The index: grid values, status, metrics equal to each run's summary; directories keyed by hash.
+    rows = _index(out)
+    assert [(float(r["network.uplink_mbps"]), r["compressor.name"]) for r in rows] == \
+        [(1, "none"), (1, "2bit"), (10, "none"), (10, "2bit")]
+    for r in rows:
+        d = out / r["run_dir"]
+        toml = (d / "scenario.toml").read_text()
+        assert d.name == hashlib.sha256(toml.encode()).hexdigest()[:12]
+        s = json.loads((d / "summary.json").read_text())
+        assert r["status"] == "complete" and s["compressor"] == r["compressor.name"]
+        for key in ("throughput_samples_per_s", "wire_bytes_up", "bytes_up", "final_accuracy", "sim_time_s"):
+            assert float(r[key]) == s[key], key
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert list(manifest["grid"]) == ["network.uplink_mbps", "compressor.name"] and len(manifest["points"]) == 4
+
+    # A run whose summary is lost is the only one redone.
+    lost = out / rows[2]["run_dir"] / "summary.json"
+    lost.unlink()
+    kept = {p: t for p, t in after.items() if p != lost}
+    res = runner.invoke(app, ["sweep", str(path), "--out", str(out), "-j", "1", "-q"], catch_exceptions=False)
+    assert res.exit_code == 0 and "3 already complete, 1 to run" in res.output
+    again = _mtimes(out)
+    assert lost in again and {p: again[p] for p in kept} == kept
+
+
+def test_sweep_reports_every_bad_point_and_exits_2(tmp_path) -> None:
+    grid = ('"network.uplnk_mbps" = [1]\n"network.downlink_mbps" = [-1, 5]\n'
+            '"compressor.name" = ["none", "bogus"]\n"nodes.count" = 3\n"flat" = [1]\n')
+    path = _sweep_file(tmp_path, grid)
+    res = runner.invoke(app, ["sweep", str(path), "--out", str(tmp_path / "o")], catch_exceptions=False)
+    assert res.exit_code == 2
+    assert '"nodes.count": must be a non-empty list' in res.output
+    assert '"flat": must be "section.key"' in res.output
+    assert "Traceback" not in res.output
+    # grid structure is fixed first; then every point is validated, each problem once
+    grid = '"network.uplnk_mbps" = [1]\n"network.downlink_mbps" = [-1, 5]\n"compressor.name" = ["none", "bogus"]\n'
+    path = _sweep_file(tmp_path, grid)
+    res = runner.invoke(app, ["sweep", str(path), "--out", str(tmp_path / "o")], catch_exceptions=False)
+    assert res.exit_code == 2
+    assert res.output.count("network.uplnk_mbps: unknown key (did you mean 'uplink_mbps'?)") == 1
+    assert "network.downlink_mbps: must be > 0, got -1.0" in res.output
+    assert "unknown compressor 'bogus'" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "o").exists()
+
+
+def test_sweep_missing_base_and_file(tmp_path) -> None:
+    p = tmp_path / "s.toml"
+    p.write_text('[sweep]\nbase = "nope.toml"\n[grid]\n"scenario.seed" = [1]\n')
+    res = runner.invoke(app, ["sweep", str(p)], catch_exceptions=False)
+    assert res.exit_code == 2 and "sweep.base: no such scenario file" in res.output
+    res = runner.invoke(app, ["sweep", str(tmp_path / "missing.toml")], catch_exceptions=False)
+    assert res.exit_code == 2 and "Traceback" not in res.output
+
+
+@pytest.mark.skipif(not ray_available(), reason="ray is not installed (pip install 'aiotsim[ray]')")
+def test_ray_gives_the_same_results_as_the_local_pool(tmp_path) -> None:
+    import ray
+
+    grid = '"compressor.name" = ["none", "2bit"]\n'
+    path = _sweep_file(tmp_path, grid)
+    local = load_sweep(path, tmp_path / "local")
+    remote = load_sweep(path, tmp_path / "ray")
+    assert [p.key for p in local.points] == [p.key for p in remote.points]
+    res_local = run_local(local.jobs(), workers=1)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        events: list[Event] = []
+        res_ray = run_ray(remote.jobs(), on_event=events.append)
+    finally:
+        ray.shutdown()
+    assert all(r.ok for r in res_local + res_ray)
+    assert sum(e.kind == "done" for e in events) == 2
+    for a, b in zip(local.points, remote.points):
+        da, db = local.run_dir(a), remote.run_dir(b)
+        sa, sb = (json.loads((d / "summary.json").read_text()) for d in (da, db))
+        assert {k: v for k, v in sa.items() if k not in WALL_CLOCK} == {k: v for k, v in sb.items() if k not in WALL_CLOCK}
+        for name in ("metrics.csv", "evals.csv", "scenario.toml", "trace.json"):
+            assert (da / name).read_bytes() == (db / name).read_bytes(), name
