@@ -52,7 +52,7 @@ import torch
 from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.packing import pack_f32, unpack_bits, unpack_f32
-from aiotsim.compress.quantize import pack_codes
+from aiotsim.compress.packing import pack_bits
 from aiotsim.compress.registry import register
 
 _U8 = torch.uint8
@@ -147,7 +147,7 @@ class FourBit(Codec):
         state.elements_out += n
         # [n] sign-magnitude 4-bit codes (-0.0 is not < 0), in place on the level
         codes = level.bitwise_or_((sent < 0).view(_U8).bitwise_left_shift_(3))
-        return Payload({"anchor": pack_f32(anchor.reshape(1)), "codes": pack_codes(codes, 4)})
+        return Payload({"anchor": pack_f32(anchor.reshape(1)), "codes": pack_bits(codes, 4)})
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         spacing, statistic = self.params.spacing, self.params.statistic

@@ -106,45 +106,6 @@ def _sign_magnitude_(level: torch.Tensor, negative: torch.Tensor) -> torch.Tenso
 # Multipliers that gather the low bits of every byte of a little-endian word into its top byte:
 # byte j (value < 2**bits, at bit 8j) times 2**(top - (8 - bits) * j) lands at bit top + bits*j, and
 # no two partial products overlap, so the product has no carries into the top byte.
-_GATHER_1 = sum(1 << (56 - 7 * j) for j in range(8))  # 8 one-bit codes per int64 -> bits 56..63
-_GATHER_2 = sum(1 << (24 - 6 * j) for j in range(4))  # 4 two-bit codes per int32 -> bits 24..31
-
-
-def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """:func:`~aiotsim.compress.packing.pack_bits` for 1, 2 or 4-bit codes, same bytes, faster.
-
-    ``pack_bits`` shifts a ``[n/per, per]`` tensor and reduces over its short last dimension; here a
-    whole word of codes is combined with one integer multiply (1 and 2 bits) or one shift-or (4
-    bits), a few passes over ``n / per`` words. ``codes`` must be ``uint8`` below ``2**bits``.
-    """
-    codes = codes.reshape(-1)
-    if bits not in (1, 2, 4) or codes.dtype != _U8:
-        return pack_bits(codes, bits)
-    if codes.storage_offset() % 8:
-        codes = codes.clone()  # word views need an aligned start
-    per_word = {1: 8, 2: 4, 4: 2}[bits]  # codes per word (int64, int32, int16)
-    n = codes.numel()
-    main = n - n % per_word
-    parts = []
-    if main:
-        body = codes[:main]
-        if bits == 1:
-            word = body.view(torch.int64)
-            packed = (word * _GATHER_1) >> 56
-        elif bits == 2:
-            word = body.view(torch.int32)
-            packed = (word * _GATHER_2) >> 24
-        else:
-            word = body.view(torch.int16)
-            packed = word | (word >> 4)  # low byte: c0 | c1 << 4
-        parts.append(packed.to(_U8))  # keeps the low byte
-    if main < n:
-        parts.append(pack_bits(codes[main:], bits))
-    if not parts:
-        return codes.new_zeros(0)
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
 def pack_fixed(codes: torch.Tensor, width: int) -> torch.Tensor:
     """Bit-pack unsigned codes of ``width`` bits (1..8), ``ceil(n * width / 8)`` bytes.
 
@@ -156,7 +117,7 @@ def pack_fixed(codes: torch.Tensor, width: int) -> torch.Tensor:
         raise CodecError(f"width(={width}) must be in 1..8 bits")
     codes = codes.reshape(-1).to(_U8)
     if width in (1, 2, 4, 8):
-        return pack_codes(codes, width)
+        return pack_bits(codes, width)
     n = codes.numel()
     if n == 0:
         return codes.new_zeros(0)
@@ -238,7 +199,7 @@ class TwoBit(Codec):
         state.step += 1
         state.elements_in += acc.numel()
         state.elements_out += acc.numel()
-        return Payload({"codes": pack_codes(codes, 2)})
+        return Payload({"codes": pack_bits(codes, 2)})
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         t = float(self.params.threshold)
@@ -302,7 +263,7 @@ class TernGrad(Codec):
         q = _uniform(n, state, x.device).addcmul_(x, inv)  # [n] fp32: g/s + U
         # [n] 2-bit two's complement: 0b00 = 0, 0b01 = +s, 0b11 = -s
         codes = _round_stochastic_(q, 1.0).bitwise_and_(0b11)
-        return Payload({"scale": pack_f32(s.reshape(1)), "codes": pack_codes(codes.view(_U8), 2)})
+        return Payload({"scale": pack_f32(s.reshape(1)), "codes": pack_bits(codes.view(_U8), 2)})
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         s = unpack_f32(payload.buffers["scale"]).reshape(())
@@ -387,7 +348,7 @@ def elias_gamma_encode(levels: torch.Tensor, negative: torch.Tensor) -> torch.Te
         bits[(mant_start + j)[has]] = ((val >> shift) & 1).to(_U8)[has]
     bits[n + 2 * zeros_total :] = negative[nz].to(_U8)
     header = torch.tensor([zeros_total], dtype=torch.int64, device=device)
-    return torch.cat([pack_uint(header, 32), pack_codes(bits, 1)])
+    return torch.cat([pack_uint(header, 32), pack_bits(bits, 1)])
 
 
 def elias_gamma_decode(buf: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:

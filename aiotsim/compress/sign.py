@@ -39,7 +39,7 @@ import torch
 from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
 from aiotsim.compress.packing import pack_f32, unpack_bits, unpack_f32
-from aiotsim.compress.quantize import pack_codes
+from aiotsim.compress.packing import pack_bits
 from aiotsim.compress.registry import register
 from aiotsim.errors import CodecError
 
@@ -48,7 +48,7 @@ _U8 = torch.uint8
 
 def sign_bits(x: torch.Tensor) -> torch.Tensor:
     """Packed sign bits of a flat fp32 tensor: 1 where ``x < 0``. ``ceil(n/8)`` bytes."""
-    return pack_codes((x < 0).view(_U8), 1)
+    return pack_bits((x < 0).view(_U8), 1)
 
 
 def unpack_signs(buf: torch.Tensor, count: int) -> torch.Tensor:
@@ -176,7 +176,7 @@ class OneBitSGD(Codec):
         sent = _reconstruct(negative.view(_U8), means)  # [rows, cols]
         memory.remember(acc, sent.reshape(-1), state)
         state.residual = state.residual.view(layer.shape)
-        return Payload({"means": pack_f32(means), "signs": pack_codes(negative.reshape(-1).view(_U8), 1)})
+        return Payload({"means": pack_f32(means), "signs": pack_bits(negative.reshape(-1).view(_U8), 1)})
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         rows, cols = self._grid(layer)
