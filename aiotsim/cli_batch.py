@@ -74,7 +74,8 @@ def _run_jobs(jobs: list[Job], workers: int | None, ray_address: str | None, qui
         return run_local(jobs, workers=workers, on_event=on_event)
 
 
-def _report_failures(results: list[JobResult]) -> None:
+def report_failures(results: list[JobResult]) -> None:
+    """Raise :class:`BatchError` (exit 1) listing every failed run, after the others were reported."""
     failed = [r for r in results if not r.ok]
     if failed:
         lines = [f"{r.job.label}: {r.error} (see {r.job.out_dir})" for r in failed]
@@ -132,7 +133,7 @@ def compare(
         csv_path, md_path = write_comparison(c, out_dir, title)
         out.print(comparison_table(c, title))
         out.print(f"written: {csv_path}, {md_path}")
-    _report_failures(results)
+    report_failures(results)
 
 
 def sweep(
@@ -173,7 +174,7 @@ def sweep(
     index = write_index(sw)
     out.print(_sweep_table(sw))
     out.print(f"written: {index}")
-    _report_failures(results)
+    report_failures(results)
 
 
 def _sweep_table(sw: Any) -> Table:

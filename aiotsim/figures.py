@@ -47,7 +47,7 @@ def figures(
     formats: Annotated[str, typer.Option("--formats", help="comma-separated figure formats")] = "png,svg",
 ) -> None:
     """Run iot10 with each compressor and write the comparison figures and table into OUT_DIR."""
-    from aiotsim.cli_batch import BatchProgress, _report_failures
+    from aiotsim.cli_batch import BatchProgress, report_failures
     from aiotsim.compress.registry import codec_names
     from aiotsim.results import plots
     from aiotsim.results.compare import already_done, compare_runs, plan_comparison, write_comparison
@@ -64,7 +64,7 @@ def figures(
     todo = [j for j in planned if not already_done(j)]
     with BatchProgress(todo, skipped=len(planned) - len(todo)) as bars:
         results = run_local(todo, workers=jobs, on_event=bars)
-    _report_failures(results)
+    report_failures(results)
 
     dirs = [Path(j.out_dir) for j in planned]
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from aiotsim.results.compare import compare_runs, time_to_accuracy
 from aiotsim.results.store import read_csv
 
 runner = CliRunner()
+TESTS = Path(__file__).parent
 CODECS = ("none", "2bit")
 SEEDS = 2
 
@@ -22,8 +23,6 @@ SEEDS = 2
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory) -> tuple[Path, str]:
     """One comparison of 2 codecs x 2 seeds on the tiny scenario, in 2 worker processes."""
-    from tests.conftest import TESTS
-
     out = tmp_path_factory.mktemp("cmp") / "cmp"
     res = runner.invoke(app, ["compare", str(TESTS / "tiny.toml"), "-c", ",".join(CODECS), "--seeds", str(SEEDS),
                               "--jobs", "2", "-n", "2", "--set", "training.eval_every=1", "--out", str(out), "-q"],
