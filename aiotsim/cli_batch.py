@@ -204,9 +204,12 @@ def plot(
     formats: Annotated[str, typer.Option("--formats", help="comma-separated figure formats")] = "png,svg",
     target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help="accuracy for time-to-accuracy (default: the runs')", min=0.0, max=1.0)] = None,
 ) -> None:
-    """Figures from run, comparison and sweep directories: throughput, bytes on the wire,
-    convergence (against simulated time, iterations and bytes), time-to-accuracy, timelines and
-    sweep curves, as PNG and SVG."""
+    """Figures (PNG, SVG) from run, comparison and sweep directories.
+
+    Throughput and bytes-on-the-wire bars, convergence against simulated time, iterations and bytes,
+    time-to-accuracy bars, a timeline per codec (from trace.json) and, for sweeps, metrics against
+    each swept key.
+    """
     from aiotsim.results.plots import plot_all
 
     written = plot_all(paths, out_dir, formats=tuple(f.strip() for f in formats.split(",") if f.strip()), target_accuracy=target_accuracy)
