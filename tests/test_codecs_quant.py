@@ -385,7 +385,7 @@ def test_pack_fixed_matches_pack_uint(width, data):
 
 # ---- sign family ---------------------------------------------------------------------------------
 def test_signsgd_bits_and_majority_vote():
-    codec = build_codec("signsgd", {})
+    codec = build_codec("signsgd", {"scale": "none"})
     info = layer((4,))
     workers = [t([1.0, -2.0, 0.5, -0.1]), t([-1.0, -3.0, 0.2, 0.3]), t([2.0, 1.0, -0.4, 0.0])]
     payloads = [codec.encode(w, info, codec.init_state(info, CPU, i)) for i, w in enumerate(workers)]
@@ -397,6 +397,19 @@ def test_signsgd_bits_and_majority_vote():
     assert codec.aggregate(decoded, info).tolist() == [1.0, -1.0, 1.0, 1.0]
     # two workers that disagree: a tie gives 0
     assert codec.aggregate(decoded[:2], info).tolist() == [0.0, -1.0, 1.0, 0.0]
+
+
+def test_signsgd_mean_scale_hand_case():
+    codec = build_codec("signsgd", {})  # scale = "mean"
+    info = layer((4,))
+    workers = [t([1.0, -2.0, 0.5, -0.5]), t([-1.0, -3.0, 2.0, 2.0])]  # mean |g|: 1.0 and 2.0
+    payloads = [codec.encode(w, info, codec.init_state(info, CPU, i)) for i, w in enumerate(workers)]
+    assert payloads[0].nbytes == 1 + 4  # sign bits + one fp32 scale
+    decoded = [codec.decode(p, info) for p in payloads]
+    assert decoded[0].tolist() == [1.0, -1.0, 1.0, -1.0]
+    assert decoded[1].tolist() == [-2.0, -2.0, 2.0, 2.0]
+    # votes [0, -2, 2, 0] -> signs [0, -1, 1, 0], times the mean scale (1 + 2) / 2 = 1.5
+    assert codec.aggregate(decoded, info).tolist() == [0.0, -1.5, 1.5, 0.0]
 
 
 def test_efsignsgd_hand_case():
@@ -442,6 +455,7 @@ ALL = [
     ("qsgd", {"levels": 5, "bucket_size": 7}),
     ("qsgd", {"elias": True}),
     ("signsgd", {}),
+    ("signsgd", {"scale": "none"}),
     ("efsignsgd", {}),
     ("onebit", {}),
     ("onebit", {"granularity": "column"}),

@@ -3,11 +3,13 @@
 ``signsgd`` (Bernstein, Wang, Azizzadenesheli, Anandkumar, "signSGD: Compressed Optimisation for
 Non-Convex Problems", ICML 2018; majority vote as in its Algorithm 3 / "signSGD with Majority Vote is
 Communication Efficient and Fault Tolerant", ICLR 2019)
-    Each worker sends ``sign(g)``, one bit per value, nothing else. The decoder returns ``+-1``
-    (scale 1: the magnitude of a step is the learning rate, as in the paper's ``x -= lr * sign(.)``,
-    so a signsgd scenario needs a sign-sized learning rate, e.g. 1e-4..1e-3 with SGD). The server
-    aggregates by majority vote, ``sign(sum_i sign(g_i))``, with 0 where the vote ties (possible
-    with an even number of workers).
+    Each worker sends ``sign(g)``, one bit per value. The server aggregates by majority vote,
+    ``sign(sum_i sign(g_i))``, with 0 where the vote ties (possible with an even number of
+    workers). Parameter ``scale``: ``"none"`` is the paper's form, decoded as ``+-1`` so the step
+    is ``lr * sign(.)`` and a scenario needs a sign-sized learning rate (1e-4..1e-3 with SGD);
+    ``"mean"`` (the default) also sends the layer's mean ``|g|`` (one fp32 per layer) and the vote's
+    sign is scaled by the workers' mean scale, so the same learning rate as uncompressed SGD works
+    (measured on iot10: ``"none"`` at lr 0.05 diverges to chance).
 
 ``efsignsgd`` (Karimireddy, Rebjock, Stich, Jaggi, "Error Feedback Fixes SignSGD and other Gradient
 Compression Schemes", ICML 2019, Algorithm 1)
@@ -38,8 +40,7 @@ import torch
 
 from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
-from aiotsim.compress.packing import pack_f32, unpack_bits, unpack_f32
-from aiotsim.compress.packing import pack_bits
+from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
 from aiotsim.compress.registry import register
 from aiotsim.errors import CodecError
 
@@ -72,25 +73,43 @@ class SignSGD(Codec):
     """
 
     name = "signsgd"
-    summary = "signSGD: 1 sign bit per value (decoded +-1), majority vote at the server"
+    summary = "signSGD: 1 sign bit per value, majority vote at the server (optionally mean-|g| scaled)"
     encode_flops_per_element = 2.0
+
+    @dataclass(frozen=True)
+    class Params:
+        scale: Literal["mean", "none"] = field(
+            default="mean",
+            metadata={"help": "'mean': send the layer's mean |g| and scale the vote by it; 'none': +-1 (the paper)"},
+        )
 
     def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
         x = as_float(grad).reshape(-1)
         _account(state, x.numel())
-        return Payload({"signs": sign_bits(x)})
+        out = {"signs": sign_bits(x)}
+        if self.params.scale == "mean":
+            out["scale"] = pack_f32(x.abs().mean().reshape(1) if x.numel() else x.new_zeros(1))
+        return Payload(out)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return unpack_signs(payload.buffers["signs"], layer.numel).view(layer.shape).to(layer.dtype)
+        out = unpack_signs(payload.buffers["signs"], layer.numel)
+        if self.params.scale == "mean":
+            out = out.mul_(unpack_f32(payload.buffers["scale"]).reshape(()))
+        return out.view(layer.shape).to(layer.dtype)
 
     def aggregate(self, decoded: list[torch.Tensor], layer: LayerInfo) -> torch.Tensor:
-        """Majority vote: ``sign(sum of the workers' signs)``, 0 on a tie; dtype of the inputs."""
+        """Majority vote ``sign(sum of the workers' signs)`` (0 on a tie), times the workers' mean
+        scale (1 for ``scale = "none"``); dtype of the inputs."""
         if not decoded:
             raise CodecError(f"aggregate({layer.name}): no gradients to aggregate")
         votes = torch.zeros(decoded[0].shape, dtype=torch.float32, device=decoded[0].device)
+        size = torch.zeros_like(votes)
         for d in decoded:  # one pass per worker, not per element
-            votes += d
-        return torch.sign(votes).to(decoded[0].dtype)
+            votes += torch.sign(d)
+            size += d.abs()
+        # |d| is the worker's scale wherever d != 0 (sign(0) is sent as +1, so d is never 0
+        # unless the scale is)
+        return (torch.sign(votes) * size / len(decoded)).to(decoded[0].dtype)
 
 
 @register
