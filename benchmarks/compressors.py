@@ -14,7 +14,12 @@ its 2-bit fc path rather than the dense path and powersgd its rank-r matrix path
 be sent uncompressed by both). The residual state carries over between repeats, as in training.
 
     python benchmarks/compressors.py [--sizes 1000000,25000000] [--device cpu|cuda] [--repeats 3]
-                                     [--codec topk --codec fft ...]
+                                     [--threads N] [--codec topk --codec fft ...]
+
+``--threads`` sets torch's intra-op threads for codecs and memcpy alike. On a machine whose cores are
+shared with other busy processes, use ``--threads 1``: each multi-threaded op then waits for a
+scheduling slot for every worker thread, which adds ~10 ms per op and measures the neighbours, not the
+codec.
 """
 
 from __future__ import annotations
@@ -100,11 +105,14 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000000,25000000", help="comma-separated element counts")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads; 0 = torch's default")
     ap.add_argument("--codec", action="append", default=None, help="repeatable; default: every registered codec")
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device available")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     names = args.codec or codec_names()
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; codecs: {', '.join(names)}")
     print("slowdown = memcpy GB/s / codec GB/s (lower is better); ratio = fp32 bytes / payload bytes")

@@ -119,8 +119,9 @@ def range_float_encode(values: torch.Tensor, mantissa_bits: int, max_exponent_bi
     e = e + carry.to(torch.int64)
     nonzero = mag > 0
     if bool(nonzero.any()):
-        e_max = int(e[nonzero].max())
-        e_min = int(e[nonzero].min())
+        big = torch.iinfo(torch.int64).max
+        e_max = int(torch.where(nonzero, e, -big).max())
+        e_min = int(torch.where(nonzero, e, big).min())
     else:
         e_max = e_min = 0
     e_lo = max(e_min, e_max - ((1 << max_exponent_bits) - 2))
@@ -128,8 +129,7 @@ def range_float_encode(values: torch.Tensor, mantissa_bits: int, max_exponent_bi
     normal = nonzero & (e >= e_lo)
     # Subnormal level: (m / 2**M) * 2**e_lo, which also holds exact zeros.
     # float64: 2**-e_lo overflows fp32 when e_lo is near fp32's smallest exponents.
-    shift = torch.tensor(float(-e_lo), dtype=torch.float64, device=v.device)
-    sub_q = torch.round(torch.ldexp(mag.double(), shift) * scale).to(torch.int64)
+    sub_q = torch.round(mag.double() * (2.0 ** -e_lo * scale)).to(torch.int64)
     sub_full = sub_q >= (1 << mantissa_bits)  # rounded up to 1.0 * 2**e_lo: the first normal code
     code = torch.where(normal, e - e_lo + 1, sub_full.to(torch.int64))
     mcode = torch.where(normal, q, torch.where(sub_full, torch.zeros_like(sub_q), sub_q))
@@ -148,8 +148,13 @@ def range_float_decode(words: torch.Tensor, e_lo: int, exp_bits: int, mantissa_b
     normal = code > 0
     signif = torch.where(normal, 1.0 + frac, frac)
     exponent = torch.where(normal, code - 1 + e_lo, torch.full_like(code, e_lo))
-    mag = torch.ldexp(signif.double(), exponent.double()).float()  # float64: no overflow of 2**e
+    mag = signif * _pow2(exponent // 2) * _pow2(exponent - exponent // 2)  # exact scaling by 2**e
     return torch.where(sign.bool(), -mag, mag)
+
+
+def _pow2(e: torch.Tensor) -> torch.Tensor:
+    """``2.0 ** e`` as fp32 for integer ``e`` in [-126, 127], built from the IEEE bits (no pow)."""
+    return ((e + 127) << 23).to(torch.int32).view(torch.float32)
 
 
 @register
@@ -248,7 +253,7 @@ class FFTSparsification(Codec):
         bins = chunks * (length // 2 + 1)
         idx = decode_indices(payload.buffers["indices"], bins)
         k = int(idx.numel())
-        if k * 2 == 0:
+        if k == 0:
             device = payload.buffers["values"].device
             return torch.zeros(layer.shape, dtype=layer.dtype, device=device)
         width = 1 + exp_bits + self.params.mantissa_bits

@@ -90,16 +90,15 @@ def two_bit_quantize(acc: torch.Tensor, threshold: float) -> tuple[torch.Tensor,
         return zeros, torch.zeros_like(acc)
     pos = acc >= threshold
     neg = acc <= -threshold
-    codes = (pos.to(torch.uint8) * CODE_POS) + (neg.to(torch.uint8) * CODE_NEG)
-    sent = (pos.to(acc.dtype) - neg.to(acc.dtype)) * threshold
+    codes = pos.to(torch.uint8) | (neg.to(torch.uint8) << 1)  # CODE_POS = 1, CODE_NEG = 2
+    sent = torch.where(neg, -threshold, torch.where(pos, threshold, 0.0))
     return codes.reshape(-1), sent
 
 
 def two_bit_dequantize(codes: torch.Tensor, threshold: float) -> torch.Tensor:
     """Inverse of :func:`two_bit_quantize`: fp32 values ``{0, +t, -t}`` from ``uint8`` codes."""
-    pos = (codes == CODE_POS).to(torch.float32)
-    neg = (codes == CODE_NEG).to(torch.float32)
-    return (pos - neg) * threshold
+    zero = torch.zeros((), dtype=torch.float32, device=codes.device)
+    return torch.where(codes == CODE_NEG, -threshold, torch.where(codes == CODE_POS, threshold, zero))
 
 
 @register
