@@ -22,7 +22,9 @@ The algorithm, per layer and per iteration:
    observed exponents plus the zero/subnormal code. When the observed range would need more than
    ``max_exponent_bits`` bits, ``e_lo`` is raised to ``e_max - (2**max_exponent_bits - 2)`` and the
    smaller values become subnormals (their rounding error is fed back like everything else).
-   Each value is one ``1 + E + M``-bit integer ``sign | code | mantissa``, bit-packed.
+   Each value is one ``1 + E + M``-bit integer ``sign | code | mantissa``, bit-packed with
+   :func:`pack_uint` (its low 8 or 16 bits as one byte-aligned array, the top bits as another, which
+   packs the same bits much faster; see :func:`pack_words`).
 5. The kept bin indices (into the ``C * (L//2 + 1)`` bins) use the shared cheapest index coding.
 6. The node rebuilds what the server will see (inverse FFT of the quantized sparse spectrum,
    cropped to ``n``) and keeps ``acc - sent`` as the residual: both the dropped frequencies and the
@@ -152,6 +154,36 @@ def range_float_decode(words: torch.Tensor, e_lo: int, exp_bits: int, mantissa_b
     return torch.where(sign.bool(), -mag, mag)
 
 
+def pack_words(words: torch.Tensor, width: int) -> torch.Tensor:
+    """Bit-pack ``width``-bit words as a byte-aligned low part plus the remaining high bits.
+
+    The low ``aligned`` bits (16 or 8, whichever fits) go through :func:`pack_uint`'s byte-aligned
+    path, the top ``width - aligned`` bits through its bit-plane path: the same number of bits as
+    one ``width``-bit packing (at most one byte more for the split), several times faster.
+    """
+    aligned = 16 if width >= 16 else (8 if width >= 8 else 0)
+    rest = width - aligned
+    parts = []
+    if aligned:
+        parts.append(pack_uint(words & ((1 << aligned) - 1), aligned))
+    if rest:
+        parts.append(pack_uint(words >> aligned, rest))
+    if not parts:
+        return torch.zeros(0, dtype=torch.uint8, device=words.device)
+    return torch.cat(parts)
+
+
+def unpack_words(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
+    """Inverse of :func:`pack_words`: ``count`` words as ``int64``."""
+    aligned = 16 if width >= 16 else (8 if width >= 8 else 0)
+    rest = width - aligned
+    lo_bytes = count * aligned // 8
+    words = unpack_uint(buf[:lo_bytes], aligned, count) if aligned else torch.zeros(count, dtype=torch.int64, device=buf.device)
+    if rest:
+        words = words | (unpack_uint(buf[lo_bytes:], rest, count) << aligned)
+    return words
+
+
 def _pow2(e: torch.Tensor) -> torch.Tensor:
     """``2.0 ** e`` as fp32 for integer ``e`` in [-126, 127], built from the IEEE bits (no pow)."""
     return ((e + 127) << 23).to(torch.int32).view(torch.float32)
@@ -242,7 +274,7 @@ class FFTSparsification(Codec):
         return Payload({
             "header": header,
             "indices": encode_indices(idx, bins),
-            "values": pack_uint(rf.words, rf.width),
+            "values": pack_words(rf.words, rf.width),
         })
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
@@ -257,7 +289,7 @@ class FFTSparsification(Codec):
             device = payload.buffers["values"].device
             return torch.zeros(layer.shape, dtype=layer.dtype, device=device)
         width = 1 + exp_bits + self.params.mantissa_bits
-        words = unpack_uint(payload.buffers["values"], width, 2 * k)
+        words = unpack_words(payload.buffers["values"], width, 2 * k)
         deq = range_float_decode(words, e_lo, exp_bits, self.params.mantissa_bits)
         out = self._inverse(idx, deq[:k], deq[k:], n)
         return out.view(layer.shape).to(layer.dtype)
