@@ -9,6 +9,11 @@ same run (also in GB/s of input), and the slowdown ``memcpy GB/s / codec GB/s``.
 (every codec with ``sparse = True``, plus fft's frequency-domain sparsification) within 30x. Other
 codecs (none, hylo, powersgd) are listed without a target.
 
+Reading the numbers: a 1M-element gradient (4 MB) stays in the CPU caches, so its ``clone()`` runs at
+cache speed and even ``none`` (one copy each way) shows a slowdown of several x; at 25M elements
+(100 MB) the copy runs from memory and includes first-touch page faults of the fresh allocation, the
+regime the targets are meant for.
+
 The layer is fc-kind and shaped ``[n // 1000, 1000]`` (when 1000 divides ``n``), so that hylo takes
 its 2-bit fc path rather than the dense path and powersgd its rank-r matrix path (a 1-D layer would
 be sent uncompressed by both). The residual state carries over between repeats, as in training.
