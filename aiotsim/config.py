@@ -509,6 +509,21 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def parse_overrides(texts: list[str]) -> dict[str, Any]:
+    """``["a.b=1", "c.d=x"]`` -> ``{"a.b": 1, "c.d": "x"}``; every malformed one is reported."""
+    problems: list[str] = []
+    parsed: dict[str, Any] = {}
+    for text in texts:
+        try:
+            k, v = parse_override(text)
+            parsed[k] = v
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
+    return parsed
+
+
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """Nested copy of ``data`` with ``{"section.key": value}`` set (sections created as needed)."""
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
@@ -547,14 +562,7 @@ def load_scenario(
     compressor, iterations : shortcuts for ``compressor.name`` and ``scenario.iterations``.
     """
     data = read_toml(path)
-    problems: list[str] = []
-    parsed: dict[str, Any] = {}
-    for text in overrides or []:
-        try:
-            k, v = parse_override(text)
-            parsed[k] = v
-        except ConfigError as exc:
-            problems.extend(exc.problems)
+    parsed = parse_overrides(overrides or [])
     if compressor is not None:
         if compressor != data.get("compressor", {}).get("name"):
             # A different codec: the file's codec parameters belong to the old one.
@@ -562,8 +570,6 @@ def load_scenario(
         parsed["compressor.name"] = compressor
     if iterations is not None:
         parsed["scenario.iterations"] = iterations
-    if problems:
-        raise ConfigError(problems)
     return scenario_from_dict(apply_overrides(data, parsed), source=str(path))
 
 

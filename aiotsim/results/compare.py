@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from aiotsim.config import apply_overrides, parse_override, read_toml, scenario_from_dict
+from aiotsim.config import apply_overrides, parse_overrides, read_toml, scenario_from_dict
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.parallel import Job
 from aiotsim.results.store import is_run_dir, read_csv, read_summary
@@ -80,21 +80,13 @@ def plan_comparison(
     if seeds < 1:
         raise ConfigError(f"--seeds: must be >= 1, got {seeds}")
     base = read_toml(scenario_path)
-    problems: list[str] = []
-    fixed: dict[str, Any] = {}
-    for text in overrides:
-        try:
-            k, v = parse_override(text)
-            fixed[k] = v
-        except ConfigError as exc:
-            problems.extend(exc.problems)
+    fixed = parse_overrides(list(overrides))
     if iterations is not None:
         fixed["scenario.iterations"] = iterations
-    if problems:
-        raise ConfigError(problems)
     base_seed = apply_overrides(base, fixed).get("scenario", {}).get("seed", 0)
     if not isinstance(base_seed, int):
         base_seed = 0  # the validation below reports the bad seed
+    problems: list[str] = []
     jobs: list[Job] = []
     for name in compressors:
         for k in range(seeds):

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from aiotsim.errors import AiotsimError
+from aiotsim.results.store import atomic_write
 
 # Files of a run directory, in the order the Ray driver writes them (summary last: it marks completion).
 RUN_FILES = ("scenario.toml", "metrics.csv", "evals.csv", "trace.json", "summary.json")
@@ -238,9 +239,7 @@ def _write_run_files(out_dir: str, files: dict[str, bytes]) -> None:
     (d / "summary.json").unlink(missing_ok=True)
     for name in RUN_FILES:
         if name in files:
-            tmp = d / (name + ".tmp")
-            tmp.write_bytes(files[name])
-            os.replace(tmp, d / name)
+            atomic_write(d / name, files[name])
 
 
 def run_ray(jobs: Sequence[Job], address: str | None = None, on_event: EventSink | None = None) -> list[JobResult]:

@@ -91,7 +91,7 @@ class RunWriter:
 
     def write_trace(self, events: list[dict[str, Any]]) -> None:
         """``trace.json`` in Chrome trace-event format (opens in Perfetto)."""
-        _atomic_write(self.dir / "trace.json", json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+        atomic_write(self.dir / "trace.json", json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
 
     def finish(self, summary: dict[str, Any]) -> Path:
         """Close the logs and write ``summary.json`` (atomically). Returns its path."""
@@ -100,7 +100,7 @@ class RunWriter:
             self.evals.handle.close()
             self.closed = True
         path = self.dir / "summary.json"
-        _atomic_write(path, json.dumps({"schema_version": SCHEMA_VERSION, **summary}, indent=2, default=_jsonable))
+        atomic_write(path, json.dumps({"schema_version": SCHEMA_VERSION, **summary}, indent=2, default=_jsonable))
         return path
 
 
@@ -110,9 +110,14 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename, so that a reader sees
+    either the old file or the whole new one, never a part."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data)
     os.replace(tmp, path)
 
 

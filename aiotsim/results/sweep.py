@@ -42,7 +42,7 @@ from aiotsim.config import read_toml, scenario_from_dict
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.compare import variant_data
 from aiotsim.results.parallel import Job
-from aiotsim.results.store import is_run_dir, read_summary
+from aiotsim.results.store import atomic_write, is_run_dir, read_summary
 
 SWEEP_KEYS = {"base", "name", "out"}
 # Summary metrics copied into sweep.csv, in this order.
@@ -188,7 +188,7 @@ def write_manifest(sweep: Sweep) -> Path:
         "points": [{"values": pt.values, "key": pt.key, "run_dir": f"runs/{pt.key}"} for pt in sweep.points],
     }
     path = sweep.out_dir / "sweep.json"
-    _atomic(path, json.dumps(manifest, indent=2))
+    atomic_write(path, json.dumps(manifest, indent=2))
     return path
 
 
@@ -232,10 +232,6 @@ def is_sweep_dir(path: str | Path) -> bool:
     return (Path(path) / "sweep.json").is_file()
 
 
-def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 __all__ = ["Sweep", "SweepPoint", "load_sweep", "scenario_key", "write_manifest", "write_index",
