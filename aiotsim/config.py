@@ -104,6 +104,12 @@ class TrainingSection:
     lr: float = _opt(0.05, "learning rate", positive)
     momentum: float = _opt(0.9, "SGD momentum (applied on the nodes instead by codecs with momentum correction)", fraction)
     weight_decay: float = _opt(0.0, "L2 weight decay", non_negative)
+    momentum_at: str = _opt(
+        "server",
+        "where SGD momentum lives: the 'server' optimizer, or the 'nodes' (each node compresses its "
+        "own velocity: DGC's momentum correction; identical to server momentum for linear codecs)",
+        choices=("server", "nodes"),
+    )
     eval_every: int = _opt(25, "evaluate the global model every this many iterations", positive)
     target_accuracy: float = _opt(0.9, "accuracy for time-to-accuracy", unit_interval)
     mode: str = _opt(
@@ -387,6 +393,8 @@ def cross_checks(s: Scenario) -> list[str]:
     shape = s.data.synthetic_shape
     if len(shape) != 3 or any(d < 1 for d in shape):
         out.append(f"data.synthetic_shape: must be [C, H, W] with every size >= 1, got {shape!r}")
+    if s.training.momentum_at == "nodes" and s.training.optimizer != "sgd":
+        out.append(f"training.momentum_at: 'nodes' applies SGD momentum on the nodes; use optimizer = 'sgd', got {s.training.optimizer!r}")
     n, topo, mode = s.nodes.count, s.network.topology, s.training.mode
     if mode == "partial" and not 1 <= s.training.partial_k <= n:
         out.append(f"training.partial_k: must be in 1..nodes.count (={n}) for mode = 'partial', got {s.training.partial_k}")

@@ -379,3 +379,22 @@ def test_param_validation_names_the_value() -> None:
         build_codec("variance", {"zeta": 0.0})
     with pytest.raises(ConfigError, match=r"metric"):
         build_codec("agg-aware", {"metric": "nope"})
+
+
+def test_pgc_k_comes_from_the_fresh_gradient_and_selects_on_the_accumulated_values() -> None:
+    # step 1 leaves a residual; in step 2 Algorithm 1 runs on the new gradient alone (its k),
+    # while the k sent values are the largest of gradient + residual
+    rng = np.random.default_rng(3)
+    g1 = torch.from_numpy(rng.normal(0.0, 0.01, 400).astype(np.float32))
+    g2 = torch.from_numpy(rng.normal(0.0, 0.01, 400).astype(np.float32))
+    codec, layer, state = setup("pgc", {}, (400,))
+    codec.encode(g1, layer, state)
+    acc = g2 + state.residual.reshape(-1)
+    payload = codec.encode(g2, layer, state)
+    x = g2.double().numpy()
+    sigma = np.sqrt(np.mean((x - x.mean()) ** 2))
+    h = abs(0.5 * (np.log(2 * np.pi) + 2 * np.log(sigma) + 1))
+    k = int(min(400, max(1, math.ceil(h * abs((x.max() - x.min()) / np.abs(x).sum()) * 400))))
+    assert state.last.k == k
+    expected = torch.topk(acc.abs(), k).indices.sort().values
+    assert payload_indices(payload, 400).tolist() == expected.tolist()

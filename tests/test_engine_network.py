@@ -292,3 +292,13 @@ def test_downlink_modes(tmp_path) -> None:
     # fixed-size 2-bit payload of that layer, the same size the nodes upload
     _, comp, rows = run(tmp_path / "c", scenario(compressor={"name": "2bit", "downlink": "compressed"}))
     assert rows[0]["bytes_down"] == rows[0]["bytes_up"]
+
+
+def test_momentum_on_the_nodes_equals_server_momentum_for_a_linear_codec(tmp_path) -> None:
+    """sum_i (m u_i + g_i) / n = m (sum_i u_i / n) + mean g: averaging commutes with momentum."""
+    base = {"scenario": {"iterations": 3}, "training": {"momentum": 0.9, "eval_every": 3}}
+    _, server, _ = run(tmp_path / "s", scenario(**base))
+    _, nodes, _ = run(tmp_path / "n", scenario(**{**base, "training": {**base["training"], "momentum_at": "nodes"}}))
+    assert nodes["final_eval_loss"] == pytest.approx(server["final_eval_loss"], rel=1e-5)
+    with pytest.raises(ConfigError, match="momentum_at"):
+        scenario_from_dict(scenario(training={"momentum_at": "nodes", "optimizer": "adam"}))

@@ -38,8 +38,14 @@ Readings chosen where the paper is open (documented, and parameters where two ar
   k) the sent elements are the key region's outer part and the tails beyond 3 sigma, which the
   screening function does not exclude; the sparse region sends nothing.
 * **Residual.** The paper does not say whether unsent gradients are kept; ``residual = true``
-  (default) keeps them as error feedback (the statistics then describe the accumulated gradient,
-  which is what is sparsified); ``false`` drops them.
+  (default) keeps them as error feedback; ``false`` drops them.
+* **Whose statistics.** Algorithm 1's input is the layer's gradient ``G``. With a residual, the
+  default ``stats = "gradient"`` computes mu, sigma, H, gamma and hence k from the fresh gradient,
+  then sends the k largest of the accumulated values (threshold = the k-th largest ``|acc|``).
+  ``stats = "accumulated"`` runs Algorithm 1 on the accumulated values instead; that feeds back on
+  itself (the unsent mass raises ``sum |acc|``, which lowers gamma, S and k, which leaves more
+  unsent): measured on iot10 (LeNet-5, 300 iterations) it drifts to 359x compression and 81.8%
+  accuracy against 95.5% for ``none``.
 
 Degenerate layers: all-zero (``G_sum = 0``) sends nothing; a constant layer (``sigma = 0``,
 ``gamma = 0``) gives ``S = 0`` and hence k = 1, then every element tied at alpha is sent.
@@ -49,7 +55,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 
@@ -118,6 +124,10 @@ class PartitionGradientCompression(Codec):
             default=1.0, metadata={"help": "multiplier on S: k = ceil(scale * S * N); 1 = the paper's formula"}
         )
         residual: bool = field(default=True, metadata={"help": "keep unsent gradients as error feedback"})
+        stats: Literal["gradient", "accumulated"] = field(
+            default="gradient",
+            metadata={"help": "Algorithm 1 on the fresh 'gradient' (k from it, Top-k of the accumulated values) or on the 'accumulated' values"},
+        )
         value_dtype: ValueDtype = field(default="fp32", metadata={"help": "precision of the sent values: fp32 or fp16"})
 
     name = "pgc"
@@ -142,10 +152,15 @@ class PartitionGradientCompression(Codec):
         if n == 0:
             idx = torch.zeros(0, dtype=torch.int64, device=acc.device)
         else:
-            thr = pgc_threshold(flat, self.params.scale)
+            source = flat if self.params.stats == "accumulated" or not self.params.residual else as_float(grad).reshape(-1)
+            thr = pgc_threshold(source, self.params.scale)
+            mag = flat.abs()  # [N]
+            if source is not flat and thr.k > 0:
+                # the k of Algorithm 1 (from the gradient), applied to the accumulated values
+                thr = thr._replace(alpha=float(mag[topk_indices(mag, thr.k)].min()))
             if isinstance(state, PGCStats):
                 state.last = thr
-            idx = torch.nonzero(flat.abs() >= thr.alpha).reshape(-1)  # T_alpha: |g| >= alpha sent
+            idx = torch.nonzero(mag >= thr.alpha).reshape(-1)  # T_alpha: |acc| >= alpha sent
         values = round_values(flat[idx], self.params.value_dtype)
         finish_sparse(acc, idx, values, state, keep_residual=self.params.residual)
         return sparse_payload(idx, values, n, self.params.value_dtype)

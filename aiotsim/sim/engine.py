@@ -93,6 +93,7 @@ class NodeState:
     compute: ComputeModel
     energy: EnergyMeter
     rng: np.random.Generator  # availability and transient stragglers
+    velocity: list[torch.Tensor] | None = None  # momentum_at = "nodes": the node's momentum buffers
     held_version: int = 0  # model version the node holds
     dispatched_version: int = 0  # version of its latest dispatch (held once the download arrives)
     busy: bool = False  # dispatched and its upload not yet arrived
@@ -192,7 +193,10 @@ class Simulation:
         self.layer_codecs = [self.codec if L.numel >= s.compressor.min_size else self.dense for L in self.layers]
         self.states: list[list[CodecState]] = [self.new_states(i) for i in range(self.n)]
         self.server_states = self.new_states(-1)  # compressed (bidirectional) downlink
-        momentum = 0.0 if self.codec.absorbs_momentum else s.training.momentum
+        # momentum lives on the server optimizer, unless the codec applies it itself (DGC) or the
+        # scenario puts it on the nodes
+        self.node_momentum = s.training.momentum if (s.training.momentum_at == "nodes" and not self.codec.absorbs_momentum) else 0.0
+        momentum = 0.0 if (self.codec.absorbs_momentum or self.node_momentum) else s.training.momentum
         if s.training.optimizer == "sgd":
             self.optimizer: torch.optim.Optimizer = torch.optim.SGD(
                 self.params, lr=s.training.lr, momentum=momentum, weight_decay=s.training.weight_decay
@@ -274,11 +278,20 @@ class Simulation:
         st = self.nodes[i]
         x, y = self.streams[i].next()
         res = self.computer.gradient(params, x, y, per_sample_sq=self.codec.needs_sq_grad)
+        grads = res.grads
+        if self.node_momentum:
+            # momentum correction: the node accumulates u = m u + g and sends (a compression of) u
+            if st.velocity is None:
+                st.velocity = [g.detach().clone() for g in grads]
+            else:
+                for u, g in zip(st.velocity, grads):
+                    u.mul_(self.node_momentum).add_(g)
+            grads = st.velocity
         t = st.compute.compute_time(res.wall_s, self.flops_per_batch)
         nd = self.sc.nodes
         if nd.straggler_mode == "transient" and nd.straggler_fraction > 0 and st.rng.random() < nd.straggler_fraction:
             t *= nd.straggler_factor
-        return res.grads, res.loss, t, res.sq_grads
+        return grads, res.loss, t, res.sq_grads
 
     def encode_layers(self, grads: list[torch.Tensor], states: list[CodecState], sq: list[torch.Tensor] | None = None,
                       codecs: list[Codec] | None = None) -> tuple[list[Payload], float]:
