@@ -53,7 +53,9 @@ def expected_errors(fn: F) -> F:
 ScenarioArg = Annotated[Path, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", "-s", help="override SECTION.KEY=VALUE (repeatable)")]
 CompressorOpt = Annotated[str | None, typer.Option("--compressor", "-c", help="codec name (overrides compressor.name)")]
-IterOpt = Annotated[int | None, typer.Option("--iterations", "-n", help="iterations (overrides scenario.iterations)", min=1)]
+IterOpt = Annotated[
+    int | None, typer.Option("--iterations", "-n", help="iterations (overrides scenario.iterations)", min=1)
+]
 DeviceOpt = Annotated[str, typer.Option("--device", help="where the real learning runs: auto | cpu | cuda")]
 
 
@@ -101,7 +103,9 @@ def run(
     compressor: CompressorOpt = None,
     iterations: IterOpt = None,
     set_: SetOpt = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="run directory (default runs/NAME-CODEC-TIME)")] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", "-o", help="run directory (default runs/NAME-CODEC-TIME)")
+    ] = None,
     device: DeviceOpt = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
 ) -> None:
@@ -112,12 +116,19 @@ def run(
     sc = load_scenario(scenario, set_ or [], compressor=compressor, iterations=iterations)
     out_dir = out_dir or Path("runs") / f"{sc.scenario.name}-{sc.compressor.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("sim {task.fields[sim]:>8.2f} s  loss {task.fields[loss]:.4f}"), TimeElapsedColumn(),
-        console=err, disable=quiet, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("sim {task.fields[sim]:>8.2f} s  loss {task.fields[loss]:.4f}"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet,
+        transient=False,
     )
     with progress:
-        task = progress.add_task(f"{sc.scenario.name}/{sc.compressor.name}", total=sc.scenario.iterations, sim=0.0, loss=float("nan"))
+        task = progress.add_task(
+            f"{sc.scenario.name}/{sc.compressor.name}", total=sc.scenario.iterations, sim=0.0, loss=float("nan")
+        )
 
         def on_progress(p: Any) -> None:
             progress.update(task, completed=p.iteration, sim=p.sim_time_s, loss=p.loss)
@@ -142,8 +153,10 @@ def validate(
     from aiotsim.config import load_scenario
 
     sc = load_scenario(scenario, set_ or [])
-    out.print(f"{scenario}: ok ({sc.nodes.count} nodes, {sc.model.name} on {sc.data.dataset}, "
-              f"compressor {sc.compressor.name}, {sc.network.topology} topology)")
+    out.print(
+        f"{scenario}: ok ({sc.nodes.count} nodes, {sc.model.name} on {sc.data.dataset}, "
+        f"compressor {sc.compressor.name}, {sc.network.topology} topology)"
+    )
 
 
 @app.command()
@@ -178,10 +191,11 @@ def calibrate(
     transfers of 1 KB..10 MB with 1, 2, 4 and 8 concurrent flows, and prints measured vs
     predicted completion times. Nothing leaves the namespace's loopback.
     """
-    from aiotsim.network.calibrate import run_calibration, format_table
+    from aiotsim.network.calibrate import format_table, run_calibration
 
-    rows = run_calibration(rate_mbps=rate_mbps, mtu=mtu, quick=quick, repeats=repeats,
-                           max_case_bytes=None if full else 2e7)
+    rows = run_calibration(
+        rate_mbps=rate_mbps, mtu=mtu, quick=quick, repeats=repeats, max_case_bytes=None if full else 2e7
+    )
     out.print(format_table(rows), highlight=False)
 
 

@@ -18,7 +18,10 @@ from aiotsim.cli import SetOpt, err, expected_errors, out
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.parallel import BatchError, Event, Job, JobResult
 
-JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", help="runs at once, each in its own process (default: one per core)", min=1)]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option("--jobs", "-j", help="runs at once, each in its own process (default: one per core)", min=1),
+]
 DeviceOpt = Annotated[str, typer.Option("--device", help="where the real learning runs: auto | cpu | cuda")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]
 
@@ -29,11 +32,17 @@ class BatchProgress:
     def __init__(self, jobs: list[Job], quiet: bool = False, skipped: int = 0) -> None:
         self.jobs = jobs
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err, disable=quiet,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=quiet,
         )
         self.overall: TaskID = self.progress.add_task(
-            "runs", total=len(jobs) + skipped, completed=skipped, info=f"({skipped} already done)" if skipped else "")
+            "runs", total=len(jobs) + skipped, completed=skipped, info=f"({skipped} already done)" if skipped else ""
+        )
         self.running: dict[int, TaskID] = {}
 
     def __enter__(self) -> BatchProgress:
@@ -45,11 +54,15 @@ class BatchProgress:
 
     def __call__(self, e: Event) -> None:
         if e.kind == "start":
-            self.running[e.index] = self.progress.add_task(f"  {self.jobs[e.index].label}", total=e.total or None, info="")
+            self.running[e.index] = self.progress.add_task(
+                f"  {self.jobs[e.index].label}", total=e.total or None, info=""
+            )
         elif e.kind == "iter":
             task = self.running.get(e.index)
             if task is not None:
-                self.progress.update(task, completed=e.iteration, total=e.total, info=f"sim {e.sim_time_s:8.2f} s  loss {e.loss:.4f}")
+                self.progress.update(
+                    task, completed=e.iteration, total=e.total, info=f"sim {e.sim_time_s:8.2f} s  loss {e.loss:.4f}"
+                )
         elif e.kind == "done":
             task = self.running.pop(e.index, None)
             if task is not None:
@@ -57,8 +70,9 @@ class BatchProgress:
             self.progress.advance(self.overall)
 
 
-def _run_jobs(jobs: list[Job], workers: int | None, ray_address: str | None, quiet: bool, skipped: int,
-              after_each: Any = None) -> list[JobResult]:
+def _run_jobs(
+    jobs: list[Job], workers: int | None, ray_address: str | None, quiet: bool, skipped: int, after_each: Any = None
+) -> list[JobResult]:
     """Run ``jobs`` locally or on Ray under progress bars; ``after_each()`` runs when a run ends."""
     from aiotsim.results.parallel import run_local, run_ray
 
@@ -97,14 +111,27 @@ def comparison_table(c: Any, title: str) -> Table:
 
 def compare(
     scenario: Annotated[Path, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)],
-    compressor: Annotated[str, typer.Option("--compressor", "-c", help="comma-separated codecs, e.g. none,2bit,topk")] = "none,fp16,2bit,topk",
+    compressor: Annotated[
+        str, typer.Option("--compressor", "-c", help="comma-separated codecs, e.g. none,2bit,topk")
+    ] = "none,fp16,2bit,topk",
     seeds: Annotated[int, typer.Option("--seeds", help="seeds per codec: scenario.seed, +1, ...", min=1)] = 1,
     jobs: JobsOpt = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="comparison directory (default runs/compare-NAME)")] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", "-o", help="comparison directory (default runs/compare-NAME)")
+    ] = None,
     set_: SetOpt = None,
-    iterations: Annotated[int | None, typer.Option("--iterations", "-n", help="iterations (overrides scenario.iterations)", min=1)] = None,
-    target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help="accuracy for time-to-accuracy (default: the scenario's)", min=0.0, max=1.0)] = None,
-    baseline: Annotated[str | None, typer.Option("--baseline", help="codec the speed-up is relative to (default: none, else the first)")] = None,
+    iterations: Annotated[
+        int | None, typer.Option("--iterations", "-n", help="iterations (overrides scenario.iterations)", min=1)
+    ] = None,
+    target_accuracy: Annotated[
+        float | None,
+        typer.Option(
+            "--target-accuracy", help="accuracy for time-to-accuracy (default: the scenario's)", min=0.0, max=1.0
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None, typer.Option("--baseline", help="codec the speed-up is relative to (default: none, else the first)")
+    ] = None,
     device: DeviceOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
@@ -137,14 +164,25 @@ def compare(
 
 
 def sweep(
-    sweep_file: Annotated[Path, typer.Argument(help="sweep TOML file, e.g. scenarios/sweep_uplink.toml", show_default=False)],
-    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="sweep directory (default: [sweep] out, else runs/sweep-NAME)")] = None,
+    sweep_file: Annotated[
+        Path, typer.Argument(help="sweep TOML file, e.g. scenarios/sweep_uplink.toml", show_default=False)
+    ],
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", "-o", help="sweep directory (default: [sweep] out, else runs/sweep-NAME)")
+    ] = None,
     jobs: JobsOpt = None,
-    ray: Annotated[bool, typer.Option(
-        "--ray", help="run on Ray: `--ray` alone starts a local Ray instance, `--ray ADDRESS` joins a cluster "
-        "(e.g. auto, ray://head:10001); needs pip install 'aiotsim[ray]'")] = False,
-    address: Annotated[str | None, typer.Argument(
-        metavar="[ADDRESS]", help="Ray cluster address, only after --ray", show_default=False)] = None,
+    ray: Annotated[
+        bool,
+        typer.Option(
+            "--ray",
+            help="run on Ray: `--ray` alone starts a local Ray instance, `--ray ADDRESS` joins a cluster "
+            "(e.g. auto, ray://head:10001); needs pip install 'aiotsim[ray]'",
+        ),
+    ] = False,
+    address: Annotated[
+        str | None,
+        typer.Argument(metavar="[ADDRESS]", help="Ray cluster address, only after --ray", show_default=False),
+    ] = None,
     device: DeviceOpt = "auto",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="validate and list the grid points, run nothing")] = False,
     quiet: QuietOpt = False,
@@ -161,8 +199,10 @@ def sweep(
     sw = load_sweep(sweep_file, out_dir)
     all_jobs = sw.jobs(device)
     todo = sw.pending(device)
-    out.print(f"sweep {sw.name}: {len(sw.points)} grid points, {len(all_jobs)} distinct runs, "
-              f"{len(all_jobs) - len(todo)} already complete, {len(todo)} to run -> {sw.out_dir}")
+    out.print(
+        f"sweep {sw.name}: {len(sw.points)} grid points, {len(all_jobs)} distinct runs, "
+        f"{len(all_jobs) - len(todo)} already complete, {len(todo)} to run -> {sw.out_dir}"
+    )
     if dry_run:
         for pt in sw.points:
             out.print(f"  {sw.run_dir(pt)}  {pt.label()}", highlight=False)
@@ -170,7 +210,14 @@ def sweep(
     write_manifest(sw)
     write_index(sw)
 
-    results = _run_jobs(todo, jobs, (address or "local") if ray else None, quiet, skipped=len(all_jobs) - len(todo), after_each=lambda: write_index(sw))
+    results = _run_jobs(
+        todo,
+        jobs,
+        (address or "local") if ray else None,
+        quiet,
+        skipped=len(all_jobs) - len(todo),
+        after_each=lambda: write_index(sw),
+    )
     index = write_index(sw)
     out.print(_sweep_table(sw))
     out.print(f"written: {index}")
@@ -192,9 +239,14 @@ def _sweep_table(sw: Any) -> Table:
         except ResultsError:
             s = {}
         tp, acc, st = s.get("throughput_samples_per_s"), s.get("final_accuracy"), s.get("sim_time_s")
-        t.add_row(*(str(v) for v in pt.values.values()), "-" if tp is None else f"{tp:.2f}",
-                  fmt_bytes(s.get("wire_bytes_up")), "-" if acc is None else f"{acc:.2%}",
-                  "-" if st is None else f"{st:.2f}", pt.key)
+        t.add_row(
+            *(str(v) for v in pt.values.values()),
+            "-" if tp is None else f"{tp:.2f}",
+            fmt_bytes(s.get("wire_bytes_up")),
+            "-" if acc is None else f"{acc:.2%}",
+            "-" if st is None else f"{st:.2f}",
+            pt.key,
+        )
     return t
 
 
@@ -202,7 +254,10 @@ def plot(
     paths: Annotated[list[Path], typer.Argument(help="run, comparison or sweep directories", show_default=False)],
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="directory for the figures")] = Path("plots"),
     formats: Annotated[str, typer.Option("--formats", help="comma-separated figure formats")] = "png,svg",
-    target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help="accuracy for time-to-accuracy (default: the runs')", min=0.0, max=1.0)] = None,
+    target_accuracy: Annotated[
+        float | None,
+        typer.Option("--target-accuracy", help="accuracy for time-to-accuracy (default: the runs')", min=0.0, max=1.0),
+    ] = None,
 ) -> None:
     """Figures (PNG, SVG) from run, comparison and sweep directories.
 
@@ -212,7 +267,12 @@ def plot(
     """
     from aiotsim.results.plots import plot_all
 
-    written = plot_all(paths, out_dir, formats=tuple(f.strip() for f in formats.split(",") if f.strip()), target_accuracy=target_accuracy)
+    written = plot_all(
+        paths,
+        out_dir,
+        formats=tuple(f.strip() for f in formats.split(",") if f.strip()),
+        target_accuracy=target_accuracy,
+    )
     for p in written:
         out.print(str(p), highlight=False)
     out.print(f"{len(written)} files in {out_dir}")

@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import tomli_w
 
@@ -86,7 +87,9 @@ class DataSection:
     synthetic_classes: int = _opt(10, "dataset = 'synthetic': number of classes", at_least(2))
     synthetic_train_size: int = _opt(2000, "dataset = 'synthetic': training samples", positive)
     synthetic_test_size: int = _opt(500, "dataset = 'synthetic': test samples", positive)
-    synthetic_noise: float = _opt(4.0, "dataset = 'synthetic': noise std relative to the class prototypes", non_negative)
+    synthetic_noise: float = _opt(
+        4.0, "dataset = 'synthetic': noise std relative to the class prototypes", non_negative
+    )
 
 
 @dataclass(frozen=True)
@@ -102,10 +105,12 @@ class TrainingSection:
 
     optimizer: str = _opt("sgd", "server optimizer", choices=("sgd", "adam"))
     lr: float = _opt(0.05, "learning rate", positive)
-    momentum: float = _opt(0.9, "SGD momentum (applied on the nodes instead by codecs with momentum correction)", fraction)
+    momentum: float = _opt(
+        0.9, "SGD momentum (applied on the nodes instead by codecs with momentum correction)", fraction
+    )
     weight_decay: float = _opt(0.0, "L2 weight decay", non_negative)
     momentum_at: str = _opt(
-        "server",
+        "nodes",
         "where SGD momentum lives: the 'server' optimizer, or the 'nodes' (each node compresses its "
         "own velocity: DGC's momentum correction; identical to server momentum for linear codecs)",
         choices=("server", "nodes"),
@@ -120,7 +125,8 @@ class TrainingSection:
     )
     partial_k: int = _opt(0, "uploads aggregated per iteration in partial mode (1..nodes)", non_negative)
     late: str = _opt(
-        "drop", "partial mode: uploads that miss their iteration are 'drop'ped or 'apply'd late (stale)",
+        "drop",
+        "partial mode: uploads that miss their iteration are 'drop'ped or 'apply'd late (stale)",
         choices=("drop", "apply"),
     )
 
@@ -147,23 +153,31 @@ class NodesSection:
     count: int = _opt(10, "number of sensor nodes", positive)
     device: str = _opt("rpi4", "compute profile of the nodes", choices="profiles")
     compute_model: str = _opt(
-        "flops", "'flops' (FLOPs / profile FLOP/s, deterministic) or 'measured' (wall time x scale)",
+        "flops",
+        "'flops' (FLOPs / profile FLOP/s, deterministic) or 'measured' (wall time x scale)",
         choices=("measured", "flops"),
     )
     server_device: str = _opt("host", "compute profile of the server (decode, aggregate, step)", choices="profiles")
     gateway_device: str = _opt("jetson-nano", "compute profile of edge gateways (hierarchical)", choices="profiles")
     radio: str = _opt("wifi", "radio profile of the nodes, for energy", choices="radios")
     straggler_fraction: float = _opt(0.0, "fraction of nodes slowed down (seeded choice)", fraction)
-    straggler_factor: float = _opt(1.0, "slowdown factor of a straggler (x compute time and/or / link rate)", at_least(1.0))
-    straggler_kind: str = _opt("compute", "what a straggler slows: 'compute', 'link' or 'both'", choices=("compute", "link", "both"))
+    straggler_factor: float = _opt(
+        1.0, "slowdown factor of a straggler (x compute time and/or / link rate)", at_least(1.0)
+    )
+    straggler_kind: str = _opt(
+        "compute", "what a straggler slows: 'compute', 'link' or 'both'", choices=("compute", "link", "both")
+    )
     straggler_mode: str = _opt(
-        "fixed", "'fixed': the same seeded nodes are always slow; 'transient': each node is slow in "
-        "an iteration with probability straggler_fraction (compute only)", choices=("fixed", "transient"),
+        "fixed",
+        "'fixed': the same seeded nodes are always slow; 'transient': each node is slow in "
+        "an iteration with probability straggler_fraction (compute only)",
+        choices=("fixed", "transient"),
     )
     dropout_prob: float = _opt(0.0, "chance that an online node is offline at its next dispatch", fraction)
     rejoin_prob: float = _opt(0.5, "chance that an offline node is back at its next dispatch", unit_interval)
     residual_on_rejoin: str = _opt(
-        "keep", "a rejoining node's error-feedback residuals: 'keep' (sent later) or 'reset' (dropped)",
+        "keep",
+        "a rejoining node's error-feedback residuals: 'keep' (sent later) or 'reset' (dropped)",
         choices=("keep", "reset"),
     )
     retry_s: float = _opt(1.0, "async mode: seconds before an offline node is tried again", positive)
@@ -174,7 +188,9 @@ class NodesSection:
 class NetworkSection:
     """``[network]``: topology and link settings (Mbit/s = 1e6 bits/s)."""
 
-    topology: str = _opt("star", "network topology", choices=("star", "hierarchical", "ring", "shared-medium", "custom"))
+    topology: str = _opt(
+        "star", "network topology", choices=("star", "hierarchical", "ring", "shared-medium", "custom")
+    )
     uplink_mbps: float = _opt(10.0, "node -> server link rate, Mbit/s", positive)
     downlink_mbps: float = _opt(10.0, "server -> node link rate, Mbit/s", positive)
     latency_ms: float = _opt(5.0, "one-way latency of a node's link, ms", non_negative)
@@ -188,12 +204,17 @@ class NetworkSection:
     backhaul_down_mbps: float = _opt(50.0, "hierarchical: server -> gateway link rate, Mbit/s", positive)
     backhaul_latency_ms: float = _opt(20.0, "hierarchical: one-way latency of the backhaul, ms", non_negative)
     gateway_mode: str = _opt(
-        "reencode", "hierarchical: a gateway sends its nodes' summed gradient 're-encode'd with the "
-        "codec or 'dense' fp32", choices=("reencode", "dense"),
+        "reencode",
+        "hierarchical: a gateway sends its nodes' summed gradient 're-encode'd with the codec or 'dense' fp32",
+        choices=("reencode", "dense"),
     )
     channel_mbps: float = _opt(10.0, "shared-medium: capacity of the one channel all nodes share, Mbit/s", positive)
-    link: list[dict[str, Any]] = _opt([], "custom: [[network.link]] from, to, mbps, latency_ms (+ loss, jitter_ms, mtu, directed)")
-    vertex: list[dict[str, Any]] = _opt([], "custom: [[network.vertex]] name, role (server/gateway/relay/node), aggregator")
+    link: list[dict[str, Any]] = _opt(
+        [], "custom: [[network.link]] from, to, mbps, latency_ms (+ loss, jitter_ms, mtu, directed)"
+    )
+    vertex: list[dict[str, Any]] = _opt(
+        [], "custom: [[network.vertex]] name, role (server/gateway/relay/node), aggregator"
+    )
 
 
 @dataclass(frozen=True)
@@ -290,7 +311,13 @@ _DYNAMIC_CHOICES: dict[str, Callable[[], list[str]]] = {
     "radios": _radio_names,
 }
 
-_WHAT = {"compressors": "compressor", "datasets": "dataset", "models": "model", "profiles": "device profile", "radios": "radio profile"}
+_WHAT = {
+    "compressors": "compressor",
+    "datasets": "dataset",
+    "models": "model",
+    "profiles": "device profile",
+    "radios": "radio profile",
+}
 
 
 def _check_section(name: str, cls: type, raw: dict[str, Any], where: str, problems: list[str]) -> Any:
@@ -366,7 +393,9 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scen
     sections: dict[str, Any] = {}
     for name, raw in data.items():
         if name not in SECTIONS:
-            problems.append(f"{source}: [{name}]: unknown section{did_you_mean(name, list(SECTIONS))}; valid: {', '.join(SECTIONS)}")
+            problems.append(
+                f"{source}: [{name}]: unknown section{did_you_mean(name, list(SECTIONS))}; valid: {', '.join(SECTIONS)}"
+            )
             continue
         if not isinstance(raw, dict):
             problems.append(f"{source}: {name}: must be a table ([{name}]), got {raw!r}")
@@ -394,13 +423,20 @@ def cross_checks(s: Scenario) -> list[str]:
     if len(shape) != 3 or any(d < 1 for d in shape):
         out.append(f"data.synthetic_shape: must be [C, H, W] with every size >= 1, got {shape!r}")
     if s.training.momentum_at == "nodes" and s.training.optimizer != "sgd":
-        out.append(f"training.momentum_at: 'nodes' applies SGD momentum on the nodes; use optimizer = 'sgd', got {s.training.optimizer!r}")
+        out.append(
+            "training.momentum_at: 'nodes' applies SGD momentum on the nodes; "
+            f"use optimizer = 'sgd', got {s.training.optimizer!r}"
+        )
     n, topo, mode = s.nodes.count, s.network.topology, s.training.mode
     if mode == "partial" and not 1 <= s.training.partial_k <= n:
-        out.append(f"training.partial_k: must be in 1..nodes.count (={n}) for mode = 'partial', got {s.training.partial_k}")
+        out.append(
+            f"training.partial_k: must be in 1..nodes.count (={n}) for mode = 'partial', got {s.training.partial_k}"
+        )
     if s.nodes.straggler_mode == "transient" and s.nodes.straggler_kind != "compute":
-        out.append("nodes.straggler_kind: transient stragglers slow compute only; use straggler_kind = 'compute' "
-                   "or straggler_mode = 'fixed'")
+        out.append(
+            "nodes.straggler_kind: transient stragglers slow compute only; use straggler_kind = 'compute' "
+            "or straggler_mode = 'fixed'"
+        )
     if topo == "ring":
         if n < 2:
             out.append(f"nodes.count: a ring needs at least 2 nodes, got {n}")
@@ -461,14 +497,19 @@ def _group_problems(s: Scenario) -> list[str]:
             out.append(f"{where}.count: missing; every group needs a node count")
         for key, value in g.items():
             if key not in GROUP_KEYS:
-                out.append(f"{where}.{key}: unknown key{did_you_mean(key, list(GROUP_KEYS))}; valid: {', '.join(GROUP_KEYS)}")
+                out.append(
+                    f"{where}.{key}: unknown key{did_you_mean(key, list(GROUP_KEYS))}; valid: {', '.join(GROUP_KEYS)}"
+                )
                 continue
             typ, check = GROUP_KEYS[key]
             if not type_ok(value, typ):
                 out.append(f"{where}.{key}: must be {type_label(typ)}, got {value!r}")
                 continue
             if key in names and value not in names[key]:
-                out.append(f"{where}.{key}: unknown {key} {value!r}{did_you_mean(value, names[key])}; valid: {', '.join(names[key])}")
+                out.append(
+                    f"{where}.{key}: unknown {key} {value!r}{did_you_mean(value, names[key])}; "
+                    f"valid: {', '.join(names[key])}"
+                )
             elif check is not None and (msg := check(value)):
                 out.append(f"{where}.{key}: {msg}")
         if isinstance(g.get("count"), int):
@@ -485,8 +526,10 @@ def _codec_downlink_problems(s: Scenario) -> list[str]:
 
     name = s.compressor.name
     if s.compressor.downlink == "compressed" and name in codec_names() and get_codec_class(name).absorbs_momentum:
-        return [f"compressor.downlink: 'compressed' would re-apply {name}'s momentum correction at the "
-                "server; use downlink = 'union' or 'model'"]
+        return [
+            f"compressor.downlink: 'compressed' would re-apply {name}'s momentum correction at the "
+            "server; use downlink = 'union' or 'model'"
+        ]
     return []
 
 
@@ -498,7 +541,9 @@ def _ring_codec_problems(name: str) -> list[str]:
     if get_codec_class(name).supports_ring():
         return []
     ok = [c for c in codec_names() if get_codec_class(c).supports_ring()]
-    return [f"compressor.name: {name!r} cannot be summed hop by hop in a ring all-reduce; codecs that can: {', '.join(ok)}"]
+    return [
+        f"compressor.name: {name!r} cannot be summed hop by hop in a ring all-reduce; codecs that can: {', '.join(ok)}"
+    ]
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -574,7 +619,10 @@ def load_scenario(
     if compressor is not None:
         if compressor != data.get("compressor", {}).get("name"):
             # A different codec: the file's codec parameters belong to the old one.
-            data = {**data, "compressor": {k: v for k, v in data.get("compressor", {}).items() if k in _COMPRESSOR_KEYS}}
+            data = {
+                **data,
+                "compressor": {k: v for k, v in data.get("compressor", {}).items() if k in _COMPRESSOR_KEYS},
+            }
         parsed["compressor.name"] = compressor
     if iterations is not None:
         parsed["scenario.iterations"] = iterations

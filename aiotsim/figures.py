@@ -28,8 +28,12 @@ TIMELINES = ("none", "2bit")  # compressors whose timeline is drawn
 ITERATIONS = 150
 EVAL_EVERY = 10  # iterations between evaluations (the scenario's 25 gives too few points at 150)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Regenerate the checked-in figures from the shipped scenarios.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Regenerate the checked-in figures from the shipped scenarios.",
+)
 
 
 @app.callback()
@@ -42,8 +46,12 @@ def _main() -> None:
 def figures(
     out_dir: Annotated[Path, typer.Argument(help="where the figures go")] = ROOT / "figures",
     iterations: Annotated[int, typer.Option("--iterations", "-n", help="iterations per run", min=1)] = ITERATIONS,
-    runs_dir: Annotated[Path, typer.Option("--runs", help="run directories (reused when complete)")] = ROOT / "runs" / "figures-iot10",
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="runs at once (default: one per core)", min=1)] = None,
+    runs_dir: Annotated[Path, typer.Option("--runs", help="run directories (reused when complete)")] = ROOT
+    / "runs"
+    / "figures-iot10",
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="runs at once (default: one per core)", min=1)
+    ] = None,
     formats: Annotated[str, typer.Option("--formats", help="comma-separated figure formats")] = "png,svg",
 ) -> None:
     """Run iot10 with each compressor and write the comparison figures and table into OUT_DIR."""
@@ -59,7 +67,9 @@ def figures(
     missing = [c for c in COMPRESSORS if c not in registered]
     if missing:
         err.print(f"not registered, left out: {', '.join(missing)}")
-    every = [f"training.eval_every={max(1, min(EVAL_EVERY, iterations))}"]  # a point on the curves every EVAL_EVERY iterations
+    every = [
+        f"training.eval_every={max(1, min(EVAL_EVERY, iterations))}"
+    ]  # a point on the curves every EVAL_EVERY iterations
     planned = plan_comparison(SCENARIO, names, 1, runs_dir, every, iterations=iterations, device="cpu")
     todo = [j for j in planned if not already_done(j)]
     with BatchProgress(todo, skipped=len(planned) - len(todo)) as bars:

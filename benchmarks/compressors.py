@@ -76,8 +76,10 @@ def bench_size(n: int, device: torch.device, repeats: int, names: list[str]) -> 
     memcpy_s = timed(lambda: grad.clone(), device, max(repeats, 5))
     memcpy_gbs = nbytes / memcpy_s / 1e9
 
-    print(f"\n{n:,} fp32 elements, layer {list(shape)} kind fc, device {device}, "
-          f"median of {repeats}; memcpy (clone) {memcpy_gbs:.2f} GB/s")
+    print(
+        f"\n{n:,} fp32 elements, layer {list(shape)} kind fc, device {device}, "
+        f"median of {repeats}; memcpy (clone) {memcpy_gbs:.2f} GB/s"
+    )
     print(f"{'codec':<12}{'enc+dec ms':>12}{'GB/s':>9}{'slowdown':>10}{'target':>8}  {'status':<6}{'ratio':>9}")
     for name in names:
         codec = build_codec(name, seed=1)

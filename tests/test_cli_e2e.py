@@ -13,11 +13,37 @@ from aiotsim.cli import app
 
 runner = CliRunner()
 
-METRIC_COLUMNS = {"iteration", "sim_time_s", "loss", "bytes_up", "bytes_down", "wire_bytes_up",
-                  "wire_bytes_down", "compute_s", "encode_s", "comm_s"}
-SUMMARY_KEYS = {"schema_version", "scenario", "compressor", "iterations", "nodes", "sim_time_s",
-                "throughput_samples_per_s", "bytes_up", "bytes_down", "wire_bytes_up", "wire_bytes_down",
-                "compression_ratio", "final_accuracy", "wall_time_s", "aiotsim_version", "torch_version", "device"}
+METRIC_COLUMNS = {
+    "iteration",
+    "sim_time_s",
+    "loss",
+    "bytes_up",
+    "bytes_down",
+    "wire_bytes_up",
+    "wire_bytes_down",
+    "compute_s",
+    "encode_s",
+    "comm_s",
+}
+SUMMARY_KEYS = {
+    "schema_version",
+    "scenario",
+    "compressor",
+    "iterations",
+    "nodes",
+    "sim_time_s",
+    "throughput_samples_per_s",
+    "bytes_up",
+    "bytes_down",
+    "wire_bytes_up",
+    "wire_bytes_down",
+    "compression_ratio",
+    "final_accuracy",
+    "wall_time_s",
+    "aiotsim_version",
+    "torch_version",
+    "device",
+}
 
 
 def _run(args: list[str]):

@@ -187,7 +187,7 @@ def test_params_documented_and_defaults_valid(name: str) -> None:
     assert cls.summary
     assert dataclasses.is_dataclass(cls.Params)
     assert cls.Params.__dataclass_params__.frozen  # type: ignore[attr-defined]
-    for pname, default, help_ in cls.param_docs():
+    for pname, _default, help_ in cls.param_docs():
         assert help_, f"{name}.{pname} has no help"
     assert cls(cls.Params()).validate() == []
     assert cls.encode_flops_per_element >= 0.0

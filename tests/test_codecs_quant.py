@@ -204,9 +204,7 @@ def test_error_feedback_conservation(name, params, rows, cols, seed, scale, dtyp
         payload = codec.encode(grad, info, state)
         sent = codec.decode(payload, info32)  # the fp32 values the codec sent
         assert codec.decode(payload, info).dtype == dtype
-        torch.testing.assert_close(
-            sent + state.residual, grad.float() + before, rtol=1e-6, atol=1e-6 * scale
-        )
+        torch.testing.assert_close(sent + state.residual, grad.float() + before, rtol=1e-6, atol=1e-6 * scale)
 
 
 # ---- terngrad ------------------------------------------------------------------------------------

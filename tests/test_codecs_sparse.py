@@ -365,7 +365,11 @@ def _union_sizes(params: dict, rounds: int = 6, workers: int = 4, n: int = 2000,
 
 def test_agg_aware_union_smaller_than_independent_topk() -> None:
     reference = sum(_union_sizes({"metric": "magnitude"})[1:])  # round 1 has no global info yet
-    for params in ({"metric": "global"}, {"metric": "persistence", "boost": 4.0}, {"metric": "consensus", "boost": 4.0}):
+    for params in (
+        {"metric": "global"},
+        {"metric": "persistence", "boost": 4.0},
+        {"metric": "consensus", "boost": 4.0},
+    ):
         unions = sum(_union_sizes(params)[1:])
         assert unions < 0.92 * reference, (params, unions, reference)
 

@@ -24,9 +24,27 @@ SEEDS = 2
 def compared(tmp_path_factory) -> tuple[Path, str]:
     """One comparison of 2 codecs x 2 seeds on the tiny scenario, in 2 worker processes."""
     out = tmp_path_factory.mktemp("cmp") / "cmp"
-    res = runner.invoke(app, ["compare", str(TESTS / "tiny.toml"), "-c", ",".join(CODECS), "--seeds", str(SEEDS),
-                              "--jobs", "2", "-n", "2", "--set", "training.eval_every=1", "--out", str(out), "-q"],
-                        catch_exceptions=False)
+    res = runner.invoke(
+        app,
+        [
+            "compare",
+            str(TESTS / "tiny.toml"),
+            "-c",
+            ",".join(CODECS),
+            "--seeds",
+            str(SEEDS),
+            "--jobs",
+            "2",
+            "-n",
+            "2",
+            "--set",
+            "training.eval_every=1",
+            "--out",
+            str(out),
+            "-q",
+        ],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 0, res.output
     return out, res.output
 
@@ -50,8 +68,17 @@ def test_comparison_numbers_equal_the_run_summaries(compared) -> None:
         assert [s["seed"] for s in sums] == [3, 4] and all(s["compressor"] == codec for s in sums)
         row = rows[codec]
         assert int(row["seeds"]) == SEEDS
-        for key in ("throughput_samples_per_s", "bytes_up", "bytes_down", "wire_bytes_up", "wire_bytes_down",
-                    "compression_ratio", "compute_share", "comm_share", "sim_time_s"):
+        for key in (
+            "throughput_samples_per_s",
+            "bytes_up",
+            "bytes_down",
+            "wire_bytes_up",
+            "wire_bytes_down",
+            "compression_ratio",
+            "compute_share",
+            "comm_share",
+            "sim_time_s",
+        ):
             assert float(row[key]) == pytest.approx(statistics.fmean(s[key] for s in sums), rel=1e-12), key
         accs = [s["final_accuracy"] for s in sums]
         assert float(row["final_accuracy"]) == pytest.approx(statistics.fmean(accs), rel=1e-12)
@@ -87,9 +114,27 @@ def test_time_to_accuracy_recomputed_for_any_target(compared) -> None:
 def test_rerun_reuses_complete_runs(compared, tiny_scenario) -> None:
     out, _ = compared
     before = {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")}
-    res = runner.invoke(app, ["compare", str(tiny_scenario), "-c", ",".join(CODECS), "--seeds", str(SEEDS),
-                              "-n", "2", "--set", "training.eval_every=1", "--out", str(out), "-q",
-                              "--target-accuracy", "0.05"], catch_exceptions=False)
+    res = runner.invoke(
+        app,
+        [
+            "compare",
+            str(tiny_scenario),
+            "-c",
+            ",".join(CODECS),
+            "--seeds",
+            str(SEEDS),
+            "-n",
+            "2",
+            "--set",
+            "training.eval_every=1",
+            "--out",
+            str(out),
+            "-q",
+            "--target-accuracy",
+            "0.05",
+        ],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 0, res.output
     assert {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")} == before
     assert "sim s to 5%" in (out / "comparison.md").read_text()
@@ -97,8 +142,9 @@ def test_rerun_reuses_complete_runs(compared, tiny_scenario) -> None:
 
 def test_unknown_compressor_exits_2_without_traceback(tiny_scenario, tmp_path) -> None:
     out = tmp_path / "cmp"
-    res = runner.invoke(app, ["compare", str(tiny_scenario), "-c", "none,bogus,2bitt", "--out", str(out)],
-                        catch_exceptions=False)
+    res = runner.invoke(
+        app, ["compare", str(tiny_scenario), "-c", "none,bogus,2bitt", "--out", str(out)], catch_exceptions=False
+    )
     assert res.exit_code == 2
     assert "unknown compressor 'bogus'" in res.output and "unknown compressor '2bitt'" in res.output
     assert "did you mean '2bit'" in res.output and "valid:" in res.output
@@ -107,7 +153,21 @@ def test_unknown_compressor_exits_2_without_traceback(tiny_scenario, tmp_path) -
 
 
 def test_bad_override_exits_2(tiny_scenario, tmp_path) -> None:
-    res = runner.invoke(app, ["compare", str(tiny_scenario), "-c", "none", "--set", "network.uplink_mbps=-1",
-                              "--set", "nosuch", "--out", str(tmp_path / "c")], catch_exceptions=False)
+    res = runner.invoke(
+        app,
+        [
+            "compare",
+            str(tiny_scenario),
+            "-c",
+            "none",
+            "--set",
+            "network.uplink_mbps=-1",
+            "--set",
+            "nosuch",
+            "--out",
+            str(tmp_path / "c"),
+        ],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 2
     assert "nosuch" in res.output and "Traceback" not in res.output

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import ROOT
 
 from aiotsim.config import Scenario, load_scenario, parse_override, scenario_from_dict
 from aiotsim.errors import ConfigError
-
-from conftest import ROOT
 
 
 def test_iot10_loads_with_the_documented_values() -> None:
@@ -20,7 +19,9 @@ def test_iot10_loads_with_the_documented_values() -> None:
 
 
 def test_overrides_and_shortcuts(tiny_scenario) -> None:
-    sc = load_scenario(tiny_scenario, ["network.uplink_mbps=5", "compressor.ratio=0.05"], compressor="topk", iterations=7)
+    sc = load_scenario(
+        tiny_scenario, ["network.uplink_mbps=5", "compressor.ratio=0.05"], compressor="topk", iterations=7
+    )
     assert sc.network.uplink_mbps == 5.0 and isinstance(sc.network.uplink_mbps, float)
     assert sc.compressor.name == "topk"
     assert sc.compressor.params == {"ratio": 0.05}

@@ -101,8 +101,15 @@ def test_shared_medium_channel_carries_up_and_down(tmp_path) -> None:
 def test_hierarchical_iteration_time_and_bytes(tmp_path) -> None:
     data = scenario(
         nodes={"count": 4},
-        network={"topology": "hierarchical", "gateways": 2, "backhaul_up_mbps": 2.0, "backhaul_down_mbps": 2.0,
-                 "backhaul_latency_ms": 30.0, "server_mbps": 100.0, "gateway_mode": "dense"},
+        network={
+            "topology": "hierarchical",
+            "gateways": 2,
+            "backhaul_up_mbps": 2.0,
+            "backhaul_down_mbps": 2.0,
+            "backhaul_latency_ms": 30.0,
+            "server_mbps": 100.0,
+            "gateway_mode": "dense",
+        },
     )
     sim, summary, rows = run(tmp_path, data)
     c = compute_s(sim)
@@ -185,8 +192,11 @@ def test_link_stragglers_divide_the_rate(tmp_path) -> None:
 
 def test_availability_follows_its_seed(tmp_path) -> None:
     def contributors(seed: int, where: str) -> list[float]:
-        data = scenario(scenario={"seed": seed, "iterations": 12}, nodes={"count": 4, "dropout_prob": 0.5, "rejoin_prob": 0.5},
-                        training={"eval_every": 12})
+        data = scenario(
+            scenario={"seed": seed, "iterations": 12},
+            nodes={"count": 4, "dropout_prob": 0.5, "rejoin_prob": 0.5},
+            training={"eval_every": 12},
+        )
         _, _, rows = run(tmp_path / where, data)
         return [r["contributors"] for r in rows]
 
@@ -296,7 +306,7 @@ def test_downlink_modes(tmp_path) -> None:
 
 def test_momentum_on_the_nodes_equals_server_momentum_for_a_linear_codec(tmp_path) -> None:
     """sum_i (m u_i + g_i) / n = m (sum_i u_i / n) + mean g: averaging commutes with momentum."""
-    base = {"scenario": {"iterations": 3}, "training": {"momentum": 0.9, "eval_every": 3}}
+    base = {"scenario": {"iterations": 3}, "training": {"momentum": 0.9, "eval_every": 3, "momentum_at": "server"}}
     _, server, _ = run(tmp_path / "s", scenario(**base))
     _, nodes, _ = run(tmp_path / "n", scenario(**{**base, "training": {**base["training"], "momentum_at": "nodes"}}))
     assert nodes["final_eval_loss"] == pytest.approx(server["final_eval_loss"], rel=1e-5)

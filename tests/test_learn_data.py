@@ -13,7 +13,6 @@ from aiotsim.learn.models import build_model
 from aiotsim.learn.partition import partition
 
 
-
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     """Tiny models run fastest single-threaded, and the test machine is shared (restored after)."""

@@ -130,9 +130,7 @@ def test_max_min_across_two_bottlenecks() -> None:
 
 def test_max_min_rates_function_by_hand() -> None:
     # D crosses link l twice (up and down a shared channel), E once: D uses 2x, E x; 3x = 9.
-    assert max_min_rates({"l": 9.0}, {"D": {"l": 2}, "E": {"l": 1}}) == pytest.approx(
-        {"D": 3.0, "E": 3.0}
-    )
+    assert max_min_rates({"l": 9.0}, {"D": {"l": 2}, "E": {"l": 1}}) == pytest.approx({"D": 3.0, "E": 3.0})
     # Three links: u (6) shared by P, Q; v (1) only Q; so Q = 1 (v full), P = 5.
     assert max_min_rates({"u": 6.0, "v": 1.0}, {"P": {"u": 1}, "Q": {"u": 1, "v": 1}}) == (
         pytest.approx({"P": 5.0, "Q": 1.0})
@@ -144,9 +142,7 @@ def test_max_min_rates_function_by_hand() -> None:
     caps=st.lists(st.floats(0.5, 100.0), min_size=1, max_size=5),
     paths=st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=3), min_size=1, max_size=8),
 )
-def test_max_min_is_feasible_and_every_flow_has_a_bottleneck(
-    caps: list[float], paths: list[list[int]]
-) -> None:
+def test_max_min_is_feasible_and_every_flow_has_a_bottleneck(caps: list[float], paths: list[list[int]]) -> None:
     capacity = {f"l{i}": c for i, c in enumerate(caps)}
     usage: dict[int, dict[str, int]] = {}
     for k, path in enumerate(paths):

@@ -15,8 +15,14 @@ from aiotsim.results.sweep import load_sweep, write_manifest
 runner = CliRunner()
 TESTS = Path(__file__).parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-RUN_FIGURES = {"throughput", "wire_bytes", "convergence_time", "convergence_iterations", "convergence_bytes",
-               "time_to_accuracy"}
+RUN_FIGURES = {
+    "throughput",
+    "wire_bytes",
+    "convergence_time",
+    "convergence_iterations",
+    "convergence_bytes",
+    "time_to_accuracy",
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +49,11 @@ def test_plot_runs_writes_one_figure_set_and_a_timeline_per_codec(runs, tmp_path
     svgs = sorted(out.glob("*.svg"))
     assert len(svgs) == len(pngs) and all(p.read_text().lstrip().startswith("<?xml") for p in svgs)
     # one run directory alone: same figures, one timeline
-    res = runner.invoke(app, ["plot", str(runs / "2bit" / "seed3"), "-o", str(tmp_path / "one"), "--formats", "png"],
-                        catch_exceptions=False)
+    res = runner.invoke(
+        app,
+        ["plot", str(runs / "2bit" / "seed3"), "-o", str(tmp_path / "one"), "--formats", "png"],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 0, res.output
     assert {p.stem for p in (tmp_path / "one").glob("*")} == RUN_FIGURES | {"timeline_2bit"}
 
@@ -53,7 +62,7 @@ def test_plot_sweep_draws_a_figure_per_swept_key(runs, tmp_path) -> None:
     sweep_file = tmp_path / "s.toml"
     sweep_file.write_text(f"""
 [sweep]
-base = "{TESTS / 'tiny.toml'}"
+base = "{TESTS / "tiny.toml"}"
 name = "up"
 [set]
 "scenario.iterations" = 2
@@ -67,25 +76,34 @@ name = "up"
     write_manifest(sw)
     assert all(r.ok for r in run_local(sw.jobs(), workers=1))
     out = tmp_path / "fig"
-    res = runner.invoke(app, ["plot", str(tmp_path / "sw"), str(runs), "-o", str(out), "--formats", "png"],
-                        catch_exceptions=False)
+    res = runner.invoke(
+        app, ["plot", str(tmp_path / "sw"), str(runs), "-o", str(out), "--formats", "png"], catch_exceptions=False
+    )
     assert res.exit_code == 0, res.output
     stems = {p.stem for p in out.glob("*.png")}
-    assert stems == RUN_FIGURES | {"timeline_none", "timeline_2bit", "sweep_up_network.uplink_mbps",
-                                   "sweep_up_network.latency_ms"}
+    assert stems == RUN_FIGURES | {
+        "timeline_none",
+        "timeline_2bit",
+        "sweep_up_network.uplink_mbps",
+        "sweep_up_network.latency_ms",
+    }
     assert all(_valid_png(p) for p in out.glob("*.png"))
 
 
 def test_plot_bad_inputs_exit_2_listing_each(tmp_path) -> None:
     (tmp_path / "empty").mkdir()
-    res = runner.invoke(app, ["plot", str(tmp_path / "nope"), str(tmp_path / "empty"), "-o", str(tmp_path / "f")],
-                        catch_exceptions=False)
+    res = runner.invoke(
+        app,
+        ["plot", str(tmp_path / "nope"), str(tmp_path / "empty"), "-o", str(tmp_path / "f")],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 2
     assert "nope: no such directory" in res.output and "no complete run directory found" in res.output
     assert "Traceback" not in res.output and not (tmp_path / "f").exists()
 
 
 def test_plot_unknown_format_exits_2(runs, tmp_path) -> None:
-    res = runner.invoke(app, ["plot", str(runs), "-o", str(tmp_path / "f"), "--formats", "png,gif"],
-                        catch_exceptions=False)
+    res = runner.invoke(
+        app, ["plot", str(runs), "-o", str(tmp_path / "f"), "--formats", "png,gif"], catch_exceptions=False
+    )
     assert res.exit_code == 2 and "unknown gif" in res.output

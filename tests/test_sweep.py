@@ -24,7 +24,7 @@ def _sweep_file(tmp: Path, grid: str, extra: str = "") -> Path:
     p = tmp / "sweep.toml"
     p.write_text(f"""
 [sweep]
-base = "{TESTS / 'tiny.toml'}"
+base = "{TESTS / "tiny.toml"}"
 name = "t"
 {extra}
 [set]
@@ -74,8 +74,12 @@ def test_sweep_interrupted_resumes_only_the_rest(tmp_path) -> None:
 
     # The index: grid values, status, metrics equal to each run's summary; directories keyed by hash.
     rows = _index(out)
-    assert [(float(r["network.uplink_mbps"]), r["compressor.name"]) for r in rows] == \
-        [(1, "none"), (1, "2bit"), (10, "none"), (10, "2bit")]
+    assert [(float(r["network.uplink_mbps"]), r["compressor.name"]) for r in rows] == [
+        (1, "none"),
+        (1, "2bit"),
+        (10, "none"),
+        (10, "2bit"),
+    ]
     for r in rows:
         d = out / r["run_dir"]
         toml = (d / "scenario.toml").read_text()
@@ -98,8 +102,10 @@ def test_sweep_interrupted_resumes_only_the_rest(tmp_path) -> None:
 
 
 def test_sweep_reports_every_bad_point_and_exits_2(tmp_path) -> None:
-    grid = ('"network.uplnk_mbps" = [1]\n"network.downlink_mbps" = [-1, 5]\n'
-            '"compressor.name" = ["none", "bogus"]\n"nodes.count" = 3\n"flat" = [1]\n')
+    grid = (
+        '"network.uplnk_mbps" = [1]\n"network.downlink_mbps" = [-1, 5]\n'
+        '"compressor.name" = ["none", "bogus"]\n"nodes.count" = 3\n"flat" = [1]\n'
+    )
     path = _sweep_file(tmp_path, grid)
     res = runner.invoke(app, ["sweep", str(path), "--out", str(tmp_path / "o")], catch_exceptions=False)
     assert res.exit_code == 2
@@ -147,6 +153,8 @@ def test_ray_gives_the_same_results_as_the_local_pool(tmp_path) -> None:
     for a, b in zip(local.points, remote.points):
         da, db = local.run_dir(a), remote.run_dir(b)
         sa, sb = (json.loads((d / "summary.json").read_text()) for d in (da, db))
-        assert {k: v for k, v in sa.items() if k not in WALL_CLOCK} == {k: v for k, v in sb.items() if k not in WALL_CLOCK}
+        assert {k: v for k, v in sa.items() if k not in WALL_CLOCK} == {
+            k: v for k, v in sb.items() if k not in WALL_CLOCK
+        }
         for name in ("metrics.csv", "evals.csv", "scenario.toml", "trace.json"):
             assert (da / name).read_bytes() == (db / name).read_bytes(), name

@@ -79,7 +79,9 @@ class AggregationAware(Codec):
 
     @dataclass(frozen=True)
     class Params:
-        ratio: float = field(default=0.01, metadata={"help": "fraction of elements each worker sends, k = ceil(ratio * n)"})
+        ratio: float = field(
+            default=0.01, metadata={"help": "fraction of elements each worker sends, k = ceil(ratio * n)"}
+        )
         metric: Metric = field(
             default="global",
             metadata={

@@ -81,8 +81,7 @@ class Payload:
         for key, buf in self.buffers.items():
             if buf.dtype != torch.uint8 or buf.dim() != 1:
                 raise CodecError(
-                    f"payload buffer {key!r} must be a 1-D uint8 tensor, got {buf.dtype} of shape "
-                    f"{tuple(buf.shape)}"
+                    f"payload buffer {key!r} must be a 1-D uint8 tensor, got {buf.dtype} of shape {tuple(buf.shape)}"
                 )
 
     @property
@@ -200,8 +199,9 @@ class Codec(ABC):
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         """Rebuild a dense gradient of ``layer.shape`` / ``layer.dtype`` from the payload alone."""
 
-    def observe_global(self, update: torch.Tensor, layer: LayerInfo, state: CodecState) -> None:
-        """Called on every node after the server's aggregated ``update`` for ``layer`` arrives."""
+    def observe_global(self, update: torch.Tensor, layer: LayerInfo, state: CodecState) -> None:  # noqa: B027
+        """Called on every node after the server's aggregated ``update`` for ``layer`` arrives
+        (a no-op unless the codec learns from the global update, like seed 001's agg-aware)."""
 
     # ---- server side -----------------------------------------------------------------------
     def aggregate(self, decoded: list[torch.Tensor], layer: LayerInfo) -> torch.Tensor:

@@ -76,7 +76,9 @@ class DeepGradientCompression(Codec):
         warmup_steps: int = field(
             default=100, metadata={"help": "encode calls of sparsity warm-up (75% .. 99.6% in 4 stages); 0 = none"}
         )
-        sample_ratio: float = field(default=0.01, metadata={"help": "fraction of elements sampled to estimate the threshold"})
+        sample_ratio: float = field(
+            default=0.01, metadata={"help": "fraction of elements sampled to estimate the threshold"}
+        )
         fallback_factor: float = field(
             default=1.3, metadata={"help": "re-select the exact top-k when more than this times k pass the threshold"}
         )

@@ -131,7 +131,7 @@ def range_float_encode(values: torch.Tensor, mantissa_bits: int, max_exponent_bi
     normal = nonzero & (e >= e_lo)
     # Subnormal level: (m / 2**M) * 2**e_lo, which also holds exact zeros.
     # float64: 2**-e_lo overflows fp32 when e_lo is near fp32's smallest exponents.
-    sub_q = torch.round(mag.double() * (2.0 ** -e_lo * scale)).to(torch.int64)
+    sub_q = torch.round(mag.double() * (2.0**-e_lo * scale)).to(torch.int64)
     sub_full = sub_q >= (1 << mantissa_bits)  # rounded up to 1.0 * 2**e_lo: the first normal code
     code = torch.where(normal, e - e_lo + 1, sub_full.to(torch.int64))
     mcode = torch.where(normal, q, torch.where(sub_full, torch.zeros_like(sub_q), sub_q))
@@ -178,7 +178,11 @@ def unpack_words(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
     aligned = 16 if width >= 16 else (8 if width >= 8 else 0)
     rest = width - aligned
     lo_bytes = count * aligned // 8
-    words = unpack_uint(buf[:lo_bytes], aligned, count) if aligned else torch.zeros(count, dtype=torch.int64, device=buf.device)
+    words = (
+        unpack_uint(buf[:lo_bytes], aligned, count)
+        if aligned
+        else torch.zeros(count, dtype=torch.int64, device=buf.device)
+    )
     if rest:
         words = words | (unpack_uint(buf[lo_bytes:], rest, count) << aligned)
     return words
@@ -202,10 +206,17 @@ class FFTSparsification(Codec):
 
     @dataclass(frozen=True)
     class Params:
-        keep: float = field(default=0.1, metadata={"help": "fraction of frequency bins kept (1 - the paper's theta), in (0, 1]"})
-        chunk_size: int = field(default=4096, metadata={"help": "FFT length in elements (batched fixed-size FFTs); 0 = one FFT over the whole layer"})
+        keep: float = field(
+            default=0.1, metadata={"help": "fraction of frequency bins kept (1 - the paper's theta), in (0, 1]"}
+        )
+        chunk_size: int = field(
+            default=4096,
+            metadata={"help": "FFT length in elements (batched fixed-size FFTs); 0 = one FFT over the whole layer"},
+        )
         mantissa_bits: int = field(default=7, metadata={"help": "mantissa bits of the range-based float (0..23)"})
-        max_exponent_bits: int = field(default=5, metadata={"help": "widest exponent field (1..8); smaller values become subnormals"})
+        max_exponent_bits: int = field(
+            default=5, metadata={"help": "widest exponent field (1..8); smaller values become subnormals"}
+        )
 
     def validate(self) -> list[str]:
         p = self.params
@@ -271,11 +282,13 @@ class FFTSparsification(Codec):
         state.elements_out += 2 * int(idx.numel())
         header = pack_uint(torch.tensor([rf.e_lo + _EXP_BIAS, rf.exp_bits], device=device), 16)  # 4 bytes
         bins = chunks * (length // 2 + 1)
-        return Payload({
-            "header": header,
-            "indices": encode_indices(idx, bins),
-            "values": pack_words(rf.words, rf.width),
-        })
+        return Payload(
+            {
+                "header": header,
+                "indices": encode_indices(idx, bins),
+                "values": pack_words(rf.words, rf.width),
+            }
+        )
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         n = layer.numel

@@ -51,8 +51,7 @@ import torch
 
 from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
-from aiotsim.compress.packing import pack_f32, unpack_bits, unpack_f32
-from aiotsim.compress.packing import pack_bits
+from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
 from aiotsim.compress.registry import register
 
 _U8 = torch.uint8

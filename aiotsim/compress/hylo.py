@@ -114,16 +114,32 @@ class Hylo(Codec):
 
     @dataclass(frozen=True)
     class Params:
-        size_threshold: int = field(default=1000, metadata={"help": "layers with fewer parameters go uncompressed (fp32)"})
-        max_rate: float = field(default=0.3, metadata={"help": "conv kernel transmission rate of a layer at the size threshold"})
+        size_threshold: int = field(
+            default=1000, metadata={"help": "layers with fewer parameters go uncompressed (fp32)"}
+        )
+        max_rate: float = field(
+            default=0.3, metadata={"help": "conv kernel transmission rate of a layer at the size threshold"}
+        )
         min_rate: float = field(default=0.05, metadata={"help": "lowest conv kernel transmission rate"})
         rate_decay: float = field(default=0.1, metadata={"help": "rate decrease per tenfold more conv parameters"})
-        kernel_unit: Literal["kernel", "filter"] = field(default="kernel", metadata={"help": "importance unit: [kh,kw] kernel per (out,in) or whole output filter"})
-        importance_norm: Literal["l1", "l2"] = field(default="l1", metadata={"help": "norm of the accumulated kernel gradient used as importance"})
-        value_dtype: Literal["fp32", "fp16"] = field(default="fp32", metadata={"help": "precision of the sent kernel values"})
-        fc_factor: float = field(default=1.0, metadata={"help": "fc 2-bit threshold = fc_factor * stat(accumulated gradient)"})
-        fc_stat: Literal["mean_abs", "rms"] = field(default="mean_abs", metadata={"help": "layer statistic the fc threshold scales"})
-        fallback: Literal["2bit", "dense"] = field(default="2bit", metadata={"help": "route of large layers that are neither conv nor fc"})
+        kernel_unit: Literal["kernel", "filter"] = field(
+            default="kernel", metadata={"help": "importance unit: [kh,kw] kernel per (out,in) or whole output filter"}
+        )
+        importance_norm: Literal["l1", "l2"] = field(
+            default="l1", metadata={"help": "norm of the accumulated kernel gradient used as importance"}
+        )
+        value_dtype: Literal["fp32", "fp16"] = field(
+            default="fp32", metadata={"help": "precision of the sent kernel values"}
+        )
+        fc_factor: float = field(
+            default=1.0, metadata={"help": "fc 2-bit threshold = fc_factor * stat(accumulated gradient)"}
+        )
+        fc_stat: Literal["mean_abs", "rms"] = field(
+            default="mean_abs", metadata={"help": "layer statistic the fc threshold scales"}
+        )
+        fallback: Literal["2bit", "dense"] = field(
+            default="2bit", metadata={"help": "route of large layers that are neither conv nor fc"}
+        )
 
     def validate(self) -> list[str]:
         p = self.params

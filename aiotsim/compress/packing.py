@@ -194,7 +194,9 @@ def decode_indices(buf: torch.Tensor, n: int) -> torch.Tensor:
 
 
 # ---- raw floating-point and integer fields ------------------------------------------------------
-def _as_tensor(values: torch.Tensor | list[float] | list[int], dtype: torch.dtype, device: torch.device | None) -> torch.Tensor:
+def _as_tensor(
+    values: torch.Tensor | list[float] | list[int], dtype: torch.dtype, device: torch.device | None
+) -> torch.Tensor:
     if isinstance(values, torch.Tensor):
         return values.reshape(-1).to(dtype=dtype, device=device if device is not None else values.device)
     return torch.tensor(values, dtype=dtype, device=device)

@@ -126,7 +126,10 @@ class PartitionGradientCompression(Codec):
         residual: bool = field(default=True, metadata={"help": "keep unsent gradients as error feedback"})
         stats: Literal["gradient", "accumulated"] = field(
             default="gradient",
-            metadata={"help": "Algorithm 1 on the fresh 'gradient' (k from it, Top-k of the accumulated values) or on the 'accumulated' values"},
+            metadata={
+                "help": "Algorithm 1 on the fresh 'gradient' (k from it, Top-k of the accumulated "
+                "values) or on the 'accumulated' values"
+            },
         )
         value_dtype: ValueDtype = field(default="fp32", metadata={"help": "precision of the sent values: fp32 or fp16"})
 
@@ -152,7 +155,9 @@ class PartitionGradientCompression(Codec):
         if n == 0:
             idx = torch.zeros(0, dtype=torch.int64, device=acc.device)
         else:
-            source = flat if self.params.stats == "accumulated" or not self.params.residual else as_float(grad).reshape(-1)
+            source = (
+                flat if self.params.stats == "accumulated" or not self.params.residual else as_float(grad).reshape(-1)
+            )
             thr = pgc_threshold(source, self.params.scale)
             mag = flat.abs()  # [N]
             if source is not flat and thr.k > 0:

@@ -17,8 +17,9 @@ Learning", NeurIPS 2017)
     ``s = max|g|`` and ``g_i -> s * sign(g_i) * b_i`` with ``b_i ~ Bernoulli(|g_i| / s)``: unbiased
     with respect to the (clipped) gradient. Wire: 2-bit two's-complement codes (``0b00 = 0``,
     ``0b01 = +s``, ``0b11 = -s``), 4 per byte, plus ``s`` as fp32. The paper's *scaler sharing*
-    (every worker uses the max of the workers' scalers) needs a round of communication before encoding; here each worker sends its own ``s``,
-    which keeps each message decodable on its own and unbiased.
+    (every worker uses the max of the workers' scalers) needs a round of communication before
+    encoding; here each worker sends its own ``s``, which keeps each message decodable on its own
+    and unbiased.
 
 ``qsgd`` (Alistarh et al., "QSGD: Communication-Efficient SGD via Gradient Quantization and
 Encoding", NeurIPS 2017)
@@ -175,9 +176,7 @@ class TwoBit(Codec):
 
     @dataclass(frozen=True)
     class Params:
-        threshold: float = field(
-            default=0.5, metadata={"help": "quantization threshold t: codes stand for -t, 0, +t"}
-        )
+        threshold: float = field(default=0.5, metadata={"help": "quantization threshold t: codes stand for -t, 0, +t"})
 
     def validate(self) -> list[str]:
         t = self.params.threshold
@@ -409,9 +408,7 @@ class QSGD(Codec):
         bucket_size: int = field(
             default=512, metadata={"help": "elements per bucket d; one fp32 norm is sent per bucket"}
         )
-        elias: bool = field(
-            default=False, metadata={"help": "Elias-gamma code the levels instead of a fixed width"}
-        )
+        elias: bool = field(default=False, metadata={"help": "Elias-gamma code the levels instead of a fixed width"})
 
     def validate(self) -> list[str]:
         p = self.params

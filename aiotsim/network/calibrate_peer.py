@@ -65,9 +65,7 @@ def measure(size: int, flows: int, timeout_s: float) -> list[float]:
 
     acceptor = threading.Thread(target=accept_all)
     acceptor.start()
-    clients = [
-        socket.create_connection(("127.0.0.1", port), timeout=timeout_s) for _ in range(flows)
-    ]
+    clients = [socket.create_connection(("127.0.0.1", port), timeout=timeout_s) for _ in range(flows)]
     acceptor.join()
     time.sleep(SETTLE_S)
     barrier = threading.Barrier(flows + 1)

@@ -44,9 +44,7 @@ K = TypeVar("K", bound=Hashable)
 DONE_BYTES = 1e-9
 
 
-def max_min_rates(
-    capacity: Mapping[str, float], usage: Mapping[K, Mapping[str, int]]
-) -> dict[K, float]:
+def max_min_rates(capacity: Mapping[str, float], usage: Mapping[K, Mapping[str, int]]) -> dict[K, float]:
     """Max-min fair rates by progressive filling.
 
     Parameters
@@ -289,14 +287,10 @@ class Network:
             event.succeed(record)
             return event
         fmt = path.fmt
-        wire = wire_bytes(
-            nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet
-        )  # bytes
+        wire = wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)  # bytes
         delay = fmt.latency_s  # s
         if fmt.loss > 0:
-            delay += retransmission_delay(
-                nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, 2.0 * fmt.latency_s
-            )
+            delay += retransmission_delay(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, 2.0 * fmt.latency_s)
         for link in path.links:
             if link.jitter_s > 0:
                 delay += float(self._rng.exponential(link.jitter_s))

@@ -72,12 +72,8 @@ class Link:
             problems.append(f"latency_s(={self.latency_s}) must be >= 0")
         if not isinstance(self.header_bytes, int) or self.header_bytes < 0:
             problems.append(f"header_bytes(={self.header_bytes}) must be an integer >= 0")
-        if not isinstance(self.mtu, int) or (
-            isinstance(self.header_bytes, int) and self.mtu <= self.header_bytes
-        ):
-            problems.append(
-                f"mtu(={self.mtu}) must be an integer > header_bytes(={self.header_bytes})"
-            )
+        if not isinstance(self.mtu, int) or (isinstance(self.header_bytes, int) and self.mtu <= self.header_bytes):
+            problems.append(f"mtu(={self.mtu}) must be an integer > header_bytes(={self.header_bytes})")
         if not _finite(self.loss) or not 0.0 <= self.loss < 1.0:
             problems.append(f"loss(={self.loss}) must be in [0, 1)")
         if not _finite(self.jitter_s) or self.jitter_s < 0:

@@ -91,9 +91,7 @@ def wire_bytes(
     return total / (1.0 - loss)
 
 
-def retransmission_delay(
-    payload_bytes: int, mtu: int, header_bytes: int, loss: float, rtt_s: float
-) -> float:
+def retransmission_delay(payload_bytes: int, mtu: int, header_bytes: int, loss: float, rtt_s: float) -> float:
     """Expected extra delay (s) of loss recovery: expected lost packets x one RTT each.
 
     Parameters

@@ -245,9 +245,7 @@ class Topology:
                 continue
             way = [d for a, d in ((v, agg), (agg, v)) if d not in self._bfs(a)]
             if way:
-                direction = " and ".join(
-                    f"from {agg!r}" if d == v else f"to {agg!r}" for d in way
-                )
+                direction = " and ".join(f"from {agg!r}" if d == v else f"to {agg!r}" for d in way)
                 problems.append(f"node {v!r} is unroutable: no route {direction} (its aggregator)")
         return problems
 
@@ -578,9 +576,7 @@ def _check_count(what: str, n: object) -> None:
         raise TopologyError(f"{what}(={n!r}) must be an integer >= 1")
 
 
-def _per_node_settings(
-    n: int, base: dict[str, Any], per_node: Iterable[dict[str, Any]] | None
-) -> list[dict[str, Any]]:
+def _per_node_settings(n: int, base: dict[str, Any], per_node: Iterable[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """``n`` copies of ``base`` with the per-node overrides applied (unknown keys refused)."""
     if per_node is None:
         return [dict(base) for _ in range(n)]
@@ -592,8 +588,7 @@ def _per_node_settings(
         unknown = sorted(set(extra) - _PER_NODE_KEYS)
         if unknown:
             raise TopologyError(
-                f"per_node[{i}]: unknown key(s) {', '.join(unknown)}; "
-                f"valid: {', '.join(sorted(_PER_NODE_KEYS))}"
+                f"per_node[{i}]: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(_PER_NODE_KEYS))}"
             )
         out.append({**base, **extra})
     return out

@@ -162,7 +162,9 @@ def _mean(values: list[Any]) -> float | None:
     return statistics.fmean(vals) if vals else None
 
 
-def compare_runs(run_dirs: Sequence[str | Path], target_accuracy: float | None = None, baseline: str | None = None) -> Comparison:
+def compare_runs(
+    run_dirs: Sequence[str | Path], target_accuracy: float | None = None, baseline: str | None = None
+) -> Comparison:
     """Build the comparison from run directories alone.
 
     Parameters
@@ -192,26 +194,28 @@ def compare_runs(run_dirs: Sequence[str | Path], target_accuracy: float | None =
         sums = [s for s, _ in runs]
         accs = [s["final_accuracy"] for s in sums if s.get("final_accuracy") is not None]
         ttas = [time_to_accuracy(ev, target_accuracy) for _, ev in runs]
-        rows.append(ComparisonRow(
-            compressor=name,
-            seeds=len(runs),
-            throughput_samples_per_s=_mean([s.get("throughput_samples_per_s") for s in sums]),
-            speedup=None,
-            bytes_up=_mean([s.get("bytes_up") for s in sums]),
-            bytes_down=_mean([s.get("bytes_down") for s in sums]),
-            wire_bytes_up=_mean([s.get("wire_bytes_up") for s in sums]),
-            wire_bytes_down=_mean([s.get("wire_bytes_down") for s in sums]),
-            compression_ratio=_mean([s.get("compression_ratio") for s in sums]),
-            final_accuracy=_mean(accs),
-            final_accuracy_std=(statistics.stdev(accs) if len(accs) > 1 else 0.0) if accs else None,
-            time_to_accuracy_s=_mean(ttas),
-            reached=sum(t is not None for t in ttas),
-            compute_share=_mean([s.get("compute_share") for s in sums]),
-            encode_share=_mean([s.get("encode_share") for s in sums]),
-            decode_share=_mean([s.get("decode_share") for s in sums]),
-            comm_share=_mean([s.get("comm_share") for s in sums]),
-            sim_time_s=_mean([s.get("sim_time_s") for s in sums]),
-        ))
+        rows.append(
+            ComparisonRow(
+                compressor=name,
+                seeds=len(runs),
+                throughput_samples_per_s=_mean([s.get("throughput_samples_per_s") for s in sums]),
+                speedup=None,
+                bytes_up=_mean([s.get("bytes_up") for s in sums]),
+                bytes_down=_mean([s.get("bytes_down") for s in sums]),
+                wire_bytes_up=_mean([s.get("wire_bytes_up") for s in sums]),
+                wire_bytes_down=_mean([s.get("wire_bytes_down") for s in sums]),
+                compression_ratio=_mean([s.get("compression_ratio") for s in sums]),
+                final_accuracy=_mean(accs),
+                final_accuracy_std=(statistics.stdev(accs) if len(accs) > 1 else 0.0) if accs else None,
+                time_to_accuracy_s=_mean(ttas),
+                reached=sum(t is not None for t in ttas),
+                compute_share=_mean([s.get("compute_share") for s in sums]),
+                encode_share=_mean([s.get("encode_share") for s in sums]),
+                decode_share=_mean([s.get("decode_share") for s in sums]),
+                comm_share=_mean([s.get("comm_share") for s in sums]),
+                sim_time_s=_mean([s.get("sim_time_s") for s in sums]),
+            )
+        )
     names = [r.compressor for r in rows]
     if baseline is None:
         baseline = "none" if "none" in names else names[0]
@@ -246,8 +250,18 @@ def fmt_bytes(n: float | None) -> str:
 def display_columns(c: Comparison) -> tuple[list[str], list[list[str]]]:
     """Headers and formatted cells shared by the terminal and Markdown tables."""
     headers = [
-        "codec", "seeds", "samples/s", f"speed-up vs {c.baseline}", "bytes up", "bytes down", "wire up",
-        "wire down", "ratio", "final accuracy", f"sim s to {c.target_accuracy:.0%}", "compute/comm",
+        "codec",
+        "seeds",
+        "samples/s",
+        f"speed-up vs {c.baseline}",
+        "bytes up",
+        "bytes down",
+        "wire up",
+        "wire down",
+        "ratio",
+        "final accuracy",
+        f"sim s to {c.target_accuracy:.0%}",
+        "compute/comm",
     ]
     cells = []
     for r in c.rows:
@@ -257,12 +271,22 @@ def display_columns(c: Comparison) -> tuple[list[str], list[list[str]]]:
             tta += f" ({r.reached}/{r.seeds} seeds)"
         elif r.time_to_accuracy_s is None:
             tta = "not reached"
-        cells.append([
-            r.compressor, str(r.seeds), _f(r.throughput_samples_per_s, ".2f"), _f(r.speedup, ".2f") + "x",
-            fmt_bytes(r.bytes_up), fmt_bytes(r.bytes_down), fmt_bytes(r.wire_bytes_up), fmt_bytes(r.wire_bytes_down),
-            _f(r.compression_ratio, ".1f") + "x", acc, tta,
-            f"{_f(r.compute_share, '.0%')} / {_f(r.comm_share, '.0%')}",
-        ])
+        cells.append(
+            [
+                r.compressor,
+                str(r.seeds),
+                _f(r.throughput_samples_per_s, ".2f"),
+                _f(r.speedup, ".2f") + "x",
+                fmt_bytes(r.bytes_up),
+                fmt_bytes(r.bytes_down),
+                fmt_bytes(r.wire_bytes_up),
+                fmt_bytes(r.wire_bytes_down),
+                _f(r.compression_ratio, ".1f") + "x",
+                acc,
+                tta,
+                f"{_f(r.compute_share, '.0%')} / {_f(r.comm_share, '.0%')}",
+            ]
+        )
     return headers, cells
 
 
@@ -291,12 +315,24 @@ def write_comparison(c: Comparison, out_dir: str | Path, title: str = "") -> tup
         w = csv.writer(f)
         w.writerow([*CSV_FIELDS, "baseline", "target_accuracy"])
         for r in c.rows:
-            w.writerow([("" if getattr(r, k) is None else getattr(r, k)) for k in CSV_FIELDS] + [c.baseline, c.target_accuracy])
+            w.writerow(
+                [("" if getattr(r, k) is None else getattr(r, k)) for k in CSV_FIELDS] + [c.baseline, c.target_accuracy]
+            )
     md_path.write_text(to_markdown(c, title))
     return csv_path, md_path
 
 
 __all__ = [
-    "plan_comparison", "parse_compressors", "variant_data", "already_done", "compare_runs", "time_to_accuracy",
-    "Comparison", "ComparisonRow", "write_comparison", "to_markdown", "display_columns", "fmt_bytes",
+    "plan_comparison",
+    "parse_compressors",
+    "variant_data",
+    "already_done",
+    "compare_runs",
+    "time_to_accuracy",
+    "Comparison",
+    "ComparisonRow",
+    "write_comparison",
+    "to_markdown",
+    "display_columns",
+    "fmt_bytes",
 ]

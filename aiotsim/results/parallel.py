@@ -225,8 +225,11 @@ def _ray_task(job: Job, index: int, progress: Any) -> tuple[dict[str, Any] | Non
         except Exception as exc:
             summary = None
             error = exc.message if isinstance(exc, AiotsimError) else f"{type(exc).__name__}: {exc}"
-        files = {name: (Path(scratch.out_dir) / name).read_bytes()
-                 for name in RUN_FILES if (Path(scratch.out_dir) / name).is_file()}
+        files = {
+            name: (Path(scratch.out_dir) / name).read_bytes()
+            for name in RUN_FILES
+            if (Path(scratch.out_dir) / name).is_file()
+        }
     emit(Event("done", index))
     return summary, error, files
 

@@ -47,8 +47,12 @@ from aiotsim.results.sweep import is_sweep_dir, read_manifest  # noqa: E402
 
 MB = 1e6  # bytes per MB (decimal, as network rates are)
 PHASE_COLORS = {
-    "compute": "#4C72B0", "encode": "#DD8452", "upload": "#55A868", "aggregate": "#C44E52",
-    "download": "#8172B3", "decode": "#937860",
+    "compute": "#4C72B0",
+    "encode": "#DD8452",
+    "upload": "#55A868",
+    "aggregate": "#C44E52",
+    "download": "#8172B3",
+    "decode": "#937860",
 }
 TIMELINE_ITERATIONS = 3  # iterations shown in a timeline
 SEED_KEY = "scenario.seed"
@@ -125,7 +129,9 @@ def collect(paths: Sequence[str | Path]) -> tuple[list[Run], list[SweepData]]:
             continue
         dirs = find_run_dirs(p)
         if not dirs:
-            problems.append(f"{p}: no complete run directory found (a run directory holds summary.json with complete: true)")
+            problems.append(
+                f"{p}: no complete run directory found (a run directory holds summary.json with complete: true)"
+            )
             continue
         for d in dirs:
             if d.resolve() not in seen:
@@ -180,7 +186,9 @@ def plot_throughput(runs: list[Run], out_dir: Path, formats: Sequence[str]) -> l
     names = list(groups)
     stats = [_mean_std([r.summary["throughput_samples_per_s"] or 0.0 for r in groups[n]]) for n in names]
     fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(names) + 2), 4))
-    bars = ax.bar(names, [m for m, _ in stats], yerr=[s for _, s in stats], capsize=3, color="#4C72B0", label="mean over seeds")
+    bars = ax.bar(
+        names, [m for m, _ in stats], yerr=[s for _, s in stats], capsize=3, color="#4C72B0", label="mean over seeds"
+    )
     ax.bar_label(bars, fmt="%.1f", fontsize=8)
     ax.set_ylabel("throughput (samples / simulated s)")
     ax.set_xlabel("compressor")
@@ -243,7 +251,15 @@ def plot_convergence(runs: list[Run], out_dir: Path, formats: Sequence[str], x: 
                 return [cum.get(int(row["iteration"]), float("nan")) for row in rows]
 
             label = name if ri == 0 else None
-            ax_acc.plot(xs(r.evals), [row["accuracy"] * 100 for row in r.evals], marker="o", ms=3, color=color, label=label, alpha=0.9)
+            ax_acc.plot(
+                xs(r.evals),
+                [row["accuracy"] * 100 for row in r.evals],
+                marker="o",
+                ms=3,
+                color=color,
+                label=label,
+                alpha=0.9,
+            )
             ax_loss.plot(xs(r.metrics), [row["loss"] for row in r.metrics], color=color, label=label, alpha=0.8, lw=1)
     ax_acc.set_ylabel("test accuracy (%)")
     ax_loss.set_ylabel("training loss (cross-entropy)")
@@ -292,7 +308,9 @@ def load_trace(run_dir: str | Path) -> tuple[dict[tuple[int, int], str], list[di
         events = json.loads(path.read_text())["traceEvents"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ResultsError(f"{path}: not a trace-event file ({exc})") from None
-    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    names = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"
+    }
     return names, [e for e in events if e.get("ph") == "X"]
 
 
@@ -324,14 +342,18 @@ def plot_timeline(run: Run, out_dir: Path, formats: Sequence[str], iterations: i
         track = names.get((e["pid"], e["tid"]), f"{e['pid']}/{e['tid']}")
         color = colors.setdefault(e["name"], next(extra, "#999999"))
         start, dur = e["ts"] / 1e6, e["dur"] / 1e6  # trace microseconds -> s
-        ax.broken_barh([(start, dur)], (row[track] - 0.4, 0.8), color=color,
-                       label=None if e["name"] in seen else e["name"])
+        ax.broken_barh(
+            [(start, dur)], (row[track] - 0.4, 0.8), color=color, label=None if e["name"] in seen else e["name"]
+        )
         seen.add(e["name"])
     ax.set_yticks(range(len(tracks)), tracks, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("simulated time (s)")
-    ax.set_title(f"Timeline of the first {iterations} iterations: {run.summary.get('scenario')} / "
-                 f"{run.group or run.summary['compressor']}", pad=26)
+    ax.set_title(
+        f"Timeline of the first {iterations} iterations: {run.summary.get('scenario')} / "
+        f"{run.group or run.summary['compressor']}",
+        pad=26,
+    )
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=6, fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, out_dir, f"timeline_{_safe(run.group or run.summary['compressor'])}", formats)
@@ -357,7 +379,7 @@ def plot_sweep(sw: SweepData, key: str, out_dir: Path, formats: Sequence[str], t
     for values, run in sw.points:
         name = ", ".join(f"{k.partition('.')[2]}={values[k]}" if k != CODEC_KEY else str(values[k]) for k in others)
         if CODEC_KEY not in sw.grid:
-            name = (str(run.summary["compressor"]) + (", " + name if name else ""))
+            name = str(run.summary["compressor"]) + (", " + name if name else "")
         lines.setdefault(name, {}).setdefault(values[key], []).append(run)
     xs_all = list(dict.fromkeys(sw.grid[key]))
     numeric = all(_is_number(v) for v in xs_all)
@@ -400,8 +422,12 @@ def plot_sweep(sw: SweepData, key: str, out_dir: Path, formats: Sequence[str], t
 
 
 # ---- everything -------------------------------------------------------------------------------------
-def plot_all(paths: Sequence[str | Path], out_dir: str | Path, formats: Sequence[str] = ("png", "svg"),
-             target_accuracy: float | None = None) -> list[Path]:
+def plot_all(
+    paths: Sequence[str | Path],
+    out_dir: str | Path,
+    formats: Sequence[str] = ("png", "svg"),
+    target_accuracy: float | None = None,
+) -> list[Path]:
     """Every figure the inputs allow (see the module docstring); returns the files written.
 
     Raises

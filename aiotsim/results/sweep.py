@@ -47,8 +47,17 @@ from aiotsim.results.store import atomic_write, is_run_dir, read_summary
 SWEEP_KEYS = {"base", "name", "out"}
 # Summary metrics copied into sweep.csv, in this order.
 INDEX_METRICS = (
-    "throughput_samples_per_s", "sim_time_s", "bytes_up", "bytes_down", "wire_bytes_up", "wire_bytes_down",
-    "compression_ratio", "final_accuracy", "time_to_accuracy_s", "compute_share", "comm_share",
+    "throughput_samples_per_s",
+    "sim_time_s",
+    "bytes_up",
+    "bytes_down",
+    "wire_bytes_up",
+    "wire_bytes_down",
+    "compression_ratio",
+    "final_accuracy",
+    "time_to_accuracy_s",
+    "compute_share",
+    "comm_share",
 )
 
 
@@ -143,7 +152,7 @@ def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
     grid = data.get("grid", {})
     for table, content in (("set", fixed), ("grid", grid)):
         if not isinstance(content, dict):
-            problems.append(f"{where}: {table}: must be a table of \"section.key\" = value")
+            problems.append(f'{where}: {table}: must be a table of "section.key" = value')
             continue
         for k in content:
             if k.count(".") != 1 or not all(k.partition(".")[::2]):
@@ -232,7 +241,14 @@ def is_sweep_dir(path: str | Path) -> bool:
     return (Path(path) / "sweep.json").is_file()
 
 
-
-
-__all__ = ["Sweep", "SweepPoint", "load_sweep", "scenario_key", "write_manifest", "write_index",
-           "read_manifest", "is_sweep_dir", "INDEX_METRICS"]
+__all__ = [
+    "Sweep",
+    "SweepPoint",
+    "load_sweep",
+    "scenario_key",
+    "write_manifest",
+    "write_index",
+    "read_manifest",
+    "is_sweep_dir",
+    "INDEX_METRICS",
+]

@@ -158,7 +158,9 @@ class Simulation:
     on_progress : called after every iteration.
     """
 
-    def __init__(self, scenario: Scenario, device: str = "auto", on_progress: Callable[[Progress], None] | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, device: str = "auto", on_progress: Callable[[Progress], None] | None = None
+    ) -> None:
         self.sc = s = scenario
         self.device = resolve_device(device)
         self.on_progress = on_progress
@@ -169,7 +171,13 @@ class Simulation:
         # ---- learning ------------------------------------------------------------------------
         self.layout = node_layout(s)
         d = s.data
-        spec = SyntheticSpec(tuple(d.synthetic_shape), d.synthetic_classes, d.synthetic_train_size, d.synthetic_test_size, d.synthetic_noise)
+        spec = SyntheticSpec(
+            tuple(d.synthetic_shape),
+            d.synthetic_classes,
+            d.synthetic_train_size,
+            d.synthetic_test_size,
+            d.synthetic_noise,
+        )
         self.data = load_dataset(d.dataset, seed=seed, test_fraction=d.test_fraction, synthetic=spec)
         self.model = build_model(s.model.name, self.data.input_shape, self.data.num_classes, seed=seed).to(self.device)
         self.layers: list[LayerInfo] = layer_infos(self.model)
@@ -177,7 +185,9 @@ class Simulation:
         shares = [spec.share for spec in self.layout]
         shards = partition(self.data.train_y, self.n, s.data.partition, s.data.alpha, seed=seed, shares=shares)
         self.streams = [
-            BatchStream(self.data.train_x, self.data.train_y, shard, s.data.batch_size, seed=seed * 1000 + i, device=self.device)
+            BatchStream(
+                self.data.train_x, self.data.train_y, shard, s.data.batch_size, seed=seed * 1000 + i, device=self.device
+            )
             for i, shard in enumerate(shards)
         ]
         self.computer = GradientComputer(self.model, self.device)
@@ -195,7 +205,9 @@ class Simulation:
         self.server_states = self.new_states(-1)  # compressed (bidirectional) downlink
         # momentum lives on the server optimizer, unless the codec applies it itself (DGC) or the
         # scenario puts it on the nodes
-        self.node_momentum = s.training.momentum if (s.training.momentum_at == "nodes" and not self.codec.absorbs_momentum) else 0.0
+        self.node_momentum = (
+            s.training.momentum if (s.training.momentum_at == "nodes" and not self.codec.absorbs_momentum) else 0.0
+        )
         momentum = 0.0 if (self.codec.absorbs_momentum or self.node_momentum) else s.training.momentum
         if s.training.optimizer == "sgd":
             self.optimizer: torch.optim.Optimizer = torch.optim.SGD(
@@ -214,7 +226,11 @@ class Simulation:
         self.topology = build_topology(s, self.layout)
         self.net = Network(self.env, self.topology, seed=seed)
         self.gateways = self.topology.gateways if s.network.topology != "ring" else []
-        self.aggregator = {i: self.topology.aggregator_of(node_name(i)) for i in range(self.n)} if s.network.topology != "ring" else {}
+        self.aggregator = (
+            {i: self.topology.aggregator_of(node_name(i)) for i in range(self.n)}
+            if s.network.topology != "ring"
+            else {}
+        )
         self.gateway_states = {gw: self.new_states(100_000 + k) for k, gw in enumerate(self.gateways)}
         self.mailbox: dict[str, simpy.Store] = {v: simpy.Store(self.env) for v in [SERVER, *self.gateways]}
         self.trace = TraceRecorder()
@@ -273,7 +289,9 @@ class Simulation:
                 state.residual = None
         return st.online
 
-    def compute_gradient(self, i: int, params: list[torch.Tensor] | None) -> tuple[list[torch.Tensor], float, float, list[torch.Tensor] | None]:
+    def compute_gradient(
+        self, i: int, params: list[torch.Tensor] | None
+    ) -> tuple[list[torch.Tensor], float, float, list[torch.Tensor] | None]:
         """Node ``i``'s real gradient on its next batch: ``(grads, loss, simulated s, sq grads)``."""
         st = self.nodes[i]
         x, y = self.streams[i].next()
@@ -293,8 +311,13 @@ class Simulation:
             t *= nd.straggler_factor
         return grads, res.loss, t, res.sq_grads
 
-    def encode_layers(self, grads: list[torch.Tensor], states: list[CodecState], sq: list[torch.Tensor] | None = None,
-                      codecs: list[Codec] | None = None) -> tuple[list[Payload], float]:
+    def encode_layers(
+        self,
+        grads: list[torch.Tensor],
+        states: list[CodecState],
+        sq: list[torch.Tensor] | None = None,
+        codecs: list[Codec] | None = None,
+    ) -> tuple[list[Payload], float]:
         """Encode every layer: ``(payloads, wall seconds)``."""
         codecs = codecs or self.layer_codecs
         _sync(self.device)
@@ -409,7 +432,9 @@ class Simulation:
         t0 = env.now
         agg, wall = self.decode_aggregate(ups)
         if self.sc.network.gateway_mode == "dense":
-            payloads, enc_wall = self.encode_layers(agg, self.gateway_states[gw], codecs=[self.dense] * len(self.layers))
+            payloads, enc_wall = self.encode_layers(
+                agg, self.gateway_states[gw], codecs=[self.dense] * len(self.layers)
+            )
         else:
             payloads, enc_wall = self.encode_layers(agg, self.gateway_states[gw])
         busy = self.codec_time(self.gateway_compute, wall + enc_wall, len(ups) + 1)
@@ -419,9 +444,14 @@ class Simulation:
         tr = yield self.send(gw, self.topology.aggregator_of(gw), nbytes, "up", f"up v{ups[0].version}")
         self.trace.transfer(tr, "upload", version=ups[0].version)
         merged = Upload(
-            gw, [i for u in ups for i in u.nodes], min(u.version for u in ups), payloads,
-            [x for u in ups for x in u.losses], [x for u in ups for x in u.compute_s],
-            [x for u in ups for x in u.encode_s], dense=self.sc.network.gateway_mode == "dense",
+            gw,
+            [i for u in ups for i in u.nodes],
+            min(u.version for u in ups),
+            payloads,
+            [x for u in ups for x in u.losses],
+            [x for u in ups for x in u.compute_s],
+            [x for u in ups for x in u.encode_s],
+            dense=self.sc.network.gateway_mode == "dense",
         )
         yield self.mailbox[SERVER].put(merged)
 
@@ -594,8 +624,11 @@ class Simulation:
             if not chosen:
                 yield from self._wait_for_someone()
         if self.mode == "sync":
-            expected = {self.aggregator[i] if self.aggregator[i] != SERVER else node_name(i)
-                        for i in range(self.n) if self.nodes[i].busy}
+            expected = {
+                self.aggregator[i] if self.aggregator[i] != SERVER else node_name(i)
+                for i in range(self.n)
+                if self.nodes[i].busy
+            }
             got: list[Upload] = []
             while len(got) < len(expected):
                 u = yield box.get()
@@ -766,7 +799,9 @@ class Simulation:
         }
 
 
-def run_scenario(scenario: Scenario, out_dir: str | Path, device: str = "auto", on_progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+def run_scenario(
+    scenario: Scenario, out_dir: str | Path, device: str = "auto", on_progress: Callable[[Progress], None] | None = None
+) -> dict[str, Any]:
     """Build and run a :class:`Simulation`; returns its summary."""
     return Simulation(scenario, device=device, on_progress=on_progress).run(out_dir)
 

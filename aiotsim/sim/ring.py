@@ -36,7 +36,9 @@ Proc = Any
 def chunk_layers(total: int, n: int) -> list[LayerInfo]:
     """``n`` chunk descriptions covering ``total`` elements, the first ``total % n`` one longer."""
     base, extra = divmod(total, n)
-    return [LayerInfo(f"chunk{c}", (base + (1 if c < extra else 0),), torch.float32, "other", 1000 + c) for c in range(n)]
+    return [
+        LayerInfo(f"chunk{c}", (base + (1 if c < extra else 0),), torch.float32, "other", 1000 + c) for c in range(n)
+    ]
 
 
 class Ring:
@@ -109,7 +111,9 @@ def ring_iteration(sim: Simulation, ring: Ring, it: int) -> Proc:
     decoded = {c: codec.decode(p, ring.chunks[c]).float() for _, c, p in owned}
     msgs = owned
     for s in range(n - 1):
-        yield from _step(sim, [(i, c, p) for i, c, p in msgs], wall if s == 0 else [0.0] * n, encode, "down", f"ag{s}", it)
+        yield from _step(
+            sim, [(i, c, p) for i, c, p in msgs], wall if s == 0 else [0.0] * n, encode, "down", f"ag{s}", it
+        )
         msgs = [((i + 1) % n, c, p) for i, c, p in msgs]
 
     # ---- every replica applies the same averaged gradient ----------------------------------------
@@ -151,15 +155,26 @@ def ring_iteration(sim: Simulation, ring: Ring, it: int) -> Proc:
     sim.emit_row(row, samples=sim.sc.data.batch_size * n)
 
 
-def _step(sim: Simulation, sends: list[tuple[int, int, Payload]], wall: list[float], encode: list[float],
-          direction: str, tag: str, it: int) -> Proc:
+def _step(
+    sim: Simulation,
+    sends: list[tuple[int, int, Payload]],
+    wall: list[float],
+    encode: list[float],
+    direction: str,
+    tag: str,
+    it: int,
+) -> Proc:
     """One ring step: every sender encodes (simulated time from its wall time) and sends to its
     successor; the step ends when the last message has arrived."""
     env, n = sim.env, sim.n
     procs = []
-    for (i, c, payload) in sends:
+    for i, c, payload in sends:
         st = sim.nodes[i]
-        enc_s = st.compute.codec_time(wall[i], ring_chunk_elements(sim, c), sim.codec.encode_flops_per_element) if wall[i] else 0.0
+        enc_s = (
+            st.compute.codec_time(wall[i], ring_chunk_elements(sim, c), sim.codec.encode_flops_per_element)
+            if wall[i]
+            else 0.0
+        )
         encode[i] += enc_s
         procs.append(env.process(_hop(sim, i, (i + 1) % n, payload.nbytes, enc_s, direction, f"{tag} c{c}", it)))
     yield env.all_of(procs)

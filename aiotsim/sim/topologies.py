@@ -92,7 +92,8 @@ def node_layout(s: Scenario) -> list[NodeSpec]:
                     loss=float(g.get("loss", nw.loss)),
                     jitter_s=float(g.get("jitter_ms", nw.jitter_ms)) * MS,
                     share=float(g.get("share", 1.0)),
-                    compute_slowdown=float(g.get("slowdown", 1.0)) * (nd.straggler_factor if strag and slow_compute else 1.0),
+                    compute_slowdown=float(g.get("slowdown", 1.0))
+                    * (nd.straggler_factor if strag and slow_compute else 1.0),
                     link_slowdown=nd.straggler_factor if strag and slow_link else 1.0,
                     straggler=strag,
                 )
@@ -115,19 +116,40 @@ def build_topology(s: Scenario, layout: list[NodeSpec] | None = None) -> Topolog
     common = {"mtu": nw.mtu, "header_bytes": nw.header_bytes}
     if nw.topology == "star":
         return Topology.star(
-            n, nw.uplink_mbps * MBPS, nw.downlink_mbps * MBPS, nw.latency_ms * MS, nw.server_mbps * MBPS,
-            loss=nw.loss, jitter_s=nw.jitter_ms * MS, per_node=per_node, **common,
+            n,
+            nw.uplink_mbps * MBPS,
+            nw.downlink_mbps * MBPS,
+            nw.latency_ms * MS,
+            nw.server_mbps * MBPS,
+            loss=nw.loss,
+            jitter_s=nw.jitter_ms * MS,
+            per_node=per_node,
+            **common,
         )
     if nw.topology == "hierarchical":
         return Topology.hierarchical(
-            gateway_groups(n, nw.gateways), nw.uplink_mbps * MBPS, nw.downlink_mbps * MBPS, nw.latency_ms * MS,
-            nw.backhaul_up_mbps * MBPS, nw.backhaul_down_mbps * MBPS, nw.backhaul_latency_ms * MS,
-            server_bps=nw.server_mbps * MBPS, loss=nw.loss, jitter_s=nw.jitter_ms * MS, per_node=per_node, **common,
+            gateway_groups(n, nw.gateways),
+            nw.uplink_mbps * MBPS,
+            nw.downlink_mbps * MBPS,
+            nw.latency_ms * MS,
+            nw.backhaul_up_mbps * MBPS,
+            nw.backhaul_down_mbps * MBPS,
+            nw.backhaul_latency_ms * MS,
+            server_bps=nw.server_mbps * MBPS,
+            loss=nw.loss,
+            jitter_s=nw.jitter_ms * MS,
+            per_node=per_node,
+            **common,
         )
     if nw.topology == "shared-medium":
         return Topology.shared_medium(
-            n, nw.channel_mbps * MBPS, nw.latency_ms * MS, server_bps=nw.server_mbps * MBPS,
-            loss=nw.loss, jitter_s=nw.jitter_ms * MS, **common,
+            n,
+            nw.channel_mbps * MBPS,
+            nw.latency_ms * MS,
+            server_bps=nw.server_mbps * MBPS,
+            loss=nw.loss,
+            jitter_s=nw.jitter_ms * MS,
+            **common,
         )
     if nw.topology == "ring":
         return _ring(layout, nw.mtu, nw.header_bytes)
@@ -145,7 +167,9 @@ def _ring(layout: list[NodeSpec], mtu: int, header_bytes: int) -> Topology:
     for i, j in pairs:
         for a, b in ((i, j), (j, i)):
             st = layout[a].link_settings()
-            link = Link(f"node{a}->node{b}", st["uplink_bps"], st["latency_s"], mtu, header_bytes, st["loss"], st["jitter_s"])
+            link = Link(
+                f"node{a}->node{b}", st["uplink_bps"], st["latency_s"], mtu, header_bytes, st["loss"], st["jitter_s"]
+            )
             topo.add_link(f"node{a}", f"node{b}", link)
     return topo
 

@@ -31,17 +31,32 @@ class TraceRecorder:
     def span(self, track: str, name: str, start_s: float, dur_s: float, **args: Any) -> None:
         """A compute-side span (compute, encode, aggregate) on ``track`` (a node or the server)."""
         self._spans.append(
-            {"name": name, "cat": "compute", "ph": "X", "ts": start_s * US, "dur": dur_s * US,
-             "pid": PID_COMPUTE, "tid": self._tid(PID_COMPUTE, track), "args": args}
+            {
+                "name": name,
+                "cat": "compute",
+                "ph": "X",
+                "ts": start_s * US,
+                "dur": dur_s * US,
+                "pid": PID_COMPUTE,
+                "tid": self._tid(PID_COMPUTE, track),
+                "args": args,
+            }
         )
 
     def transfer(self, tr: Any, name: str, **args: Any) -> None:
         """A network transfer (a ``Transfer`` record) on the track of its route."""
         track = f"{tr.src} -> {tr.dst}"
         self._spans.append(
-            {"name": name, "cat": "network", "ph": "X", "ts": tr.start_s * US, "dur": (tr.end_s - tr.start_s) * US,
-             "pid": PID_NETWORK, "tid": self._tid(PID_NETWORK, track),
-             "args": {"bytes": tr.nbytes, "wire_bytes": tr.wire_bytes, **args}}
+            {
+                "name": name,
+                "cat": "network",
+                "ph": "X",
+                "ts": tr.start_s * US,
+                "dur": (tr.end_s - tr.start_s) * US,
+                "pid": PID_NETWORK,
+                "tid": self._tid(PID_NETWORK, track),
+                "args": {"bytes": tr.nbytes, "wire_bytes": tr.wire_bytes, **args},
+            }
         )
 
     def events(self) -> list[dict[str, Any]]:
