@@ -33,8 +33,8 @@ METRIC_FIELDS = (
     "encode_s",  # mean simulated encode time per node
     "decode_s",  # simulated server decode + aggregate + step time
     "comm_s",  # iteration time not spent computing/encoding/decoding on the critical path
-    "agg_nnz",  # non-zeros of the aggregated update (for sparse codecs: the union size)
-    "agg_bytes",  # bytes of the aggregated update coded sparsely (seed 001's aggregated size)
+    "agg_nnz",  # elements of the aggregated update (sparse codecs: the union of the index sets)
+    "agg_bytes",  # its size as a message (sparse codecs: the union coded sparsely, seed 001's metric)
     "contributors",  # gradients aggregated this iteration
     "staleness",  # mean staleness (model versions) of the aggregated gradients
     "energy_j",  # energy charged to the sensor nodes since the previous row, J

@@ -301,9 +301,9 @@ class Simulation:
             # momentum correction: the node accumulates u = m u + g and sends (a compression of) u
             if st.velocity is None:
                 st.velocity = [g.detach().clone() for g in grads]
-            else:
-                for u, g in zip(st.velocity, grads):
-                    u.mul_(self.node_momentum).add_(g)
+            else:  # one batched op per step for all layers
+                torch._foreach_mul_(st.velocity, self.node_momentum)
+                torch._foreach_add_(st.velocity, grads)
             grads = st.velocity
         t = st.compute.compute_time(res.wall_s, self.flops_per_batch)
         nd = self.sc.nodes
@@ -499,6 +499,17 @@ class Simulation:
             applied.append(codec.decode(p, layer))
         return applied, nbytes
 
+    def aggregated_size(self, applied: list[torch.Tensor]) -> tuple[int, int]:
+        """``(non-zeros, bytes)`` of the aggregated update as one sparse message per layer: for a
+        sparse codec the union of the workers' index sets (seed 001's aggregated size). A dense
+        codec's aggregate is dense, so its size is the fp32 model size (no message is built)."""
+        if self.codec.sparse or self.sc.compressor.downlink == "union":
+            return (
+                sum(int(torch.count_nonzero(a)) for a in applied),
+                sum(self._sparse_message(a).nbytes for a in applied),
+            )
+        return sum(L.numel for L in self.layers), self.dense_model_bytes
+
     @staticmethod
     def _sparse_message(update: torch.Tensor) -> Payload:
         flat = update.reshape(-1)
@@ -539,8 +550,7 @@ class Simulation:
     def write_row(self, it: int, uploads: list[Upload], applied: list[torch.Tensor], decode_s: float) -> None:
         """The metrics row of iteration ``it`` (traffic and energy since the previous row)."""
         env, s, w = self.env, self.sc, self.window
-        agg_nnz = sum(int(torch.count_nonzero(a)) for a in applied)
-        agg_bytes = sum(self._sparse_message(a).nbytes for a in applied)
+        agg_nnz, agg_bytes = self.aggregated_size(applied)
         compute = [x for u in uploads for x in u.compute_s]
         encode = [x for u in uploads for x in u.encode_s]
         losses = [x for u in uploads for x in u.losses]
