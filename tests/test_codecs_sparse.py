@@ -140,6 +140,7 @@ RESIDUAL_CASES = [
     ("topk", {"ratio": 0.05, "value_dtype": "fp16"}),
     ("randomk", {"ratio": 0.05, "scale": False}),
     ("threshold", {"tau": 1.0}),
+    ("threshold", {"tau": 1.0, "quantize": True}),
     ("threshold", {"tau": 1.0, "quantize": False, "value_dtype": "fp16"}),
     ("variance", {"alpha": 1.0}),
     ("variance", {"alpha": 1.0, "zeta": 1.0, "quantize": False}),
@@ -402,3 +403,23 @@ def test_pgc_k_comes_from_the_fresh_gradient_and_selects_on_the_accumulated_valu
     assert state.last.k == k
     expected = torch.topk(acc.abs(), k).indices.sort().values
     assert payload_indices(payload, 400).tolist() == expected.tolist()
+
+
+def test_threshold_exact_and_strom_hand_cases() -> None:
+    g1 = torch.tensor([0.5, -1.5, 2.5, 0.2])
+    g2 = torch.tensor([0.6, 0.0, 0.0, -0.1])
+    # exact values: step 1 sends |g| >= 1 exactly -> [0, -1.5, 2.5, 0], keeps [0.5, 0, 0, 0.2];
+    # step 2: acc = [1.1, 0, 0, 0.1] -> sends [1.1, 0, 0, 0], keeps [0, 0, 0, 0.1]
+    codec, layer, state = setup("threshold", {"tau": 1.0}, (4,))
+    assert codec.decode(codec.encode(g1, layer, state), layer).tolist() == pytest.approx([0, -1.5, 2.5, 0])
+    assert state.residual.reshape(-1).tolist() == pytest.approx([0.5, 0, 0, 0.2])
+    assert codec.decode(codec.encode(g2, layer, state), layer).tolist() == pytest.approx([1.1, 0, 0, 0])
+    assert state.residual.reshape(-1).tolist() == pytest.approx([0, 0, 0, 0.1])
+    # Strom: +-tau, the rest kept: step 1 sends [0, -1, 1, 0], keeps [0.5, -0.5, 1.5, 0.2];
+    # step 2: acc = [1.1, -0.5, 1.5, 0.1] -> sends [1, 0, 1, 0], keeps [0.1, -0.5, 0.5, 0.1]
+    codec, layer, state = setup("threshold", {"tau": 1.0, "quantize": True}, (4,))
+    p1 = codec.encode(g1, layer, state)
+    assert codec.decode(p1, layer).tolist() == pytest.approx([0, -1, 1, 0])
+    assert p1.nbytes == 6 + 1 + 1  # index header + indices {1, 2} (1 byte in every form) + 2 sign bits
+    assert codec.decode(codec.encode(g2, layer, state), layer).tolist() == pytest.approx([1, 0, 1, 0])
+    assert state.residual.reshape(-1).tolist() == pytest.approx([0.1, -0.5, 0.5, 0.1])

@@ -14,9 +14,13 @@ helper the other sparse families (DGC, PGC, aggregation-aware) share.
   because the unbiased one multiplies the gradient's variance by about ``n / k``: at 1% on
   ``tests/tiny.toml`` (30 iterations) it stays at chance (10%) where error feedback reaches 57%.
 * ``threshold`` (Strom 2015, "Scalable distributed DNN training using commodity GPU cloud
-  computing"): every entry of the accumulated gradient with ``|acc| >= tau`` is sent. Strom sends
-  each as ``+-tau`` (1 sign bit plus its index) and keeps ``acc -+ tau`` in the residual
-  (``quantize = true``, the default); ``quantize = false`` sends the exact values instead.
+  computing"; Aji & Heafield 2017): every entry of the accumulated gradient with ``|acc| >= tau``
+  is sent, the rest stays in the residual. By default the exact values go out (threshold
+  sparsification with residuals); ``quantize = true`` is Strom's form, each entry sent as
+  ``+-tau`` (1 sign bit plus its index) with ``acc -+ tau`` kept. Measured on iot10 (LeNet-5, 300
+  iterations, ``none`` 95.9%): exact values reach 96.4% at 5.1x; Strom's form never settles,
+  because an entry whose velocity exceeds tau per step can only shed tau per step and its residual
+  grows without bound (tau = 0.01: 10%, diverged; 0.1: 75%, oscillating; 0.5: diverged).
 
 Every payload uses the shared sparse wire format of :mod:`aiotsim.compress.sparse`: the index set in
 its cheapest exact coding, then the values as fp32 or fp16 (``value_dtype``).
@@ -298,20 +302,20 @@ class RandomK(Codec):
 # ---- threshold (Strom) -------------------------------------------------------------------------
 @register
 class Threshold(Codec):
-    """Strom (2015) threshold sparsification: send ``|acc| >= tau`` as ``+-tau`` (or exactly)."""
+    """Threshold sparsification: send ``|acc| >= tau`` exactly, or as ``+-tau`` (Strom 2015)."""
 
     @dataclass(frozen=True)
     class Params:
         tau: float = field(default=0.01, metadata={"help": "threshold on |gradient + residual|; > 0"})
         quantize: bool = field(
-            default=True, metadata={"help": "send +-tau as 1 sign bit per index (Strom); false sends exact values"}
+            default=False, metadata={"help": "true: send +-tau as 1 sign bit per index (Strom); false: exact values"}
         )
         value_dtype: ValueDtype = field(
             default="fp32", metadata={"help": "precision of exact values (used when quantize = false)"}
         )
 
     name = "threshold"
-    summary = "Strom threshold sparsification: |acc| >= tau sent as +-tau (1 bit + index), residual kept"
+    summary = "threshold sparsification: |acc| >= tau sent (exact, or +-tau as in Strom), residual kept"
     has_residual = True
     sparse = True
     encode_flops_per_element = 4.0
