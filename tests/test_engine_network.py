@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from aiotsim.config import scenario_from_dict
 from aiotsim.errors import ConfigError
@@ -312,3 +313,18 @@ def test_momentum_on_the_nodes_equals_server_momentum_for_a_linear_codec(tmp_pat
     assert nodes["final_eval_loss"] == pytest.approx(server["final_eval_loss"], rel=1e-5)
     with pytest.raises(ConfigError, match="momentum_at"):
         scenario_from_dict(scenario(training={"momentum_at": "nodes", "optimizer": "adam"}))
+
+
+def test_momentum_factor_masking_clears_the_velocity_of_sent_coordinates() -> None:
+    sim = Simulation(
+        scenario_from_dict(scenario(compressor={"name": "topk", "ratio": 0.01}, training={"momentum": 0.9})), "cpu"
+    )
+    st = sim.nodes[0]
+    st.velocity = [torch.ones(L.shape) for L in sim.layers]
+    grads = [torch.randn(L.shape, generator=torch.Generator().manual_seed(j)) for j, L in enumerate(sim.layers)]
+    payloads, _ = sim.encode_layers(grads, sim.states[0])
+    sim.mask_momentum(st, payloads)
+    for j, L in enumerate(sim.layers):
+        sent = sim.codec.decode(payloads[j], L) != 0
+        assert int(sent.sum()) == math.ceil(0.01 * L.numel)  # top-k sent k entries
+        assert torch.all(st.velocity[j][sent] == 0) and torch.all(st.velocity[j][~sent] == 1)

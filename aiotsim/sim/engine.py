@@ -330,6 +330,19 @@ class Simulation:
         _sync(self.device)
         return payloads, time.perf_counter() - t0
 
+    def mask_momentum(self, st: NodeState, payloads: list[Payload]) -> float:
+        """Momentum factor masking (Lin et al. 2018): with momentum on the nodes and a sparse
+        codec, the velocity of every coordinate just sent is cleared, so stale momentum does not
+        refill the residual it was sent from. Returns the wall seconds it took."""
+        if not (self.node_momentum and self.codec.sparse and st.velocity is not None):
+            return 0.0
+        t0 = time.perf_counter()
+        for j, (codec, layer) in enumerate(zip(self.layer_codecs, self.layers)):
+            if codec is self.codec:
+                sent = codec.decode(payloads[j], layer) != 0
+                st.velocity[j].masked_fill_(sent, 0.0)
+        return time.perf_counter() - t0
+
     def codec_time(self, model: ComputeModel, wall_s: float, copies: int = 1) -> float:
         """Simulated seconds of encoding/decoding the whole model ``copies`` times."""
         elements = sum(L.numel for L in self.layers) * copies
@@ -358,6 +371,7 @@ class Simulation:
         yield env.timeout(compute_s)
         self.trace.span(name, "compute", t0, compute_s, version=version)
         payloads, wall = self.encode_layers(grads, self.states[i], sq)
+        wall += self.mask_momentum(st, payloads)
         encode_s = st.compute.codec_time(wall, sum(L.numel for L in self.layers), self.codec.encode_flops_per_element)
         t1 = env.now
         yield env.timeout(encode_s)
