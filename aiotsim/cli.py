@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -41,7 +42,7 @@ def expected_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except AiotsimError as exc:
             for line in exc.message.splitlines():
-                err.print(f"[red]error:[/red] {line}", highlight=False, markup=True, soft_wrap=True)
+                err.print(f"[red]error:[/red] {escape(line)}", highlight=False, markup=True, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("interrupted: results written so far are kept", highlight=False)

@@ -158,3 +158,10 @@ def test_error_mid_run_is_recorded(tiny_scenario, tmp_path, monkeypatch) -> None
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] is False and "disk on fire" in summary["status"]
     assert len(_rows(out / "metrics.csv")) == 4  # rows up to the failing evaluation (iteration 3)
+
+
+def test_error_lines_keep_their_brackets(write_toml) -> None:
+    # rich markup must not swallow "[netwrok]" in a message
+    res = runner.invoke(app, ["validate", str(write_toml("[netwrok]\nmtu = 1500\n"))])
+    assert res.exit_code == 2
+    assert "[netwrok]: unknown section (did you mean 'network'?)" in res.output
