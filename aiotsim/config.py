@@ -104,7 +104,7 @@ class TrainingSection:
     """``[training]``: optimizer, evaluation and the synchronization mode."""
 
     optimizer: str = _opt("sgd", "server optimizer", choices=("sgd", "adam"))
-    lr: float = _opt(0.05, "learning rate", positive)
+    lr: float = _opt(0.02, "learning rate", positive)
     momentum: float = _opt(
         0.9, "SGD momentum (applied on the nodes instead by codecs with momentum correction)", fraction
     )
