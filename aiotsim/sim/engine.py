@@ -8,15 +8,8 @@ One synchronous iteration on a star (DESIGN.md):
              step -> dispatch the next round (downlink + work) to every online node
 
 A *dispatch* is one node round: the downlink that brings the node the model version it will work
-on, then compute, encode and upload. The server loop decides whom to dispatch and how many uploads
-make an iteration:
-
-``sync``     every online node; the server waits for all of them.
-``partial``  the server aggregates the first ``partial_k`` fresh uploads; uploads of older versions
-             that arrive meanwhile are dropped or applied late (``late``), and their nodes are
-             dispatched again at once with the current model.
-``async``    each upload is applied on arrival (an iteration is one server update) and its node is
-             dispatched again; staleness = versions the server moved on since the node's download.
+on, then compute, encode and upload. The server loops of :mod:`aiotsim.sim.modes` (``sync``,
+``partial``, ``async``) decide whom to dispatch and how many uploads make an iteration.
 
 In ``hierarchical`` (and custom topologies with gateways) a node's aggregator is its gateway: the
 gateway decodes and averages its nodes' uploads, re-encodes the result with the codec (its own
@@ -53,10 +46,10 @@ from aiotsim.learn.partition import partition
 from aiotsim.network.flows import Network
 from aiotsim.results.store import RunWriter
 from aiotsim.sim.energy import EnergyMeter, get_radio
-from aiotsim.sim.topologies import NodeSpec, build_topology, node_layout
+from aiotsim.sim.modes import ServerModes
+from aiotsim.sim.topologies import SERVER, NodeSpec, build_topology, node_layout, node_name
 from aiotsim.sim.trace import TraceRecorder
 
-SERVER = "server"
 Proc = Generator[simpy.Event, Any, Any]
 
 
@@ -134,11 +127,6 @@ class Totals:
     evals: list[tuple[int, float, float, float]] = field(default_factory=list)  # (it, t, acc, loss)
 
 
-def node_name(i: int) -> str:
-    """Network name of sensor node ``i``."""
-    return f"node{i}"
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -148,7 +136,7 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-class Simulation:
+class Simulation(ServerModes):
     """A scenario made runnable: data, model, codecs, network and the SimPy processes.
 
     Parameters
@@ -621,120 +609,6 @@ class Simulation:
         if self.on_progress:
             self.on_progress(Progress(it + 1, s.scenario.iterations, self.env.now, row["loss"], acc))
 
-    # ---- server loops --------------------------------------------------------------------------
-    def _wait_for_someone(self) -> Proc:
-        """Nobody could be dispatched (all offline): wait ``retry_s`` and try again."""
-        yield self.env.timeout(self.sc.nodes.retry_s)
-
-    def round_loop(self) -> Proc:
-        """``sync`` and ``partial``: rounds of dispatch, collect, apply."""
-        iters = self.sc.scenario.iterations
-        self._update_bytes = self.dense_model_bytes
-        if self.mode != "sync":
-            self.snapshots[0] = [p.detach().clone() for p in self.params]
-        for it in range(iters):
-            uploads = yield from self.collect()
-            yield from self.apply(it, uploads)
-            if it + 1 < iters:
-                self.dispatch_round(work=True)
-                self.write_row(*self._pending)
-        yield from self.final_broadcast()
-
-    def collect(self) -> Proc:
-        """Uploads for the current iteration (dispatching first where nodes are idle)."""
-        box = self.mailbox[SERVER]
-        while not any(st.busy for st in self.nodes):
-            chosen, _ = self.dispatch_round(work=True)
-            if not chosen:
-                yield from self._wait_for_someone()
-        if self.mode == "sync":
-            expected = {
-                self.aggregator[i] if self.aggregator[i] != SERVER else node_name(i)
-                for i in range(self.n)
-                if self.nodes[i].busy
-            }
-            got: list[Upload] = []
-            while len(got) < len(expected):
-                u = yield box.get()
-                self._arrived(u)
-                got.append(u)
-            return got
-        return (yield from self.collect_partial())
-
-    def _arrived(self, u: Upload) -> None:
-        for i in u.nodes:
-            self.nodes[i].busy = False
-
-    def collect_partial(self) -> Proc:
-        """``partial``: the first ``partial_k`` fresh uploads, plus late ones if ``late = apply``."""
-        k = self.sc.training.partial_k
-        box = self.mailbox[SERVER]
-        fresh: list[Upload] = []
-        late: list[Upload] = []
-        while True:
-            outstanding = sum(1 for st in self.nodes if st.busy and st.held_version == self.version)
-            need = min(k, len(fresh) + outstanding)
-            if need > 0 and len(fresh) >= need:
-                return fresh + late
-            if not any(st.busy for st in self.nodes):
-                chosen, _ = self.dispatch_round(work=True)
-                if not chosen:
-                    yield from self._wait_for_someone()
-                continue
-            u = yield box.get()
-            self._arrived(u)
-            if u.version == self.version:
-                fresh.append(u)
-            elif self.sc.training.late == "apply":
-                late.append(u)
-            else:
-                self.totals.dropped += 1
-            if u.version != self.version:
-                # a late node is idle again: put it back to work on the current model
-                self.dispatch([i for i in u.nodes if self.availability(i)], work=True)
-
-    def async_loop(self) -> Proc:
-        """``async``: apply each upload on arrival and send its node back to work."""
-        iters = self.sc.scenario.iterations
-        self._update_bytes = self.dense_model_bytes
-        self.snapshots[0] = [p.detach().clone() for p in self.params]
-        for i in range(self.n):
-            self.env.process(self._async_dispatch(i))
-        for it in range(iters):
-            u = yield self.mailbox[SERVER].get()
-            self._arrived(u)
-            yield from self.apply(it, [u])
-            if it + 1 < iters:
-                for i in u.nodes:
-                    self.env.process(self._async_dispatch(i))
-                self.write_row(*self._pending)
-        yield from self.final_broadcast()
-
-    def _async_dispatch(self, i: int) -> Proc:
-        while not self.availability(i):
-            yield self.env.timeout(self.sc.nodes.retry_s)
-        self.dispatch([i], work=True)
-
-    def final_broadcast(self) -> Proc:
-        """After the last step: every idle online node downloads the final model (counted in
-        the last iteration's row), then the run ends."""
-        nodes = [i for i in range(self.n) if not self.nodes[i].busy and self.nodes[i].online]
-        procs = self.dispatch(nodes, work=False)
-        self.write_row(*self._pending)
-        if procs:
-            yield self.env.all_of(procs)
-
-    def main(self) -> Proc:
-        """The whole run as one SimPy process."""
-        if self.sc.network.topology == "ring":
-            from aiotsim.sim.ring import ring_loop
-
-            yield from ring_loop(self)
-        elif self.mode == "async":
-            yield from self.async_loop()
-        else:
-            yield from self.round_loop()
-
     # ---- running -------------------------------------------------------------------------------
     def run(self, out_dir: str | Path) -> dict[str, Any]:
         """Run the whole scenario, writing the run directory as it goes. Returns the summary.
@@ -830,4 +704,4 @@ def run_scenario(
     return Simulation(scenario, device=device, on_progress=on_progress).run(out_dir)
 
 
-__all__ = ["Simulation", "Progress", "Upload", "run_scenario", "node_name", "SERVER"]
+__all__ = ["Simulation", "Progress", "Upload", "run_scenario"]

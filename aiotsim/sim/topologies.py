@@ -21,8 +21,14 @@ from aiotsim.config import Scenario
 from aiotsim.network.link import Link
 from aiotsim.network.topology import Topology
 
+SERVER = "server"  # the parameter server's vertex name
 MBPS = 1e6  # bits/s per Mbit/s
 MS = 1e-3  # s per ms
+
+
+def node_name(i: int) -> str:
+    """Network name of sensor node ``i``."""
+    return f"node{i}"
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class NodeSpec:
     @property
     def name(self) -> str:
         """Network name, ``node{index}``."""
-        return f"node{self.index}"
+        return node_name(self.index)
 
     def link_settings(self) -> dict[str, float]:
         """The per-node overrides a topology builder takes."""
