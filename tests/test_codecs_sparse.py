@@ -423,3 +423,13 @@ def test_threshold_exact_and_strom_hand_cases() -> None:
     assert p1.nbytes == 6 + 1 + 1  # index header + indices {1, 2} (1 byte in every form) + 2 sign bits
     assert codec.decode(codec.encode(g2, layer, state), layer).tolist() == pytest.approx([1, 0, 1, 0])
     assert state.residual.reshape(-1).tolist() == pytest.approx([0.1, -0.5, 0.5, 0.1])
+
+
+def test_sparse_payload_sorts_unsorted_indices_with_their_values() -> None:
+    from aiotsim.compress.base import LayerInfo
+    from aiotsim.compress.sparse import decode_sparse, sparse_payload
+
+    layer = LayerInfo("w", (10,))
+    p = sparse_payload(torch.tensor([7, 2, 5]), torch.tensor([70.0, 20.0, 50.0]), 10)
+    assert payload_indices(p, 10).tolist() == [2, 5, 7]
+    assert decode_sparse(p, layer).tolist() == [0, 0, 20.0, 0, 0, 50.0, 0, 70.0, 0, 0]

@@ -21,8 +21,10 @@ def sparse_payload(indices: torch.Tensor, values: torch.Tensor, n: int, value_dt
     """
     indices = indices.reshape(-1).to(torch.int64)
     values = values.reshape(-1)
-    order = torch.argsort(indices)
-    indices, values = indices[order], values[order]
+    # every sparsifier selects with nonzero() (ascending); sort only when needed (one pass to check)
+    if indices.numel() > 1 and not bool((indices[1:] > indices[:-1]).all()):
+        order = torch.argsort(indices)
+        indices, values = indices[order], values[order]
     return Payload({"indices": encode_indices(indices, n), "values": pack_values(values, value_dtype)})
 
 

@@ -157,7 +157,8 @@ def finish_sparse(
     Parameters
     ----------
     acc : Tensor
-        The accumulated gradient (gradient + previous residual), fp32, shape of the gradient.
+        The accumulated gradient (gradient + previous residual), fp32, shape of the gradient. It
+        becomes the residual (modified in place): callers must not use it afterwards.
     idx : Tensor
         ``[k]`` flat indices that were sent.
     sent_values : Tensor
@@ -166,9 +167,10 @@ def finish_sparse(
         Store ``acc - sent`` as the new residual (error feedback).
     """
     if keep_residual:
-        sent = torch.zeros_like(acc)
-        sent.view(-1)[idx] = sent_values
-        memory.remember(acc, sent, state)
+        # residual = acc - sent, in place: acc is the codec's own fresh accumulation, so no dense
+        # `sent` tensor is needed (indices are distinct, so accumulate == subtract once)
+        acc.view(-1).index_put_((idx,), -sent_values.to(acc.dtype), accumulate=True)
+        state.residual = acc
     state.step += 1
     state.elements_in += acc.numel()
     state.elements_out += int(idx.numel())
