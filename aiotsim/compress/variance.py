@@ -69,6 +69,7 @@ from aiotsim.errors import CodecError
 
 _EXP_BITS = 3  # exponent bits of a 4-bit code (1 sign bit + 3)
 _MAX_EXP = (1 << _EXP_BITS) - 1
+_SQRT_HALF = 2.0**-0.5  # mantissa below which log2 rounds the exponent up
 
 
 @dataclass
@@ -94,11 +95,14 @@ def quantize_pow2(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, flo
         return values.to(torch.uint8), values.clone(), 0.0
     mag = values.abs()
     scale = float(mag.max())
-    # Nearest power of two in log scale; zero magnitudes cannot be selected (r^2 > alpha v >= 0).
-    e = torch.log2(scale / mag.clamp_min(torch.finfo(torch.float32).tiny)).round_().clamp_(0, _MAX_EXP)  # [k]
-    deq = torch.copysign(torch.exp2(-e).mul_(scale), values)  # [k] sign * M * 2**-e
+    # Nearest power of two in log scale: e = round(log2(M / |v|)), clamped to the 3-bit range.
+    # With |v| / M = m * 2**E (frexp: m in [0.5, 1)), -log2(|v| / M) = -E - log2(m) and
+    # -log2(m) in (0, 1] rounds up exactly when m < 2**-0.5: no division or log2 per element.
+    # Zero magnitudes cannot be selected (r^2 > alpha v >= 0).
+    m, big_e = torch.frexp(mag.mul_(1.0 / scale))  # [k] mantissa, [k] int32 exponent
+    e = (m < _SQRT_HALF).to(torch.int32).sub_(big_e).clamp_(0, _MAX_EXP)  # [k]
     codes = e.to(torch.uint8) | ((values < 0).to(torch.uint8) << _EXP_BITS)
-    return codes, deq, scale
+    return codes, dequantize_pow2(codes, scale), scale
 
 
 def dequantize_pow2(codes: torch.Tensor, scale: float) -> torch.Tensor:
@@ -178,7 +182,10 @@ class VarianceCompression(Codec):
         finish_sparse(acc, idx, values, state, keep_residual=True)  # r <- r - q(r) where sent
         zeta = self.params.zeta
         v_decay = zeta * zeta if self.params.decay_residual else zeta
-        vflat.mul_(torch.where(send, 0.0, v_decay))  # v <- 0 where sent, decayed elsewhere
+        # v <- 0 where sent, decayed elsewhere (in place: no [n] factor tensor)
+        if v_decay != 1.0:
+            vflat.mul_(v_decay)
+        vflat.masked_fill_(send, 0.0)
         if self.params.decay_residual and zeta < 1.0:
             state.residual.view(-1).mul_(torch.where(send, 1.0, zeta))  # r <- zeta r where unsent
         state.variance = var
