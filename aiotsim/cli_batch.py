@@ -151,8 +151,8 @@ def compare(
     planned = plan_comparison(scenario, names, seeds, out_dir, set_ or [], iterations, device)
     if baseline is not None and baseline not in names:
         raise ResultsError(f"--baseline {baseline!r} is not among the compared codecs: {', '.join(names)}")
-    todo = [j for j in planned if not already_done(j)]
-    results = _run_jobs(todo, jobs, None, quiet, skipped=len(planned) - len(todo))
+    to_run = [j for j in planned if not already_done(j)]
+    results = _run_jobs(to_run, jobs, None, quiet, skipped=len(planned) - len(to_run))
     done = [j.out_dir for j in planned if is_run_dir(j.out_dir)]
     if done:
         c = compare_runs(done, target_accuracy, baseline)
@@ -198,10 +198,10 @@ def sweep(
         raise ConfigError(f"unexpected argument {address!r} (a Ray address goes with --ray: --ray {address})")
     sw = load_sweep(sweep_file, out_dir)
     all_jobs = sw.jobs(device)
-    todo = sw.pending(device)
+    to_run = sw.pending(device)
     out.print(
         f"sweep {sw.name}: {len(sw.points)} grid points, {len(all_jobs)} distinct runs, "
-        f"{len(all_jobs) - len(todo)} already complete, {len(todo)} to run -> {sw.out_dir}"
+        f"{len(all_jobs) - len(to_run)} already complete, {len(to_run)} to run -> {sw.out_dir}"
     )
     if dry_run:
         for pt in sw.points:
@@ -211,11 +211,11 @@ def sweep(
     write_index(sw)
 
     results = _run_jobs(
-        todo,
+        to_run,
         jobs,
         (address or "local") if ray else None,
         quiet,
-        skipped=len(all_jobs) - len(todo),
+        skipped=len(all_jobs) - len(to_run),
         after_each=lambda: write_index(sw),
     )
     index = write_index(sw)

@@ -71,9 +71,9 @@ def figures(
         f"training.eval_every={max(1, min(EVAL_EVERY, iterations))}"
     ]  # a point on the curves every EVAL_EVERY iterations
     planned = plan_comparison(SCENARIO, names, 1, runs_dir, every, iterations=iterations, device="cpu")
-    todo = [j for j in planned if not already_done(j)]
-    with BatchProgress(todo, skipped=len(planned) - len(todo)) as bars:
-        results = run_local(todo, workers=jobs, on_event=bars)
+    to_run = [j for j in planned if not already_done(j)]
+    with BatchProgress(to_run, skipped=len(planned) - len(to_run)) as bars:
+        results = run_local(to_run, workers=jobs, on_event=bars)
     report_failures(results)
 
     dirs = [Path(j.out_dir) for j in planned]
