@@ -461,8 +461,13 @@ def cross_checks(s: Scenario) -> list[str]:
         from aiotsim.sim.topologies import build_topology
 
         try:
-            problems = build_topology(s).validate()
-            out.extend(f"network: {p}" for p in problems)
+            topology = build_topology(s)
+            out.extend(f"network: {p}" for p in topology.validate())
+            if topology.gateways and mode != "sync":
+                out.append(
+                    f"training.mode: aggregation through gateways ({', '.join(topology.gateways)}) is "
+                    f"synchronous; use mode = 'sync', got {mode!r}"
+                )
         except TopologyError as exc:
             out.extend(f"network: {line}" for line in exc.message.splitlines())
     return out

@@ -328,3 +328,20 @@ def test_momentum_factor_masking_clears_the_velocity_of_sent_coordinates() -> No
         sent = sim.codec.decode(payloads[j], L) != 0
         assert int(sent.sum()) == math.ceil(0.01 * L.numel)  # top-k sent k entries
         assert torch.all(st.velocity[j][sent] == 0) and torch.all(st.velocity[j][~sent] == 1)
+
+
+def test_custom_gateways_need_sync_mode() -> None:
+    links = [
+        {"from": "node0", "to": "gw", "mbps": 1.0},
+        {"from": "node1", "to": "gw", "mbps": 1.0},
+        {"from": "gw", "to": "server", "mbps": 5.0},
+    ]
+    vertices = [
+        {"name": "gw", "role": "gateway", "aggregator": "server"},
+        {"name": "node0", "role": "node", "aggregator": "gw"},
+        {"name": "node1", "role": "node", "aggregator": "gw"},
+    ]
+    net = {"topology": "custom", "link": links, "vertex": vertices}
+    scenario_from_dict(scenario(network=net))  # sync: fine
+    with pytest.raises(ConfigError, match="aggregation through gateways \\(gw\\) is synchronous"):
+        scenario_from_dict(scenario(network=net, training={"mode": "async"}))
