@@ -226,6 +226,10 @@ class Simulation(ServerModes):
         self.window = Window()
         self.version = 0
         self.snapshots: dict[int, list[torch.Tensor]] = {}
+        # payload bytes of the latest update message (what an up-to-date node downloads)
+        self._update_bytes = self.dense_model_bytes
+        # the applied iteration whose metrics row is written once its downlinks are dispatched
+        self._pending: tuple[int, list[Upload], list[torch.Tensor], float] | None = None
         self._last_row_time = 0.0
         self._writer: RunWriter | None = None
 

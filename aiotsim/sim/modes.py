@@ -30,6 +30,11 @@ Proc = Generator[simpy.Event, Any, Any]
 class ServerModes:
     """Server loops for ``sync``, ``partial`` and ``async`` training (mixed into Simulation)."""
 
+    def _applied(self) -> tuple:
+        """The iteration :meth:`apply` just completed (its row is written after the dispatch)."""
+        assert self._pending is not None, "write_row before any apply()"
+        return self._pending
+
     def _wait_for_someone(self) -> Proc:
         """Nobody could be dispatched (all offline): wait ``retry_s`` and try again."""
         yield self.env.timeout(self.sc.nodes.retry_s)
@@ -37,7 +42,6 @@ class ServerModes:
     def round_loop(self) -> Proc:
         """``sync`` and ``partial``: rounds of dispatch, collect, apply."""
         iters = self.sc.scenario.iterations
-        self._update_bytes = self.dense_model_bytes
         if self.mode != "sync":
             self.snapshots[0] = [p.detach().clone() for p in self.params]
         for it in range(iters):
@@ -45,7 +49,7 @@ class ServerModes:
             yield from self.apply(it, uploads)
             if it + 1 < iters:
                 self.dispatch_round(work=True)
-                self.write_row(*self._pending)
+                self.write_row(*self._applied())
         yield from self.final_broadcast()
 
     def collect(self) -> Proc:
@@ -104,7 +108,6 @@ class ServerModes:
     def async_loop(self) -> Proc:
         """``async``: apply each upload on arrival and send its node back to work."""
         iters = self.sc.scenario.iterations
-        self._update_bytes = self.dense_model_bytes
         self.snapshots[0] = [p.detach().clone() for p in self.params]
         for i in range(self.n):
             self.env.process(self._async_dispatch(i))
@@ -115,7 +118,7 @@ class ServerModes:
             if it + 1 < iters:
                 for i in u.nodes:
                     self.env.process(self._async_dispatch(i))
-                self.write_row(*self._pending)
+                self.write_row(*self._applied())
         yield from self.final_broadcast()
 
     def _async_dispatch(self, i: int) -> Proc:
@@ -128,7 +131,7 @@ class ServerModes:
         the last iteration's row), then the run ends."""
         nodes = [i for i in range(self.n) if not self.nodes[i].busy and self.nodes[i].online]
         procs = self.dispatch(nodes, work=False)
-        self.write_row(*self._pending)
+        self.write_row(*self._applied())
         if procs:
             yield self.env.all_of(procs)
 
