@@ -635,15 +635,3 @@ def load_scenario(
 
 
 _COMPRESSOR_KEYS = {f.name for f in dataclasses.fields(CompressorSection)} - {"params"}
-
-
-def describe_schema() -> list[tuple[str, str, Any, str]]:
-    """``(section, key, default, help)`` for every key: documentation for users and the README."""
-    rows = []
-    for name, cls in SECTIONS.items():
-        for f in dataclasses.fields(cls):
-            if f.name == "params":
-                continue
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            rows.append((name, f.name, default, f.metadata["help"]))
-    return rows

@@ -90,11 +90,6 @@ class Link:
         """Capacity in bytes/s."""
         return self.bandwidth_bps / 8.0
 
-    @property
-    def max_payload(self) -> int:
-        """Payload bytes per packet (the TCP MSS): ``mtu - header_bytes``."""
-        return self.mtu - self.header_bytes
-
 
 def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -229,7 +229,7 @@ class Simulation(ServerModes):
         # payload bytes of the latest update message (what an up-to-date node downloads)
         self._update_bytes = self.dense_model_bytes
         # the applied iteration whose metrics row is written once its downlinks are dispatched
-        self._pending: tuple[int, list[Upload], list[torch.Tensor], float] | None = None
+        self._pending: tuple[int, list[Upload], list[torch.Tensor], float, tuple[int, int]] | None = None
         self._last_row_time = 0.0
         self._writer: RunWriter | None = None
 
@@ -484,26 +484,27 @@ class Simulation(ServerModes):
         _sync(self.device)
         return agg, time.perf_counter() - t0
 
-    def prepare_update(self, agg: list[torch.Tensor]) -> tuple[list[torch.Tensor], int]:
+    def prepare_update(self, agg: list[torch.Tensor]) -> tuple[list[torch.Tensor], int, tuple[int, int]]:
         """What the server applies and what an up-to-date node downloads:
-        ``(update per layer, payload bytes of the update message)``.
+        ``(update per layer, payload bytes of the update message, (non-zeros, bytes) of the update)``.
 
         ``model``: the dense fp32 parameters (the update applied is ``agg``).
         ``union``: the aggregated update as a sparse message (its index set is the union).
         ``compressed``: ``agg`` re-encoded with the codec and the server's own residuals; the
         server applies what the nodes decode, so every replica stays identical.
+        The third item is :meth:`aggregated_size` of the applied update, computed once: the
+        ``union`` message is that size.
         """
         mode = self.sc.compressor.downlink
-        if mode == "model":
-            return agg, self.dense_model_bytes
-        if mode == "union":
-            return agg, sum(self._sparse_message(a).nbytes for a in agg)
+        if mode != "compressed":
+            size = self.aggregated_size(agg)
+            return agg, (self.dense_model_bytes if mode == "model" else size[1]), size
         applied, nbytes = [], 0
         for j, (codec, layer) in enumerate(zip(self.layer_codecs, self.layers)):
             p = codec.encode(agg[j], layer, self.server_states[j])
             nbytes += p.nbytes
             applied.append(codec.decode(p, layer))
-        return applied, nbytes
+        return applied, nbytes, self.aggregated_size(applied)
 
     def aggregated_size(self, applied: list[torch.Tensor]) -> tuple[int, int]:
         """``(non-zeros, bytes)`` of the aggregated update as one sparse message per layer: for a
@@ -538,7 +539,7 @@ class Simulation(ServerModes):
         env = self.env
         t_dec = env.now
         agg, wall = self.decode_aggregate(uploads)
-        applied, self._update_bytes = self.prepare_update(agg)
+        applied, self._update_bytes, size = self.prepare_update(agg)
         decode_s = self.codec_time(self.server_compute, wall, len(uploads))
         yield env.timeout(decode_s)
         self.trace.span(SERVER, "aggregate", t_dec, decode_s, iteration=it)
@@ -551,12 +552,14 @@ class Simulation(ServerModes):
         for i in range(self.n):
             for j, (codec, layer) in enumerate(zip(self.layer_codecs, self.layers)):
                 codec.observe_global(applied[j], layer, self.states[i][j])
-        self._pending = (it, uploads, applied, decode_s)
+        self._pending = (it, uploads, applied, decode_s, size)
 
-    def write_row(self, it: int, uploads: list[Upload], applied: list[torch.Tensor], decode_s: float) -> None:
+    def write_row(
+        self, it: int, uploads: list[Upload], applied: list[torch.Tensor], decode_s: float, size: tuple[int, int]
+    ) -> None:
         """The metrics row of iteration ``it`` (traffic and energy since the previous row)."""
         env, s, w = self.env, self.sc, self.window
-        agg_nnz, agg_bytes = self.aggregated_size(applied)
+        agg_nnz, agg_bytes = size
         compute = [x for u in uploads for x in u.compute_s]
         encode = [x for u in uploads for x in u.encode_s]
         losses = [x for u in uploads for x in u.losses]
