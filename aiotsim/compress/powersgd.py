@@ -92,9 +92,10 @@ class PowerSGD(Codec):
         state.step += 1
         state.elements_in += acc.numel()
         if shape is None:
+            payload = Payload({"values": pack_f32(acc)})
             memory.remember(acc, acc, state)  # sent exactly: zero residual
             state.elements_out += acc.numel()
-            return Payload({"values": pack_f32(acc)})
+            return payload
         m, n, r = shape
         mat = acc.reshape(m, n)  # [m, n]
         q = getattr(state, "q", None)
