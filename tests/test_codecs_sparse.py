@@ -8,12 +8,21 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiotsim.compress.base import LayerInfo
 from aiotsim.compress.dgc import warmup_sparsity
-from aiotsim.compress.packing import IDX_BITMAP, IDX_DELTA, IDX_PLAIN, encode_indices
+from aiotsim.compress.packing import (
+    IDX_BITMAP,
+    IDX_DELTA,
+    IDX_PLAIN,
+    decode_indices,
+    encode_indices,
+    index_coding_sizes,
+)
 from aiotsim.compress.registry import build_codec
-from aiotsim.compress.sparse import payload_indices
+from aiotsim.compress.sparse import payload_indices, scatter_sparse
 from aiotsim.compress.sparsify import topk_indices
 from aiotsim.compress.variance import quantize_pow2
 from aiotsim.errors import ConfigError
@@ -97,6 +106,42 @@ def test_index_coding_scattered_tie_prefers_plain() -> None:
     # each = 5 bytes: a tie, which goes to the simpler plain form. 6 + 5 = 11 bytes.
     buf = encode_indices(torch.tensor([0, 999_999]), 1_000_000)
     assert (buf[0].item(), buf.numel()) == (IDX_PLAIN, 11)
+
+
+def test_index_coding_from_mask_keeps_delta_when_it_ties_the_bitmap() -> None:
+    # n = 80, the 40 even indices: plain 40 x 7 bits = 35 bytes; delta gaps (0, 2, 2, ...) -> 2 bits
+    # -> 10 bytes; bitmap 10 bytes: a tie, which goes to delta. The bitmap (0x55 bytes) has no zero
+    # byte, so the mask shortcut cannot prove the bitmap cheaper and must fall back to the gaps.
+    idx = torch.arange(0, 80, 2)
+    mask = torch.zeros(80, dtype=torch.bool)
+    mask[idx] = True
+    buf = encode_indices(idx, 80, mask)
+    assert (buf[0].item(), buf.numel()) == (IDX_DELTA, 16)
+    assert torch.equal(decode_indices(buf, 80), idx)
+
+
+@st.composite
+def index_sets(draw: st.DrawFn) -> torch.Tensor:
+    """Boolean masks of runs of set and unset bits (dense, clustered and scattered sets)."""
+    runs = draw(st.lists(st.tuples(st.booleans(), st.integers(1, 300)), min_size=1, max_size=40))
+    return torch.tensor([bit for bit, length in runs for _ in range(length)], dtype=torch.bool)
+
+
+@settings(max_examples=150, deadline=None)
+@given(mask=index_sets())
+def test_index_coding_from_mask_gives_the_same_cheapest_bytes(mask: torch.Tensor) -> None:
+    n = mask.numel()
+    idx = torch.nonzero(mask).reshape(-1)
+    buf = encode_indices(idx, n, mask)
+    assert torch.equal(buf, encode_indices(idx, n))  # the shortcut never changes the bytes
+    gaps = torch.diff(idx, prepend=idx.new_zeros(1))
+    sizes = index_coding_sizes(idx.numel(), n, int(gaps.max()) if idx.numel() else 0)
+    assert buf.numel() == min(sizes.values())  # and they are the cheapest form
+    assert torch.equal(decode_indices(buf, n), idx)
+    values = torch.arange(1, idx.numel() + 1, dtype=torch.float32)
+    dense = torch.zeros(n)
+    dense[idx] = values
+    assert torch.equal(scatter_sparse(buf, values, LayerInfo("w", (n,))), dense)  # bitmap or index path
 
 
 # ---- random-k ----------------------------------------------------------------------------------

@@ -148,14 +148,53 @@ def index_coding_sizes(count: int, n: int, max_gap: int) -> dict[int, int]:
     return {IDX_PLAIN: _IDX_HEADER + plain, IDX_DELTA: _IDX_HEADER + delta, IDX_BITMAP: _IDX_HEADER + bitmap}
 
 
-def encode_indices(indices: torch.Tensor, n: int) -> torch.Tensor:
+def _bitmap_certainly_beats_delta(packed: torch.Tensor, count: int, n: int) -> bool:
+    """Whether the bitmap ``packed`` (``ceil(n / 8)`` bytes of a ``count``-element set) is certainly
+    smaller than the set's delta coding, decided on the bitmap alone (no index pass).
+
+    Delta with gap width ``w`` ties or beats the bitmap while ``ceil(count * w / 8) <= ceil(n / 8)``;
+    let ``W`` be the largest such ``w``. It loses exactly when the largest gap is ``>= 2**W``. A run
+    of ``m`` zero bytes followed later by a set bit means a gap of at least ``8 m`` (a leading run)
+    or ``8 m + 1``, so ``m = ceil(2**W / 8)`` such bytes settle it. ``False`` means "not shown": the
+    caller then measures the gaps exactly.
+    """
+    bitmap = math.ceil(n / 8)
+    width = 0
+    while width < 16 and math.ceil(count * (width + 1) / 8) <= bitmap:
+        width += 1
+    if width == 0:
+        return True  # even 1-bit gaps do not fit in the bitmap's bytes
+    run = math.ceil((1 << width) / 8)  # zero bytes that prove a gap >= 2**width
+    if width >= 16 or run > 16:
+        return False  # sparse enough that delta may win: measure it
+    zero = packed == 0  # [B]
+    # bytes after the last set bit are trailing zeros, not a gap
+    last = zero.numel() - 1 - int(torch.argmax((~zero).flip(0).to(_U8)))
+    zero = zero[:last]
+    if zero.numel() < run:
+        return False
+    if run == 1:
+        return bool(zero.any())
+    return bool(zero.unfold(0, run, 1).all(dim=1).any())
+
+
+def encode_indices(indices: torch.Tensor, n: int, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Encode sorted, distinct ``indices`` into ``[0, n)`` in the cheapest exact form.
 
     The first byte names the form (plain / delta / bitmap); ties prefer the simpler form.
+    ``mask``: the same set as a boolean ``[n]`` tensor, when the caller has one. A dense set is then
+    packed straight from it when the bitmap is provably the cheapest form, skipping the gap pass and
+    the scatter into a fresh ``[n]`` map (same bytes either way).
     """
     idx = indices.reshape(-1).to(torch.int64)
     count = int(idx.numel())
     device = idx.device
+    if mask is not None and count:
+        sizes = index_coding_sizes(count, n, max_gap=0)  # plain and bitmap exact; delta's bound
+        if sizes[IDX_BITMAP] < sizes[IDX_PLAIN]:
+            packed = pack_bits(mask.reshape(-1).view(_U8), 1)
+            if _bitmap_certainly_beats_delta(packed, count, n):
+                return torch.cat([_header(IDX_BITMAP, 1, count, device), packed])
     if count:
         gaps = torch.diff(idx, prepend=idx.new_zeros(1))  # first gap is idx[0] itself
         max_gap = int(gaps.max())
@@ -171,18 +210,38 @@ def encode_indices(indices: torch.Tensor, n: int) -> torch.Tensor:
         body = pack_uint(gaps, width)
     else:
         width = 1
-        mask = torch.zeros(n, dtype=_U8, device=device)
-        mask[idx] = 1
-        body = pack_bits(mask, 1)
+        if mask is None:
+            mask = torch.zeros(n, dtype=torch.bool, device=device)
+            mask[idx] = True
+        body = pack_bits(mask.reshape(-1).view(_U8), 1)
     return torch.cat([_header(mode, width, count, device), body])
+
+
+def _index_header(buf: torch.Tensor) -> tuple[int, int, int]:
+    """``(mode, width, count)`` of an encoded index set."""
+    if buf.numel() < _IDX_HEADER:
+        raise CodecError(f"index buffer of {buf.numel()} bytes is shorter than its header")
+    return int(buf[0]), int(buf[1]), int(unpack_u32(buf[2:6])[0])
+
+
+def index_count(buf: torch.Tensor) -> int:
+    """How many indices an encoded index set holds (from its header)."""
+    return _index_header(buf)[2]
+
+
+def decode_bitmap(buf: torch.Tensor, n: int) -> tuple[torch.Tensor, int] | None:
+    """``(mask, count)`` when ``buf`` is a bitmap-coded index set (``mask``: boolean ``[n]``), else
+    ``None``. Lets a decoder scatter a dense set with ``masked_scatter_`` instead of materializing
+    its indices."""
+    mode, _, count = _index_header(buf)
+    if mode != IDX_BITMAP:
+        return None
+    return unpack_bits(buf[_IDX_HEADER:], 1, n).view(torch.bool), count
 
 
 def decode_indices(buf: torch.Tensor, n: int) -> torch.Tensor:
     """Inverse of :func:`encode_indices`: the sorted indices as ``int64``."""
-    if buf.numel() < _IDX_HEADER:
-        raise CodecError(f"index buffer of {buf.numel()} bytes is shorter than its header")
-    mode, width = int(buf[0]), int(buf[1])
-    count = int(unpack_u32(buf[2:6])[0])
+    mode, width, count = _index_header(buf)
     body = buf[_IDX_HEADER:]
     if mode == IDX_PLAIN:
         return unpack_uint(body, width, count)

@@ -10,14 +10,22 @@ from __future__ import annotations
 import torch
 
 from aiotsim.compress.base import LayerInfo, Payload
-from aiotsim.compress.packing import decode_indices, encode_indices, pack_values, unpack_values
+from aiotsim.compress.packing import decode_bitmap, decode_indices, encode_indices, pack_values, unpack_values
+from aiotsim.errors import CodecError
 
 
-def sparse_payload(indices: torch.Tensor, values: torch.Tensor, n: int, value_dtype: str = "fp32") -> Payload:
+def sparse_payload(
+    indices: torch.Tensor,
+    values: torch.Tensor,
+    n: int,
+    value_dtype: str = "fp32",
+    mask: torch.Tensor | None = None,
+) -> Payload:
     """Payload for ``values`` at flat ``indices`` of an ``n``-element tensor.
 
     ``indices`` need not be sorted; they are sorted here (with their values) because every
-    index coding is of a sorted set.
+    index coding is of a sorted set. ``mask``: the same selection as a boolean tensor of ``n``
+    elements, when the caller has one (lets a dense set be bitmap-coded straight from it).
     """
     indices = indices.reshape(-1).to(torch.int64)
     values = values.reshape(-1)
@@ -25,21 +33,30 @@ def sparse_payload(indices: torch.Tensor, values: torch.Tensor, n: int, value_dt
     if indices.numel() > 1 and not bool((indices[1:] > indices[:-1]).all()):
         order = torch.argsort(indices)
         indices, values = indices[order], values[order]
-    return Payload({"indices": encode_indices(indices, n), "values": pack_values(values, value_dtype)})
+    return Payload({"indices": encode_indices(indices, n, mask), "values": pack_values(values, value_dtype)})
 
 
-def decode_sparse_parts(payload: Payload, n: int, value_dtype: str = "fp32") -> tuple[torch.Tensor, torch.Tensor]:
-    """``(indices, values)`` of a sparse payload; indices sorted, values fp32."""
-    idx = decode_indices(payload.buffers["indices"], n)
-    return idx, unpack_values(payload.buffers["values"], value_dtype)
+def scatter_sparse(index_buf: torch.Tensor, values: torch.Tensor, layer: LayerInfo) -> torch.Tensor:
+    """Dense fp32 ``[n]`` tensor with ``values`` (``[k]``, in index order) at the index set coded in
+    ``index_buf``. A bitmap-coded set is scattered through its mask (``masked_scatter_``), without
+    materializing ``k`` int64 indices."""
+    n = layer.numel
+    out = torch.zeros(n, dtype=torch.float32, device=values.device)
+    bitmap = decode_bitmap(index_buf, n)
+    if bitmap is not None:
+        mask, count = bitmap
+        if count != values.numel():
+            raise CodecError(f"sparse payload for {layer.name} has {values.numel()} values for {count} indices")
+        out.masked_scatter_(mask.to(values.device), values)
+    else:
+        out[decode_indices(index_buf, n).to(values.device)] = values
+    return out
 
 
 def decode_sparse(payload: Payload, layer: LayerInfo, value_dtype: str = "fp32") -> torch.Tensor:
     """Dense gradient of ``layer`` with the payload's values scattered at its indices."""
-    idx, vals = decode_sparse_parts(payload, layer.numel, value_dtype)
-    out = torch.zeros(layer.numel, dtype=torch.float32, device=vals.device)
-    out[idx] = vals
-    return out.view(layer.shape).to(layer.dtype)
+    vals = unpack_values(payload.buffers["values"], value_dtype)
+    return scatter_sparse(payload.buffers["indices"], vals, layer).view(layer.shape).to(layer.dtype)
 
 
 def payload_indices(payload: Payload, n: int) -> torch.Tensor:
