@@ -6,10 +6,12 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiotsim.compress import build_codec
 from aiotsim.compress.base import LayerInfo
-from aiotsim.compress.fft import range_float_decode, range_float_encode
+from aiotsim.compress.fft import pack_words, range_float_decode, range_float_encode, unpack_words, word_parts
 from aiotsim.compress.packing import decode_indices, unpack_f32
 
 CPU = torch.device("cpu")
@@ -181,6 +183,24 @@ def test_range_float_capped_exponent_and_carry() -> None:
     rf2 = range_float_encode(torch.tensor([1.875, 1.0]), mantissa_bits=2, max_exponent_bits=5)
     assert range_float_decode(rf2.words, rf2.e_lo, rf2.exp_bits, 2).tolist() == [2.0, 1.0]
     assert (rf2.e_lo, rf2.exp_bits) == (0, 2)
+
+
+def test_word_parts_hand_cases() -> None:
+    assert word_parts(13) == [(0, 8), (8, 4), (12, 1)]
+    assert word_parts(25) == [(0, 16), (16, 8), (24, 1)]
+    assert word_parts(7) == [(0, 4), (4, 2), (6, 1)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(width=st.integers(1, 40), count=st.integers(0, 50), seed=st.integers(0, 2**31 - 1))
+def test_pack_words_round_trip_and_size(width: int, count: int, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    words = torch.randint(0, 2**width, (count,), generator=gen, dtype=torch.int64)
+    buf = pack_words(words, width)
+    assert torch.equal(unpack_words(buf, width, count), words)
+    # every field pads to whole bytes on its own: at most one byte per field over a dense packing
+    dense = math.ceil(count * width / 8)
+    assert dense <= buf.numel() <= dense + len(word_parts(width)) - 1
 
 
 @pytest.mark.parametrize("chunk_size", [0, 64, 1000])

@@ -22,9 +22,9 @@ The algorithm, per layer and per iteration:
    observed exponents plus the zero/subnormal code. When the observed range would need more than
    ``max_exponent_bits`` bits, ``e_lo`` is raised to ``e_max - (2**max_exponent_bits - 2)`` and the
    smaller values become subnormals (their rounding error is fed back like everything else).
-   Each value is one ``1 + E + M``-bit integer ``sign | code | mantissa``, bit-packed with
-   :func:`pack_uint` (its low 8 or 16 bits as one byte-aligned array, the top bits as another, which
-   packs the same bits much faster; see :func:`pack_words`).
+   Each value is one ``1 + E + M``-bit integer ``sign | code | mantissa``, bit-packed as fields of
+   16, 8, 4, 2 or 1 bits (13 = 8 + 4 + 1), each field of all values as one array: the same bits as
+   one ``1 + E + M``-bit packing, much faster (see :func:`pack_words`).
 5. The kept bin indices (into the ``C * (L//2 + 1)`` bins) use the shared cheapest index coding.
 6. The node rebuilds what the server will see (inverse FFT of the quantized sparse spectrum,
    cropped to ``n``) and keeps ``acc - sent`` as the residual: both the dropped frequencies and the
@@ -56,10 +56,13 @@ from aiotsim.compress.packing import (
     bit_width,
     decode_indices,
     encode_indices,
+    pack_bits,
     pack_uint,
+    unpack_bits,
     unpack_uint,
 )
 from aiotsim.compress.registry import register
+from aiotsim.compress.sparsify import topk_indices
 
 # Exponent bias of the header field: fp32 exponents (of the 1.m form) lie in [-149, 128].
 _EXP_BIAS = 256
@@ -154,20 +157,28 @@ def range_float_decode(words: torch.Tensor, e_lo: int, exp_bits: int, mantissa_b
     return torch.where(sign.bool(), -mag, mag)
 
 
-def pack_words(words: torch.Tensor, width: int) -> torch.Tensor:
-    """Bit-pack ``width``-bit words as a byte-aligned low part plus the remaining high bits.
+def word_parts(width: int) -> list[tuple[int, int]]:
+    """``(shift, bits)`` fields that cover a ``width``-bit word, low bits first, each 16, 8, 4, 2
+    or 1 bits wide (13 -> 8 + 4 + 1): widths that pack without bit planes."""
+    parts, shift = [], 0
+    for bits in (16, 8, 4, 2, 1):
+        while width - shift >= bits:
+            parts.append((shift, bits))
+            shift += bits
+    return parts
 
-    The low ``aligned`` bits (16 or 8, whichever fits) go through :func:`pack_uint`'s byte-aligned
-    path, the top ``width - aligned`` bits through its bit-plane path: the same number of bits as
-    one ``width``-bit packing (at most one byte more for the split), several times faster.
+
+def pack_words(words: torch.Tensor, width: int) -> torch.Tensor:
+    """Bit-pack ``width``-bit words as consecutive fields of 16, 8, 4, 2 or 1 bits (see
+    :func:`word_parts`), each field of all words packed as one array: 16 and 8-bit fields as the
+    integers' own bytes, narrower ones with :func:`pack_bits`' word-multiply fast path. The same
+    number of bits as one ``width``-bit packing (plus at most one pad byte per field), without the
+    ``[k, width]`` bit-plane tensor a generic packing needs.
     """
-    aligned = 16 if width >= 16 else (8 if width >= 8 else 0)
-    rest = width - aligned
     parts = []
-    if aligned:
-        parts.append(pack_uint(words & ((1 << aligned) - 1), aligned))
-    if rest:
-        parts.append(pack_uint(words >> aligned, rest))
+    for shift, bits in word_parts(width):
+        field_ = (words >> shift) & ((1 << bits) - 1)
+        parts.append(pack_uint(field_, bits) if bits >= 8 else pack_bits(field_.to(torch.uint8), bits))
     if not parts:
         return torch.zeros(0, dtype=torch.uint8, device=words.device)
     return torch.cat(parts)
@@ -175,16 +186,14 @@ def pack_words(words: torch.Tensor, width: int) -> torch.Tensor:
 
 def unpack_words(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
     """Inverse of :func:`pack_words`: ``count`` words as ``int64``."""
-    aligned = 16 if width >= 16 else (8 if width >= 8 else 0)
-    rest = width - aligned
-    lo_bytes = count * aligned // 8
-    words = (
-        unpack_uint(buf[:lo_bytes], aligned, count)
-        if aligned
-        else torch.zeros(count, dtype=torch.int64, device=buf.device)
-    )
-    if rest:
-        words = words | (unpack_uint(buf[lo_bytes:], rest, count) << aligned)
+    words = torch.zeros(count, dtype=torch.int64, device=buf.device)
+    offset = 0
+    for shift, bits in word_parts(width):
+        nbytes = math.ceil(count * bits / 8)
+        part = buf[offset : offset + nbytes]
+        field_ = unpack_uint(part, bits, count) if bits >= 8 else unpack_bits(part, bits, count).to(torch.int64)
+        words |= field_ << shift
+        offset += nbytes
     return words
 
 
@@ -271,7 +280,11 @@ class FFTSparsification(Codec):
             x = torch.nn.functional.pad(flat, (0, pad)) if pad else flat
             spec = torch.fft.rfft(x.view(chunks, length), dim=1).reshape(-1)  # [C * (L//2+1)] complex64
             k = self.kept_bins(spec.numel())
-            idx = torch.topk(spec.abs(), k, sorted=False).indices.sort().values  # [k]
+            # the k bins of largest |X|^2 (same order as |X|, no square root), ascending, exact;
+            # ties: lower bin wins
+            ri = torch.view_as_real(spec)  # [bins, 2]
+            power = ri[:, 0].square().addcmul_(ri[:, 1], ri[:, 1])
+            idx = topk_indices(power, k)  # [k]
             kept = spec[idx]
             rf = range_float_encode(torch.cat([kept.real, kept.imag]), p.mantissa_bits, p.max_exponent_bits)
             deq = range_float_decode(rf.words, rf.e_lo, rf.exp_bits, rf.mantissa_bits)  # [2k]
