@@ -115,6 +115,12 @@ class TrainingSection:
         "own velocity: DGC's momentum correction; identical to server momentum for linear codecs)",
         choices=("server", "nodes"),
     )
+    momentum_masking: bool = _opt(
+        False,
+        "with momentum on the nodes and a sparse codec, clear the velocity of every coordinate just "
+        "sent (DGC's momentum factor masking); off by default: on iot10 it slows dense-ish "
+        "sparsifiers (threshold 90.8% vs 95.4%)",
+    )
     eval_every: int = _opt(25, "evaluate the global model every this many iterations", positive)
     target_accuracy: float = _opt(0.9, "accuracy for time-to-accuracy", unit_interval)
     mode: str = _opt(

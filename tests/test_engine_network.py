@@ -315,10 +315,10 @@ def test_momentum_on_the_nodes_equals_server_momentum_for_a_linear_codec(tmp_pat
         scenario_from_dict(scenario(training={"momentum_at": "nodes", "optimizer": "adam"}))
 
 
-def test_momentum_factor_masking_clears_the_velocity_of_sent_coordinates() -> None:
-    sim = Simulation(
-        scenario_from_dict(scenario(compressor={"name": "topk", "ratio": 0.01}, training={"momentum": 0.9})), "cpu"
-    )
+@pytest.mark.parametrize("masking", [True, False])
+def test_momentum_factor_masking_clears_the_velocity_of_sent_coordinates(masking: bool) -> None:
+    training = {"momentum": 0.9, "momentum_masking": masking}
+    sim = Simulation(scenario_from_dict(scenario(compressor={"name": "topk", "ratio": 0.01}, training=training)), "cpu")
     st = sim.nodes[0]
     st.velocity = [torch.ones(L.shape) for L in sim.layers]
     grads = [torch.randn(L.shape, generator=torch.Generator().manual_seed(j)) for j, L in enumerate(sim.layers)]
@@ -327,7 +327,8 @@ def test_momentum_factor_masking_clears_the_velocity_of_sent_coordinates() -> No
     for j, L in enumerate(sim.layers):
         sent = sim.codec.decode(payloads[j], L) != 0
         assert int(sent.sum()) == math.ceil(0.01 * L.numel)  # top-k sent k entries
-        assert torch.all(st.velocity[j][sent] == 0) and torch.all(st.velocity[j][~sent] == 1)
+        assert torch.all(st.velocity[j][~sent] == 1)
+        assert torch.all(st.velocity[j][sent] == (0 if masking else 1))  # cleared only when masking
 
 
 def test_custom_gateways_need_sync_mode() -> None:

@@ -323,10 +323,14 @@ class Simulation(ServerModes):
         return payloads, time.perf_counter() - t0
 
     def mask_momentum(self, st: NodeState, payloads: list[Payload]) -> float:
-        """Momentum factor masking (Lin et al. 2018): with momentum on the nodes and a sparse
-        codec, the velocity of every coordinate just sent is cleared, so stale momentum does not
-        refill the residual it was sent from. Returns the wall seconds it took."""
-        if not (self.node_momentum and self.codec.sparse and st.velocity is not None):
+        """Momentum factor masking (Lin et al. 2018), when ``training.momentum_masking`` is on: with
+        momentum on the nodes and a sparse codec, the velocity of every coordinate just sent is
+        cleared, so stale momentum does not refill the residual it was sent from. Off by default:
+        it also strips the momentum of every coordinate sent at most steps, which on iot10 slows
+        the dense-ish sparsifiers (threshold 90.8% vs 95.4%, variance 91.9% vs 95.x%). Returns
+        the wall seconds it took."""
+        masking = self.sc.training.momentum_masking
+        if not (masking and self.node_momentum and self.codec.sparse and st.velocity is not None):
             return 0.0
         t0 = time.perf_counter()
         for j, (codec, layer) in enumerate(zip(self.layer_codecs, self.layers)):
