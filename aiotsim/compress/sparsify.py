@@ -14,10 +14,11 @@ helper the other sparse families (DGC, PGC, aggregation-aware) share.
   raw values and keeps the unsent entries in the residual (error feedback, Stich et al.'s
   "sparsified SGD with memory").
   Why the unbiased form is the default (iot10: LeNet-5, 10 nodes, lr 0.02, momentum 0.9 on the
-  nodes, 300 iterations, ratio 0.01; ``none`` 95.8%): scaled 96.8%, error feedback 35.3%. With
-  error feedback a coordinate's accumulated update leaves in one burst every ``1 / ratio`` steps
-  on average, an update delayed by ~100 steps; stacked on momentum that diverges, and without
-  momentum it is stable but slow (ratio 0.1, momentum 0: 89.1%; ratio 0.01: 79.9%). The scaled
+  nodes, 300 iterations, ratio 0.01; ``none`` 95.8%): scaled 96.3%, error feedback 10% (it
+  diverges; 35.3% with ``training.momentum_masking``). With error feedback a coordinate's
+  accumulated update leaves in one burst every ``1 / ratio`` steps on average, an update delayed
+  by ~100 steps; stacked on momentum that diverges, and without momentum it is stable but slow
+  (ratio 0.1, momentum 0: 89.1%; ratio 0.01: 79.9%). The scaled
   form's variance (about ``n / k`` times the input's) is averaged down by the ten nodes' distinct
   subsets and by the momentum. With few nodes and a large step the order reverses:
   ``tests/tiny.toml`` (2 nodes, lr 0.1, 30 iterations; ``none`` 82.7%) diverges scaled (10%) and
