@@ -17,9 +17,11 @@ from aiotsim.compress.packing import (
     IDX_BITMAP,
     IDX_DELTA,
     IDX_PLAIN,
+    _bitmap_certainly_beats_delta,
     decode_indices,
     encode_indices,
     index_coding_sizes,
+    pack_bits,
 )
 from aiotsim.compress.registry import build_codec
 from aiotsim.compress.sparse import payload_indices, scatter_sparse
@@ -118,6 +120,27 @@ def test_index_coding_from_mask_keeps_delta_when_it_ties_the_bitmap() -> None:
     buf = encode_indices(idx, 80, mask)
     assert (buf[0].item(), buf.numel()) == (IDX_DELTA, 16)
     assert torch.equal(decode_indices(buf, 80), idx)
+
+
+@pytest.mark.parametrize(
+    ("missing", "shown"),
+    [
+        ([42], True),  # bits 41 and 43 set in one byte: a gap of 2 read off the byte table
+        ([40], False),  # the gap 39 -> 41 spans two bytes: not shown, the exact pass decides
+        (list(range(16, 24)), True),  # a whole zero byte: a gap of 9
+    ],
+)
+def test_bitmap_proof_from_the_bytes_alone(missing: list[int], shown: bool) -> None:
+    # n = 80 with a few indices missing: delta ties the bitmap only with 1-bit gaps (W = 1), so
+    # any gap >= 2 makes the bitmap (10 bytes + header) the cheapest form.
+    mask = torch.ones(80, dtype=torch.bool)
+    mask[missing] = False
+    idx = torch.nonzero(mask).reshape(-1)
+    packed = pack_bits(mask.view(torch.uint8), 1)
+    assert _bitmap_certainly_beats_delta(packed, idx.numel(), 80) is shown
+    buf = encode_indices(idx, 80, mask)
+    assert (buf[0].item(), buf.numel()) == (IDX_BITMAP, 16)
+    assert torch.equal(buf, encode_indices(idx, 80))
 
 
 @st.composite

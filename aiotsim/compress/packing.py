@@ -13,6 +13,7 @@ Everything here is vectorized torch on the input's device and returns 1-D ``uint
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -148,15 +149,28 @@ def index_coding_sizes(count: int, n: int, max_gap: int) -> dict[int, int]:
     return {IDX_PLAIN: _IDX_HEADER + plain, IDX_DELTA: _IDX_HEADER + delta, IDX_BITMAP: _IDX_HEADER + bitmap}
 
 
+def _largest_gap_in_byte(b: int) -> int:
+    """Largest distance between consecutive set bits of the byte ``b`` (0 with fewer than two)."""
+    ones = [i for i in range(8) if (b >> i) & 1]
+    return max((y - x for x, y in zip(ones, ones[1:])), default=0)
+
+
+@functools.cache
+def _gap_in_byte_table(min_gap: int) -> tuple[bool, ...]:
+    """For each byte value: does it hold two consecutive set bits at least ``min_gap`` apart?"""
+    return tuple(_largest_gap_in_byte(b) >= min_gap for b in range(256))
+
+
 def _bitmap_certainly_beats_delta(packed: torch.Tensor, count: int, n: int) -> bool:
     """Whether the bitmap ``packed`` (``ceil(n / 8)`` bytes of a ``count``-element set) is certainly
     smaller than the set's delta coding, decided on the bitmap alone (no index pass).
 
     Delta with gap width ``w`` ties or beats the bitmap while ``ceil(count * w / 8) <= ceil(n / 8)``;
-    let ``W`` be the largest such ``w``. It loses exactly when the largest gap is ``>= 2**W``. A run
-    of ``m`` zero bytes followed later by a set bit means a gap of at least ``8 m`` (a leading run)
-    or ``8 m + 1``, so ``m = ceil(2**W / 8)`` such bytes settle it. ``False`` means "not shown": the
-    caller then measures the gaps exactly.
+    let ``W`` be the largest such ``w``. It loses exactly when the largest gap is ``>= G = 2**W``.
+    Two sufficient signs of such a gap, both read off the bytes: for ``G <= 7``, a byte holding two
+    consecutive set bits ``G`` or more apart (a 256-entry byte table); for any ``G``, a run of
+    ``m = ceil(G / 8)`` zero bytes followed later by a set bit (a gap of at least ``8 m``).
+    ``False`` means "not shown": the caller then measures the gaps exactly.
     """
     bitmap = math.ceil(n / 8)
     width = 0
@@ -164,7 +178,12 @@ def _bitmap_certainly_beats_delta(packed: torch.Tensor, count: int, n: int) -> b
         width += 1
     if width == 0:
         return True  # even 1-bit gaps do not fit in the bitmap's bytes
-    run = math.ceil((1 << width) / 8)  # zero bytes that prove a gap >= 2**width
+    gap = 1 << width  # smallest largest-gap for which the bitmap wins
+    if gap <= 7:
+        table = torch.tensor(_gap_in_byte_table(gap), dtype=torch.bool, device=packed.device)
+        if bool(table[packed.to(torch.int32)].any()):
+            return True
+    run = math.ceil(gap / 8)  # zero bytes that prove a gap >= 2**width
     if width >= 16 or run > 16:
         return False  # sparse enough that delta may win: measure it
     zero = packed == 0  # [B]

@@ -54,8 +54,8 @@ import torch
 from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
 from aiotsim.compress.packing import (
-    decode_indices,
     encode_indices,
+    index_count,
     pack_bits,
     pack_u32,
     pack_values,
@@ -64,7 +64,7 @@ from aiotsim.compress.packing import (
     unpack_values,
 )
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparse import decode_sparse, sparse_payload
+from aiotsim.compress.sparse import decode_sparse, scatter_sparse, sparse_payload
 from aiotsim.errors import CodecError
 
 ValueDtype = Literal["fp32", "fp16"]
@@ -342,25 +342,25 @@ class Threshold(Codec):
     def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
         acc = memory.compensate(grad, state)
         flat = acc.view(-1)  # [n]
-        idx = torch.nonzero(flat.abs() >= self.params.tau).reshape(-1)  # [k] ascending
-        picked = flat[idx]
+        send = flat.abs() >= self.params.tau  # [n]
+        idx = torch.nonzero(send).reshape(-1)  # [k] ascending
+        picked = flat.index_select(0, idx)
         n = flat.numel()
         if self.params.quantize:
             negative = picked < 0  # [k] sign bits, 1 = negative
             values = torch.where(negative, -self.params.tau, self.params.tau).to(torch.float32)
             finish_sparse(acc, idx, values, state, keep_residual=True)
             # 1 sign bit per sent index: tau is known to both sides by protocol.
-            return Payload({"indices": encode_indices(idx, n), "signs": pack_bits(negative.to(torch.uint8), 1)})
+            indices = encode_indices(idx, n, send)
+            return Payload({"indices": indices, "signs": pack_bits(negative.to(torch.uint8), 1)})
         values = round_values(picked, self.params.value_dtype)
         finish_sparse(acc, idx, values, state, keep_residual=True)
-        return sparse_payload(idx, values, n, self.params.value_dtype)
+        return sparse_payload(idx, values, n, self.params.value_dtype, send)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         if not self.params.quantize:
             return decode_sparse(payload, layer, self.params.value_dtype)
-        idx = decode_indices(payload.buffers["indices"], layer.numel)  # [k] ascending
-        negative = unpack_bits(payload.buffers["signs"], 1, int(idx.numel())).bool()
-        out = torch.zeros(layer.numel, dtype=torch.float32, device=idx.device)
-        tau = self.params.tau
-        out[idx] = torch.where(negative, -tau, tau).to(torch.float32)
-        return out.view(layer.shape).to(layer.dtype)
+        index_buf = payload.buffers["indices"]
+        negative = unpack_bits(payload.buffers["signs"], 1, index_count(index_buf)).bool()
+        values = torch.where(negative, -self.params.tau, self.params.tau).to(torch.float32)  # [k]
+        return scatter_sparse(index_buf, values, layer).view(layer.shape).to(layer.dtype)
