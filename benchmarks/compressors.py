@@ -1,13 +1,14 @@
 """Codec throughput against memory-copy bandwidth (issue 3's speed targets).
 
 For each gradient size (default 1M and 25M fp32 elements) and every registered codec at its default
-parameters, times ``encode`` + ``decode`` of one layer (median of ``--repeats`` runs after a warm-up,
-CUDA-synchronized on a GPU) and reports the throughput in GB/s of *input* (``4 * n`` bytes over the
-encode+decode time), next to the bandwidth of ``tensor.clone()`` of the same gradient measured in the
-same run (also in GB/s of input), and the slowdown ``memcpy GB/s / codec GB/s``. Targets: quantizers
-(fp16, 2bit, 4bit, signsgd, efsignsgd, onebit, terngrad, qsgd) within 10x of memcpy; sparsifiers
-(every codec with ``sparse = True``, plus fft's frequency-domain sparsification) within 30x. Other
-codecs (none, hylo, powersgd) are listed without a target.
+parameters, times ``encode`` + ``decode`` of one layer (median of at least ``--repeats`` runs after a
+warm-up, CUDA-synchronized on a GPU; calls of a few ms get more repeats, see :func:`timed`) and
+reports the throughput in GB/s of *input* (``4 * n`` bytes over the encode+decode time), next to
+the bandwidth of ``tensor.clone()`` of the same gradient measured in the same run (also in GB/s
+of input), and the slowdown ``memcpy GB/s / codec GB/s``. Targets: quantizers (fp16, 2bit, 4bit,
+signsgd, efsignsgd, onebit, terngrad, qsgd) within 10x of memcpy; sparsifiers (every codec with
+``sparse = True``, plus fft's frequency-domain sparsification) within 30x. Other codecs (none,
+hylo, powersgd) are listed without a target.
 
 Reading the numbers: a 1M-element gradient (4 MB) stays in the CPU caches, so its ``clone()`` runs at
 cache speed and even ``none`` (one copy each way) shows a slowdown of several x; at 25M elements
@@ -52,9 +53,21 @@ def target_of(name: str) -> float | None:
     return None
 
 
+# Short calls get more repeats (up to this many), so that each median spans about MIN_TOTAL_S.
+MAX_REPEATS = 200
+MIN_TOTAL_S = 0.25
+
+
 def timed(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
-    """Median wall seconds of ``fn`` over ``repeats`` runs after one warm-up run."""
+    """Median wall seconds of ``fn`` over at least ``repeats`` runs after one warm-up run; calls
+    under a few ms are repeated until the runs add up to about ``MIN_TOTAL_S`` (a median of 3
+    sub-millisecond calls swings by 3x between runs)."""
+    t0 = time.perf_counter()
     fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    warm = time.perf_counter() - t0
+    repeats = max(repeats, min(MAX_REPEATS, int(MIN_TOTAL_S / max(warm, 1e-6))))
     times = []
     for _ in range(repeats):
         if device.type == "cuda":
@@ -78,7 +91,7 @@ def bench_size(n: int, device: torch.device, repeats: int, names: list[str]) -> 
 
     print(
         f"\n{n:,} fp32 elements, layer {list(shape)} kind fc, device {device}, "
-        f"median of {repeats}; memcpy (clone) {memcpy_gbs:.2f} GB/s"
+        f"median of >= {repeats}; memcpy (clone) {memcpy_gbs:.2f} GB/s"
     )
     print(f"{'codec':<12}{'enc+dec ms':>12}{'GB/s':>9}{'slowdown':>10}{'target':>8}  {'status':<6}{'ratio':>9}")
     for name in names:
