@@ -156,9 +156,10 @@ def _largest_gap_in_byte(b: int) -> int:
 
 
 @functools.cache
-def _gap_in_byte_table(min_gap: int) -> tuple[bool, ...]:
-    """For each byte value: does it hold two consecutive set bits at least ``min_gap`` apart?"""
-    return tuple(_largest_gap_in_byte(b) >= min_gap for b in range(256))
+def _gap_in_byte_table(min_gap: int, device: torch.device) -> torch.Tensor:
+    """``[256]`` bool: does the byte value hold two consecutive set bits at least ``min_gap`` apart?
+    Built once per gap and device (it is looked up on every dense sparse message)."""
+    return torch.tensor([_largest_gap_in_byte(b) >= min_gap for b in range(256)], dtype=torch.bool, device=device)
 
 
 def _bitmap_certainly_beats_delta(packed: torch.Tensor, count: int, n: int) -> bool:
@@ -173,16 +174,12 @@ def _bitmap_certainly_beats_delta(packed: torch.Tensor, count: int, n: int) -> b
     ``False`` means "not shown": the caller then measures the gaps exactly.
     """
     bitmap = math.ceil(n / 8)
-    width = 0
+    width = 0  # ends >= 1: count <= n, so 1-bit gaps always fit in the bitmap's bytes
     while width < 16 and math.ceil(count * (width + 1) / 8) <= bitmap:
         width += 1
-    if width == 0:
-        return True  # even 1-bit gaps do not fit in the bitmap's bytes
     gap = 1 << width  # smallest largest-gap for which the bitmap wins
-    if gap <= 7:
-        table = torch.tensor(_gap_in_byte_table(gap), dtype=torch.bool, device=packed.device)
-        if bool(table[packed.to(torch.int32)].any()):
-            return True
+    if gap <= 7 and bool(_gap_in_byte_table(gap, packed.device)[packed.to(torch.int32)].any()):
+        return True
     run = math.ceil(gap / 8)  # zero bytes that prove a gap >= 2**width
     if width >= 16 or run > 16:
         return False  # sparse enough that delta may win: measure it
