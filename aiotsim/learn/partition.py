@@ -136,3 +136,12 @@ def _dirichlet(y: np.ndarray, weights: np.ndarray, alpha: float, rng: np.random.
             out[node] = out[donor][-1:].copy()
             out[donor] = out[donor][:-1]
     return out
+
+
+def even_sizes(total: int, parts: int) -> list[int]:
+    """Sizes of ``parts`` near-equal pieces of ``total`` items: the first ``total % parts`` pieces
+    hold one more (nodes across gateways, a flat gradient across ring chunks)."""
+    if parts < 1:
+        raise ValueError(f"parts(={parts}) must be >= 1")
+    base, extra = divmod(total, parts)
+    return [base + (1 if k < extra else 0) for k in range(parts)]
