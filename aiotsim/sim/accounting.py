@@ -91,6 +91,16 @@ class RunFacts:
     device: str
 
 
+def energy_breakdown(meters: list[EnergyMeter]) -> dict[str, float]:
+    """The nodes' energy by kind, J: ``compute``, ``radio_tx``, ``radio_rx``, ``idle``."""
+    return {
+        "compute": sum(m.compute_j for m in meters),
+        "radio_tx": sum(m.tx_j for m in meters),
+        "radio_rx": sum(m.rx_j for m in meters),
+        "idle": sum(m.idle_j for m in meters),
+    }
+
+
 def summarize(s: Scenario, t: Totals, facts: RunFacts, status: str, reason: str | None) -> RunSummary:
     """The run's summary. Closes the energy meters (idle energy up to the end of the run)."""
     sim_time = facts.sim_time_s
@@ -139,12 +149,7 @@ def summarize(s: Scenario, t: Totals, facts: RunFacts, status: str, reason: str 
         time_to_accuracy_s=next((time_s for _, time_s, acc, _ in evals if acc >= target), None),
         energy_j=sum(m.total_j for m in meters),
         energy_per_node_j=[round(m.total_j, 9) for m in meters],
-        energy_breakdown_j={
-            "compute": sum(m.compute_j for m in meters),
-            "radio_tx": sum(m.tx_j for m in meters),
-            "radio_rx": sum(m.rx_j for m in meters),
-            "idle": sum(m.idle_j for m in meters),
-        },
+        energy_breakdown_j=energy_breakdown(meters),
         stragglers=facts.stragglers,
         model=s.model.name,
         dataset=s.data.dataset,
@@ -157,4 +162,4 @@ def summarize(s: Scenario, t: Totals, facts: RunFacts, status: str, reason: str 
     )
 
 
-__all__ = ["RunSink", "Window", "Totals", "RunFacts", "summarize", "mean"]
+__all__ = ["RunSink", "Window", "Totals", "RunFacts", "summarize", "energy_breakdown", "mean"]

@@ -29,6 +29,7 @@ from aiotsim.learn.compute import BatchStream, GradientComputer
 from aiotsim.learn.datasets import Dataset, SyntheticSpec, load_dataset
 from aiotsim.learn.models import build_model, layer_infos
 from aiotsim.learn.partition import partition
+from aiotsim.sim.stops import Diverged
 
 
 def sync_device(device: torch.device) -> None:
@@ -242,10 +243,18 @@ class Learning:
         return self.elements, self.dense_model_bytes
 
     def step(self, update: list[torch.Tensor]) -> None:
-        """Apply the aggregated update with the server optimizer (the same step on every replica)."""
+        """Apply the aggregated update with the server optimizer (the same step on every replica).
+
+        Raises :class:`~aiotsim.sim.stops.Diverged` when the step overflows the parameters' dtype.
+        """
         for p, g in zip(self.params, update):
             p.grad = g.to(p.dtype)
-        self.optimizer.step()
+        try:
+            self.optimizer.step()
+        except RuntimeError as exc:  # torch refuses a step size its dtype cannot hold
+            if "overflow" not in str(exc):
+                raise
+            raise Diverged(f"the optimizer step overflows the parameters ({exc})") from None
         self.optimizer.zero_grad(set_to_none=True)
 
     def observe_global(self, applied: list[torch.Tensor], locals_: list[LocalState]) -> None:

@@ -63,7 +63,9 @@ def gateway_round(c: Cluster, gw: str, members: list[int]) -> Proc:
     while len(ups) < len(members):
         ups.append((yield c.mailbox[gw].get()))
     t0 = env.now
-    agg, wall = learning.decode_aggregate([u.payloads for u in ups], [len(u.nodes) for u in ups], [u.dense for u in ups])
+    agg, wall = learning.decode_aggregate(
+        [u.payloads for u in ups], [len(u.nodes) for u in ups], [u.dense for u in ups]
+    )
     codecs = [learning.dense] * len(learning.layers) if dense else None
     payloads, enc_wall = learning.encode(agg, c.gateway_states[gw], codecs=codecs)
     busy = c.codec_time(c.gateway_compute, wall + enc_wall, len(ups) + 1)
@@ -160,4 +162,12 @@ def _send_after(c: Cluster, src: str, dst: str, nbytes: int, after: simpy.Event 
     return tr
 
 
-__all__ = ["node_round", "gateway_round", "dispatch", "dispatch_round", "arrived", "wait_for_someone", "final_broadcast"]
+__all__ = [
+    "node_round",
+    "gateway_round",
+    "dispatch",
+    "dispatch_round",
+    "arrived",
+    "wait_for_someone",
+    "final_broadcast",
+]

@@ -20,7 +20,8 @@ from typing import Any
 
 from aiotsim.sim.accounting import RunSink
 from aiotsim.sim.strategies import get_strategy, strategy_name
-from aiotsim.sim.world import Cluster, RunStopped
+from aiotsim.sim.stops import RunStopped
+from aiotsim.sim.world import Cluster
 
 
 def run_cluster(cluster: Cluster, sink: RunSink) -> dict[str, Any]:

@@ -34,33 +34,12 @@ from aiotsim.records import EvalRow, MetricsRow, Progress, RunSummary
 from aiotsim.sim.accounting import RunFacts, RunSink, Totals, Window, mean, summarize
 from aiotsim.sim.energy import EnergyMeter, get_radio
 from aiotsim.sim.learning import Learning, LocalState, non_finite
+from aiotsim.sim.stops import Diverged, Stalled
 from aiotsim.sim.topologies import SERVER, NodeSpec, build_topology, node_layout, node_name
 from aiotsim.sim.trace import TraceRecorder
 
 Proc = Generator[simpy.Event, Any, Any]
 STALL_RETRIES = 1000  # a run with no node online for this many retry_s periods has stalled
-
-
-class RunStopped(Exception):
-    """The run cannot go on (not an error of the program): ``status`` and ``reason`` say why."""
-
-    status = "stopped"
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class Diverged(RunStopped):
-    """The training loss or the aggregated update is no longer finite."""
-
-    status = "diverged"
-
-
-class Stalled(RunStopped):
-    """No node has been online for the stall limit: no iteration can complete."""
-
-    status = "stalled"
 
 
 @dataclass
@@ -254,7 +233,10 @@ class Cluster:
         decode_s = self.codec_time(self.server_compute, wall, len(uploads))
         yield env.timeout(decode_s)
         self.trace.span(SERVER, "aggregate", t_dec, decode_s, iteration=it)
-        learning.step(update.applied)
+        try:
+            learning.step(update.applied)
+        except Diverged as stop:
+            raise Diverged(f"iteration {it}: {stop.reason}") from None
         self.version += 1
         if self.mode != "sync":
             self.snapshots[self.version] = learning.snapshot()
@@ -342,4 +324,4 @@ class Cluster:
         return summarize(self.sc, self.totals, facts, status, reason)
 
 
-__all__ = ["Cluster", "NodeState", "Upload", "Applied", "RunStopped", "Diverged", "Stalled", "STALL_RETRIES"]
+__all__ = ["Cluster", "NodeState", "Upload", "Applied", "STALL_RETRIES"]

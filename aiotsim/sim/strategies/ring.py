@@ -31,14 +31,16 @@ from aiotsim.records import MetricsRow
 from aiotsim.sim.learning import non_finite
 from aiotsim.sim.strategies.base import Strategy, register
 from aiotsim.sim.topologies import node_name
-from aiotsim.sim.world import Cluster, Diverged, Proc
+from aiotsim.sim.stops import Diverged
+from aiotsim.sim.world import Cluster, Proc
 
 Hop = tuple[int, int, Payload]  # (sender, chunk, message)
 
 
 def chunk_layers(total: int, n: int) -> list[LayerInfo]:
     """``n`` chunk descriptions covering ``total`` elements, the first ``total % n`` one longer."""
-    return [LayerInfo(f"chunk{c}", (size,), torch.float32, "other", 1000 + c) for c, size in enumerate(even_sizes(total, n))]
+    sizes = even_sizes(total, n)
+    return [LayerInfo(f"chunk{c}", (size,), torch.float32, "other", 1000 + c) for c, size in enumerate(sizes)]
 
 
 @register
@@ -53,7 +55,8 @@ class RingStrategy(Strategy):
         learning = cluster.learning
         self.chunks = chunk_layers(learning.elements, cluster.n)
         self.bounds = torch.tensor([0] + [L.numel for L in self.chunks]).cumsum(0).tolist()
-        self.states = [[learning.codec.init_state(L, cluster.device, node=i) for L in self.chunks] for i in range(cluster.n)]
+        codec = learning.codec
+        self.states = [[codec.init_state(L, cluster.device, node=i) for L in self.chunks] for i in range(cluster.n)]
 
     def chunk(self, flat: torch.Tensor, c: int) -> torch.Tensor:
         """Chunk ``c`` of a flat gradient (a view)."""
@@ -162,7 +165,10 @@ class RingStrategy(Strategy):
         bad = non_finite(losses, update)
         if bad:
             raise Diverged(f"iteration {it}: {bad}")
-        learning.step(update)
+        try:
+            learning.step(update)
+        except Diverged as stop:
+            raise Diverged(f"iteration {it}: {stop.reason}") from None
         c.version += 1
         learning.observe_global(update, [st.local for st in c.nodes])
         return avg

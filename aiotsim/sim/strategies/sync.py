@@ -56,7 +56,8 @@ class SyncStrategy(Strategy):
         """The uploads of this iteration: one from each busy node's aggregator."""
         c = self.cluster
         yield from self.ensure_work()
-        expected = {c.aggregator[i] if c.aggregator[i] != SERVER else node_name(i) for i in range(c.n) if c.nodes[i].busy}
+        busy = [i for i in range(c.n) if c.nodes[i].busy]
+        expected = {c.aggregator[i] if c.aggregator[i] != SERVER else node_name(i) for i in busy}
         got: list[Upload] = []
         while len(got) < len(expected):
             u = yield c.mailbox[SERVER].get()
