@@ -220,3 +220,24 @@ def test_async_stalls_too() -> None:
     sc = scenario(iterations=5, training={"mode": "async"}, nodes={"dropout_prob": 0.9, "rejoin_prob": 1e-300})
     summary = run_cluster(Cluster(sc, device="cpu"), MemorySink())
     assert summary["status"] == "stalled"
+
+
+# ---- the library entry point -----------------------------------------------------------------------
+def test_run_scenario_fixes_the_thread_count_and_restores_it(tmp_path) -> None:
+    import torch
+
+    from aiotsim.api import run_scenario
+
+    seen: list[int] = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        summary = run_scenario(
+            scenario(), tmp_path / "run", device="cpu", on_progress=lambda p: seen.append(torch.get_num_threads())
+        )
+        assert seen == [1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert summary["complete"] and (tmp_path / "run" / "summary.json").is_file()
+    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
+    assert header == ",".join(METRIC_FIELDS)
