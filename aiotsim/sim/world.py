@@ -1,6 +1,6 @@
 """The world a run happens in: a :class:`Cluster` of nodes, gateways and a server on a network.
 
-:func:`Cluster` assembly turns a scenario into everything a strategy drives:
+Building a :class:`Cluster` turns a scenario into everything a strategy drives:
 
 * sensor nodes (:class:`NodeState`): data stream and codec states (their :class:`LocalState`),
   compute model, energy meter, and a seeded availability chain (on/off with ``dropout_prob`` and
