@@ -193,13 +193,24 @@ def test_ring_three_nodes_uneven_chunks() -> None:
 
 
 # ---- runs that stop early --------------------------------------------------------------------------
-@pytest.mark.parametrize("lr", [1e30, 1e300])
-def test_divergence_stops_the_run_and_keeps_the_rows(lr: float) -> None:
-    cluster = Cluster(scenario(iterations=20, training={"lr": lr}), device="cpu")
+@pytest.mark.parametrize(
+    ("lr", "sections"),
+    [
+        (1e30, {}),  # finite step, NaN loss next iteration
+        (1e300, {}),  # the step itself overflows fp32
+        (1e30, {"training": {"mode": "partial", "partial_k": 1}}),
+        (1e30, {"training": {"mode": "async"}}),
+        (1e30, {"network": {"topology": "ring"}}),
+    ],
+)
+def test_divergence_stops_the_run_and_keeps_the_rows(lr: float, sections: dict[str, Any]) -> None:
+    training = {"lr": lr, **sections.get("training", {})}
+    others = {k: v for k, v in sections.items() if k != "training"}
+    cluster = Cluster(scenario(iterations=20, training=training, **others), device="cpu")
     sink = MemorySink()
     summary = run_cluster(cluster, sink)
     assert summary["status"] == "diverged" and summary["complete"] is False
-    assert summary["iterations"] == len(sink.rows) <= 2
+    assert summary["iterations"] == len(sink.rows) <= 3
     assert summary["reason"].startswith(f"iteration {len(sink.rows)}: ")
     assert list(summary) == list(SUMMARY_FIELDS)  # reason in its place
 
