@@ -112,7 +112,7 @@ def run(
 ) -> None:
     """Run one scenario: real gradients, real codec bytes, simulated network. Writes a run directory."""
     from aiotsim.config import load_scenario
-    from aiotsim.sim.engine import Simulation
+    from aiotsim.api import run_scenario
 
     sc = load_scenario(scenario, set_ or [], compressor=compressor, iterations=iterations)
     out_dir = out_dir or Path("runs") / f"{sc.scenario.name}-{sc.compressor.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -134,9 +134,8 @@ def run(
         def on_progress(p: Any) -> None:
             progress.update(task, completed=p.iteration, sim=p.sim_time_s, loss=p.loss)
 
-        sim = Simulation(sc, device=device, on_progress=on_progress)
         try:
-            summary = sim.run(out_dir)
+            summary = run_scenario(sc, out_dir, device=device, on_progress=on_progress)
         except KeyboardInterrupt:
             err.print(f"partial results in {out_dir}")
             raise

@@ -20,16 +20,18 @@ import time
 from pathlib import Path
 
 from aiotsim.config import load_scenario
-from aiotsim.sim.engine import Simulation
+from aiotsim.results.store import RunWriter
+from aiotsim.sim.runner import run_cluster
+from aiotsim.sim.world import Cluster
 
 
-def gradients_alone(sim: Simulation, iterations: int) -> float:
+def gradients_alone(sim: Cluster, iterations: int) -> float:
     """Wall seconds of ``nodes x iterations`` gradient computations with nothing else around them."""
     t0 = time.perf_counter()
     for _ in range(iterations):
         for i in range(sim.n):
-            x, y = sim.streams[i].next()
-            sim.computer.gradient(None, x, y)
+            x, y = sim.nodes[i].local.stream.next()
+            sim.learning.computer.gradient(None, x, y)
     return time.perf_counter() - t0
 
 
@@ -48,11 +50,11 @@ def main() -> None:
         runs, alone = [], []
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory() as tmp:
-                sim = Simulation(sc, device="cpu")
+                sim = Cluster(sc, device="cpu")
                 t0 = time.perf_counter()
-                sim.run(Path(tmp) / "run")
+                run_cluster(sim, RunWriter(Path(tmp) / "run", sc.to_toml()))
                 runs.append(time.perf_counter() - t0)
-            ref = Simulation(sc, device="cpu")  # fresh streams and model: the same work, alone
+            ref = Cluster(sc, device="cpu")  # fresh streams and model: the same work, alone
             alone.append(gradients_alone(ref, args.iterations))
         run_s, alone_s = statistics.median(runs), statistics.median(alone)
         rows.append((codec, run_s, alone_s, run_s / alone_s, max(alone) / min(alone)))

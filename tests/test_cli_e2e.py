@@ -121,17 +121,16 @@ def test_validate_ok_and_compressors_listing(tiny_scenario) -> None:
 
 
 def test_interrupted_run_keeps_rows_and_marks_summary_incomplete(tiny_scenario, tmp_path) -> None:
+    from aiotsim.api import run_scenario
     from aiotsim.config import load_scenario
-    from aiotsim.sim.engine import Simulation
 
     def stop_after_two(p) -> None:
         if p.iteration == 2:
             raise KeyboardInterrupt
 
     out = tmp_path / "cut"
-    sim = Simulation(load_scenario(tiny_scenario), device="cpu", on_progress=stop_after_two)
     with pytest.raises(KeyboardInterrupt):
-        sim.run(out)
+        run_scenario(load_scenario(tiny_scenario), out, device="cpu", on_progress=stop_after_two)
     assert len(_rows(out / "metrics.csv")) == 2
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] is False and summary["status"] == "interrupted"
@@ -140,10 +139,10 @@ def test_interrupted_run_keeps_rows_and_marks_summary_incomplete(tiny_scenario, 
 
 
 def test_error_mid_run_is_recorded(tiny_scenario, tmp_path, monkeypatch) -> None:
-    from aiotsim.sim.engine import Simulation
+    from aiotsim.sim.world import Cluster
 
     calls = {"n": 0}
-    original = Simulation.evaluate
+    original = Cluster.evaluate
 
     def failing(self):
         calls["n"] += 1
@@ -151,7 +150,7 @@ def test_error_mid_run_is_recorded(tiny_scenario, tmp_path, monkeypatch) -> None
             raise RuntimeError("disk on fire")
         return original(self)
 
-    monkeypatch.setattr(Simulation, "evaluate", failing)
+    monkeypatch.setattr(Cluster, "evaluate", failing)
     out = tmp_path / "err"
     res = runner.invoke(app, ["run", str(tiny_scenario), "--out", str(out), "-q"])
     assert res.exit_code != 0

@@ -24,7 +24,9 @@ from aiotsim.config import scenario_from_dict
 from aiotsim.errors import ConfigError
 from aiotsim.learn.compute import get_profile
 from aiotsim.sim.energy import RADIOS
-from aiotsim.sim.engine import Simulation
+from aiotsim.results.store import RunWriter
+from aiotsim.sim.runner import run_cluster
+from aiotsim.sim.world import Cluster
 from aiotsim.sim.topologies import node_layout, straggler_set
 
 DENSE = 220_840  # bytes of the MLP's fp32 gradient (and model)
@@ -50,16 +52,17 @@ def scenario(**sections: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
-def run(tmp_path: Path, data: dict[str, Any]) -> tuple[Simulation, dict[str, Any], list[dict[str, float]]]:
-    sim = Simulation(scenario_from_dict(data), device="cpu")
-    summary = sim.run(tmp_path / "run")
+def run(tmp_path: Path, data: dict[str, Any]) -> tuple[Cluster, dict[str, Any], list[dict[str, float]]]:
+    sc = scenario_from_dict(data)
+    sim = Cluster(sc, device="cpu")
+    summary = run_cluster(sim, RunWriter(tmp_path / "run", sc.to_toml()))
     with open(tmp_path / "run" / "metrics.csv") as f:
         rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
     return sim, summary, rows
 
 
-def compute_s(sim: Simulation, device: str = "rpi4") -> float:
-    return sim.flops_per_batch / get_profile(device).flops_per_s
+def compute_s(sim: Cluster, device: str = "rpi4") -> float:
+    return sim.learning.flops_per_batch / get_profile(device).flops_per_s
 
 
 def test_star_sync_iteration_times(tmp_path) -> None:
@@ -318,14 +321,14 @@ def test_momentum_on_the_nodes_equals_server_momentum_for_a_linear_codec(tmp_pat
 @pytest.mark.parametrize("masking", [True, False])
 def test_momentum_factor_masking_clears_the_velocity_of_sent_coordinates(masking: bool) -> None:
     training = {"momentum": 0.9, "momentum_masking": masking}
-    sim = Simulation(scenario_from_dict(scenario(compressor={"name": "topk", "ratio": 0.01}, training=training)), "cpu")
-    st = sim.nodes[0]
-    st.velocity = [torch.ones(L.shape) for L in sim.layers]
-    grads = [torch.randn(L.shape, generator=torch.Generator().manual_seed(j)) for j, L in enumerate(sim.layers)]
-    payloads, _ = sim.encode_layers(grads, sim.states[0])
-    sim.mask_momentum(st, payloads)
-    for j, L in enumerate(sim.layers):
-        sent = sim.codec.decode(payloads[j], L) != 0
+    sim = Cluster(scenario_from_dict(scenario(compressor={"name": "topk", "ratio": 0.01}, training=training)), "cpu")
+    learning, st = sim.learning, sim.nodes[0].local
+    st.velocity = [torch.ones(L.shape) for L in learning.layers]
+    grads = [torch.randn(L.shape, generator=torch.Generator().manual_seed(j)) for j, L in enumerate(learning.layers)]
+    payloads, _ = learning.encode(grads, st.states)
+    learning.mask_momentum(st, payloads)
+    for j, L in enumerate(learning.layers):
+        sent = learning.codec.decode(payloads[j], L) != 0
         assert int(sent.sum()) == math.ceil(0.01 * L.numel)  # top-k sent k entries
         assert torch.all(st.velocity[j][~sent] == 1)
         assert torch.all(st.velocity[j][sent] == (0 if masking else 1))  # cleared only when masking

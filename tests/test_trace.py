@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from aiotsim.config import load_scenario
-from aiotsim.sim.engine import run_scenario
+from aiotsim.api import run_scenario
 
 TESTS = Path(__file__).parent
 NODES, ITERATIONS = 2, 3

@@ -99,7 +99,7 @@ def default_workers() -> int:
 def _run_job(job: Job, index: int, emit: Callable[[Event], None]) -> dict[str, Any]:
     """Run one job in this process, reporting progress through ``emit``. Returns the summary."""
     from aiotsim.config import scenario_from_dict
-    from aiotsim.sim.engine import Progress, run_scenario
+    from aiotsim.api import Progress, run_scenario
 
     sc = scenario_from_dict(tomllib.loads(job.scenario_toml), source=f"{job.out_dir}/scenario.toml")
     emit(Event("start", index, 0, sc.scenario.iterations))

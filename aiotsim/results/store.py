@@ -17,29 +17,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from aiotsim.errors import ResultsError
+from aiotsim.records import EVAL_FIELDS, METRIC_FIELDS
 
 SCHEMA_VERSION = 1
-
-METRIC_FIELDS = (
-    "iteration",
-    "sim_time_s",  # simulated time at the end of the iteration
-    "iter_time_s",  # simulated duration of the iteration
-    "loss",  # mean training loss over the nodes that contributed
-    "bytes_up",  # payload bytes, all nodes -> aggregator
-    "bytes_down",  # payload bytes, aggregator -> all nodes
-    "wire_bytes_up",  # payload + per-packet headers (+ expected retransmissions)
-    "wire_bytes_down",
-    "compute_s",  # mean simulated gradient computation time per node
-    "encode_s",  # mean simulated encode time per node
-    "decode_s",  # simulated server decode + aggregate + step time
-    "comm_s",  # iteration time not spent computing/encoding/decoding on the critical path
-    "agg_nnz",  # elements of the aggregated update (sparse codecs: the union of the index sets)
-    "agg_bytes",  # its size as a message (sparse codecs: the union coded sparsely, seed 001's metric)
-    "contributors",  # gradients aggregated this iteration
-    "staleness",  # mean staleness (model versions) of the aggregated gradients
-    "energy_j",  # energy charged to the sensor nodes since the previous row, J
-)
-EVAL_FIELDS = ("iteration", "sim_time_s", "accuracy", "loss")
 
 
 @dataclass

@@ -1,0 +1,69 @@
+"""Synchronous rounds: every online node is dispatched and the server waits for all of them.
+
+An iteration is one round::
+
+    collect : dispatch every idle online node (if none is at work), then wait for one upload per
+              node, or per gateway when a node's aggregator is a gateway
+    apply   : decode + aggregate + optimizer step (Cluster.apply)
+    next    : dispatch the next round (its downlinks count in this iteration's row) or, after
+              the last step, broadcast the final model
+    row     : finish the iteration's metrics row
+
+When every node is offline the server waits ``nodes.retry_s`` and tries again, until the run
+stalls (no node online for 1000 retries).
+"""
+
+from __future__ import annotations
+
+from aiotsim.sim.processes import arrived, dispatch_round, final_broadcast, wait_for_someone
+from aiotsim.sim.strategies.base import Strategy, register
+from aiotsim.sim.topologies import SERVER, node_name
+from aiotsim.sim.world import Proc, Upload
+
+
+@register
+class SyncStrategy(Strategy):
+    """``sync``: rounds of dispatch, collect every upload, apply."""
+
+    name = "sync"
+
+    def run(self) -> Proc:
+        c = self.cluster
+        iters = c.sc.scenario.iterations
+        if c.mode != "sync":  # nodes may work on older versions: keep the one they start on
+            c.snapshots[0] = c.learning.snapshot()
+        for it in range(iters):
+            uploads = yield from self.collect()
+            done = yield from c.apply(it, uploads)
+            if it + 1 < iters:
+                dispatch_round(c, work=True)
+                c.finish_row(done)
+            else:
+                downloads = final_broadcast(c)
+                c.finish_row(done)
+                if downloads:
+                    yield c.env.all_of(downloads)
+
+    def ensure_work(self) -> Proc:
+        """Dispatch a round if no node is at work, retrying while every node is offline."""
+        c = self.cluster
+        while not any(st.busy for st in c.nodes):
+            chosen, _ = dispatch_round(c, work=True)
+            if not chosen:
+                yield from wait_for_someone(c)
+
+    def collect(self) -> Proc:
+        """The uploads of this iteration: one from each busy node's aggregator."""
+        c = self.cluster
+        yield from self.ensure_work()
+        busy = [i for i in range(c.n) if c.nodes[i].busy]
+        expected = {c.aggregator[i] if c.aggregator[i] != SERVER else node_name(i) for i in busy}
+        got: list[Upload] = []
+        while len(got) < len(expected):
+            u = yield c.mailbox[SERVER].get()
+            arrived(c, u)
+            got.append(u)
+        return got
+
+
+__all__ = ["SyncStrategy"]
