@@ -141,7 +141,7 @@ def test_error_feedback_conservation(name: str, layer_id: str) -> None:
     """``sent + residual_after == grad + residual_before`` at every step (3 steps)."""
     codec = make_codec(name)
     # Read on the instance: a codec may derive it from its parameters (randomk with scale=true).
-    if not codec.has_residual:
+    if not codec.error_feedback:
         pytest.skip(f"{name} keeps no residual at its default parameters")
     if codec.absorbs_momentum:
         pytest.skip(f"{name} accumulates momentum-corrected updates, not gradients")
@@ -189,5 +189,5 @@ def test_params_documented_and_defaults_valid(name: str) -> None:
     assert cls.Params.__dataclass_params__.frozen  # type: ignore[attr-defined]
     for pname, _default, help_ in cls.param_docs():
         assert help_, f"{name}.{pname} has no help"
-    assert cls(cls.Params()).validate() == []
+    assert cls.param_problems(cls.Params()) == []
     assert cls.encode_flops_per_element >= 0.0
