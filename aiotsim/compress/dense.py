@@ -42,8 +42,8 @@ class HalfPrecision(Codec[CodecState]):
     def _encode(
         self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
     ) -> tuple[Payload, Sent | None]:
-        # fp16 of the fp32 upcast: exactly fp16 of the gradient (the upcast is exact)
-        return Payload({"values": pack_f16(acc)}), None
+        # straight from the gradient: an fp16 gradient's bytes go out unchanged (NaN payloads too)
+        return Payload({"values": pack_f16(grad)}), None
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return unpack_f16(payload.buffers["values"]).view(layer.shape).to(layer.dtype)
