@@ -70,17 +70,13 @@ class AggregationAware(Codec[AggAwareState]):
 
     @dataclass(frozen=True)
     class Params(FeedbackParams):
-        ratio: float = opt(
-            0.01, "fraction of elements each worker sends, k = ceil(ratio * n)", check=unit_interval
-        )
+        ratio: float = opt(0.01, "fraction of elements each worker sends, k = ceil(ratio * n)", check=unit_interval)
         metric: Metric = opt(
             "global",
             "magnitude (plain top-k), global (last union), persistence (decayed union count), "
             "consensus (last aggregate's normalized magnitude)",
         )
-        boost: float = opt(
-            2.0, "score = |acc| * (1 + boost * p); p = how global an index has been", check=non_negative
-        )
+        boost: float = opt(2.0, "score = |acc| * (1 + boost * p); p = how global an index has been", check=non_negative)
         decay: float = opt(
             0.5, "persistence: p <- decay * p + (1 - decay) * [index in union], in [0, 1)", check=fraction
         )

@@ -71,9 +71,7 @@ class DeepGradientCompression(Codec[DGCState]):
         warmup_steps: int = opt(
             100, "encode calls of sparsity warm-up (75% .. 99.6% in 4 stages); 0 = none", check=non_negative
         )
-        sample_ratio: float = opt(
-            0.01, "fraction of elements sampled to estimate the threshold", check=unit_interval
-        )
+        sample_ratio: float = opt(0.01, "fraction of elements sampled to estimate the threshold", check=unit_interval)
         fallback_factor: float = opt(
             1.3, "re-select the exact top-k when more than this times k pass the threshold", check=at_least(1.0)
         )

@@ -217,9 +217,13 @@ class FFTSparsification(Codec[CodecState]):
 
     @dataclass(frozen=True)
     class Params(FeedbackParams):
-        keep: float = opt(0.1, "fraction of frequency bins kept (1 - the paper's theta), in (0, 1]", check=unit_interval)
+        keep: float = opt(
+            0.1, "fraction of frequency bins kept (1 - the paper's theta), in (0, 1]", check=unit_interval
+        )
         chunk_size: int = opt(
-            4096, "FFT length in elements (batched fixed-size FFTs); 0 = one FFT over the whole layer", check=non_negative
+            4096,
+            "FFT length in elements (batched fixed-size FFTs); 0 = one FFT over the whole layer",
+            check=non_negative,
         )
         # fp32 has 23 stored mantissa bits; an exponent field wider than 8 bits would cover no more
         mantissa_bits: int = opt(7, "mantissa bits of the range-based float (0..23)", check=between(0, 23))

@@ -93,9 +93,7 @@ class FourBit(Codec[CodecState]):
         statistic: Literal["max", "mean"] = opt(
             "max", "anchor from |r+g| of the layer: 'max' is the top threshold, 'mean' the first"
         )
-        spacing: Literal["linear", "log2"] = opt(
-            "linear", "thresholds k*t1 ('linear') or t1*2**(k-1) ('log2'), k=1..7"
-        )
+        spacing: Literal["linear", "log2"] = opt("linear", "thresholds k*t1 ('linear') or t1*2**(k-1) ('log2'), k=1..7")
 
     def thresholds(self, anchor: float) -> list[float]:
         """The seven thresholds ``t_1..t_7`` for an anchor value (for reports and tests)."""

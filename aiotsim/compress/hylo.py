@@ -117,7 +117,9 @@ class Hylo(Codec[CodecState]):
     @dataclass(frozen=True)
     class Params:
         size_threshold: int = opt(1000, "layers with fewer parameters go uncompressed (fp32)", check=non_negative)
-        max_rate: float = opt(0.3, "conv kernel transmission rate of a layer at the size threshold", check=unit_interval)
+        max_rate: float = opt(
+            0.3, "conv kernel transmission rate of a layer at the size threshold", check=unit_interval
+        )
         min_rate: float = opt(0.05, "lowest conv kernel transmission rate", check=unit_interval)
         rate_decay: float = opt(0.1, "rate decrease per tenfold more conv parameters", check=non_negative)
         kernel_unit: Literal["kernel", "filter"] = opt(

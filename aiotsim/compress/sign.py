@@ -40,10 +40,10 @@ import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.memory import Sent
-from aiotsim.schema import opt
 from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
 from aiotsim.compress.registry import register
 from aiotsim.errors import CodecError
+from aiotsim.schema import opt
 
 _U8 = torch.uint8
 

@@ -251,7 +251,9 @@ class RandomK(Codec[CodecState]):
         if self.params.scale:  # unbiased: E[n/k * 1{i in idx}] = 1
             picked = picked * (n / max(k, 1))
         values = round_values(picked, self.params.value_dtype)
-        payload = Payload({"seed": pack_u32([seed], acc.device), "values": pack_values(values, self.params.value_dtype)})
+        payload = Payload(
+            {"seed": pack_u32([seed], acc.device), "values": pack_values(values, self.params.value_dtype)}
+        )
         return payload, Sent.sparse(idx, values)
 
     def indices(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
