@@ -7,7 +7,8 @@ entries. The paper observes that only a few gradients are significantly large an
 large for a short time, and lets workers choose *which* large gradients to send so that the union
 shrinks, at an unchanged per-worker ``k``.
 
-Per node and layer (error feedback on, as in top-k)::
+Per node and layer (error feedback on by default, as in top-k; ``error_feedback = false`` drops the
+unsent entries, the paper leaves it open)::
 
     acc   = grad + residual
     score = |acc| * (1 + boost * p)        p in [0, 1]: how "global" each index has been

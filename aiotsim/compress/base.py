@@ -311,7 +311,8 @@ class Codec(ABC, Generic[S]):
     def param_docs(cls) -> list[tuple[str, Any, str]]:
         """``(name, default, help)`` for every parameter, for ``aiotsim compressors``."""
         out = []
-        for f in dataclasses.fields(cls.Params):
+        # the shared error_feedback switch (inherited, hence first in the dataclass) listed last
+        for f in sorted(dataclasses.fields(cls.Params), key=lambda f: f.name == "error_feedback"):
             default = f.default if f.default is not dataclasses.MISSING else None
             out.append((f.name, default, f.metadata.get("help", "")))
         return out

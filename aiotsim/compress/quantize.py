@@ -8,7 +8,8 @@
     :func:`~aiotsim.compress.packing.pack_bits` (code ``j`` of a byte at bits ``2j..2j+1``; MXNet
     packs 16 per 32-bit word, most significant first: same size, different bit order). The threshold
     is a kvstore parameter known to both sides, so the payload is the codes alone:
-    ``ceil(n / 4)`` bytes.
+    ``ceil(n / 4)`` bytes. ``error_feedback = false`` (not MXNet's form, for ablations) keeps no
+    residual: what is below the threshold is lost.
 
 ``terngrad`` (Wen et al., "TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep
 Learning", NeurIPS 2017)

@@ -95,7 +95,7 @@ def build_codec(name: str, params: dict[str, Any] | None = None, seed: int = 0) 
     if checked.problems:
         raise ConfigError(checked.problems)
     values = cls.Params(**checked.values)
-    problems = cls.param_problems(values)  # what only the whole set can tell (e.g. min <= max)
+    problems = cls.validate(values)  # what only the whole set can tell (e.g. min <= max)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError([PARAM_PREFIX + p for p in problems])
     return cls(values, seed=seed)

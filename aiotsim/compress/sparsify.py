@@ -33,6 +33,10 @@ helper the other sparse families (DGC, PGC, aggregation-aware) share.
   because an entry whose velocity exceeds tau per step can only shed tau per step and its residual
   grows without bound (tau = 0.01: 10%, diverged; 0.1: 75%, oscillating; 0.5: diverged).
 
+Error feedback is the role :meth:`aiotsim.compress.base.Codec.encode` applies around each codec;
+``topk`` and ``threshold`` have it on by default and switch it off with ``error_feedback = false``
+(then the unsent entries are dropped); ``randomk`` ties it to ``scale`` as described above.
+
 Every payload uses the shared sparse wire format of :mod:`aiotsim.compress.sparse`: the index set in
 its cheapest exact coding, then the values as fp32 or fp16 (``value_dtype``).
 
