@@ -153,6 +153,13 @@ class Hylo(Codec[CodecState]):
             return None
         return rows, layer.numel // rows
 
+    def kernel_grid(self, layer: LayerInfo) -> tuple[int, int]:
+        """:meth:`kernel_view` of a layer on the ``"kernels"`` route (which only such layers take)."""
+        view = self.kernel_view(layer)
+        if view is None:
+            raise CodecError(f"hylo: layer {layer.name} of shape {layer.shape} has no kernels")
+        return view
+
     def route(self, layer: LayerInfo) -> Route:
         """Which path ``layer`` takes: ``"dense"``, ``"kernels"`` or ``"2bit"``."""
         if layer.numel < self.params.size_threshold or layer.numel == 0:
@@ -172,9 +179,7 @@ class Hylo(Codec[CodecState]):
 
     def kernels_sent(self, layer: LayerInfo) -> int:
         """Number of kernels a conv layer sends per iteration."""
-        view = self.kernel_view(layer)
-        assert view is not None
-        rows = view[0]
+        rows = self.kernel_grid(layer)[0]
         return min(rows, max(1, math.ceil(self.conv_rate(layer.numel) * rows)))
 
     def fc_threshold(self, acc: torch.Tensor) -> float:
@@ -201,10 +206,7 @@ class Hylo(Codec[CodecState]):
 
     def _encode_kernels(self, acc: torch.Tensor, layer: LayerInfo) -> tuple[Payload, Sent]:
         """The conv route: the most important kernels of ``acc``, exactly (fp32) or as fp16."""
-        view = self.kernel_view(layer)
-        if view is None:
-            raise CodecError(f"hylo: layer {layer.name} of shape {layer.shape} has no kernels")
-        rows, cols = view
+        rows, cols = self.kernel_grid(layer)
         kernels = acc.reshape(rows, cols)  # [kernels, elements per kernel]
         ord_ = 1 if self.params.importance_norm == "l1" else 2
         importance = torch.linalg.vector_norm(kernels, ord=ord_, dim=1)  # [kernels]
@@ -222,10 +224,7 @@ class Hylo(Codec[CodecState]):
         if route == "dense":
             out = unpack_f32(payload.buffers["values"])
         elif route == "kernels":
-            view = self.kernel_view(layer)
-            if view is None:
-                raise CodecError(f"hylo: layer {layer.name} of shape {layer.shape} has no kernels")
-            rows, cols = view
+            rows, cols = self.kernel_grid(layer)
             idx = decode_indices(payload.buffers["indices"], rows)
             vals = unpack_values(payload.buffers["values"], self.params.value_dtype).view(-1, cols)
             out = torch.zeros(rows, cols, dtype=torch.float32, device=vals.device)

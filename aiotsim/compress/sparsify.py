@@ -83,9 +83,9 @@ _BRACKET_SAMPLE = 1 << 16
 
 # ---- shared helpers ----------------------------------------------------------------------------
 def value_dtype_opt(help: str = "precision of the sent values: fp32 or fp16") -> ValueDtype:
-    """The ``value_dtype`` field every sparsifier declares (fp32 by default)."""
-    out: ValueDtype = opt("fp32", help)
-    return out
+    """The ``value_dtype`` field every sparsifier declares (fp32 by default; the ``Literal`` type
+    is what :func:`aiotsim.schema.check_fields` checks the value against)."""
+    return opt("fp32", help)
 
 
 def k_of(ratio: float, n: int) -> int:
