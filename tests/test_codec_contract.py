@@ -4,8 +4,9 @@ Each codec runs at its default parameters. Checks: round trip shape/dtype/device
 1-D ``uint8`` buffers on the gradient's device whose sizes sum to ``nbytes``; empty, 1-element,
 odd-sized and one large tensor; fp32/fp16/bf16 gradients; conv- and fc-shaped layers; CUDA when
 present; ``decode`` needs only the payload (a fresh codec instance decodes the same); error-feedback
-conservation for codecs with ``has_residual``; determinism of the bytes for equal seeds; parameter
-docs and validation of the defaults.
+conservation for every codec that keeps a residual, and no residual where ``error_feedback`` is
+switched off; the role's own guards (a codec's own state, a reported ``sent``); determinism of the
+bytes for equal seeds; parameter docs and validation of the defaults.
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ import pytest
 import torch
 
 from aiotsim.compress import codec_names, get_codec_class
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
+from aiotsim.compress.memory import Sent
+from aiotsim.errors import CodecError
 
 NAMES = codec_names()
+# codecs whose error feedback is a parameter (their Params inherit FeedbackParams)
+SWITCHABLE = [n for n in NAMES if issubclass(get_codec_class(n).Params, FeedbackParams)]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 # Layers: (id, LayerInfo). Sizes stay small; "large" is the one big case.
@@ -33,9 +38,9 @@ LAYERS = {
 }
 
 
-def make_codec(name: str, seed: int = 7) -> Codec:
+def make_codec(name: str, seed: int = 7, **params: object) -> Codec:
     cls = get_codec_class(name)
-    return cls(cls.Params(), seed=seed)
+    return cls(cls.Params(**params), seed=seed)
 
 
 def make_state(codec: Codec, layer: LayerInfo, device: torch.device, node: int = 0) -> CodecState:
@@ -139,12 +144,12 @@ def test_decode_uses_only_payload(name: str, layer_id: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_error_feedback_conservation(name: str, layer_id: str) -> None:
     """``sent + residual_after == grad + residual_before`` at every step (3 steps)."""
-    codec = make_codec(name)
+    # DGC accumulates its momentum-corrected velocity; with momentum 0 (and no clipping) that is
+    # the gradient itself
+    codec = make_codec(name, momentum=0.0) if name == "dgc" else make_codec(name)
     # Read on the instance: a codec may derive it from its parameters (randomk with scale=true).
-    if not codec.has_residual:
+    if not codec.error_feedback:
         pytest.skip(f"{name} keeps no residual at its default parameters")
-    if codec.absorbs_momentum:
-        pytest.skip(f"{name} accumulates momentum-corrected updates, not gradients")
     layer = LAYERS[layer_id]
     state = make_state(codec, layer, torch.device("cpu"))
     total_in = torch.zeros(layer.shape)
@@ -161,6 +166,51 @@ def test_error_feedback_conservation(name: str, layer_id: str) -> None:
         total_sent += sent
     # Over the three steps nothing was lost: what was sent plus what is kept is all the input.
     torch.testing.assert_close(total_sent + state.residual.reshape(layer.shape), total_in, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layer_id", ["odd", "conv", "fc"])
+@pytest.mark.parametrize("name", SWITCHABLE)
+def test_error_feedback_off_keeps_no_residual(name: str, layer_id: str) -> None:
+    """``error_feedback = false``: no residual, and nothing carries over between steps (the same
+    gradient twice gives the same bytes)."""
+    codec = make_codec(name, error_feedback=False)
+    assert get_codec_class(name).has_residual and not codec.error_feedback
+    layer = LAYERS[layer_id]
+    state = make_state(codec, layer, torch.device("cpu"))
+    grad = gradient(layer, torch.device("cpu"))
+    msgs = []
+    for _ in range(2):
+        payload = encode(codec, grad, layer, state)
+        assert state.residual is None
+        msgs.append({k: v.tolist() for k, v in payload.buffers.items()})
+    assert msgs[0] == msgs[1]
+    assert state.step == 2
+
+
+class _Forgetful(Codec[CodecState]):
+    """A codec that keeps a residual but does not say what it sent (not registered)."""
+
+    name = "forgetful"
+    has_residual = True
+
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
+        return Payload({}), None
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        return torch.zeros(layer.shape)
+
+
+def test_role_guards() -> None:
+    layer = LAYERS["odd"]
+    with pytest.raises(CodecError, match="did not say what it sent"):
+        codec = _Forgetful()
+        codec.encode(torch.ones(layer.shape), layer, codec.init_state(layer, torch.device("cpu"), 0))
+    dgc = make_codec("dgc")
+    plain = CodecState(generator=torch.Generator())
+    with pytest.raises(CodecError, match="dgc needs its own DGCState"):
+        dgc.encode(torch.ones(layer.shape), layer, plain)
 
 
 # ---- determinism ----------------------------------------------------------------------------
@@ -189,5 +239,5 @@ def test_params_documented_and_defaults_valid(name: str) -> None:
     assert cls.Params.__dataclass_params__.frozen  # type: ignore[attr-defined]
     for pname, _default, help_ in cls.param_docs():
         assert help_, f"{name}.{pname} has no help"
-    assert cls(cls.Params()).validate() == []
+    assert cls.param_problems(cls.Params()) == []
     assert cls.encode_flops_per_element >= 0.0

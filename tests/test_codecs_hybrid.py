@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from aiotsim.compress import build_codec
 from aiotsim.compress.base import LayerInfo
 from aiotsim.compress.fft import pack_words, range_float_decode, range_float_encode, unpack_words, word_parts
+from aiotsim.compress.hylo import Hylo
 from aiotsim.compress.packing import decode_indices, unpack_f32
+from aiotsim.errors import CodecError, ConfigError
 
 CPU = torch.device("cpu")
 
@@ -150,11 +152,19 @@ def test_hylo_fc_rms_threshold() -> None:
 
 
 def test_hylo_validate_names_bad_values() -> None:
-    with pytest.raises(Exception) as info:
-        build_codec("hylo", {"min_rate": 0.5, "max_rate": 0.2, "fc_factor": -1.0})
-    text = str(info.value)
-    assert "min_rate(=0.5) must be <= max_rate(=0.2)" in text
-    assert "fc_factor(=-1.0)" in text
+    # single-field ranges first (a cross-field check needs well-typed fields)...
+    with pytest.raises(ConfigError) as info:
+        build_codec("hylo", {"min_rate": 0.5, "max_rate": 0.2, "fc_factor": -1.0, "size_threshold": 1.5})
+    assert info.value.problems == [
+        "compressor.fc_factor: must be > 0, got -1.0",
+        "compressor.size_threshold: must be an integer, got 1.5",
+    ]
+    # ...then the check across fields
+    with pytest.raises(ConfigError) as info:
+        build_codec("hylo", {"min_rate": 0.5, "max_rate": 0.2})
+    assert info.value.problems == ["compressor.min_rate: must be <= max_rate (=0.2), got 0.5"]
+    with pytest.raises(CodecError, match="compressor.min_rate: must be <= max_rate"):
+        Hylo(Hylo.Params(min_rate=0.5, max_rate=0.2))
 
 
 # ============================== fft ============================================================

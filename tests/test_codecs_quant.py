@@ -99,8 +99,25 @@ def test_2bit_payload_size(n, nbytes):
 
 
 def test_2bit_validate_names_bad_value():
-    with pytest.raises(ConfigError, match=r"threshold\(=-1(\.0)?\) must be"):
+    with pytest.raises(ConfigError) as err:
         build_codec("2bit", {"threshold": -1.0})
+    assert err.value.problems == ["compressor.threshold: must be > 0, got -1.0"]
+
+
+def test_2bit_without_error_feedback_loses_what_is_below_the_threshold():
+    # t = 0.5; step 1: [0.6, 0.3, -0.4, -0.7] -> codes +t, 0, 0, -t; the 0.3 and -0.4 are lost
+    # (no residual), so step 2's [0.3, 0.3, -0.2, 0.0] sends nothing at all (with error feedback
+    # 0.3 + 0.3 = 0.6 would have gone out as +t, and -0.4 - 0.2 = -0.6 as -t)
+    steps = run("2bit", {"error_feedback": False}, [t([0.6, 0.3, -0.4, -0.7]), t([0.3, 0.3, -0.2, 0.0])])
+    (p1, d1, r1), (p2, d2, r2) = steps
+    assert d1.tolist() == [0.5, 0.0, 0.0, -0.5]
+    assert r1 is None and r2 is None
+    assert d2.tolist() == [0.0, 0.0, 0.0, 0.0]
+    # codes 0b11 (+t) at bits 0-1, 0b10 (-t) at bits 6-7: 0b10_00_00_11
+    assert p1.buffers["codes"].tolist() == [0b10000011]
+    assert p2.buffers["codes"].tolist() == [0]
+    with_ef = run("2bit", {}, [t([0.6, 0.3, -0.4, -0.7]), t([0.3, 0.3, -0.2, 0.0])])
+    assert with_ef[1][1].tolist() == [0.0, 0.5, -0.5, 0.0]
 
 
 # ---- 4bit ----------------------------------------------------------------------------------------
@@ -193,7 +210,7 @@ RESIDUAL_CODECS = [
 )
 def test_error_feedback_conservation(name, params, rows, cols, seed, scale, dtype):
     codec = build_codec(name, params, seed=1)
-    assert codec.has_residual
+    assert codec.error_feedback
     info = layer((rows, cols), dtype)
     info32 = layer((rows, cols))
     state = codec.init_state(info, CPU, node=0)
@@ -355,8 +372,8 @@ def test_qsgd_validate():
     with pytest.raises(ConfigError) as err:
         build_codec("qsgd", {"levels": 0, "bucket_size": 0})
     assert err.value.problems == [
-        "compressor qsgd: levels(=0) must be in 1..127",
-        "compressor qsgd: bucket_size(=0) must be >= 1",
+        "compressor.levels: must be in [1, 127], got 0",
+        "compressor.bucket_size: must be >= 1, got 0",
     ]
 
 
@@ -473,10 +490,11 @@ def test_decode_is_pure_and_reads_only_the_payload(name, params):
     assert torch.equal(build_codec(name, params, seed=99).decode(copy, info), first)
 
 
-def test_state_counts_steps():
-    codec = build_codec("2bit", {})
+@pytest.mark.parametrize("name", ["2bit", "terngrad", "signsgd"])
+def test_state_counts_steps(name):
+    codec = build_codec(name, {})
     info = layer((5,))
     state: CodecState = codec.init_state(info, CPU, 0)
     for _ in range(3):
         codec.encode(torch.randn(5), info, state)
-    assert (state.step, state.elements_in) == (3, 15)
+    assert state.step == 3

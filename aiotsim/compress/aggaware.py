@@ -7,7 +7,8 @@ entries. The paper observes that only a few gradients are significantly large an
 large for a short time, and lets workers choose *which* large gradients to send so that the union
 shrinks, at an unchanged per-worker ``k``.
 
-Per node and layer (error feedback on, as in top-k)::
+Per node and layer (error feedback on by default, as in top-k; ``error_feedback = false`` drops the
+unsent entries, the paper leaves it open)::
 
     acc   = grad + residual
     score = |acc| * (1 + boost * p)        p in [0, 1]: how "global" each index has been
@@ -41,26 +42,17 @@ at the server (seed 001's metric) is measured from the payloads' index sets
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
-from aiotsim.compress import memory
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
+from aiotsim.compress.memory import Sent
 from aiotsim.compress.registry import register
 from aiotsim.compress.sparse import decode_sparse, sparse_payload
-from aiotsim.compress.sparsify import (
-    ValueDtype,
-    finish_sparse,
-    k_of,
-    ratio_problems,
-    round_values,
-    topk_indices,
-    value_dtype_problems,
-)
-from aiotsim.errors import CodecError
+from aiotsim.compress.sparsify import ValueDtype, k_of, round_values, topk_indices, value_dtype_opt
+from aiotsim.schema import fraction, non_negative, opt, unit_interval
 
 Metric = Literal["magnitude", "global", "persistence", "consensus"]
 
@@ -74,82 +66,62 @@ class AggAwareState(CodecState):
 
 
 @register
-class AggregationAware(Codec):
+class AggregationAware(Codec[AggAwareState]):
     """Seed 001: top-k re-ranked toward indices in recent aggregated unions, to shrink the union."""
 
     @dataclass(frozen=True)
-    class Params:
-        ratio: float = field(
-            default=0.01, metadata={"help": "fraction of elements each worker sends, k = ceil(ratio * n)"}
+    class Params(FeedbackParams):
+        ratio: float = opt(0.01, "fraction of elements each worker sends, k = ceil(ratio * n)", check=unit_interval)
+        metric: Metric = opt(
+            "global",
+            "magnitude (plain top-k), global (last union), persistence (decayed union count), "
+            "consensus (last aggregate's normalized magnitude)",
         )
-        metric: Metric = field(
-            default="global",
-            metadata={
-                "help": "magnitude (plain top-k), global (last union), persistence (decayed union count), "
-                "consensus (last aggregate's normalized magnitude)"
-            },
+        boost: float = opt(2.0, "score = |acc| * (1 + boost * p); p = how global an index has been", check=non_negative)
+        decay: float = opt(
+            0.5, "persistence: p <- decay * p + (1 - decay) * [index in union], in [0, 1)", check=fraction
         )
-        boost: float = field(
-            default=2.0, metadata={"help": "score = |acc| * (1 + boost * p); p = how global an index has been"}
-        )
-        decay: float = field(
-            default=0.5, metadata={"help": "persistence: p <- decay * p + (1 - decay) * [index in union], in [0, 1)"}
-        )
-        value_dtype: ValueDtype = field(default="fp32", metadata={"help": "precision of the sent values: fp32 or fp16"})
+        value_dtype: ValueDtype = value_dtype_opt()
 
     name = "agg-aware"
     summary = "aggregation-aware top-k (seed 001): prefer recently global indices so the server's union shrinks"
+    State = AggAwareState
     has_residual = True
     sparse = True
     encode_flops_per_element = 10.0
 
-    def validate(self) -> list[str]:
-        p = self.params
-        problems = ratio_problems("ratio", p.ratio)
-        if p.metric not in ("magnitude", "global", "persistence", "consensus"):
-            problems.append(f"metric(={p.metric!r}) must be 'magnitude', 'global', 'persistence' or 'consensus'")
-        if not (p.boost >= 0 and math.isfinite(p.boost)):
-            problems.append(f"boost(={p.boost}) must be a finite number >= 0")
-        if not 0.0 <= p.decay < 1.0:
-            problems.append(f"decay(={p.decay}) must be in [0, 1)")
-        return problems + value_dtype_problems(p.value_dtype)
-
-    def init_state(self, layer: LayerInfo, device: torch.device, node: int) -> AggAwareState:
-        return AggAwareState(generator=self.make_generator(layer, device, node))
-
-    def scores(self, acc: torch.Tensor, state: CodecState) -> torch.Tensor:
+    def scores(self, acc: torch.Tensor, state: AggAwareState) -> torch.Tensor:
         """Selection scores ``[n]`` of the accumulated gradient under the configured metric."""
         mag = acc.reshape(-1).abs()
-        p = getattr(state, "globalness", None)
+        p = state.globalness
         if self.params.metric == "magnitude" or p is None or self.params.boost == 0:
             return mag
         return mag * (1.0 + self.params.boost * p.to(mag.device))
 
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        acc = memory.compensate(grad, state)  # fp32, shape of grad
-        flat = acc.view(-1)  # [n]
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: AggAwareState
+    ) -> tuple[Payload, Sent | None]:
+        flat = acc.reshape(-1)  # [n] fp32: r + g (or g without error feedback)
         n = flat.numel()
         idx = topk_indices(self.scores(acc, state), k_of(self.params.ratio, n))  # [k]
         values = round_values(flat[idx], self.params.value_dtype)
-        finish_sparse(acc, idx, values, state, keep_residual=True)
-        return sparse_payload(idx, values, n, self.params.value_dtype)
+        return sparse_payload(idx, values, n, self.params.value_dtype), Sent.sparse(idx, values)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return decode_sparse(payload, layer, self.params.value_dtype)
 
     def observe_global(self, update: torch.Tensor, layer: LayerInfo, state: CodecState) -> None:
         """Learn the union from the server's aggregated ``update`` (its nonzero pattern)."""
-        if not isinstance(state, AggAwareState):
-            raise CodecError(f"agg-aware needs the state from its own init_state(), got {type(state).__name__}")
+        st = self.typed_state(state)
         in_union = (update.reshape(-1) != 0).to(torch.float32)  # [n] 1 on the union
         if self.params.metric == "consensus":
             mag = update.reshape(-1).abs().to(torch.float32)
             top = float(mag.max()) if mag.numel() else 0.0
-            state.globalness = mag / top if top > 0 else mag
-        elif self.params.metric == "persistence" and state.globalness is not None:
-            state.globalness.mul_(self.params.decay).add_(in_union, alpha=1.0 - self.params.decay)
+            st.globalness = mag / top if top > 0 else mag
+        elif self.params.metric == "persistence" and st.globalness is not None:
+            st.globalness.mul_(self.params.decay).add_(in_union, alpha=1.0 - self.params.decay)
         elif self.params.metric == "persistence":
-            state.globalness = in_union * (1.0 - self.params.decay)
+            st.globalness = in_union * (1.0 - self.params.decay)
         else:
-            state.globalness = in_union
-        state.rounds_observed += 1
+            st.globalness = in_union
+        st.rounds_observed += 1

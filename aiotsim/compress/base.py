@@ -3,8 +3,16 @@
 A codec turns one layer's gradient into a :class:`Payload` (the exact bytes that travel) and turns a
 payload back into a dense gradient using only those bytes, the layer's static :class:`LayerInfo` and
 seeds shared by protocol. Mutable per-node, per-layer state (residuals, momentum, thresholds, PowerSGD
-Q, the codec's random generator) lives in a :class:`CodecState`; the codec object itself holds only
-hyperparameters, so one codec instance serves every node.
+Q, the codec's random generator) lives in a :class:`CodecState` subclass that each codec declares
+(``Codec.State``); the codec object itself holds only hyperparameters, so one codec instance serves
+every node.
+
+Error feedback is a role around the codec, not a call inside it (GRACE's Compressor / Memory split):
+:meth:`Codec.encode` is a template method that, when the instance keeps a residual
+(:attr:`Codec.error_feedback`), adds the residual to the gradient
+(:func:`aiotsim.compress.memory.compensate`), calls the codec's own :meth:`Codec._encode` on that
+accumulation, and keeps what was not sent (:func:`aiotsim.compress.memory.remember`). A codec only
+says what it sends (a :class:`~aiotsim.compress.memory.Sent`) and never touches the residual.
 
 The server side belongs to the codec family too: :meth:`Codec.aggregate` combines the decoded
 gradients, and :meth:`Codec.observe_global` lets a node's state learn from the aggregated update that
@@ -19,11 +27,17 @@ import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
 import torch
 
+from aiotsim.compress import memory
+from aiotsim.compress.memory import Sent
 from aiotsim.errors import CodecError
+from aiotsim.schema import check_fields, opt
+
+# Prefix of every parameter problem: ``compressor.ratio: must be in (0, 1], got 2``.
+PARAM_PREFIX = "compressor."
 
 LayerKind = Literal["conv", "fc", "bias", "norm", "other"]
 
@@ -96,7 +110,8 @@ class Payload:
 
 @dataclass
 class CodecState:
-    """Per-node, per-layer mutable state of a codec. Codecs subclass it to add their own fields.
+    """Per-node, per-layer mutable state of a codec. A codec with more state declares a dataclass
+    subclass with typed fields and names it as its ``Codec.State``.
 
     Fields are grouped by role, as in PyTorch's PowerSGD state: randomness, internal state and
     statistics. ``sq_grad`` is filled by the engine before :meth:`Codec.encode` for codecs that set
@@ -106,12 +121,12 @@ class CodecState:
     # randomness: owned by the state, derived from the scenario seed (never the global RNG)
     generator: torch.Generator
     # internal state
-    residual: torch.Tensor | None = None  # error feedback accumulator, shape of the gradient
+    residual: torch.Tensor | None = None  # error feedback: what was not sent yet, fp32, shape of the gradient
     step: int = 0  # number of encode() calls so far
     sq_grad: torch.Tensor | None = None
-    # statistics: elements before/after compression, for the codec's own accounting
-    elements_in: int = 0
-    elements_out: int = 0
+
+
+S = TypeVar("S", bound=CodecState)
 
 
 def derive_seed(*parts: object) -> int:
@@ -128,12 +143,25 @@ class NoParams:
     """Parameters of a codec that has none."""
 
 
-class Codec(ABC):
-    """A gradient compressor: hyperparameters only; state lives in :class:`CodecState`.
+@dataclass(frozen=True)
+class FeedbackParams:
+    """Base of the ``Params`` of a codec whose error feedback is a choice (where its paper leaves it
+    open): the ``error_feedback`` switch, on by default. Codecs whose algorithm fixes it (DGC,
+    PowerSGD, EF-signSGD ...) do not inherit it and set :attr:`Codec.has_residual` instead."""
 
-    Subclasses set the class attributes, define a frozen dataclass ``Params`` whose fields carry
-    defaults (and a ``metadata={"help": ...}`` one-liner each), and implement :meth:`encode` and
-    :meth:`decode`. Parameter validation goes in :meth:`validate`, returning one message per problem.
+    error_feedback: bool = opt(True, "keep what was not sent and add it to the next gradient (error feedback)")
+
+
+class Codec(ABC, Generic[S]):
+    """A gradient compressor: hyperparameters only; state lives in a :class:`CodecState`.
+
+    Where to add a codec: subclass ``Codec[MyState]``, set the class attributes, declare ``Params`` (a
+    frozen dataclass whose fields are :func:`aiotsim.schema.opt` declarations: default, help, range
+    check; inherit :class:`FeedbackParams` for an ``error_feedback`` switch), ``State`` (a
+    :class:`CodecState` subclass when the codec keeps more than a residual), and implement
+    :meth:`_encode` (compress an accumulated gradient, report what was sent) and :meth:`decode`.
+    Checks that involve several parameters go in :meth:`validate`. Register the class with
+    :func:`aiotsim.compress.registry.register`.
 
     Class attributes
     ----------------
@@ -144,7 +172,8 @@ class Codec(ABC):
     unbiased : bool
         E[decode(encode(g))] == g (checked by Monte-Carlo tests).
     has_residual : bool
-        Keeps error feedback; sent + residual == accumulated input must hold.
+        Keeps a residual (error feedback) at its default parameters; the instance's
+        :attr:`error_feedback` is the truth for the chosen parameters.
     sparse : bool
         Payloads carry an index set; the server's aggregated size is the union of indices.
     needs_sq_grad : bool
@@ -159,6 +188,7 @@ class Codec(ABC):
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     Params: ClassVar[type] = NoParams
+    State: ClassVar[type[CodecState]] = CodecState
     unbiased: ClassVar[bool] = False
     has_residual: ClassVar[bool] = False
     sparse: ClassVar[bool] = False
@@ -169,20 +199,38 @@ class Codec(ABC):
     def __init__(self, params: Any = None, seed: int = 0) -> None:
         self.params = params if params is not None else self.Params()
         self.seed = seed
-        problems = self.validate()
+        problems = self.param_problems(self.params)
         if problems:
-            raise CodecError("; ".join(f"compressor {self.name}: {p}" for p in problems))
+            raise CodecError("\n".join(f"{self.name}: {p}" for p in problems))
+        # Whether encode() keeps a residual, for the chosen parameters (the error-feedback role).
+        self.error_feedback: bool = self._keeps_residual()
 
     # ---- hyperparameters -------------------------------------------------------------------
-    def validate(self) -> list[str]:
-        """Problems with ``self.params``, one message each naming the value and the valid range."""
+    @classmethod
+    def validate(cls, params: Any) -> list[str]:
+        """Problems that involve several fields of ``params``, one ``"key: reason"`` line each.
+        Single-field ranges are declared on the field (:func:`aiotsim.schema.opt`)."""
         return []
 
+    @classmethod
+    def param_problems(cls, params: Any) -> list[str]:
+        """Every problem of a ``Params`` instance, ``compressor.KEY: reason``: each field's type,
+        finiteness and range (:func:`aiotsim.schema.check_fields`), then :meth:`validate`."""
+        values = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
+        problems = check_fields(type(params), values, prefix=PARAM_PREFIX).problems
+        return problems or [PARAM_PREFIX + p for p in cls.validate(params)]
+
+    def _keeps_residual(self) -> bool:
+        """Error feedback for these parameters: the ``error_feedback`` switch where ``Params``
+        inherits :class:`FeedbackParams`, else the class's :attr:`has_residual`."""
+        if isinstance(self.params, FeedbackParams):
+            return bool(self.params.error_feedback)
+        return self.has_residual
+
     # ---- state -----------------------------------------------------------------------------
-    def init_state(self, layer: LayerInfo, device: torch.device, node: int) -> CodecState:
-        """Fresh state for ``node``'s copy of ``layer``. Subclasses with more fields override
-        this and call :meth:`make_generator`."""
-        return CodecState(generator=self.make_generator(layer, device, node))
+    def init_state(self, layer: LayerInfo, device: torch.device, node: int) -> S:
+        """Fresh ``State`` for ``node``'s copy of ``layer``, with its own seeded generator."""
+        return cast(S, self.State(generator=self.make_generator(layer, device, node)))
 
     def make_generator(self, layer: LayerInfo, device: torch.device, node: int) -> torch.Generator:
         """The per-node, per-layer generator, seeded from the scenario seed."""
@@ -190,10 +238,51 @@ class Codec(ABC):
         gen.manual_seed(derive_seed(self.seed, self.name, node, layer.index, layer.name))
         return gen
 
+    def typed_state(self, state: CodecState) -> S:
+        """``state`` as this codec's own ``State`` (it must come from :meth:`init_state`)."""
+        if not isinstance(state, self.State):
+            raise CodecError(
+                f"{self.name} needs its own {self.State.__name__} from init_state(), got {type(state).__name__}"
+            )
+        return cast(S, state)
+
     # ---- node side -------------------------------------------------------------------------
-    @abstractmethod
     def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        """Compress ``grad`` (shape ``layer.shape``) into the bytes that go on the wire."""
+        """Compress ``grad`` (shape ``layer.shape``) into the bytes that go on the wire.
+
+        The error-feedback role: with :attr:`error_feedback` on, ``acc = input + residual``
+        (:func:`~aiotsim.compress.memory.compensate`), the codec's :meth:`_encode` compresses
+        ``acc`` and reports what it sent, and ``residual = acc - sent``
+        (:func:`~aiotsim.compress.memory.remember`); off, ``_encode`` gets the input as fp32 and
+        no residual is kept. The input is the gradient unless the codec redefines
+        :meth:`_feedback_input` (DGC: the momentum-corrected velocity).
+        """
+        st = self.typed_state(state)
+        x = self._feedback_input(grad, st)
+        if not self.error_feedback:
+            payload, _ = self._encode(as_float(x), grad, layer, st)
+        else:
+            acc = memory.compensate(x, st.residual)  # fp32, shape of grad
+            st.residual = None  # consumed: compensate may have reused its storage
+            payload, sent = self._encode(acc, grad, layer, st)
+            if sent is None:
+                raise CodecError(f"{self.name} keeps a residual but its _encode did not say what it sent")
+            st.residual = memory.remember(acc, sent)
+        st.step += 1
+        return payload
+
+    def _feedback_input(self, grad: torch.Tensor, state: S) -> torch.Tensor:
+        """What error feedback accumulates: the gradient itself, unless the codec transforms it
+        first (DGC: clipping and momentum correction, so the residual accumulates velocity)."""
+        return grad
+
+    @abstractmethod
+    def _encode(self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: S) -> tuple[Payload, Sent | None]:
+        """Compress ``acc`` (fp32, shape of ``grad``): the gradient plus the residual when
+        :attr:`error_feedback` is on, else the gradient. Return the payload and what the receiver
+        will decode from it (``None`` is allowed only without error feedback). ``grad`` is the
+        fresh gradient, for codecs whose statistics read it. ``acc`` must not be modified: it is
+        the role's accumulation, or the caller's gradient."""
 
     @abstractmethod
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
@@ -222,7 +311,8 @@ class Codec(ABC):
     def param_docs(cls) -> list[tuple[str, Any, str]]:
         """``(name, default, help)`` for every parameter, for ``aiotsim compressors``."""
         out = []
-        for f in dataclasses.fields(cls.Params):
+        # the shared error_feedback switch (inherited, hence first in the dataclass) listed last
+        for f in sorted(dataclasses.fields(cls.Params), key=lambda f: f.name == "error_feedback"):
             default = f.default if f.default is not dataclasses.MISSING else None
             out.append((f.name, default, f.metadata.get("help", "")))
         return out

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import torch
 
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import pack_f16, pack_f32, unpack_f16, unpack_f32
 from aiotsim.compress.registry import register
 
 
 @register
-class NoCompression(Codec):
+class NoCompression(Codec[CodecState]):
     """Dense fp32 gradients: the reference every compression ratio is measured against."""
 
     name = "none"
@@ -21,23 +22,28 @@ class NoCompression(Codec):
     unbiased = True
     encode_flops_per_element = 0.0
 
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        return Payload({"values": pack_f32(as_float(grad))})
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
+        return Payload({"values": pack_f32(acc)}), None
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return unpack_f32(payload.buffers["values"]).view(layer.shape).to(layer.dtype)
 
 
 @register
-class HalfPrecision(Codec):
+class HalfPrecision(Codec[CodecState]):
     """Dense fp16 gradients: 2 bytes per value, round-to-nearest (values beyond +-65504 overflow)."""
 
     name = "fp16"
     summary = "dense half-precision gradient (2 bytes per value)"
     encode_flops_per_element = 2.0
 
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        return Payload({"values": pack_f16(grad)})
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
+        # straight from the gradient: an fp16 gradient's bytes go out unchanged (NaN payloads too)
+        return Payload({"values": pack_f16(grad)}), None
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return unpack_f16(payload.buffers["values"]).view(layer.shape).to(layer.dtype)

@@ -20,29 +20,24 @@ with replacement from ``state.generator``), scaled to the sample. If more than
 ``fallback_factor * k`` entries pass it, the exact top-k is selected among those that passed (the
 paper's "top-k selection again on the selected gradients"); fewer than ``k`` passing is accepted,
 as sampling noise. The accumulated ``v`` is the error-feedback residual: ``sent + v_after ==
-v_before + u``.
+v_before + u``. In aiotsim's terms, error feedback (always on) accumulates the velocity ``u``
+rather than the gradient: :meth:`DeepGradientCompression._feedback_input` clips and applies the
+momentum correction, the role adds ``v``, and ``_encode`` selects and masks the momentum.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
+from aiotsim.compress.memory import Sent
 from aiotsim.compress.registry import register
 from aiotsim.compress.sparse import decode_sparse, sparse_payload
-from aiotsim.compress.sparsify import (
-    ValueDtype,
-    exact_topk_mask,
-    finish_sparse,
-    k_of,
-    round_values,
-    value_dtype_problems,
-)
-from aiotsim.errors import CodecError
+from aiotsim.compress.sparsify import ValueDtype, exact_topk_mask, k_of, round_values, value_dtype_opt
+from aiotsim.schema import at_least, fraction, non_negative, opt, unit_interval
 
 # Sparsities of the four warm-up stages: 1 - 0.25**(stage + 1).
 WARMUP_SPARSITIES = (0.75, 0.9375, 0.984375, 0.99609375)
@@ -66,55 +61,34 @@ def warmup_sparsity(step: int, warmup_steps: int, final: float) -> float:
 
 
 @register
-class DeepGradientCompression(Codec):
+class DeepGradientCompression(Codec[DGCState]):
     """DGC: momentum correction, local clipping, momentum factor masking, warm-up, sampled threshold."""
 
     @dataclass(frozen=True)
     class Params:
-        sparsity: float = field(default=0.999, metadata={"help": "final fraction of elements not sent, in [0, 1)"})
-        momentum: float = field(default=0.9, metadata={"help": "momentum factor m of the local momentum correction"})
-        warmup_steps: int = field(
-            default=100, metadata={"help": "encode calls of sparsity warm-up (75% .. 99.6% in 4 stages); 0 = none"}
+        sparsity: float = opt(0.999, "final fraction of elements not sent, in [0, 1)", check=fraction)
+        momentum: float = opt(0.9, "momentum factor m of the local momentum correction", check=fraction)
+        warmup_steps: int = opt(
+            100, "encode calls of sparsity warm-up (75% .. 99.6% in 4 stages); 0 = none", check=non_negative
         )
-        sample_ratio: float = field(
-            default=0.01, metadata={"help": "fraction of elements sampled to estimate the threshold"}
+        sample_ratio: float = opt(0.01, "fraction of elements sampled to estimate the threshold", check=unit_interval)
+        fallback_factor: float = opt(
+            1.3, "re-select the exact top-k when more than this times k pass the threshold", check=at_least(1.0)
         )
-        fallback_factor: float = field(
-            default=1.3, metadata={"help": "re-select the exact top-k when more than this times k pass the threshold"}
+        clip_norm: float = opt(
+            0.0, "local gradient clipping: max L2 norm of a layer's gradient; 0 = off", check=non_negative
         )
-        clip_norm: float = field(
-            default=0.0, metadata={"help": "local gradient clipping: max L2 norm of a layer's gradient; 0 = off"}
-        )
-        value_dtype: ValueDtype = field(default="fp32", metadata={"help": "precision of the sent values: fp32 or fp16"})
+        value_dtype: ValueDtype = value_dtype_opt()
 
     name = "dgc"
     summary = "Deep Gradient Compression: momentum correction and masking, clipping, warm-up, sampled threshold"
-    has_residual = True
+    State = DGCState
+    has_residual = True  # v is the algorithm's own accumulator: not switchable
     sparse = True
     absorbs_momentum = True
     encode_flops_per_element = 12.0
 
-    def validate(self) -> list[str]:
-        p = self.params
-        problems = []
-        if not 0.0 <= p.sparsity < 1.0:
-            problems.append(f"sparsity(={p.sparsity}) must be in [0, 1)")
-        if not 0.0 <= p.momentum < 1.0:
-            problems.append(f"momentum(={p.momentum}) must be in [0, 1)")
-        if p.warmup_steps < 0:
-            problems.append(f"warmup_steps(={p.warmup_steps}) must be >= 0")
-        if not 0.0 < p.sample_ratio <= 1.0:
-            problems.append(f"sample_ratio(={p.sample_ratio}) must be in (0, 1]")
-        if not p.fallback_factor >= 1.0:
-            problems.append(f"fallback_factor(={p.fallback_factor}) must be >= 1")
-        if not (p.clip_norm >= 0.0 and math.isfinite(p.clip_norm)):
-            problems.append(f"clip_norm(={p.clip_norm}) must be a finite number >= 0")
-        return problems + value_dtype_problems(p.value_dtype)
-
-    def init_state(self, layer: LayerInfo, device: torch.device, node: int) -> DGCState:
-        return DGCState(generator=self.make_generator(layer, device, node))
-
-    def current_sparsity(self, state: CodecState) -> float:
+    def current_sparsity(self, state: DGCState) -> float:
         """The sparsity the next :meth:`encode` on ``state`` will use."""
         return warmup_sparsity(state.step, self.params.warmup_steps, self.params.sparsity)
 
@@ -135,25 +109,30 @@ class DeepGradientCompression(Codec):
             idx = idx[exact_topk_mask(mag[idx], k)]
         return idx
 
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        if not isinstance(state, DGCState):
-            raise CodecError(f"dgc needs the state from its own init_state(), got {type(state).__name__}")
+    def _feedback_input(self, grad: torch.Tensor, state: DGCState) -> torch.Tensor:
+        """Local clipping, then momentum correction: the velocity ``u <- m u + g`` (fp32, kept in
+        the state) is what error feedback accumulates into ``v``."""
         g = as_float(grad)
         if self.params.clip_norm > 0 and g.numel():
             norm = float(torch.linalg.vector_norm(g))
             if norm > self.params.clip_norm:
                 g = g * (self.params.clip_norm / norm)
         u = g.clone() if state.momentum is None else state.momentum.mul_(self.params.momentum).add_(g)
-        acc = memory.compensate(u, state)  # v + u: the accumulated velocity, fp32
-        flat = acc.view(-1)  # [n]
+        state.momentum = u
+        return u
+
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: DGCState
+    ) -> tuple[Payload, Sent | None]:
+        flat = acc.reshape(-1)  # [n] fp32: v + u, the accumulated velocity
         n = flat.numel()
         k = k_of(1.0 - self.current_sparsity(state), n)
         idx = self._select(flat.abs(), k, state.generator)
         values = round_values(flat[idx], self.params.value_dtype)
-        finish_sparse(acc, idx, values, state, keep_residual=True)  # v <- v - sent (0 where sent)
-        u.view(-1)[idx] = 0.0  # momentum factor masking
-        state.momentum = u
-        return sparse_payload(idx, values, n, self.params.value_dtype)
+        if state.momentum is not None:
+            state.momentum.view(-1)[idx] = 0.0  # momentum factor masking
+        # the role then keeps v <- v - sent (0 where sent)
+        return sparse_payload(idx, values, n, self.params.value_dtype), Sent.sparse(idx, values)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return decode_sparse(payload, layer, self.params.value_dtype)

@@ -40,18 +40,19 @@ natural batched form on a GPU; layers smaller than a chunk get one FFT of their 
 ``chunk_size = 0``, over the whole flattened layer; the exponent range is taken from the
 message's own values (min in the header) rather than fixed per model; error feedback of the
 untransmitted part is applied, which the paper's convergence argument (diminishing ``theta``) does
-not need but which every other sparsifier in aiotsim uses, so comparisons are like for like.
+not need but which every other sparsifier in aiotsim uses, so comparisons are like for like
+(``error_feedback = false`` drops it, the paper's own form).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from aiotsim.compress import memory
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
+from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
     bit_width,
     decode_indices,
@@ -63,6 +64,7 @@ from aiotsim.compress.packing import (
 )
 from aiotsim.compress.registry import register
 from aiotsim.compress.sparsify import topk_indices
+from aiotsim.schema import between, non_negative, opt, unit_interval
 
 # Exponent bias of the header field: fp32 exponents (of the 1.m form) lie in [-149, 128].
 _EXP_BIAS = 256
@@ -203,7 +205,7 @@ def _pow2(e: torch.Tensor) -> torch.Tensor:
 
 
 @register
-class FFTSparsification(Codec):
+class FFTSparsification(Codec[CodecState]):
     """Frequency-domain top-k sparsification + range-based float quantization, with error feedback."""
 
     name = "fft"
@@ -214,31 +216,20 @@ class FFTSparsification(Codec):
     encode_flops_per_element = 70.0
 
     @dataclass(frozen=True)
-    class Params:
-        keep: float = field(
-            default=0.1, metadata={"help": "fraction of frequency bins kept (1 - the paper's theta), in (0, 1]"}
+    class Params(FeedbackParams):
+        keep: float = opt(
+            0.1, "fraction of frequency bins kept (1 - the paper's theta), in (0, 1]", check=unit_interval
         )
-        chunk_size: int = field(
-            default=4096,
-            metadata={"help": "FFT length in elements (batched fixed-size FFTs); 0 = one FFT over the whole layer"},
+        chunk_size: int = opt(
+            4096,
+            "FFT length in elements (batched fixed-size FFTs); 0 = one FFT over the whole layer",
+            check=non_negative,
         )
-        mantissa_bits: int = field(default=7, metadata={"help": "mantissa bits of the range-based float (0..23)"})
-        max_exponent_bits: int = field(
-            default=5, metadata={"help": "widest exponent field (1..8); smaller values become subnormals"}
+        # fp32 has 23 stored mantissa bits; an exponent field wider than 8 bits would cover no more
+        mantissa_bits: int = opt(7, "mantissa bits of the range-based float (0..23)", check=between(0, 23))
+        max_exponent_bits: int = opt(
+            5, "widest exponent field (1..8); smaller values become subnormals", check=between(1, 8)
         )
-
-    def validate(self) -> list[str]:
-        p = self.params
-        problems = []
-        if not 0.0 < p.keep <= 1.0:
-            problems.append(f"keep(={p.keep}) must be in (0, 1]")
-        if p.chunk_size < 0:
-            problems.append(f"chunk_size(={p.chunk_size}) must be >= 0 (0 = whole layer)")
-        if not 0 <= p.mantissa_bits <= 23:
-            problems.append(f"mantissa_bits(={p.mantissa_bits}) must be in 0..23")
-        if not 1 <= p.max_exponent_bits <= 8:
-            problems.append(f"max_exponent_bits(={p.max_exponent_bits}) must be in 1..8")
-        return problems
 
     # ---- geometry shared by both sides ---------------------------------------------------------
     def chunking(self, n: int) -> tuple[int, int]:
@@ -264,10 +255,11 @@ class FFTSparsification(Codec):
         return signal.reshape(-1)[:n]
 
     # ---- node side -------------------------------------------------------------------------
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
         p = self.params
-        acc = memory.compensate(grad, state)  # fp32, shape of the grad
-        flat = acc.reshape(-1)
+        flat = acc.reshape(-1)  # [n] fp32: r + g (or g without error feedback)
         n = flat.numel()
         chunks, length = self.chunking(n)
         device = flat.device
@@ -289,19 +281,17 @@ class FFTSparsification(Codec):
             rf = range_float_encode(torch.cat([kept.real, kept.imag]), p.mantissa_bits, p.max_exponent_bits)
             deq = range_float_decode(rf.words, rf.e_lo, rf.exp_bits, rf.mantissa_bits)  # [2k]
             sent_flat = self._inverse(idx, deq[:k], deq[k:], n)
-        memory.remember(acc, sent_flat.view(acc.shape), state)
-        state.step += 1
-        state.elements_in += n
-        state.elements_out += 2 * int(idx.numel())
         header = pack_uint(torch.tensor([rf.e_lo + _EXP_BIAS, rf.exp_bits], device=device), 16)  # 4 bytes
         bins = chunks * (length // 2 + 1)
-        return Payload(
+        payload = Payload(
             {
                 "header": header,
                 "indices": encode_indices(idx, bins),
                 "values": pack_words(rf.words, rf.width),
             }
         )
+        # the node keeps what the server will not see: dropped bins and rounding error
+        return payload, Sent(dense=sent_flat)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         n = layer.numel

@@ -9,7 +9,7 @@ thresholds to fit differently distributed layers; the exact groups are not publi
 
 Algorithm (our reading). Per layer and step, with residual ``r`` and gradient ``g``:
 
-1. ``acc = r + g`` (error feedback, :mod:`aiotsim.compress.memory`).
+1. ``acc = r + g`` (error feedback, the role :meth:`aiotsim.compress.base.Codec.encode` applies).
 2. One anchor statistic ``a`` of ``|acc|`` (``statistic``): ``max`` (default) or ``mean``.
 3. Seven thresholds ``0 < t_1 < ... < t_7`` from the anchor (``spacing``):
 
@@ -44,15 +44,16 @@ expose the ladder as a parameter instead of inventing a selection rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
-from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
 from aiotsim.compress.registry import register
+from aiotsim.schema import opt
 
 _U8 = torch.uint8
 LEVELS = 7  # non-zero magnitudes; 3 bits of level + 1 sign bit = 4 bits
@@ -76,7 +77,7 @@ def _log2_rungs_(level: torch.Tensor) -> torch.Tensor:
 
 
 @register
-class FourBit(Codec):
+class FourBit(Codec[CodecState]):
     """4Bit (Jiang et al. 2020): sign + 3-bit level over 7 per-layer thresholds, with residual.
 
     Wire: ``anchor`` (fp32, 4 bytes) and ``codes`` (4 bits per element, ``ceil(n/2)`` bytes).
@@ -89,21 +90,10 @@ class FourBit(Codec):
 
     @dataclass(frozen=True)
     class Params:
-        statistic: Literal["max", "mean"] = field(
-            default="max",
-            metadata={"help": "anchor from |r+g| of the layer: 'max' is the top threshold, 'mean' the first"},
+        statistic: Literal["max", "mean"] = opt(
+            "max", "anchor from |r+g| of the layer: 'max' is the top threshold, 'mean' the first"
         )
-        spacing: Literal["linear", "log2"] = field(
-            default="linear", metadata={"help": "thresholds k*t1 ('linear') or t1*2**(k-1) ('log2'), k=1..7"}
-        )
-
-    def validate(self) -> list[str]:
-        problems = []
-        if self.params.statistic not in ("max", "mean"):
-            problems.append(f"statistic(={self.params.statistic!r}) must be 'max' or 'mean'")
-        if self.params.spacing not in ("linear", "log2"):
-            problems.append(f"spacing(={self.params.spacing!r}) must be 'linear' or 'log2'")
-        return problems
+        spacing: Literal["linear", "log2"] = opt("linear", "thresholds k*t1 ('linear') or t1*2**(k-1) ('log2'), k=1..7")
 
     def thresholds(self, anchor: float) -> list[float]:
         """The seven thresholds ``t_1..t_7`` for an anchor value (for reports and tests)."""
@@ -113,9 +103,11 @@ class FourBit(Codec):
         rungs = level.float() if self.params.spacing == "linear" else _log2_rungs_(level)
         return (rungs * t1).tolist()
 
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
         spacing, statistic = self.params.spacing, self.params.statistic
-        acc = memory.compensate(grad, state).reshape(-1)  # [n] fp32: r + g
+        acc = acc.reshape(-1)  # [n] fp32: r + g
         n = acc.numel()
         if n == 0:
             anchor = acc.new_zeros(())
@@ -139,14 +131,9 @@ class FourBit(Codec):
             level = ex.to(_U8)
             sent = _log2_rungs_(ex)  # [n] fp32 2**(l - 1), 0 for l = 0
         sent.mul_(t1).copysign_(acc)  # [n] fp32: sign(acc) * t_l
-        memory.remember(acc, sent, state)
-        state.residual = state.residual.view(layer.shape)
-        state.step += 1
-        state.elements_in += n
-        state.elements_out += n
         # [n] sign-magnitude 4-bit codes (-0.0 is not < 0), in place on the level
         codes = level.bitwise_or_((sent < 0).view(_U8).bitwise_left_shift_(3))
-        return Payload({"anchor": pack_f32(anchor.reshape(1)), "codes": pack_bits(codes, 4)})
+        return Payload({"anchor": pack_f32(anchor.reshape(1)), "codes": pack_bits(codes, 4)}), Sent(dense=sent)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         spacing, statistic = self.params.spacing, self.params.statistic

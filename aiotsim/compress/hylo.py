@@ -43,13 +43,13 @@ layers. Only worker-to-server traffic is compressed (as in MXNet, which Hylo is 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 
-from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
     decode_indices,
     encode_indices,
@@ -61,6 +61,8 @@ from aiotsim.compress.packing import (
     unpack_values,
 )
 from aiotsim.compress.registry import register
+from aiotsim.errors import CodecError
+from aiotsim.schema import non_negative, opt, positive, unit_interval
 
 Route = Literal["dense", "kernels", "2bit"]
 
@@ -103,7 +105,7 @@ def two_bit_dequantize(codes: torch.Tensor, threshold: float) -> torch.Tensor:
 
 
 @register
-class Hylo(Codec):
+class Hylo(Codec[CodecState]):
     """Layer-type hybrid: small layers dense, conv layers top kernels, fc layers adaptive 2-bit."""
 
     name = "hylo"
@@ -114,59 +116,26 @@ class Hylo(Codec):
 
     @dataclass(frozen=True)
     class Params:
-        size_threshold: int = field(
-            default=1000, metadata={"help": "layers with fewer parameters go uncompressed (fp32)"}
+        size_threshold: int = opt(1000, "layers with fewer parameters go uncompressed (fp32)", check=non_negative)
+        max_rate: float = opt(
+            0.3, "conv kernel transmission rate of a layer at the size threshold", check=unit_interval
         )
-        max_rate: float = field(
-            default=0.3, metadata={"help": "conv kernel transmission rate of a layer at the size threshold"}
+        min_rate: float = opt(0.05, "lowest conv kernel transmission rate", check=unit_interval)
+        rate_decay: float = opt(0.1, "rate decrease per tenfold more conv parameters", check=non_negative)
+        kernel_unit: Literal["kernel", "filter"] = opt(
+            "kernel", "importance unit: [kh,kw] kernel per (out,in) or whole output filter"
         )
-        min_rate: float = field(default=0.05, metadata={"help": "lowest conv kernel transmission rate"})
-        rate_decay: float = field(default=0.1, metadata={"help": "rate decrease per tenfold more conv parameters"})
-        kernel_unit: Literal["kernel", "filter"] = field(
-            default="kernel", metadata={"help": "importance unit: [kh,kw] kernel per (out,in) or whole output filter"}
-        )
-        importance_norm: Literal["l1", "l2"] = field(
-            default="l1", metadata={"help": "norm of the accumulated kernel gradient used as importance"}
-        )
-        value_dtype: Literal["fp32", "fp16"] = field(
-            default="fp32", metadata={"help": "precision of the sent kernel values"}
-        )
-        fc_factor: float = field(
-            default=1.0, metadata={"help": "fc 2-bit threshold = fc_factor * stat(accumulated gradient)"}
-        )
-        fc_stat: Literal["mean_abs", "rms"] = field(
-            default="mean_abs", metadata={"help": "layer statistic the fc threshold scales"}
-        )
-        fallback: Literal["2bit", "dense"] = field(
-            default="2bit", metadata={"help": "route of large layers that are neither conv nor fc"}
-        )
+        importance_norm: Literal["l1", "l2"] = opt("l1", "norm of the accumulated kernel gradient used as importance")
+        value_dtype: Literal["fp32", "fp16"] = opt("fp32", "precision of the sent kernel values")
+        fc_factor: float = opt(1.0, "fc 2-bit threshold = fc_factor * stat(accumulated gradient)", check=positive)
+        fc_stat: Literal["mean_abs", "rms"] = opt("mean_abs", "layer statistic the fc threshold scales")
+        fallback: Literal["2bit", "dense"] = opt("2bit", "route of large layers that are neither conv nor fc")
 
-    def validate(self) -> list[str]:
-        p = self.params
-        problems = []
-        if p.size_threshold < 0:
-            problems.append(f"size_threshold(={p.size_threshold}) must be >= 0")
-        if not 0.0 < p.min_rate <= 1.0:
-            problems.append(f"min_rate(={p.min_rate}) must be in (0, 1]")
-        if not 0.0 < p.max_rate <= 1.0:
-            problems.append(f"max_rate(={p.max_rate}) must be in (0, 1]")
-        if p.min_rate > p.max_rate:
-            problems.append(f"min_rate(={p.min_rate}) must be <= max_rate(={p.max_rate})")
-        if p.rate_decay < 0.0:
-            problems.append(f"rate_decay(={p.rate_decay}) must be >= 0")
-        if p.kernel_unit not in ("kernel", "filter"):
-            problems.append(f"kernel_unit(={p.kernel_unit!r}) must be 'kernel' or 'filter'")
-        if p.importance_norm not in ("l1", "l2"):
-            problems.append(f"importance_norm(={p.importance_norm!r}) must be 'l1' or 'l2'")
-        if p.value_dtype not in ("fp32", "fp16"):
-            problems.append(f"value_dtype(={p.value_dtype!r}) must be 'fp32' or 'fp16'")
-        if not p.fc_factor > 0.0:
-            problems.append(f"fc_factor(={p.fc_factor}) must be > 0")
-        if p.fc_stat not in ("mean_abs", "rms"):
-            problems.append(f"fc_stat(={p.fc_stat!r}) must be 'mean_abs' or 'rms'")
-        if p.fallback not in ("2bit", "dense"):
-            problems.append(f"fallback(={p.fallback!r}) must be '2bit' or 'dense'")
-        return problems
+    @classmethod
+    def validate(cls, params: Any) -> list[str]:
+        if params.min_rate > params.max_rate:
+            return [f"min_rate: must be <= max_rate (={params.max_rate}), got {params.min_rate}"]
+        return []
 
     # ---- routing (static: both sides compute it from LayerInfo + params) ----------------------
     def kernel_view(self, layer: LayerInfo) -> tuple[int, int] | None:
@@ -183,6 +152,13 @@ class Hylo(Codec):
         if rows == 0:
             return None
         return rows, layer.numel // rows
+
+    def kernel_grid(self, layer: LayerInfo) -> tuple[int, int]:
+        """:meth:`kernel_view` of a layer on the ``"kernels"`` route (which only such layers take)."""
+        view = self.kernel_view(layer)
+        if view is None:
+            raise CodecError(f"hylo: layer {layer.name} of shape {layer.shape} has no kernels")
+        return view
 
     def route(self, layer: LayerInfo) -> Route:
         """Which path ``layer`` takes: ``"dense"``, ``"kernels"`` or ``"2bit"``."""
@@ -203,9 +179,7 @@ class Hylo(Codec):
 
     def kernels_sent(self, layer: LayerInfo) -> int:
         """Number of kernels a conv layer sends per iteration."""
-        view = self.kernel_view(layer)
-        assert view is not None
-        rows = view[0]
+        rows = self.kernel_grid(layer)[0]
         return min(rows, max(1, math.ceil(self.conv_rate(layer.numel) * rows)))
 
     def fc_threshold(self, acc: torch.Tensor) -> float:
@@ -216,45 +190,41 @@ class Hylo(Codec):
         return float(t)
 
     # ---- node side -------------------------------------------------------------------------
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
+        # acc: r + g, fp32, layer.shape; each route reports what the server decodes
         route = self.route(layer)
-        acc = memory.compensate(grad, state)  # fp32, layer.shape
-        n = acc.numel()
-        if route == "dense":
-            sent = acc
-            payload = Payload({"values": pack_f32(acc)})
-            out_elems = n
-        elif route == "kernels":
-            rows, cols = self.kernel_view(layer)  # type: ignore[misc]
-            kernels = acc.reshape(rows, cols)  # [kernels, elements per kernel]
-            ord_ = 1 if self.params.importance_norm == "l1" else 2
-            importance = torch.linalg.vector_norm(kernels, ord=ord_, dim=1)  # [kernels]
-            k = self.kernels_sent(layer)
-            idx = torch.topk(importance, k, sorted=False).indices.sort().values  # [k]
-            values = kernels[idx]  # [k, cols]
-            packed = pack_values(values, self.params.value_dtype)
-            sent_rows = torch.zeros_like(kernels)
-            sent_rows[idx] = unpack_values(packed, self.params.value_dtype).view(k, cols)
-            sent = sent_rows.view(acc.shape)
-            payload = Payload({"indices": encode_indices(idx, rows), "values": packed})
-            out_elems = k * cols
-        else:
-            t = self.fc_threshold(acc)
-            codes, sent = two_bit_quantize(acc, t)
-            payload = Payload({"threshold": pack_f32([t], acc.device), "codes": pack_bits(codes, 2)})
-            out_elems = n  # every element travels, as a 2-bit code
-        memory.remember(acc, sent, state)
-        state.step += 1
-        state.elements_in += n
-        state.elements_out += out_elems
-        return payload
+        if route == "dense":  # sent exactly: the role keeps a zero residual
+            return Payload({"values": pack_f32(acc)}), Sent(dense=acc)
+        if route == "kernels":
+            return self._encode_kernels(acc, layer)
+        t = self.fc_threshold(acc)
+        codes, sent = two_bit_quantize(acc, t)
+        # every element travels, as a 2-bit code
+        return Payload({"threshold": pack_f32([t], acc.device), "codes": pack_bits(codes, 2)}), Sent(dense=sent)
+
+    def _encode_kernels(self, acc: torch.Tensor, layer: LayerInfo) -> tuple[Payload, Sent]:
+        """The conv route: the most important kernels of ``acc``, exactly (fp32) or as fp16."""
+        rows, cols = self.kernel_grid(layer)
+        kernels = acc.reshape(rows, cols)  # [kernels, elements per kernel]
+        ord_ = 1 if self.params.importance_norm == "l1" else 2
+        importance = torch.linalg.vector_norm(kernels, ord=ord_, dim=1)  # [kernels]
+        k = self.kernels_sent(layer)
+        idx = torch.topk(importance, k, sorted=False).indices.sort().values  # [k]
+        values = kernels[idx]  # [k, cols]
+        packed = pack_values(values, self.params.value_dtype)
+        sent_rows = torch.zeros_like(kernels)
+        sent_rows[idx] = unpack_values(packed, self.params.value_dtype).view(k, cols)
+        payload = Payload({"indices": encode_indices(idx, rows), "values": packed})
+        return payload, Sent(dense=sent_rows)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         route = self.route(layer)
         if route == "dense":
             out = unpack_f32(payload.buffers["values"])
         elif route == "kernels":
-            rows, cols = self.kernel_view(layer)  # type: ignore[misc]
+            rows, cols = self.kernel_grid(layer)
             idx = decode_indices(payload.buffers["indices"], rows)
             vals = unpack_values(payload.buffers["values"], self.params.value_dtype).view(-1, cols)
             out = torch.zeros(rows, cols, dtype=torch.float32, device=vals.device)

@@ -1,53 +1,76 @@
 """Error feedback (GRACE's Memory): what a codec did not send is kept on the node and added to
 the next gradient, so nothing is lost, only delayed (Seide 2014; Strom 2015; Karimireddy 2019).
 
+This is a role around a codec, applied by :meth:`aiotsim.compress.base.Codec.encode`: it calls
+:func:`compensate` before the codec's own ``_encode`` and :func:`remember` after it. A codec only
+reports what it sent (a :class:`Sent`); no codec calls these functions itself. They work on
+tensors, not on states, so this module depends on nothing else in the package but its errors.
+
 Invariant checked by the tests of every codec with a residual:
 ``sent + residual_after == grad + residual_before`` (element-wise, up to fp32 rounding).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from aiotsim.compress.base import CodecState
+from aiotsim.errors import CodecError
 
 
-def compensate(grad: torch.Tensor, state: CodecState) -> torch.Tensor:
+@dataclass(frozen=True)
+class Sent:
+    """What the receiver will decode from a message, as its encoder knows it.
+
+    Either ``dense`` (fp32, the accumulation's shape or flat) or a sparse message: ``indices``
+    (``[k]`` distinct flat int64 indices) and ``values`` (``[k]`` fp32 decoded there), zero
+    elsewhere; the sparse form needs no dense ``[n]`` tensor. ``decay``: an optional ``[n]``
+    factor applied to the new residual (forgetting, as Gradient Variance's ``r <- zeta r``).
+    """
+
+    dense: torch.Tensor | None = None
+    indices: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    decay: torch.Tensor | None = None
+
+    @staticmethod
+    def sparse(indices: torch.Tensor, values: torch.Tensor, decay: torch.Tensor | None = None) -> Sent:
+        """A sparse message: ``values`` at ``indices``."""
+        return Sent(indices=indices, values=values, decay=decay)
+
+
+def compensate(grad: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
     """``grad + residual`` in fp32, shaped like ``grad``; ``grad`` is not modified.
 
-    The sum is formed in the residual's own storage (the previous residual is consumed: every
-    codec derives its new residual from this sum), so a step allocates no fresh gradient-sized
+    The sum is formed in the residual's own storage when it can be (the caller drops its reference:
+    the new residual comes from :func:`remember`), so a step allocates no fresh gradient-sized
     tensor once a residual exists; on CPU a fresh 100 MB tensor costs a page fault per 4 KB, more
     than the addition. Without a residual it is a fp32 copy of ``grad``.
     """
-    res = state.residual
+    res = residual
     if res is None or res.dtype != torch.float32 or res.numel() != grad.numel() or not res.is_contiguous():
         acc = grad.float().clone() if grad.dtype != torch.float32 else grad.clone()
         if res is not None:
             acc += res.reshape(acc.shape)
         return acc
-    state.residual = None  # consumed: the codec stores the new residual
     return res.view(grad.shape).add_(grad)
 
 
-# One scratch buffer per device, reused across codec calls (encoding is sequential in a process).
-_WORKSPACE: dict[torch.device, torch.Tensor] = {}
+def remember(acc: torch.Tensor, sent: Sent) -> torch.Tensor:
+    """The new residual, ``acc - sent`` (times ``sent.decay`` when given), fp32, shape of ``acc``.
 
-
-def workspace(n: int, device: torch.device) -> torch.Tensor:
-    """A scratch fp32 ``[n]`` tensor, valid until the next call: for temporaries that do not
-    outlive one encode (reusing it avoids a fresh allocation and its page faults per step)."""
-    buf = _WORKSPACE.get(device)
-    if buf is None or buf.numel() < n:
-        buf = torch.empty(n, dtype=torch.float32, device=device)
-        _WORKSPACE[device] = buf
-    return buf[:n]
-
-
-def remember(acc: torch.Tensor, sent: torch.Tensor, state: CodecState) -> None:
-    """Keep what was not sent: ``residual = acc - sent`` (both fp32, shape of the gradient).
-
-    ``acc`` (the codec's own accumulation from :func:`compensate`) becomes the residual, modified
-    in place: callers must not use it afterwards.
+    ``acc`` (the role's own accumulation from :func:`compensate`) becomes the residual, modified
+    in place. A sparse ``sent`` is subtracted at its indices only (they are distinct, so an
+    accumulating ``index_put_`` subtracts each once).
     """
-    state.residual = acc.sub_(sent.view(acc.shape))
+    if sent.dense is not None:
+        res = acc.sub_(sent.dense.view(acc.shape))
+    elif sent.indices is not None and sent.values is not None:
+        acc.view(-1).index_put_((sent.indices,), -sent.values.to(acc.dtype), accumulate=True)
+        res = acc
+    else:
+        raise CodecError("Sent needs either `dense` or both `indices` and `values`")
+    if sent.decay is not None:
+        res.view(-1).mul_(sent.decay)
+    return res

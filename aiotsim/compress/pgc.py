@@ -37,8 +37,9 @@ Readings chosen where the paper is open (documented, and parameters where two ar
 * **The partition.** T_alpha screens the whole layer: with alpha above sigma (always, at these
   k) the sent elements are the key region's outer part and the tails beyond 3 sigma, which the
   screening function does not exclude; the sparse region sends nothing.
-* **Residual.** The paper does not say whether unsent gradients are kept; ``residual = true``
-  (default) keeps them as error feedback; ``false`` drops them.
+* **Residual.** The paper does not say whether unsent gradients are kept; ``error_feedback =
+  true`` (default) keeps them as error feedback; ``false`` drops them. (The switch was called
+  ``residual`` before error feedback became a role shared by every codec; one name everywhere.)
 * **Whose statistics.** Algorithm 1's input is the layer's gradient ``G``. With a residual, the
   default ``stats = "gradient"`` computes mu, sigma, H, gamma and hence k from the fresh gradient,
   then sends the k largest of the accumulated values (threshold = the k-th largest ``|acc|``).
@@ -54,16 +55,17 @@ Degenerate layers: all-zero (``G_sum = 0``) sends nothing; a constant layer (``s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import torch
 
-from aiotsim.compress import memory
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
+from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload, as_float
+from aiotsim.compress.memory import Sent
 from aiotsim.compress.registry import register
 from aiotsim.compress.sparse import decode_sparse, sparse_payload
-from aiotsim.compress.sparsify import ValueDtype, finish_sparse, round_values, topk_indices, value_dtype_problems
+from aiotsim.compress.sparsify import ValueDtype, round_values, topk_indices, value_dtype_opt
+from aiotsim.schema import opt, positive
 
 
 class PGCThreshold(NamedTuple):
@@ -108,67 +110,53 @@ def pgc_threshold(g: torch.Tensor, scale: float = 1.0) -> PGCThreshold:
 
 
 @dataclass
-class PGCStats(CodecState):
+class PGCState(CodecState):
     """PGC state with the last layer's Algorithm-1 quantities (statistics only)."""
 
-    last: PGCThreshold | None = None
+    last: PGCThreshold | None = None  # statistics: Algorithm 1 of the latest encode
 
 
 @register
-class PartitionGradientCompression(Codec):
+class PartitionGradientCompression(Codec[PGCState]):
     """PGC (seed 002): per-layer entropy x trade-off sparsity, Top-k threshold, T_alpha screening."""
 
     @dataclass(frozen=True)
-    class Params:
-        scale: float = field(
-            default=1.0, metadata={"help": "multiplier on S: k = ceil(scale * S * N); 1 = the paper's formula"}
+    class Params(FeedbackParams):
+        scale: float = opt(1.0, "multiplier on S: k = ceil(scale * S * N); 1 = the paper's formula", check=positive)
+        stats: Literal["gradient", "accumulated"] = opt(
+            "gradient",
+            "Algorithm 1 on the fresh 'gradient' (k from it, Top-k of the accumulated values) or on the "
+            "'accumulated' values",
         )
-        residual: bool = field(default=True, metadata={"help": "keep unsent gradients as error feedback"})
-        stats: Literal["gradient", "accumulated"] = field(
-            default="gradient",
-            metadata={
-                "help": "Algorithm 1 on the fresh 'gradient' (k from it, Top-k of the accumulated "
-                "values) or on the 'accumulated' values"
-            },
-        )
-        value_dtype: ValueDtype = field(default="fp32", metadata={"help": "precision of the sent values: fp32 or fp16"})
+        value_dtype: ValueDtype = value_dtype_opt()
 
     name = "pgc"
     summary = "PGC (seed 002): per-layer threshold from entropy x range/sum sparsity, Top-k, T_alpha screening"
+    State = PGCState
     has_residual = True
     sparse = True
     encode_flops_per_element = 12.0
 
-    def validate(self) -> list[str]:
-        problems = []
-        if not (self.params.scale > 0 and math.isfinite(self.params.scale)):
-            problems.append(f"scale(={self.params.scale}) must be a finite number > 0")
-        return problems + value_dtype_problems(self.params.value_dtype)
-
-    def init_state(self, layer: LayerInfo, device: torch.device, node: int) -> PGCStats:
-        return PGCStats(generator=self.make_generator(layer, device, node))
-
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        acc = memory.compensate(grad, state) if self.params.residual else as_float(grad)
-        flat = acc.reshape(-1)  # [N]
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: PGCState
+    ) -> tuple[Payload, Sent | None]:
+        flat = acc.reshape(-1)  # [N] fp32: r + g (or g without error feedback)
         n = flat.numel()
         if n == 0:
             idx = torch.zeros(0, dtype=torch.int64, device=acc.device)
         else:
-            source = (
-                flat if self.params.stats == "accumulated" or not self.params.residual else as_float(grad).reshape(-1)
-            )
+            # Algorithm 1's input: the accumulation when asked, or when it is the gradient anyway
+            own = self.params.stats == "accumulated" or not self.error_feedback
+            source = flat if own else as_float(grad).reshape(-1)
             thr = pgc_threshold(source, self.params.scale)
             mag = flat.abs()  # [N]
             if source is not flat and thr.k > 0:
                 # the k of Algorithm 1 (from the gradient), applied to the accumulated values
                 thr = thr._replace(alpha=float(mag[topk_indices(mag, thr.k)].min()))
-            if isinstance(state, PGCStats):
-                state.last = thr
+            state.last = thr
             idx = torch.nonzero(mag >= thr.alpha).reshape(-1)  # T_alpha: |acc| >= alpha sent
         values = round_values(flat[idx], self.params.value_dtype)
-        finish_sparse(acc, idx, values, state, keep_residual=self.params.residual)
-        return sparse_payload(idx, values, n, self.params.value_dtype)
+        return sparse_payload(idx, values, n, self.params.value_dtype), Sent.sparse(idx, values)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return decode_sparse(payload, layer, self.params.value_dtype)

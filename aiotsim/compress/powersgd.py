@@ -24,48 +24,47 @@ average of ``P_i Q_i^T`` is then of rank up to ``r * workers`` and the warm-star
 per worker. The message size per worker is the same as the paper's two rounds together. The
 all-reduce version is what a ring topology would run.
 
-Layers that PowerSGD leaves uncompressed are sent as fp32 (and keep no residual): tensors with
-fewer than two dimensions (biases, norms, scalars), empty tensors, and matrices whose factors
-would not be smaller than the matrix (``r * (m + n) >= m * n``). ``r`` is capped at ``min(m, n)``.
+Layers that PowerSGD leaves uncompressed are sent as fp32: tensors with fewer than two dimensions
+(biases, norms, scalars), empty tensors, and matrices whose factors would not be smaller than the
+matrix (``r * (m + n) >= m * n``). ``r`` is capped at ``min(m, n)``. Error feedback (always on, as in
+Algorithm 1) treats them like any other message: what was sent is exactly the accumulation, so the
+residual the role keeps is zero.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import pack_f32, unpack_f32
 from aiotsim.compress.registry import register
+from aiotsim.schema import at_least, opt
 
 
 @dataclass
 class PowerSGDState(CodecState):
     """PowerSGD's per-node, per-layer state: adds the warm-start ``q`` (``[n, r]`` fp32)."""
 
-    q: torch.Tensor | None = None
+    q: torch.Tensor | None = None  # warm start of the next power iteration
 
 
 @register
-class PowerSGD(Codec):
+class PowerSGD(Codec[PowerSGDState]):
     """Rank-r power iteration, warm start, error feedback; one message of P and Q per worker."""
 
     name = "powersgd"
     summary = "rank-r PowerSGD (warm-started power iteration, error feedback; per-worker P and Q)"
-    has_residual = True
+    State = PowerSGDState
+    has_residual = True  # Algorithm 1's error feedback: not switchable
     # P = MQ and Q = M^T P: 2 * 2r multiply-adds per element, decode P Q^T 2r more, residual 2
     encode_flops_per_element = 14.0
 
     @dataclass(frozen=True)
     class Params:
-        rank: int = field(default=2, metadata={"help": "rank r of the approximation (P is [m, r], Q is [n, r])"})
-
-    def validate(self) -> list[str]:
-        if self.params.rank < 1:
-            return [f"rank(={self.params.rank}) must be >= 1"]
-        return []
+        rank: int = opt(2, "rank r of the approximation (P is [m, r], Q is [n, r])", check=at_least(1))
 
     # ---- shapes shared by both sides -----------------------------------------------------------
     def matrix_shape(self, layer: LayerInfo) -> tuple[int, int, int] | None:
@@ -79,26 +78,20 @@ class PowerSGD(Codec):
             return None
         return m, n, r
 
-    def init_state(self, layer: LayerInfo, device: torch.device, node: int) -> PowerSGDState:
-        return PowerSGDState(generator=self.make_generator(layer, device, node))
-
-    def _initial_q(self, n: int, r: int, state: CodecState, device: torch.device) -> torch.Tensor:
+    def _initial_q(self, n: int, r: int, state: PowerSGDState, device: torch.device) -> torch.Tensor:
         return torch.randn(n, r, generator=state.generator, device=device, dtype=torch.float32)
 
     # ---- node side -------------------------------------------------------------------------
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        acc = memory.compensate(grad, state)  # fp32, layer.shape
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: PowerSGDState
+    ) -> tuple[Payload, Sent | None]:
+        # acc: M = grad + residual, fp32, layer.shape
         shape = self.matrix_shape(layer)
-        state.step += 1
-        state.elements_in += acc.numel()
-        if shape is None:
-            payload = Payload({"values": pack_f32(acc)})
-            memory.remember(acc, acc, state)  # sent exactly: zero residual
-            state.elements_out += acc.numel()
-            return payload
+        if shape is None:  # sent exactly: the role keeps a zero residual
+            return Payload({"values": pack_f32(acc)}), Sent(dense=acc)
         m, n, r = shape
         mat = acc.reshape(m, n)  # [m, n]
-        q = getattr(state, "q", None)
+        q = state.q
         # Warm start; a fresh Q when there is none yet, or the last one collapsed (an all-zero M
         # gives Q = 0, from which the power iteration could never recover).
         if q is None or q.shape != (n, r) or q.device != mat.device or not bool(q.abs().sum() > 0):
@@ -106,10 +99,8 @@ class PowerSGD(Codec):
         p = mat @ q  # [m, r]
         p, _ = torch.linalg.qr(p, mode="reduced")  # orthonormal columns, [m, r]
         q = mat.t() @ p  # [n, r]
-        state.q = q  # type: ignore[attr-defined]
-        memory.remember(acc, (p @ q.t()).view(acc.shape), state)
-        state.elements_out += r * (m + n)
-        return Payload({"p": pack_f32(p), "q": pack_f32(q)})
+        state.q = q
+        return Payload({"p": pack_f32(p), "q": pack_f32(q)}), Sent(dense=p @ q.t())
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         shape = self.matrix_shape(layer)

@@ -8,7 +8,8 @@
     :func:`~aiotsim.compress.packing.pack_bits` (code ``j`` of a byte at bits ``2j..2j+1``; MXNet
     packs 16 per 32-bit word, most significant first: same size, different bit order). The threshold
     is a kvstore parameter known to both sides, so the payload is the codes alone:
-    ``ceil(n / 4)`` bytes.
+    ``ceil(n / 4)`` bytes. ``error_feedback = false`` (not MXNet's form, for ablations) keeps no
+    residual: what is below the threshold is lost.
 
 ``terngrad`` (Wen et al., "TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep
 Learning", NeurIPS 2017)
@@ -50,15 +51,16 @@ generator.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from aiotsim.compress import memory
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
+from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
+from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import pack_bits, pack_f32, pack_uint, unpack_bits, unpack_f32, unpack_uint
 from aiotsim.compress.registry import register
 from aiotsim.errors import CodecError
+from aiotsim.schema import at_least, between, opt, positive
 
 _U8 = torch.uint8
 
@@ -69,11 +71,6 @@ TERN_ZERO, TERN_POS, TERN_NEG = 0b00, 0b01, 0b11
 
 
 # ---- small helpers shared by the quantizers ----------------------------------------------------
-def _flat(grad: torch.Tensor) -> torch.Tensor:
-    """The gradient as a flat fp32 tensor (a view when it already is fp32 and contiguous)."""
-    return as_float(grad).reshape(-1)
-
-
 def _uniform(n: int, state: CodecState, device: torch.device) -> torch.Tensor:
     """``n`` draws of U[0, 1) from the state's generator (never the global RNG)."""
     return torch.empty(n, dtype=torch.float32, device=device).uniform_(generator=state.generator)
@@ -163,10 +160,11 @@ def unpack_fixed(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
 
 # ---- MXNet 2-bit ---------------------------------------------------------------------------------
 @register
-class TwoBit(Codec):
+class TwoBit(Codec[CodecState]):
     """MXNet 2-bit threshold quantization with the residual kept on the node.
 
-    Wire: ``codes`` only (``ceil(n/4)`` bytes); the threshold is known to both sides.
+    Wire: ``codes`` only (``ceil(n/4)`` bytes); the threshold is known to both sides. With
+    ``error_feedback = false`` (not MXNet's form) values below the threshold are simply lost.
     """
 
     name = "2bit"
@@ -175,30 +173,21 @@ class TwoBit(Codec):
     encode_flops_per_element = 8.0  # add residual, 2 compares, code, sent, residual, decode
 
     @dataclass(frozen=True)
-    class Params:
-        threshold: float = field(default=0.5, metadata={"help": "quantization threshold t: codes stand for -t, 0, +t"})
+    class Params(FeedbackParams):
+        threshold: float = opt(0.5, "quantization threshold t: codes stand for -t, 0, +t", check=positive)
 
-    def validate(self) -> list[str]:
-        t = self.params.threshold
-        if not (math.isfinite(t) and t > 0):
-            return [f"threshold(={t}) must be a finite number > 0"]
-        return []
-
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
         t = float(self.params.threshold)
-        acc = memory.compensate(grad, state).reshape(-1)  # [n] fp32: r + g
+        acc = acc.reshape(-1)  # [n] fp32: r + g
         pos = acc >= t  # [n] bool
         neg = acc <= -t
         codes = (pos | neg).view(_U8).bitwise_left_shift_(1).bitwise_or_(pos.view(_U8))
         # codes [n] uint8: 0b11 = +t, 0b10 = -t, 0b00 = 0
         step = pos.view(torch.int8).sub_(neg.view(torch.int8))  # [n] int8 in {-1, 0, 1} (reuses pos)
         sent = _signed_to_f32(step).mul_(t)  # [n] fp32 in {-t, 0, t}
-        memory.remember(acc, sent, state)
-        state.residual = state.residual.view(layer.shape)
-        state.step += 1
-        state.elements_in += acc.numel()
-        state.elements_out += acc.numel()
-        return Payload({"codes": pack_bits(codes, 2)})
+        return Payload({"codes": pack_bits(codes, 2)}), Sent(dense=sent)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         t = float(self.params.threshold)
@@ -212,7 +201,7 @@ class TwoBit(Codec):
 
 # ---- TernGrad ------------------------------------------------------------------------------------
 @register
-class TernGrad(Codec):
+class TernGrad(Codec[CodecState]):
     """Stochastic ternary gradients {-s, 0, +s} with a per-layer scale s = max|g| (Wen et al. 2017).
 
     Wire: ``scale`` (fp32, 4 bytes) and ``codes`` (2 bits per element).
@@ -225,27 +214,16 @@ class TernGrad(Codec):
 
     @dataclass(frozen=True)
     class Params:
-        clip: bool = field(
-            default=True, metadata={"help": "clip the gradient to +-clip_factor*sigma before ternarizing"}
-        )
-        clip_factor: float = field(
-            default=2.5, metadata={"help": "c in the clipping bound c*sigma (sigma: std of the layer)"}
-        )
+        clip: bool = opt(True, "clip the gradient to +-clip_factor*sigma before ternarizing")
+        clip_factor: float = opt(2.5, "c in the clipping bound c*sigma (sigma: std of the layer)", check=positive)
 
-    def validate(self) -> list[str]:
-        c = self.params.clip_factor
-        if not (math.isfinite(c) and c > 0):
-            return [f"clip_factor(={c}) must be a finite number > 0"]
-        return []
-
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        x = _flat(grad)  # [n] fp32
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
+        x = acc.reshape(-1)  # [n] fp32: the gradient (no error feedback)
         n = x.numel()
-        state.step += 1
-        state.elements_in += n
-        state.elements_out += n
         if n == 0:
-            return Payload({"scale": pack_f32([0.0], x.device), "codes": x.new_zeros(0, dtype=_U8)})
+            return Payload({"scale": pack_f32([0.0], x.device), "codes": x.new_zeros(0, dtype=_U8)}), None
         lo, hi = torch.aminmax(x)
         s = torch.maximum(hi, -lo)  # max|g|, 0-d fp32
         if self.params.clip:
@@ -262,7 +240,7 @@ class TernGrad(Codec):
         q = _uniform(n, state, x.device).addcmul_(x, inv)  # [n] fp32: g/s + U
         # [n] 2-bit two's complement: 0b00 = 0, 0b01 = +s, 0b11 = -s
         codes = _round_stochastic_(q, 1.0).bitwise_and_(0b11)
-        return Payload({"scale": pack_f32(s.reshape(1)), "codes": pack_bits(codes.view(_U8), 2)})
+        return Payload({"scale": pack_f32(s.reshape(1)), "codes": pack_bits(codes.view(_U8), 2)}), None
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         s = unpack_f32(payload.buffers["scale"]).reshape(())
@@ -390,7 +368,7 @@ def elias_gamma_decode(buf: torch.Tensor, count: int) -> tuple[torch.Tensor, tor
 
 
 @register
-class QSGD(Codec):
+class QSGD(Codec[CodecState]):
     """QSGD: per-bucket norms, s levels with unbiased stochastic rounding (Alistarh et al. 2017).
 
     Wire: ``norms`` (one fp32 per bucket of ``bucket_size`` elements) and ``codes`` (sign + level at
@@ -404,33 +382,22 @@ class QSGD(Codec):
 
     @dataclass(frozen=True)
     class Params:
-        levels: int = field(default=7, metadata={"help": "number of quantization levels s (1..127)"})
-        bucket_size: int = field(
-            default=512, metadata={"help": "elements per bucket d; one fp32 norm is sent per bucket"}
-        )
-        elias: bool = field(default=False, metadata={"help": "Elias-gamma code the levels instead of a fixed width"})
-
-    def validate(self) -> list[str]:
-        p = self.params
-        problems = []
-        if not 1 <= p.levels <= 127:
-            problems.append(f"levels(={p.levels}) must be in 1..127")
-        if p.bucket_size < 1:
-            problems.append(f"bucket_size(={p.bucket_size}) must be >= 1")
-        return problems
+        # levels <= 127: a signed level must fit the int8 of the stochastic rounding
+        levels: int = opt(7, "number of quantization levels s (1..127)", check=between(1, 127))
+        bucket_size: int = opt(512, "elements per bucket d; one fp32 norm is sent per bucket", check=at_least(1))
+        elias: bool = opt(False, "Elias-gamma code the levels instead of a fixed width")
 
     @property
     def level_bits(self) -> int:
         """Bits of a level at fixed width; a code adds one sign bit above them."""
         return int(self.params.levels).bit_length()
 
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
         s, d = int(self.params.levels), int(self.params.bucket_size)
-        x = _flat(grad)  # [n] fp32
+        x = acc.reshape(-1)  # [n] fp32: the gradient (no error feedback)
         n = x.numel()
-        state.step += 1
-        state.elements_in += n
-        state.elements_out += n
         norms = _bucket_norms(x, d)  # [nb]
         factor = torch.where(norms > 0, s / norms, torch.zeros_like(norms))  # [nb]: levels per unit
         q = _uniform(n, state, x.device)  # [n] U[0, 1)
@@ -445,7 +412,7 @@ class QSGD(Codec):
             # sign-magnitude code: level | sign << w (in place on the level)
             w = self.level_bits
             codes = pack_fixed(level.bitwise_or_(negative.bitwise_left_shift_(w)), w + 1)
-        return Payload({"norms": pack_f32(norms), "codes": codes})
+        return Payload({"norms": pack_f32(norms), "codes": codes}), None
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         s, d = int(self.params.levels), int(self.params.bucket_size)

@@ -1,20 +1,19 @@
 """The codec registry: codecs register themselves by name; a miss lists the valid names.
 
 Replaces GRACE's if/elif factory. ``build_codec("topk", {"ratio": 0.01}, seed=1)`` checks every
-parameter (unknown names with a did-you-mean, wrong types, the codec's own range checks) and
-reports all problems at once.
+parameter with the one field-validation mechanism (:func:`aiotsim.schema.check_fields`: unknown
+names with a did-you-mean, wrong types, non-finite numbers, each field's declared range; then the
+codec's checks across fields) and reports all problems at once, ``compressor.KEY: reason`` each.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import typing
 from typing import Any, TypeVar
 
-from aiotsim.compress.base import Codec
-from aiotsim.errors import CodecError, ConfigError
-from aiotsim.schema import did_you_mean, type_label, type_ok
+from aiotsim.compress.base import PARAM_PREFIX, Codec
+from aiotsim.errors import ConfigError
+from aiotsim.schema import check_fields, did_you_mean
 
 _REGISTRY: dict[str, type[Codec]] = {}
 _LOADED = False
@@ -82,40 +81,21 @@ def unknown_name_message(what: str, name: str, valid: list[str]) -> str:
     return f"unknown {what} {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)}"
 
 
-def params_problems(cls: type[Codec], values: dict[str, Any]) -> list[str]:
-    """Problems with ``values`` as parameters of ``cls``: unknown names and wrong types."""
-    fields = {f.name: f for f in dataclasses.fields(cls.Params)}
-    hints = typing.get_type_hints(cls.Params)
-    problems = []
-    for key, value in values.items():
-        if key not in fields:
-            valid = ", ".join(fields) or "none"
-            problems.append(
-                f"unknown parameter {key!r} for compressor {cls.name!r}"
-                f"{did_you_mean(key, list(fields))}; valid: {valid}"
-            )
-        elif not type_ok(value, hints[key]):
-            problems.append(
-                f"parameter {key!r} of compressor {cls.name!r} must be {type_label(hints[key])}, got {value!r}"
-            )
-    return problems
-
-
 def build_codec(name: str, params: dict[str, Any] | None = None, seed: int = 0) -> Codec:
     """Instantiate the codec ``name`` with ``params`` (a dict from the scenario file).
 
     Raises
     ------
     ConfigError
-        Unknown codec, unknown or mistyped parameters, or values the codec rejects; every
-        problem is listed.
+        Unknown codec, or every problem with the parameters, one ``compressor.KEY: reason`` line
+        each (unknown or mistyped keys, non-finite or out-of-range values, cross-field checks).
     """
     cls = get_codec_class(name)
-    params = dict(params or {})
-    problems = params_problems(cls, params)
+    checked = check_fields(cls.Params, dict(params or {}), prefix=PARAM_PREFIX)
+    if checked.problems:
+        raise ConfigError(checked.problems)
+    values = cls.Params(**checked.values)
+    problems = cls.validate(values)  # what only the whole set can tell (e.g. min <= max)
     if problems:
-        raise ConfigError(problems)
-    try:
-        return cls(cls.Params(**params), seed=seed)
-    except CodecError as exc:
-        raise ConfigError(exc.message.split("; ")) from None
+        raise ConfigError([PARAM_PREFIX + p for p in problems])
+    return cls(values, seed=seed)

@@ -33,16 +33,17 @@ byte, value ``j`` of a byte at bit ``j``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
-from aiotsim.compress import memory
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
 from aiotsim.compress.registry import register
 from aiotsim.errors import CodecError
+from aiotsim.schema import opt
 
 _U8 = torch.uint8
 
@@ -59,14 +60,8 @@ def unpack_signs(buf: torch.Tensor, count: int) -> torch.Tensor:
     return torch.empty(count, dtype=torch.float32, device=buf.device).copy_(signs)
 
 
-def _account(state: CodecState, n: int) -> None:
-    state.step += 1
-    state.elements_in += n
-    state.elements_out += n
-
-
 @register
-class SignSGD(Codec):
+class SignSGD(Codec[CodecState]):
     """signSGD: 1 bit per value, decoded as +-1; the server aggregates by majority vote.
 
     Wire: ``signs`` (``ceil(n/8)`` bytes).
@@ -78,18 +73,18 @@ class SignSGD(Codec):
 
     @dataclass(frozen=True)
     class Params:
-        scale: Literal["mean", "none"] = field(
-            default="mean",
-            metadata={"help": "'mean': send the layer's mean |g| and scale the vote by it; 'none': +-1 (the paper)"},
+        scale: Literal["mean", "none"] = opt(
+            "mean", "'mean': send the layer's mean |g| and scale the vote by it; 'none': +-1 (the paper)"
         )
 
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        x = as_float(grad).reshape(-1)
-        _account(state, x.numel())
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
+        x = acc.reshape(-1)  # [n] fp32: the gradient (no error feedback)
         out = {"signs": sign_bits(x)}
         if self.params.scale == "mean":
             out["scale"] = pack_f32(x.abs().mean().reshape(1) if x.numel() else x.new_zeros(1))
-        return Payload(out)
+        return Payload(out), None
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         out = unpack_signs(payload.buffers["signs"], layer.numel)
@@ -113,7 +108,7 @@ class SignSGD(Codec):
 
 
 @register
-class EFSignSGD(Codec):
+class EFSignSGD(Codec[CodecState]):
     """EF-signSGD: scaled sign ``(||p||_1 / d) sign(p)`` of ``p = g + e``, error kept in ``e``.
 
     Wire: ``scale`` (fp32) and ``signs`` (``ceil(n/8)`` bytes).
@@ -124,16 +119,15 @@ class EFSignSGD(Codec):
     has_residual = True
     encode_flops_per_element = 6.0
 
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        p = memory.compensate(grad, state).reshape(-1)  # [n] fp32: g + e
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
+        p = acc.reshape(-1)  # [n] fp32: g + e
         n = p.numel()
-        _account(state, n)
         scale = torch.linalg.vector_norm(p, ord=1) / max(n, 1)  # 0-d: ||p||_1 / d
         signs = sign_bits(p)
         delta = unpack_signs(signs, n).mul_(scale)  # [n] fp32: scale * sign(p), sign(0) = +1
-        memory.remember(p, delta, state)
-        state.residual = state.residual.view(layer.shape)
-        return Payload({"scale": pack_f32(scale.reshape(1)), "signs": signs})
+        return Payload({"scale": pack_f32(scale.reshape(1)), "signs": signs}), Sent(dense=delta)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         scale = unpack_f32(payload.buffers["scale"]).reshape(())
@@ -142,7 +136,7 @@ class EFSignSGD(Codec):
 
 
 @register
-class OneBitSGD(Codec):
+class OneBitSGD(Codec[CodecState]):
     """1-bit SGD: sign bits with error feedback, each side reconstructed by its mean.
 
     Wire: ``means`` (fp32 ``[mean_nonneg, mean_neg]`` per group, groups = 1 or the columns) and
@@ -156,16 +150,9 @@ class OneBitSGD(Codec):
 
     @dataclass(frozen=True)
     class Params:
-        granularity: Literal["tensor", "column"] = field(
-            default="tensor",
-            metadata={"help": "one pair of means per tensor, or per column of [out, in...] (paper)"},
+        granularity: Literal["tensor", "column"] = opt(
+            "tensor", "one pair of means per tensor, or per column of [out, in...] (paper)"
         )
-
-    def validate(self) -> list[str]:
-        g = self.params.granularity
-        if g not in ("tensor", "column"):
-            return [f"granularity(={g!r}) must be 'tensor' or 'column'"]
-        return []
 
     def _grid(self, layer: LayerInfo) -> tuple[int, int]:
         """``(rows, cols)``: the tensor as a matrix whose columns are the quantization groups."""
@@ -176,12 +163,11 @@ class OneBitSGD(Codec):
             return layer.shape[0], n // layer.shape[0]
         return n, 1
 
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        acc = memory.compensate(grad, state).reshape(-1)  # [n] fp32
-        n = acc.numel()
-        _account(state, n)
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
         rows, cols = self._grid(layer)
-        mat = acc.view(rows, cols)  # [rows, cols]
+        mat = acc.reshape(rows, cols)  # [rows, cols] fp32: g + r
         negative = mat < 0  # [rows, cols] bool
         # per column: sum of the values and of their magnitudes give both sides' sums
         total = mat.sum(dim=0)  # [cols]
@@ -193,9 +179,8 @@ class OneBitSGD(Codec):
         mean_pos = (total + magnitude) / 2 / pos_cnt.clamp(min=1)
         means = torch.stack([mean_pos, mean_neg], dim=1)  # [cols, (pos, neg)]
         sent = _reconstruct(negative.view(_U8), means)  # [rows, cols]
-        memory.remember(acc, sent.reshape(-1), state)
-        state.residual = state.residual.view(layer.shape)
-        return Payload({"means": pack_f32(means), "signs": pack_bits(negative.reshape(-1).view(_U8), 1)})
+        payload = Payload({"means": pack_f32(means), "signs": pack_bits(negative.reshape(-1).view(_U8), 1)})
+        return payload, Sent(dense=sent)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         rows, cols = self._grid(layer)

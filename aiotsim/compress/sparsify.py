@@ -33,6 +33,10 @@ helper the other sparse families (DGC, PGC, aggregation-aware) share.
   because an entry whose velocity exceeds tau per step can only shed tau per step and its residual
   grows without bound (tau = 0.01: 10%, diverged; 0.1: 75%, oscillating; 0.5: diverged).
 
+Error feedback is the role :meth:`aiotsim.compress.base.Codec.encode` applies around each codec;
+``topk`` and ``threshold`` have it on by default and switch it off with ``error_feedback = false``
+(then the unsent entries are dropped); ``randomk`` ties it to ``scale`` as described above.
+
 Every payload uses the shared sparse wire format of :mod:`aiotsim.compress.sparse`: the index set in
 its cheapest exact coding, then the values as fp32 or fp16 (``value_dtype``).
 
@@ -46,13 +50,13 @@ tensor. The result is always exactly the top-k with the lower-index tie rule.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
-from aiotsim.compress import memory
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
+from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
+from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
     encode_indices,
     index_count,
@@ -66,6 +70,7 @@ from aiotsim.compress.packing import (
 from aiotsim.compress.registry import register
 from aiotsim.compress.sparse import decode_sparse, scatter_sparse, sparse_payload
 from aiotsim.errors import CodecError
+from aiotsim.schema import opt, positive, unit_interval
 
 ValueDtype = Literal["fp32", "fp16"]
 
@@ -77,18 +82,10 @@ _BRACKET_SAMPLE = 1 << 16
 
 
 # ---- shared helpers ----------------------------------------------------------------------------
-def ratio_problems(name: str, value: float) -> list[str]:
-    """``[message]`` if ``value`` is not in (0, 1], else ``[]``."""
-    if not (0.0 < value <= 1.0):
-        return [f"{name}(={value}) must be in (0, 1]"]
-    return []
-
-
-def value_dtype_problems(value_dtype: str) -> list[str]:
-    """``[message]`` if ``value_dtype`` is not ``"fp32"`` or ``"fp16"``."""
-    if value_dtype not in ("fp32", "fp16"):
-        return [f"value_dtype(={value_dtype!r}) must be 'fp32' or 'fp16'"]
-    return []
+def value_dtype_opt(help: str = "precision of the sent values: fp32 or fp16") -> ValueDtype:
+    """The ``value_dtype`` field every sparsifier declares (fp32 by default; the ``Literal`` type
+    is what :func:`aiotsim.schema.check_fields` checks the value against)."""
+    return opt("fp32", help)
 
 
 def k_of(ratio: float, n: int) -> int:
@@ -156,46 +153,15 @@ def round_values(values: torch.Tensor, value_dtype: str) -> torch.Tensor:
     return values
 
 
-def finish_sparse(
-    acc: torch.Tensor,
-    idx: torch.Tensor,
-    sent_values: torch.Tensor,
-    state: CodecState,
-    keep_residual: bool,
-) -> None:
-    """Bookkeeping shared by the residual sparsifiers: the residual and the element counts.
-
-    Parameters
-    ----------
-    acc : Tensor
-        The accumulated gradient (gradient + previous residual), fp32, shape of the gradient. It
-        becomes the residual (modified in place): callers must not use it afterwards.
-    idx : Tensor
-        ``[k]`` flat indices that were sent.
-    sent_values : Tensor
-        ``[k]`` fp32 values the receiver decodes at ``idx``.
-    keep_residual : bool
-        Store ``acc - sent`` as the new residual (error feedback).
-    """
-    if keep_residual:
-        # residual = acc - sent, in place: acc is the codec's own fresh accumulation, so no dense
-        # `sent` tensor is needed (indices are distinct, so accumulate == subtract once)
-        acc.view(-1).index_put_((idx,), -sent_values.to(acc.dtype), accumulate=True)
-        state.residual = acc
-    state.step += 1
-    state.elements_in += acc.numel()
-    state.elements_out += int(idx.numel())
-
-
 # ---- top-k -------------------------------------------------------------------------------------
 @register
-class TopK(Codec):
+class TopK(Codec[CodecState]):
     """Top-k sparsification with error feedback (Aji & Heafield 2017); ties: lower index wins."""
 
     @dataclass(frozen=True)
-    class Params:
-        ratio: float = field(default=0.01, metadata={"help": "fraction of elements sent, k = ceil(ratio * n)"})
-        value_dtype: ValueDtype = field(default="fp32", metadata={"help": "precision of the sent values: fp32 or fp16"})
+    class Params(FeedbackParams):
+        ratio: float = opt(0.01, "fraction of elements sent, k = ceil(ratio * n)", check=unit_interval)
+        value_dtype: ValueDtype = value_dtype_opt()
 
     name = "topk"
     summary = "top-k magnitudes with error feedback (Aji & Heafield 2017)"
@@ -203,16 +169,13 @@ class TopK(Codec):
     sparse = True
     encode_flops_per_element = 8.0
 
-    def validate(self) -> list[str]:
-        return ratio_problems("ratio", self.params.ratio) + value_dtype_problems(self.params.value_dtype)
-
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        acc = memory.compensate(grad, state)  # fp32, shape of grad
-        flat = acc.view(-1)  # [n]
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
+        flat = acc.reshape(-1)  # [n] fp32: r + g (or g without error feedback)
         idx = topk_indices(flat.abs(), k_of(self.params.ratio, flat.numel()))  # [k]
         values = round_values(flat[idx], self.params.value_dtype)  # [k] fp32
-        finish_sparse(acc, idx, values, state, keep_residual=True)
-        return sparse_payload(idx, values, flat.numel(), self.params.value_dtype)
+        return sparse_payload(idx, values, flat.numel(), self.params.value_dtype), Sent.sparse(idx, values)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return decode_sparse(payload, layer, self.params.value_dtype)
@@ -250,17 +213,18 @@ def random_subset(seed: int, n: int, k: int, device: torch.device) -> torch.Tens
 
 
 @register
-class RandomK(Codec):
-    """Random-k sparsification: indices regenerated from a seed in the payload, none sent."""
+class RandomK(Codec[CodecState]):
+    """Random-k sparsification: indices regenerated from a seed in the payload, none sent.
+
+    Error feedback is not a separate switch: ``scale`` picks between the two forms of the
+    literature, the unbiased scaled estimator (no residual) and sparsified SGD with memory.
+    """
 
     @dataclass(frozen=True)
     class Params:
-        ratio: float = field(default=0.01, metadata={"help": "fraction of elements sent, k = ceil(ratio * n)"})
-        scale: bool = field(
-            default=True,
-            metadata={"help": "multiply values by n/k (unbiased, no residual, default); false keeps a residual"},
-        )
-        value_dtype: ValueDtype = field(default="fp32", metadata={"help": "precision of the sent values: fp32 or fp16"})
+        ratio: float = opt(0.01, "fraction of elements sent, k = ceil(ratio * n)", check=unit_interval)
+        scale: bool = opt(True, "multiply values by n/k (unbiased, no residual, default); false keeps a residual")
+        value_dtype: ValueDtype = value_dtype_opt()
 
     name = "randomk"
     summary = "random-k indices from a seed shared with the server (no indices sent); unbiased when scaled"
@@ -275,27 +239,26 @@ class RandomK(Codec):
         super().__init__(params, seed)
         # Instance-level truth for the chosen parameters (contract tests read the class default).
         self.unbiased = bool(self.params.scale)
-        self.has_residual = not self.params.scale
 
-    def validate(self) -> list[str]:
-        return ratio_problems("ratio", self.params.ratio) + value_dtype_problems(self.params.value_dtype)
+    def _keeps_residual(self) -> bool:
+        """The unscaled form keeps the unsent entries (Stich et al.'s memory); the scaled one none."""
+        return not self.params.scale
 
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        n = grad.numel()
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
+        n = acc.numel()
         k = k_of(self.params.ratio, n)
         seed = int(torch.randint(0, 2**32, (1,), generator=state.generator, device=state.generator.device))
-        idx = random_subset(seed, n, k, grad.device)  # [k]
-        if self.params.scale:
-            flat = as_float(grad).reshape(-1)
-            values = round_values(flat[idx] * (n / max(k, 1)), self.params.value_dtype)
-            state.step += 1
-            state.elements_in += n
-            state.elements_out += k
-        else:
-            acc = memory.compensate(grad, state)
-            values = round_values(acc.view(-1)[idx], self.params.value_dtype)
-            finish_sparse(acc, idx, values, state, keep_residual=True)
-        return Payload({"seed": pack_u32([seed], grad.device), "values": pack_values(values, self.params.value_dtype)})
+        idx = random_subset(seed, n, k, acc.device)  # [k]
+        picked = acc.reshape(-1)[idx]  # [k] fp32
+        if self.params.scale:  # unbiased: E[n/k * 1{i in idx}] = 1
+            picked = picked * (n / max(k, 1))
+        values = round_values(picked, self.params.value_dtype)
+        payload = Payload(
+            {"seed": pack_u32([seed], acc.device), "values": pack_values(values, self.params.value_dtype)}
+        )
+        return payload, Sent.sparse(idx, values)
 
     def indices(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         """The index set of a payload (regenerated from its seed): the server's union uses it."""
@@ -314,18 +277,14 @@ class RandomK(Codec):
 
 # ---- threshold (Strom) -------------------------------------------------------------------------
 @register
-class Threshold(Codec):
+class Threshold(Codec[CodecState]):
     """Threshold sparsification: send ``|acc| >= tau`` exactly, or as ``+-tau`` (Strom 2015)."""
 
     @dataclass(frozen=True)
-    class Params:
-        tau: float = field(default=0.01, metadata={"help": "threshold on |gradient + residual|; > 0"})
-        quantize: bool = field(
-            default=False, metadata={"help": "true: send +-tau as 1 sign bit per index (Strom); false: exact values"}
-        )
-        value_dtype: ValueDtype = field(
-            default="fp32", metadata={"help": "precision of exact values (used when quantize = false)"}
-        )
+    class Params(FeedbackParams):
+        tau: float = opt(0.01, "threshold on |gradient + residual|; > 0", check=positive)
+        quantize: bool = opt(False, "true: send +-tau as 1 sign bit per index (Strom); false: exact values")
+        value_dtype: ValueDtype = value_dtype_opt("precision of exact values (used when quantize = false)")
 
     name = "threshold"
     summary = "threshold sparsification: |acc| >= tau sent (exact, or +-tau as in Strom), residual kept"
@@ -333,15 +292,10 @@ class Threshold(Codec):
     sparse = True
     encode_flops_per_element = 4.0
 
-    def validate(self) -> list[str]:
-        problems = value_dtype_problems(self.params.value_dtype)
-        if not (self.params.tau > 0 and math.isfinite(self.params.tau)):
-            problems.insert(0, f"tau(={self.params.tau}) must be a finite number > 0")
-        return problems
-
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        acc = memory.compensate(grad, state)
-        flat = acc.view(-1)  # [n]
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
+    ) -> tuple[Payload, Sent | None]:
+        flat = acc.reshape(-1)  # [n] fp32: r + g (or g without error feedback)
         send = flat.abs() >= self.params.tau  # [n]
         idx = torch.nonzero(send).reshape(-1)  # [k] ascending
         picked = flat.index_select(0, idx)
@@ -349,13 +303,12 @@ class Threshold(Codec):
         if self.params.quantize:
             negative = picked < 0  # [k] sign bits, 1 = negative
             values = torch.where(negative, -self.params.tau, self.params.tau).to(torch.float32)
-            finish_sparse(acc, idx, values, state, keep_residual=True)
             # 1 sign bit per sent index: tau is known to both sides by protocol.
             indices = encode_indices(idx, n, send)
-            return Payload({"indices": indices, "signs": pack_bits(negative.to(torch.uint8), 1)})
+            payload = Payload({"indices": indices, "signs": pack_bits(negative.to(torch.uint8), 1)})
+            return payload, Sent.sparse(idx, values)
         values = round_values(picked, self.params.value_dtype)
-        finish_sparse(acc, idx, values, state, keep_residual=True)
-        return sparse_payload(idx, values, n, self.params.value_dtype, send)
+        return sparse_payload(idx, values, n, self.params.value_dtype, send), Sent.sparse(idx, values)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         if not self.params.quantize:

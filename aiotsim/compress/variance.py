@@ -48,14 +48,12 @@ Wire format: the shared index coding of :mod:`aiotsim.compress.sparse`, then eit
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from aiotsim.compress import memory
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
-from aiotsim.compress.memory import workspace
+from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
     encode_indices,
     index_count,
@@ -66,8 +64,8 @@ from aiotsim.compress.packing import (
 )
 from aiotsim.compress.registry import register
 from aiotsim.compress.sparse import decode_sparse, scatter_sparse, sparse_payload
-from aiotsim.compress.sparsify import ValueDtype, finish_sparse, round_values, value_dtype_problems
-from aiotsim.errors import CodecError
+from aiotsim.compress.sparsify import ValueDtype, round_values, value_dtype_opt
+from aiotsim.schema import opt, positive, unit_interval
 
 _EXP_BITS = 3  # exponent bits of a 4-bit code (1 sign bit + 3)
 _MAX_EXP = (1 << _EXP_BITS) - 1
@@ -79,6 +77,15 @@ class VarianceState(CodecState):
     """Per-node, per-layer state: ``residual`` is ``r``; ``variance`` is ``v``."""
 
     variance: torch.Tensor | None = None  # v, shape of the gradient (fp32)
+    # scratch [n] fp32 buffer for r^2 - alpha v, reused every step: a fresh [n] temporary costs a
+    # page fault per 4 KB on CPU; its contents do not outlive one encode
+    scratch: torch.Tensor | None = None
+
+    def score_buffer(self, n: int, device: torch.device) -> torch.Tensor:
+        """The scratch buffer as ``[n]`` fp32 on ``device`` (allocated on first use)."""
+        if self.scratch is None or self.scratch.numel() != n or self.scratch.device != device:
+            self.scratch = torch.empty(n, dtype=torch.float32, device=device)
+        return self.scratch
 
 
 def quantize_pow2(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -116,49 +123,31 @@ def dequantize_pow2(codes: torch.Tensor, scale: float) -> torch.Tensor:
 
 
 @register
-class VarianceCompression(Codec):
+class VarianceCompression(Codec[VarianceState]):
     """Gradient Variance (Tsuzuku et al. 2018): send an element once r^2 > alpha * v."""
 
     @dataclass(frozen=True)
     class Params:
-        alpha: float = field(default=0.1, metadata={"help": "send element i once r_i^2 > alpha * v_i; > 0"})
-        zeta: float = field(
-            default=0.999, metadata={"help": "per-step decay of unsent accumulators (see decay_residual), in (0, 1]"}
+        alpha: float = opt(0.1, "send element i once r_i^2 > alpha * v_i; > 0", check=positive)
+        zeta: float = opt(
+            0.999, "per-step decay of unsent accumulators (see decay_residual), in (0, 1]", check=unit_interval
         )
-        decay_residual: bool = field(
-            default=False,
-            metadata={"help": "false: only v decays (v <- zeta v); true: r <- zeta r and v <- zeta^2 v"},
-        )
-        quantize: bool = field(
-            default=True, metadata={"help": "4-bit sign + power-of-two exponent codes; false sends exact values"}
-        )
-        value_dtype: ValueDtype = field(
-            default="fp32", metadata={"help": "precision of exact values (used when quantize = false)"}
-        )
+        decay_residual: bool = opt(False, "false: only v decays (v <- zeta v); true: r <- zeta r and v <- zeta^2 v")
+        quantize: bool = opt(True, "4-bit sign + power-of-two exponent codes; false sends exact values")
+        value_dtype: ValueDtype = value_dtype_opt("precision of exact values (used when quantize = false)")
 
     name = "variance"
     summary = "Gradient Variance: delay each element until unambiguous (r^2 > alpha v), 4-bit pow2 codes"
-    has_residual = True
+    State = VarianceState
+    has_residual = True  # r is the method's accumulated amplitude: not switchable
     sparse = True
     needs_sq_grad = True
     encode_flops_per_element = 10.0
 
-    def validate(self) -> list[str]:
-        p = self.params
-        problems = []
-        if not (p.alpha > 0 and math.isfinite(p.alpha)):
-            problems.append(f"alpha(={p.alpha}) must be a finite number > 0")
-        if not 0.0 < p.zeta <= 1.0:
-            problems.append(f"zeta(={p.zeta}) must be in (0, 1]")
-        return problems + value_dtype_problems(p.value_dtype)
-
-    def init_state(self, layer: LayerInfo, device: torch.device, node: int) -> VarianceState:
-        return VarianceState(generator=self.make_generator(layer, device, node))
-
-    def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        if not isinstance(state, VarianceState):
-            raise CodecError(f"variance needs the state from its own init_state(), got {type(state).__name__}")
-        acc = memory.compensate(grad, state)  # r + g, fp32, shape of grad
+    def _encode(
+        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: VarianceState
+    ) -> tuple[Payload, Sent | None]:
+        # acc: r + g, fp32, shape of grad
         if state.sq_grad is not None:
             sq = state.sq_grad.to(device=acc.device, dtype=torch.float32).reshape(acc.shape)
         else:  # no per-sample squares (e.g. the server re-encoding its update): one-sample proxy g^2
@@ -167,7 +156,7 @@ class VarianceCompression(Codec):
         flat, vflat = acc.view(-1), var.view(-1)  # [n]
         n = flat.numel()
         # r^2 - alpha v in one reused buffer: fresh [n] temporaries cost a page fault per 4 KB
-        score = torch.mul(vflat, -self.params.alpha, out=workspace(n, acc.device)).addcmul_(flat, flat)
+        score = torch.mul(vflat, -self.params.alpha, out=state.score_buffer(n, acc.device)).addcmul_(flat, flat)
         send = score > 0  # [n] unambiguous
         idx = torch.nonzero(send).reshape(-1)  # [k] ascending
         picked = flat.index_select(0, idx)
@@ -183,17 +172,16 @@ class VarianceCompression(Codec):
         else:
             values = round_values(picked, self.params.value_dtype)
             payload = sparse_payload(idx, values, n, self.params.value_dtype, send)
-        finish_sparse(acc, idx, values, state, keep_residual=True)  # r <- r - q(r) where sent
         zeta = self.params.zeta
         v_decay = zeta * zeta if self.params.decay_residual else zeta
         # v <- 0 where sent, decayed elsewhere (in place: no [n] factor tensor)
         if v_decay != 1.0:
             vflat.mul_(v_decay)
         vflat.masked_fill_(send, 0.0)
-        if self.params.decay_residual and zeta < 1.0:
-            state.residual.view(-1).mul_(torch.where(send, 1.0, zeta))  # r <- zeta r where unsent
         state.variance = var
-        return payload
+        # the role keeps r <- r - q(r) where sent, and with decay_residual r <- zeta r where unsent
+        decay = torch.where(send, 1.0, zeta) if self.params.decay_residual and zeta < 1.0 else None
+        return payload, Sent.sparse(idx, values, decay)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         if not self.params.quantize:
