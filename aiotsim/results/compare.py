@@ -30,7 +30,6 @@ from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.parallel import Job
 from aiotsim.results.store import (
     Warn,
-    check_writable,
     is_run_dir,
     make_dir,
     read_evals,
@@ -112,7 +111,7 @@ def plan_comparison(
             jobs.append(Job(f"{name} seed {seed}", sc.to_toml(), str(run_dir), device))
     if problems:
         raise ConfigError(problems)
-    check_writable(out_dir)
+    make_dir(out_dir)  # every variant is valid: the comparison directory must exist and be writable
     return jobs
 
 

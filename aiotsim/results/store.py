@@ -293,7 +293,8 @@ def run_dir_problem(path: str | Path) -> str | None:
 
 # ---- output paths ------------------------------------------------------------------------------
 def make_dir(path: str | Path) -> Path:
-    """Create directory ``path`` (and its parents) or raise ``ResultsError("cannot write to PATH: why")``."""
+    """Create directory ``path`` (and its parents) and check it can be written, or raise
+    ``ResultsError("cannot write to PATH: why")``."""
     p = Path(path)
     try:
         p.mkdir(parents=True, exist_ok=True)
@@ -301,21 +302,9 @@ def make_dir(path: str | Path) -> Path:
         raise ResultsError(f"cannot write to {p}: exists and is not a directory") from None
     except OSError as exc:
         raise ResultsError(f"cannot write to {p}: {exc.strerror or exc}") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ResultsError(f"cannot write to {p}: permission denied")
     return p
-
-
-def check_writable(path: str | Path) -> None:
-    """Raise ``ResultsError("cannot write to PATH: why")`` when directory ``path`` could not be
-    created or written, without creating anything."""
-    p = Path(path)
-    probe = p
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        why = "exists and is not a directory" if probe == p else f"{probe} is not a directory"
-        raise ResultsError(f"cannot write to {p}: {why}")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ResultsError(f"cannot write to {p}: permission denied on {probe}")
 
 
 def write_file(path: Path, data: str | bytes) -> None:
