@@ -162,17 +162,26 @@ def torch_threads(n: int) -> Iterator[None]:
 
 # ---- stopping ------------------------------------------------------------------------------------------
 class _StopOnSignal:
-    """While active (main thread only), the first of :data:`STOP_SIGNALS` raises :class:`Stopped`;
-    later ones are only recorded, so that the shutdown they started is not itself interrupted."""
+    """While active (main thread only), the first of :data:`STOP_SIGNALS` stops the batch: it raises
+    :class:`Stopped` at once, or with ``defer`` at the next :meth:`check` (a point where no queue read
+    is half done); later signals are only recorded, so that the shutdown is not itself interrupted."""
 
-    def __init__(self) -> None:
+    def __init__(self, defer: bool = False) -> None:
+        self.defer = defer
         self.fired: int | None = None
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.fired is None:
             self.fired = signum
-            raise Stopped(signum)
+            if not self.defer:
+                raise Stopped(signum)
+
+    def check(self) -> None:
+        """Raise :class:`Stopped` when a deferred stop signal has arrived."""
+        if self.defer and self.fired is not None and self.fired > 0:
+            self.defer = False  # raised once
+            raise Stopped(self.fired)
 
     def __enter__(self) -> _StopOnSignal:
         if threading.current_thread() is threading.main_thread():
@@ -183,6 +192,13 @@ class _StopOnSignal:
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+def stop_on_signals() -> contextlib.AbstractContextManager[Any]:
+    """A context in which SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` (a ``KeyboardInterrupt``)
+    in the main thread, e.g. around a single run, so that a run ended by SIGTERM or SIGHUP writes
+    its summary as interrupted, as on Ctrl-C. Previous handlers are restored on exit."""
+    return _StopOnSignal()
 
 
 # ---- local process pool ----------------------------------------------------------------------------
@@ -264,9 +280,10 @@ def run_local(jobs: Sequence[Job], workers: int | None = None, on_event: EventSi
     n = min(workers or default_workers(), len(jobs))
     if not jobs:
         return []
-    with _StopOnSignal() as stop:
-        if n <= 1:
+    if n <= 1:
+        with _StopOnSignal():  # the run in this process is interrupted where it is
             return _run_serial(jobs, emit)
+    with _StopOnSignal(defer=True) as stop:  # the driver stops between two reads of the queue
         return _run_pool(jobs, n, emit, stop)
 
 
@@ -306,6 +323,7 @@ def _run_pool(jobs: Sequence[Job], n: int, emit: EventSink, stop: _StopOnSignal)
     try:
         pending: dict[Future[Any], int] = {pool.submit(_pool_task, job, i): i for i, job in enumerate(jobs)}
         while pending:
+            stop.check()
             done, _ = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
             _drain(q, on_event)
             for fut in done:
@@ -316,11 +334,12 @@ def _run_pool(jobs: Sequence[Job], n: int, emit: EventSink, stop: _StopOnSignal)
                     summary, error = None, f"worker failed: {type(exc).__name__}: {exc}"
                 results[i] = JobResult(jobs[i], summary, error)
         _drain(q, on_event)
+        stop.check()
+        pool.shutdown(wait=True)
     except BaseException:
         stop.fired = stop.fired or -1  # later signals must not interrupt the shutdown
         _stop_pool(pool, q, on_event, started, ended)
         raise
-    pool.shutdown(wait=True)
     return results
 
 
@@ -434,21 +453,24 @@ def run_ray(jobs: Sequence[Job], address: str | None = None, on_event: EventSink
             raise AiotsimError(f"cannot start or reach Ray at {address or 'a local instance'}: {exc}") from None
         started_here = True
     try:
-        with _StopOnSignal():
-            _ray_loop(ray, RayQueue(), jobs, results, emit)
+        with _StopOnSignal(defer=True) as stop:
+            _ray_loop(ray, RayQueue(), jobs, results, emit, stop)
     finally:
         if started_here:
             ray.shutdown()
     return results
 
 
-def _ray_loop(ray: Any, progress: Any, jobs: Sequence[Job], results: list[JobResult], emit: EventSink) -> None:
+def _ray_loop(
+    ray: Any, progress: Any, jobs: Sequence[Job], results: list[JobResult], emit: EventSink, stop: _StopOnSignal
+) -> None:
     """Submit every job as a task and collect them into ``results``; on any exception (a stop
     signal) the tasks not finished are cancelled (their workers killed) before it propagates."""
     task = ray.remote(num_cpus=1)(_ray_task)
     pending = {task.remote(job, i, progress): i for i, job in enumerate(jobs)}
     try:
         while pending:
+            stop.check()
             done, _ = ray.wait(list(pending), num_returns=1, timeout=0.1)
             _drain_ray(progress, emit)
             for ref in done:
@@ -461,6 +483,7 @@ def _ray_loop(ray: Any, progress: Any, jobs: Sequence[Job], results: list[JobRes
                 results[i] = JobResult(jobs[i], summary, error)
         _drain_ray(progress, emit)
     except BaseException:
+        stop.fired = stop.fired or -1
         for ref in pending:
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
@@ -484,4 +507,5 @@ __all__ = [
     "BatchError",
     "Stopped",
     "RUN_THREADS",
-    "torch_threads", "run_local", "run_ray", "ray_available", "default_workers"]
+    "torch_threads",
+    "stop_on_signals", "run_local", "run_ray", "ray_available", "default_workers"]
