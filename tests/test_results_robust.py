@@ -91,6 +91,12 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "evals_missing": (lambda d: (d / "evals.csv").unlink(), "evals.csv"),
     "metrics_cut_mid_row": (_cut("metrics.csv"), "metrics.csv"),
     "metrics_not_utf8": (_not_utf8("metrics.csv"), "metrics.csv"),
+    "evals_nan_time": (
+        lambda d: (d / "evals.csv").write_bytes(
+            b"iteration,sim_time_s,accuracy,loss\r\n0,nan,0.5,1.0\r\n"
+        ),
+        "evals.csv",
+    ),
     "metrics_text_value": (
         lambda d: (d / "metrics.csv").write_bytes((d / "metrics.csv").read_bytes().replace(b"\r\n0,", b"\r\nzero,", 1)),
         "metrics.csv",

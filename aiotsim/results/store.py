@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -142,6 +143,7 @@ SUMMARY_OPTIONAL_NUMBERS = (
 # Columns the readers of metrics.csv / evals.csv use; each must be present and numeric in every row.
 METRIC_COLUMNS = ("iteration", "sim_time_s", "loss", "wire_bytes_up", "wire_bytes_down")
 EVAL_COLUMNS = ("iteration", "sim_time_s", "accuracy")
+FINITE_COLUMNS = ("iteration", "sim_time_s")  # must also be finite (a loss may be nan)
 
 _log = logging.getLogger("aiotsim.results")
 
@@ -252,7 +254,7 @@ def _csv_row(path: Path, line: int, row: dict[Any, Any], required: Sequence[str]
     if None in row or None in row.values():
         raise ResultsError(f"{path}: line {line}: wrong number of fields (file cut short or damaged)")
     out = {k: _num(v) for k, v in row.items()}
-    bad = [c for c in required if not _is_number(out[c])]
+    bad = [c for c in required if not _is_number(out[c]) or (c in FINITE_COLUMNS and not math.isfinite(out[c]))]
     if bad:
         raise ResultsError(f"{path}: line {line}: {', '.join(f'{c}={row[c]!r}' for c in bad)}: not a number")
     return out
