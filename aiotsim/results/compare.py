@@ -17,6 +17,7 @@ storage):
 from __future__ import annotations
 
 import csv
+import io
 import math
 import statistics
 from collections.abc import Sequence
@@ -27,7 +28,16 @@ from typing import Any
 from aiotsim.config import apply_overrides, parse_overrides, read_toml, scenario_from_dict
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.parallel import Job
-from aiotsim.results.store import is_run_dir, read_csv, read_summary
+from aiotsim.results.store import (
+    Warn,
+    is_run_dir,
+    make_dir,
+    read_evals,
+    read_summary,
+    read_text,
+    write_file,
+)
+from aiotsim.results.store import warn as store_warn
 
 # Keys of [compressor] that are not codec parameters (a switched codec keeps these, drops the rest).
 _COMPRESSOR_SECTION_KEYS = {"name", "min_size", "downlink"}
@@ -101,6 +111,7 @@ def plan_comparison(
             jobs.append(Job(f"{name} seed {seed}", sc.to_toml(), str(run_dir), device))
     if problems:
         raise ConfigError(problems)
+    make_dir(out_dir)  # every variant is valid: the comparison directory must exist and be writable
     return jobs
 
 
@@ -111,7 +122,12 @@ def _safe(name: str) -> str:
 def already_done(job: Job) -> bool:
     """True when ``job.out_dir`` holds a complete run of exactly this scenario (nothing to redo)."""
     d = Path(job.out_dir)
-    return is_run_dir(d) and (d / "scenario.toml").is_file() and (d / "scenario.toml").read_text() == job.scenario_toml
+    if not is_run_dir(d) or not (d / "scenario.toml").is_file():
+        return False
+    try:
+        return read_text(d / "scenario.toml") == job.scenario_toml
+    except ResultsError:
+        return False
 
 
 # ---- the table --------------------------------------------------------------------------------------
@@ -163,7 +179,10 @@ def _mean(values: list[Any]) -> float | None:
 
 
 def compare_runs(
-    run_dirs: Sequence[str | Path], target_accuracy: float | None = None, baseline: str | None = None
+    run_dirs: Sequence[str | Path],
+    target_accuracy: float | None = None,
+    baseline: str | None = None,
+    warn: Warn | None = None,
 ) -> Comparison:
     """Build the comparison from run directories alone.
 
@@ -173,49 +192,86 @@ def compare_runs(
     target_accuracy : for time-to-accuracy (default: the runs' own ``target_accuracy``).
     baseline : compressor the speed-up is relative to (default ``none`` when present, else the
         first compressor).
+    warn : called with one line per run directory that is skipped (incomplete or damaged: the
+        line names the directory or file and the problem); default: :func:`~aiotsim.results.store.warn`.
 
     Raises
     ------
     ResultsError
-        When there is no run, a run directory cannot be read, or ``baseline`` is not among the rows.
+        When there is no usable run (every problem listed), or ``baseline`` is not among the rows.
     """
     if not run_dirs:
         raise ResultsError("no run directories to compare")
-    groups: dict[str, list[tuple[dict[str, Any], list[dict[str, float]]]]] = {}
-    for d in run_dirs:
-        summary = read_summary(d)
-        if not summary.get("complete"):
-            raise ResultsError(f"{d}: run is incomplete ({summary.get('status')})")
-        groups.setdefault(summary["compressor"], []).append((summary, read_csv(Path(d) / "evals.csv")))
+    groups = _load_groups(run_dirs, warn or store_warn)
     if target_accuracy is None:
         target_accuracy = float(next(iter(groups.values()))[0][0]["target_accuracy"])
-    rows = []
-    for name, runs in groups.items():
-        sums = [s for s, _ in runs]
-        accs = [s["final_accuracy"] for s in sums if s.get("final_accuracy") is not None]
-        ttas = [time_to_accuracy(ev, target_accuracy) for _, ev in runs]
-        rows.append(
-            ComparisonRow(
-                compressor=name,
-                seeds=len(runs),
-                throughput_samples_per_s=_mean([s.get("throughput_samples_per_s") for s in sums]),
-                speedup=None,
-                bytes_up=_mean([s.get("bytes_up") for s in sums]),
-                bytes_down=_mean([s.get("bytes_down") for s in sums]),
-                wire_bytes_up=_mean([s.get("wire_bytes_up") for s in sums]),
-                wire_bytes_down=_mean([s.get("wire_bytes_down") for s in sums]),
-                compression_ratio=_mean([s.get("compression_ratio") for s in sums]),
-                final_accuracy=_mean(accs),
-                final_accuracy_std=(statistics.stdev(accs) if len(accs) > 1 else 0.0) if accs else None,
-                time_to_accuracy_s=_mean(ttas),
-                reached=sum(t is not None for t in ttas),
-                compute_share=_mean([s.get("compute_share") for s in sums]),
-                encode_share=_mean([s.get("encode_share") for s in sums]),
-                decode_share=_mean([s.get("decode_share") for s in sums]),
-                comm_share=_mean([s.get("comm_share") for s in sums]),
-                sim_time_s=_mean([s.get("sim_time_s") for s in sums]),
-            )
-        )
+    rows = [_row(name, runs, target_accuracy) for name, runs in groups.items()]
+    baseline = _set_speedups(rows, baseline)
+    used = [Path(d) for d in run_dirs if Path(d) in _used_dirs(groups)]
+    return Comparison(rows, baseline, target_accuracy, used)
+
+
+_Loaded = tuple[dict[str, Any], list[dict[str, Any]], Path]  # summary, evals rows, run directory
+
+
+def _load_groups(run_dirs: Sequence[str | Path], warn: Warn) -> dict[str, list[_Loaded]]:
+    """Complete, readable runs grouped by compressor; every other directory is reported and skipped."""
+    groups: dict[str, list[_Loaded]] = {}
+    problems: list[str] = []
+    for d in run_dirs:
+        try:
+            summary = read_summary(d)
+            if not summary["complete"]:
+                raise ResultsError(f"{d}: run is incomplete ({summary.get('status')})")
+            loaded = (summary, read_evals(d), Path(d))
+        except ResultsError as exc:
+            problems.append(exc.message)
+            continue
+        groups.setdefault(summary["compressor"], []).append(loaded)
+    if not groups:
+        raise ResultsError("\n".join(["no usable run directory to compare:", *problems]))
+    for p in problems:
+        warn(f"skipped {p}")
+    return groups
+
+
+def _used_dirs(groups: dict[str, list[_Loaded]]) -> set[Path]:
+    return {d for runs in groups.values() for _, _, d in runs}
+
+
+def _row(name: str, runs: list[_Loaded], target: float) -> ComparisonRow:
+    """One compressor's row: means over its seeds (speed-up filled in later)."""
+    sums = [s for s, _, _ in runs]
+    accs = [s["final_accuracy"] for s in sums if s.get("final_accuracy") is not None]
+    ttas = [time_to_accuracy(ev, target) for _, ev, _ in runs]
+
+    def mean_of(key: str) -> float | None:
+        return _mean([s.get(key) for s in sums])
+
+    return ComparisonRow(
+        compressor=name,
+        seeds=len(runs),
+        throughput_samples_per_s=mean_of("throughput_samples_per_s"),
+        speedup=None,
+        bytes_up=mean_of("bytes_up"),
+        bytes_down=mean_of("bytes_down"),
+        wire_bytes_up=mean_of("wire_bytes_up"),
+        wire_bytes_down=mean_of("wire_bytes_down"),
+        compression_ratio=mean_of("compression_ratio"),
+        final_accuracy=_mean(accs),
+        final_accuracy_std=(statistics.stdev(accs) if len(accs) > 1 else 0.0) if accs else None,
+        time_to_accuracy_s=_mean(ttas),
+        reached=sum(t is not None for t in ttas),
+        compute_share=mean_of("compute_share"),
+        encode_share=mean_of("encode_share"),
+        decode_share=mean_of("decode_share"),
+        comm_share=mean_of("comm_share"),
+        sim_time_s=mean_of("sim_time_s"),
+    )
+
+
+def _set_speedups(rows: list[ComparisonRow], baseline: str | None) -> str:
+    """Fill each row's speed-up relative to ``baseline`` (default: ``none``, else the first); returns it."""
     names = [r.compressor for r in rows]
     if baseline is None:
         baseline = "none" if "none" in names else names[0]
@@ -225,7 +281,7 @@ def compare_runs(
     for r in rows:
         if base_tp and r.throughput_samples_per_s is not None:
             r.speedup = r.throughput_samples_per_s / base_tp
-    return Comparison(rows, baseline, target_accuracy, [Path(d) for d in run_dirs])
+    return baseline
 
 
 # ---- output -----------------------------------------------------------------------------------------
@@ -308,17 +364,16 @@ def to_markdown(c: Comparison, title: str = "") -> str:
 
 def write_comparison(c: Comparison, out_dir: str | Path, title: str = "") -> tuple[Path, Path]:
     """Write ``comparison.csv`` (raw numbers) and ``comparison.md``; returns their paths."""
-    d = Path(out_dir)
-    d.mkdir(parents=True, exist_ok=True)
+    d = make_dir(out_dir)
     csv_path, md_path = d / "comparison.csv", d / "comparison.md"
-    with open(csv_path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow([*CSV_FIELDS, "baseline", "target_accuracy"])
-        for r in c.rows:
-            w.writerow(
-                [("" if getattr(r, k) is None else getattr(r, k)) for k in CSV_FIELDS] + [c.baseline, c.target_accuracy]
-            )
-    md_path.write_text(to_markdown(c, title))
+    table = io.StringIO(newline="")
+    w = csv.writer(table)
+    w.writerow([*CSV_FIELDS, "baseline", "target_accuracy"])
+    for r in c.rows:
+        cells = [("" if getattr(r, k) is None else getattr(r, k)) for k in CSV_FIELDS]
+        w.writerow([*cells, c.baseline, c.target_accuracy])
+    write_file(csv_path, table.getvalue())
+    write_file(md_path, to_markdown(c, title))
     return csv_path, md_path
 
 

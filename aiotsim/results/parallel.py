@@ -14,16 +14,32 @@ independent, so a batch (a comparison, a sweep) is a bag of jobs handed to a bac
 Both report :class:`Event` s (a run started, an iteration finished, a run ended) through a callback
 on the driver, which is what the progress bars show. A run that fails does not stop the batch: its
 :class:`JobResult` carries the error and its run directory keeps a summary marked incomplete.
+
+Every run uses :data:`RUN_THREADS` torch threads wherever it runs (in this process, a pool worker or
+a Ray task): results depend on torch's intra-op thread count, so a batch gives the same numbers
+whatever its worker count.
+
+Stopping: SIGINT (Ctrl-C), SIGTERM and SIGHUP on the driver stop the batch within seconds. The
+driver raises :class:`Stopped` (a ``KeyboardInterrupt``), cancels the runs not started and sends
+SIGTERM to the workers, which end their current run as ``interrupted`` (its rows and an incomplete
+``summary.json`` stay) and exit; a worker still alive after :data:`STOP_GRACE_S` is killed. Workers
+ignore SIGINT (a terminal's Ctrl-C reaches the whole process group; the driver decides) and exit on
+their own when the driver dies. Completed runs are untouched, so running the batch again (a resumed
+sweep) runs exactly the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue as queue_mod
+import signal
 import tempfile
+import threading
+import time
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +50,25 @@ from aiotsim.results.store import atomic_write
 
 # Files of a run directory, in the order the Ray driver writes them (summary last: it marks completion).
 RUN_FILES = ("scenario.toml", "metrics.csv", "evals.csv", "trace.json", "summary.json")
+
+
+RUN_THREADS = 1  # torch intra-op threads of every run, wherever it runs
+STOP_GRACE_S = 5.0  # seconds a stopped worker has to write its run's summary before it is killed
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)  # signals that stop a batch
+
+
+class Stopped(KeyboardInterrupt):
+    """A batch (or a run) was stopped by signal ``signum``; a ``KeyboardInterrupt``, so that whatever
+    handles Ctrl-C handles it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    def __str__(self) -> str:
+        return f"stopped by {signal.Signals(self.signum).name}"
 
 
 class BatchError(AiotsimError):
@@ -58,6 +93,7 @@ class Job:
     scenario_toml: str
     out_dir: str
     device: str = "auto"
+    threads: int = RUN_THREADS  # torch intra-op threads for the run
 
 
 @dataclass(frozen=True)
@@ -107,20 +143,97 @@ def _run_job(job: Job, index: int, emit: Callable[[Event], None]) -> dict[str, A
     def on_progress(p: Progress) -> None:
         emit(Event("iter", index, p.iteration, p.total, float(p.sim_time_s), float(p.loss)))
 
-    return run_scenario(sc, job.out_dir, device=job.device, on_progress=on_progress)
+    with torch_threads(job.threads):
+        return run_scenario(sc, job.out_dir, device=job.device, on_progress=on_progress)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads, then restore the previous count."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# ---- stopping ------------------------------------------------------------------------------------------
+class _StopOnSignal:
+    """While active (main thread only), the first of :data:`STOP_SIGNALS` stops the batch: it raises
+    :class:`Stopped` at once, or with ``defer`` at the next :meth:`check` (a point where no queue read
+    is half done); later signals are only recorded, so that the shutdown is not itself interrupted."""
+
+    def __init__(self, defer: bool = False) -> None:
+        self.defer = defer
+        self.fired: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.fired is None:
+            self.fired = signum
+            if not self.defer:
+                raise Stopped(signum)
+
+    def check(self) -> None:
+        """Raise :class:`Stopped` when a deferred stop signal has arrived."""
+        if self.defer and self.fired is not None and self.fired > 0:
+            self.defer = False  # raised once
+            raise Stopped(self.fired)
+
+    def __enter__(self) -> _StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def stop_on_signals() -> contextlib.AbstractContextManager[Any]:
+    """A context in which SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` (a ``KeyboardInterrupt``)
+    in the main thread, e.g. around a single run, so that a run ended by SIGTERM or SIGHUP writes
+    its summary as interrupted, as on Ctrl-C. Previous handlers are restored on exit."""
+    return _StopOnSignal()
 
 
 # ---- local process pool ----------------------------------------------------------------------------
 _WORKER_QUEUE: Any = None  # the progress queue of a pool worker process (set by _init_worker)
+_WORKER_RUNNING = False  # True while a pool worker is inside a run (a SIGTERM then ends the run first)
 
 
-def _init_worker(q: Any) -> None:
-    """Pool worker start-up: one torch thread (the pool already uses every core), keep the queue."""
+def _init_worker(q: Any, parent_pid: int, threads: int) -> None:
+    """Pool worker start-up: ``threads`` torch threads, keep the queue, and the stop protocol:
+    ignore SIGINT (the driver decides), end the current run on SIGTERM, exit when the driver dies."""
     global _WORKER_QUEUE
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     _WORKER_QUEUE = q
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _worker_sigterm)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, _worker_sigterm)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="aiotsim-parent-watch").start()
+
+
+def _worker_sigterm(signum: int, frame: Any) -> None:
+    """In a run: raise :class:`Stopped` (the run writes its summary as interrupted, then the worker
+    exits in :func:`_pool_task`); between runs: exit at once."""
+    if _WORKER_RUNNING:
+        raise Stopped(signum)
+    os._exit(128 + signum)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Stop this worker (as a SIGTERM would) once the driver is gone: no orphan goes on running."""
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _worker_emit(event: Event) -> None:
@@ -129,12 +242,18 @@ def _worker_emit(event: Event) -> None:
 
 def _pool_task(job: Job, index: int) -> tuple[dict[str, Any] | None, str | None]:
     """Runs in a worker: the summary, or the error text of a run that failed."""
+    global _WORKER_RUNNING
+    _WORKER_RUNNING = True
     try:
         summary = _run_job(job, index, _worker_emit)
+    except Stopped as exc:  # the run's summary says interrupted; this worker's batch is over
+        _WORKER_QUEUE.close()
+        os._exit(128 + exc.signum)
     except Exception as exc:  # the run directory keeps a summary marked incomplete
         msg = exc.message if isinstance(exc, AiotsimError) else f"{type(exc).__name__}: {exc}"
         return None, msg
     finally:
+        _WORKER_RUNNING = False
         _worker_emit(Event("done", index))
     return summary, None
 
@@ -142,39 +261,71 @@ def _pool_task(job: Job, index: int) -> tuple[dict[str, Any] | None, str | None]
 def run_local(jobs: Sequence[Job], workers: int | None = None, on_event: EventSink | None = None) -> list[JobResult]:
     """Run ``jobs`` on this machine, ``workers`` at a time, and return their results in order.
 
-    With one worker (or one job) the jobs run in this process, one after the other, with torch's
-    threads untouched; otherwise in a pool of ``spawn``ed worker processes.
+    With one worker (or one job) the jobs run in this process, one after the other; otherwise in a
+    pool of ``spawn``ed worker processes. Either way each run uses ``job.threads`` torch threads.
 
     Parameters
     ----------
     jobs : the runs to do.
     workers : processes at once (default: one per core).
     on_event : called on the driver with every progress :class:`Event`.
+
+    Raises
+    ------
+    Stopped
+        On SIGINT, SIGTERM or SIGHUP (when called from the main thread), once every worker has
+        ended (see the module docstring); runs already complete are kept.
     """
     emit = on_event or (lambda e: None)
     n = min(workers or default_workers(), len(jobs))
-    results: list[JobResult] = [JobResult(j, None, "not run") for j in jobs]
     if not jobs:
-        return results
+        return []
     if n <= 1:
-        for i, job in enumerate(jobs):
-            try:
-                results[i] = JobResult(job, _run_job(job, i, emit))
-            except Exception as exc:
-                msg = exc.message if isinstance(exc, AiotsimError) else f"{type(exc).__name__}: {exc}"
-                results[i] = JobResult(job, None, msg)
-            finally:
-                emit(Event("done", i))
-        return results
+        with _StopOnSignal():  # the run in this process is interrupted where it is
+            return _run_serial(jobs, emit)
+    with _StopOnSignal(defer=True) as stop:  # the driver stops between two reads of the queue
+        return _run_pool(jobs, n, emit, stop)
 
+
+def _run_serial(jobs: Sequence[Job], emit: EventSink) -> list[JobResult]:
+    """The jobs one after the other in this process."""
+    results: list[JobResult] = [JobResult(j, None, "not run") for j in jobs]
+    for i, job in enumerate(jobs):
+        try:
+            results[i] = JobResult(job, _run_job(job, i, emit))
+        except Exception as exc:
+            msg = exc.message if isinstance(exc, AiotsimError) else f"{type(exc).__name__}: {exc}"
+            results[i] = JobResult(job, None, msg)
+        finally:
+            emit(Event("done", i))
+    return results
+
+
+def _run_pool(jobs: Sequence[Job], n: int, emit: EventSink, stop: _StopOnSignal) -> list[JobResult]:
+    """The jobs in ``n`` spawned worker processes; on any exception (a stop signal, a callback
+    raising) the workers are stopped before it propagates."""
+    results: list[JobResult] = [JobResult(j, None, "not run") for j in jobs]
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(q,))
+    pool = ProcessPoolExecutor(
+        max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(q, os.getpid(), RUN_THREADS)
+    )
+    started: set[int] = set()
+    ended: set[int] = set()
+
+    def on_event(e: Event) -> None:
+        if e.kind == "start":
+            started.add(e.index)
+        elif e.kind == "done":
+            ended.add(e.index)
+        emit(e)
+
     try:
         pending: dict[Future[Any], int] = {pool.submit(_pool_task, job, i): i for i, job in enumerate(jobs)}
         while pending:
+            stop.check()
             done, _ = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
-            _drain(q, emit)
+            _drain(q, on_event)
             for fut in done:
                 i = pending.pop(fut)
                 try:
@@ -182,12 +333,39 @@ def run_local(jobs: Sequence[Job], workers: int | None = None, on_event: EventSi
                 except Exception as exc:  # a worker died (killed, out of memory)
                     summary, error = None, f"worker failed: {type(exc).__name__}: {exc}"
                 results[i] = JobResult(jobs[i], summary, error)
-        _drain(q, emit)
+        _drain(q, on_event)
+        stop.check()
+        pool.shutdown(wait=True)
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        stop.fired = stop.fired or -1  # later signals must not interrupt the shutdown
+        _stop_pool(pool, q, on_event, started, ended)
         raise
-    pool.shutdown(wait=True)
     return results
+
+
+def _stop_pool(pool: ProcessPoolExecutor, q: Any, on_event: EventSink, started: set[int], ended: set[int]) -> None:
+    """Cancel what has not started, SIGTERM the workers (each ends its run as interrupted), kill any
+    left after :data:`STOP_GRACE_S`, then report the runs that ended (progress, the sweep's index)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # ProcessPoolExecutor's workers
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+    try:  # the events the workers sent before they ended, and a "done" for each run they could not end
+        _drain(q, on_event)
+        for i in sorted(started - ended):
+            on_event(Event("done", i))
+    except BaseException:  # noqa: S110 - the batch is stopping anyway; the original exception propagates
+        pass
+    q.close()
+    q.cancel_join_thread()
 
 
 def _drain(q: Any, emit: EventSink) -> None:
@@ -210,16 +388,13 @@ def ray_available() -> bool:
 
 def _ray_task(job: Job, index: int, progress: Any) -> tuple[dict[str, Any] | None, str | None, dict[str, bytes]]:
     """Body of a Ray task: run into a scratch directory, return (summary, error, files' bytes)."""
-    import torch
-
-    torch.set_num_threads(1)
 
     def emit(event: Event) -> None:
         if progress is not None:
             progress.put_nowait(event)
 
     with tempfile.TemporaryDirectory(prefix="aiotsim-ray-") as tmp:
-        scratch = Job(job.label, job.scenario_toml, str(Path(tmp) / "run"), job.device)
+        scratch = Job(job.label, job.scenario_toml, str(Path(tmp) / "run"), job.device, job.threads)
         try:
             summary, error = _run_job(scratch, index, emit), None
         except Exception as exc:
@@ -278,10 +453,24 @@ def run_ray(jobs: Sequence[Job], address: str | None = None, on_event: EventSink
             raise AiotsimError(f"cannot start or reach Ray at {address or 'a local instance'}: {exc}") from None
         started_here = True
     try:
-        progress = RayQueue()
-        task = ray.remote(num_cpus=1)(_ray_task)
-        pending = {task.remote(job, i, progress): i for i, job in enumerate(jobs)}
+        with _StopOnSignal(defer=True) as stop:
+            _ray_loop(ray, RayQueue(), jobs, results, emit, stop)
+    finally:
+        if started_here:
+            ray.shutdown()
+    return results
+
+
+def _ray_loop(
+    ray: Any, progress: Any, jobs: Sequence[Job], results: list[JobResult], emit: EventSink, stop: _StopOnSignal
+) -> None:
+    """Submit every job as a task and collect them into ``results``; on any exception (a stop
+    signal) the tasks not finished are cancelled (their workers killed) before it propagates."""
+    task = ray.remote(num_cpus=1)(_ray_task)
+    pending = {task.remote(job, i, progress): i for i, job in enumerate(jobs)}
+    try:
         while pending:
+            stop.check()
             done, _ = ray.wait(list(pending), num_returns=1, timeout=0.1)
             _drain_ray(progress, emit)
             for ref in done:
@@ -293,11 +482,14 @@ def run_ray(jobs: Sequence[Job], address: str | None = None, on_event: EventSink
                     summary, error = None, f"Ray task failed: {type(exc).__name__}: {exc}"
                 results[i] = JobResult(jobs[i], summary, error)
         _drain_ray(progress, emit)
-        progress.shutdown()
+    except BaseException:
+        stop.fired = stop.fired or -1
+        for ref in pending:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        raise
     finally:
-        if started_here:
-            ray.shutdown()
-    return results
+        progress.shutdown()
 
 
 def _drain_ray(progress: Any, emit: EventSink) -> None:
@@ -308,4 +500,12 @@ def _drain_ray(progress: Any, emit: EventSink) -> None:
             return
 
 
-__all__ = ["Job", "Event", "JobResult", "BatchError", "run_local", "run_ray", "ray_available", "default_workers"]
+__all__ = [
+    "Job",
+    "Event",
+    "JobResult",
+    "BatchError",
+    "Stopped",
+    "RUN_THREADS",
+    "torch_threads",
+    "stop_on_signals", "run_local", "run_ray", "ray_available", "default_workers"]

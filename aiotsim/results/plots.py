@@ -42,7 +42,8 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from aiotsim.errors import ResultsError  # noqa: E402
 from aiotsim.results.compare import time_to_accuracy  # noqa: E402
-from aiotsim.results.store import is_run_dir, read_csv, read_summary  # noqa: E402
+from aiotsim.results.store import Warn, make_dir, read_evals, read_json, read_metrics, read_summary  # noqa: E402
+from aiotsim.results.store import warn as store_warn  # noqa: E402
 from aiotsim.results.sweep import is_sweep_dir, read_manifest  # noqa: E402
 
 MB = 1e6  # bytes per MB (decimal, as network rates are)
@@ -71,17 +72,27 @@ class Run:
 
 
 def load_run(run_dir: str | Path) -> Run:
-    """Read ``summary.json``, ``metrics.csv`` and ``evals.csv`` of a run directory."""
+    """Read and check ``summary.json``, ``metrics.csv`` and ``evals.csv`` of a complete run directory.
+
+    Raises
+    ------
+    ResultsError
+        When the run is incomplete or a file is missing or damaged (the message names the file).
+    """
     d = Path(run_dir)
-    return Run(d, read_summary(d), read_csv(d / "metrics.csv"), read_csv(d / "evals.csv"))
+    summary = read_summary(d)
+    if not summary["complete"]:
+        raise ResultsError(f"{d}: run is incomplete ({summary.get('status')})")
+    return Run(d, summary, read_metrics(d), read_evals(d))
 
 
 def find_run_dirs(path: str | Path) -> list[Path]:
-    """``path`` itself when it is a complete run, else every complete run below it (sorted)."""
+    """``path`` itself when it holds a ``summary.json``, else every directory below it that does
+    (sorted), complete or not: :func:`load_run` says which can be read."""
     p = Path(path)
-    if is_run_dir(p):
+    if (p / "summary.json").is_file():
         return [p]
-    return sorted(s.parent for s in p.rglob("summary.json") if is_run_dir(s.parent))
+    return sorted(s.parent for s in p.rglob("summary.json") if s.is_file())
 
 
 # ---- inputs ------------------------------------------------------------------------------------------
@@ -95,52 +106,90 @@ class SweepData:
     points: list[tuple[dict[str, Any], Run]]
 
 
-def collect(paths: Sequence[str | Path]) -> tuple[list[Run], list[SweepData]]:
+@dataclass
+class _Inputs:
+    """What :func:`collect` gathers: runs, sweeps, and a line per skipped input or run."""
+
+    runs: list[Run]
+    sweeps: list[SweepData]
+    problems: list[str]
+    seen: set[Path]
+
+    def add_run(self, d: Path) -> None:
+        if d.resolve() in self.seen:
+            return
+        try:
+            run = load_run(d)
+        except ResultsError as exc:
+            self.problems.append(exc.message)
+            return
+        self.seen.add(d.resolve())
+        self.runs.append(run)
+
+
+def collect(paths: Sequence[str | Path], warn: Warn | None = None) -> tuple[list[Run], list[SweepData]]:
     """Sort inputs into plain runs and sweeps.
+
+    An input that does not exist or holds nothing usable, and every run directory or sweep that
+    cannot be read (incomplete, damaged), is skipped with one ``warn`` line naming it and the
+    problem (default: :func:`~aiotsim.results.store.warn`).
 
     Raises
     ------
     ResultsError
-        Every input that does not exist or holds no complete run, one line each.
+        When no input holds a usable run: every problem, one line each.
     """
     if not paths:
         raise ResultsError("no input directories given")
-    problems: list[str] = []
-    runs: list[Run] = []
-    sweeps: list[SweepData] = []
-    seen: set[Path] = set()
+    got = _Inputs([], [], [], set())
     for path in paths:
         p = Path(path)
         if not p.is_dir():
-            problems.append(f"{p}: no such directory")
-            continue
-        if is_sweep_dir(p):
-            man = read_manifest(p)
-            pts = [(pt["values"], load_run(p / pt["run_dir"])) for pt in man["points"] if is_run_dir(p / pt["run_dir"])]
-            if not pts:
-                problems.append(f"{p}: sweep has no complete run yet (run `aiotsim sweep` first)")
-                continue
-            swept = [k for k in man["grid"] if k not in (CODEC_KEY, SEED_KEY)]
-            if swept:
-                sweeps.append(SweepData(p, man["name"], man["grid"], pts))
-            else:  # only codecs (and seeds) vary: a comparison
-                runs.extend(r for _, r in pts if r.dir.resolve() not in seen)
-                seen.update(r.dir.resolve() for _, r in pts)
-            continue
-        dirs = find_run_dirs(p)
-        if not dirs:
-            problems.append(
-                f"{p}: no complete run directory found (a run directory holds summary.json with complete: true)"
-            )
-            continue
-        for d in dirs:
-            if d.resolve() not in seen:
-                seen.add(d.resolve())
-                runs.append(load_run(d))
-    if problems:
-        raise ResultsError("\n".join(problems))
-    _assign_groups(runs)
-    return runs, sweeps
+            got.problems.append(f"{p}: no such directory")
+        elif is_sweep_dir(p):
+            _collect_sweep(p, got)
+        else:
+            found = find_run_dirs(p)
+            for d in found:
+                got.add_run(d)
+            if not found:
+                got.problems.append(
+                    f"{p}: no complete run directory found (a run directory holds summary.json with complete: true)"
+                )
+    if not got.runs and not got.sweeps:
+        raise ResultsError("\n".join(got.problems or ["no usable run directory"]))
+    for line in got.problems:
+        (warn or store_warn)(f"skipped {line}")
+    _assign_groups(got.runs)
+    return got.runs, got.sweeps
+
+
+def _collect_sweep(p: Path, got: _Inputs) -> None:
+    """A sweep directory's runs: as a sweep when it varies more than the codec and the seed."""
+    try:
+        man = read_manifest(p)
+    except ResultsError as exc:
+        got.problems.append(exc.message)
+        return
+    pts = []
+    for pt in man["points"]:
+        d = p / pt["run_dir"]
+        if not (d / "summary.json").is_file():
+            continue  # not run yet
+        try:
+            pts.append((pt["values"], load_run(d)))
+        except ResultsError as exc:
+            got.problems.append(exc.message)
+    if not pts:
+        got.problems.append(f"{p}: sweep has no complete run yet (run `aiotsim sweep` first)")
+        return
+    if [k for k in man["grid"] if k not in (CODEC_KEY, SEED_KEY)]:
+        got.sweeps.append(SweepData(p, man["name"], man["grid"], pts))
+        return
+    for _, r in pts:  # only codecs (and seeds) vary: a comparison
+        if r.dir.resolve() not in got.seen:
+            got.seen.add(r.dir.resolve())
+            got.runs.append(r)
 
 
 def _assign_groups(runs: list[Run]) -> None:
@@ -162,11 +211,16 @@ def _safe(name: str) -> str:
 
 def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
     paths = []
-    for fmt in formats:
-        path = out_dir / f"{stem}.{fmt}"
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-        paths.append(path)
-    plt.close(fig)
+    try:
+        for fmt in formats:
+            path = out_dir / f"{stem}.{fmt}"
+            try:
+                fig.savefig(path, dpi=120, bbox_inches="tight")
+            except OSError as exc:
+                raise ResultsError(f"cannot write to {path}: {exc.strerror or exc}") from None
+            paths.append(path)
+    finally:
+        plt.close(fig)
     return paths
 
 
@@ -211,7 +265,8 @@ def plot_wire_bytes(runs: list[Run], out_dir: Path, formats: Sequence[str]) -> l
     b2 = ax.bar([i + w / 2 for i in x], down, w, label="downlink (server -> nodes)", color="#8172B3")
     ax.bar_label(b1, fmt="%.3g", fontsize=7)
     ax.bar_label(b2, fmt="%.3g", fontsize=7)
-    if max(up + down) > 30 * min(v for v in up + down if v > 0):  # codecs spanning decades: log axis
+    pos = [v for v in up + down if v > 0]
+    if pos and max(pos) > 30 * min(pos):  # codecs spanning decades: log axis
         ax.set_yscale("log")
     ax.set_xticks(list(x), names, rotation=30)
     ax.set_ylabel("bytes on the wire, whole run (MB)" + (", log scale" if ax.get_yscale() == "log" else ""))
@@ -300,18 +355,36 @@ def plot_time_to_accuracy(runs: list[Run], out_dir: Path, formats: Sequence[str]
 
 # ---- timeline ---------------------------------------------------------------------------------------
 def load_trace(run_dir: str | Path) -> tuple[dict[tuple[int, int], str], list[dict[str, Any]]]:
-    """``trace.json``: track names by ``(pid, tid)`` and the complete (``"X"``) spans."""
+    """``trace.json``: track names by ``(pid, tid)`` and the complete (``"X"``) spans.
+
+    Raises
+    ------
+    ResultsError
+        When the file is missing, not UTF-8 JSON, not a trace-event object, or holds a span without
+        a numeric ``ts``/``dur``, a ``pid``/``tid`` or a ``name`` (the message names the file).
+    """
     path = Path(run_dir) / "trace.json"
     if not path.is_file():
         raise ResultsError(f"{run_dir}: no trace.json")
-    try:
-        events = json.loads(path.read_text())["traceEvents"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ResultsError(f"{path}: not a trace-event file ({exc})") from None
-    names = {
-        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"
-    }
-    return names, [e for e in events if e.get("ph") == "X"]
+    data = read_json(path)
+    events = data.get("traceEvents") if isinstance(data, dict) else None
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        raise ResultsError(f"{path}: not a trace-event file (no traceEvents list of objects)")
+    names: dict[tuple[int, int], str] = {}
+    spans = []
+    for i, e in enumerate(events):
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            args = e.get("args")
+            if isinstance(args, dict) and isinstance(args.get("name"), str):
+                names[(e.get("pid"), e.get("tid"))] = args["name"]
+        elif e.get("ph") == "X":
+            bad = [k for k in ("ts", "dur") if not _is_number(e.get(k))]
+            bad += [k for k in ("pid", "tid") if not isinstance(e.get(k), (int, str)) or isinstance(e.get(k), bool)]
+            bad += [] if isinstance(e.get("name"), str) else ["name"]
+            if bad:
+                raise ResultsError(f"{path}: event {i}: no valid {', '.join(bad)}")
+            spans.append(e)
+    return names, spans
 
 
 def _track_order(name: str) -> tuple[Any, ...]:
@@ -427,34 +500,53 @@ def plot_all(
     out_dir: str | Path,
     formats: Sequence[str] = ("png", "svg"),
     target_accuracy: float | None = None,
+    warn: Warn | None = None,
 ) -> list[Path]:
     """Every figure the inputs allow (see the module docstring); returns the files written.
+
+    Damaged or incomplete run directories and sweeps are skipped with a ``warn`` line each (default:
+    :func:`~aiotsim.results.store.warn`), as is the timeline of a run whose ``trace.json`` is
+    missing or damaged.
 
     Raises
     ------
     ResultsError
-        For inputs without runs, or an unknown format.
+        For inputs without any usable run, an unknown format, or an output directory that cannot
+        be written (``cannot write to PATH: reason``).
     """
     bad = [f for f in formats if f not in ("png", "svg", "pdf")]
     if bad or not formats:
         raise ResultsError(f"--formats: unknown {', '.join(bad) or '(none given)'}; valid: png, svg, pdf")
-    runs, sweeps = collect(paths)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    warn = warn or store_warn
+    runs, sweeps = collect(paths, warn)
+    out = make_dir(out_dir)
     written: list[Path] = []
     if runs:
-        target = target_accuracy if target_accuracy is not None else float(runs[0].summary["target_accuracy"])
-        written += plot_throughput(runs, out, formats)
-        written += plot_wire_bytes(runs, out, formats)
-        for x in ("time", "iterations", "bytes"):
-            written += plot_convergence(runs, out, formats, x)
-        written += plot_time_to_accuracy(runs, out, formats, target)
-        for members in _groups(runs).values():
-            written += plot_timeline(members[0], out, formats)
+        written += _plot_runs(runs, out, formats, target_accuracy, warn)
     for sw in sweeps:
         for key in sw.grid:
             if key not in (CODEC_KEY, SEED_KEY):
                 written += plot_sweep(sw, key, out, formats, target_accuracy)
+    return written
+
+
+def _plot_runs(
+    runs: list[Run], out: Path, formats: Sequence[str], target_accuracy: float | None, warn: Warn
+) -> list[Path]:
+    """The run figures, and a timeline per group (skipped with a warning when its trace is unusable)."""
+    target = target_accuracy if target_accuracy is not None else float(runs[0].summary["target_accuracy"])
+    written = plot_throughput(runs, out, formats)
+    written += plot_wire_bytes(runs, out, formats)
+    for x in ("time", "iterations", "bytes"):
+        written += plot_convergence(runs, out, formats, x)
+    written += plot_time_to_accuracy(runs, out, formats, target)
+    for members in _groups(runs).values():
+        try:
+            written += plot_timeline(members[0], out, formats)
+        except ResultsError as exc:
+            if exc.message.startswith("cannot write to "):
+                raise
+            warn(f"skipped timeline_{_safe(members[0].group)}: {exc.message}")
     return written
 
 

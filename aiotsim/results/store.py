@@ -10,8 +10,12 @@ computed before a Ctrl-C or an error stays readable. Comparisons and plots read 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import logging
+import math
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -102,30 +106,148 @@ def atomic_write(path: Path, data: str | bytes) -> None:
 
 
 # ---- reading -----------------------------------------------------------------------------------
-def read_summary(run_dir: str | Path) -> dict[str, Any]:
-    """``summary.json`` of a run directory, checked for a known schema version."""
-    path = Path(run_dir) / "summary.json"
-    if not path.is_file():
-        raise ResultsError(f"{run_dir}: no summary.json (not a run directory, or the run never started)")
+# A run's readers raise nothing but ResultsError, whose message names the damaged file. What they
+# check is what the comparisons and figures rely on; a field the engine may leave null (a ratio of an
+# empty run, an accuracy never evaluated) may be null, one it always fills must be a number.
+SUMMARY_NUMBERS = ("target_accuracy", "sim_time_s", "bytes_up", "bytes_down", "wire_bytes_up", "wire_bytes_down")
+SUMMARY_OPTIONAL_NUMBERS = (
+    "throughput_samples_per_s",
+    "compression_ratio",
+    "final_accuracy",
+    "time_to_accuracy_s",
+    "compute_share",
+    "encode_share",
+    "decode_share",
+    "comm_share",
+)
+# Columns the readers of metrics.csv / evals.csv use; each must be present and numeric in every row.
+METRIC_COLUMNS = ("iteration", "sim_time_s", "loss", "wire_bytes_up", "wire_bytes_down")
+EVAL_COLUMNS = ("iteration", "sim_time_s", "accuracy")
+FINITE_COLUMNS = ("iteration", "sim_time_s")  # must also be finite (a loss may be nan)
+
+_log = logging.getLogger("aiotsim.results")
+
+
+def warn(message: str) -> None:
+    """The default sink of reader warnings (a skipped directory and why): the ``aiotsim.results``
+    logger, which prints ``warning: ...`` on stderr when nothing else is configured."""
+    _log.warning("warning: %s", message)
+
+
+Warn = Callable[[str], None]
+
+
+def read_text(path: Path) -> str:
+    """A file's UTF-8 text, or ResultsError naming the file."""
     try:
-        data = json.loads(path.read_text())
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file's content, or ResultsError naming the file."""
+    try:
+        return json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ResultsError(f"{path}: not valid JSON (nested too deeply)") from None
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_summary(data: Any, path: Path) -> dict[str, Any]:
+    """``data`` when it is a summary the readers can use, else ResultsError naming ``path``."""
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: must be a JSON object, got {type(data).__name__}")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ResultsError(f"{path}: schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+    problems = []
+    if not isinstance(data.get("compressor"), str) or not data["compressor"]:
+        problems.append(f"compressor is {data.get('compressor')!r}, expected a codec name")
+    if not isinstance(data.get("complete"), bool):
+        problems.append(f"complete is {data.get('complete')!r}, expected true or false")
+    for key in SUMMARY_NUMBERS:
+        if not _is_number(data.get(key)):
+            problems.append(f"{key} is {data.get(key)!r}, expected a number")
+    for key in SUMMARY_OPTIONAL_NUMBERS:
+        if data.get(key) is not None and not _is_number(data[key]):
+            problems.append(f"{key} is {data[key]!r}, expected a number or null")
+    if problems:
+        raise ResultsError(f"{path}: " + "; ".join(problems))
     return data
 
 
-def read_csv(path: str | Path) -> list[dict[str, float]]:
-    """Rows of a metrics/evals CSV with numeric values as floats."""
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    """``summary.json`` of a run directory, checked for a known schema version and usable fields.
+
+    Raises
+    ------
+    ResultsError
+        When the file is missing, unreadable, not UTF-8, not JSON, not an object, of another
+        schema version, or lacks a field the readers need (the message names the file).
+    """
+    path = Path(run_dir) / "summary.json"
+    if not path.is_file():
+        raise ResultsError(f"{run_dir}: no summary.json (not a run directory, or the run never started)")
+    return check_summary(read_json(path), path)
+
+
+def read_csv(path: str | Path, required: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Rows of a metrics/evals CSV with numeric values as floats.
+
+    Parameters
+    ----------
+    path : the CSV file.
+    required : columns that must be in the header and hold a number in every row.
+
+    Raises
+    ------
+    ResultsError
+        When the file is missing, not UTF-8, has a row with more or fewer fields than the header
+        (a file cut mid-row) or a required column that is missing or not numeric.
+    """
     p = Path(path)
     if not p.is_file():
         raise ResultsError(f"{p}: missing")
-    with open(p, newline="") as f:
-        rows = []
-        for row in csv.DictReader(f):
-            rows.append({k: _num(v) for k, v in row.items()})
-        return rows
+    text = read_text(p)
+    if text and not text.endswith("\n"):  # the writer ends every row with a line end
+        raise ResultsError(f"{p}: last line {text.count(chr(10)) + 1} has no line end (file cut mid-row)")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        header = reader.fieldnames or []
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise ResultsError(f"{p}: no column {', '.join(missing)} (header: {','.join(header) or 'empty'})")
+        rows = [_csv_row(p, reader.line_num, row, required) for row in reader]
+    except csv.Error as exc:
+        raise ResultsError(f"{p}: line {reader.line_num}: not CSV ({exc})") from None
+    return rows
+
+
+def _csv_row(path: Path, line: int, row: dict[Any, Any], required: Sequence[str]) -> dict[str, Any]:
+    if None in row or None in row.values():
+        raise ResultsError(f"{path}: line {line}: wrong number of fields (file cut short or damaged)")
+    out = {k: _num(v) for k, v in row.items()}
+    bad = [c for c in required if not _is_number(out[c]) or (c in FINITE_COLUMNS and not math.isfinite(out[c]))]
+    if bad:
+        raise ResultsError(f"{path}: line {line}: {', '.join(f'{c}={row[c]!r}' for c in bad)}: not a number")
+    return out
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """``metrics.csv`` of a run directory, checked (see :func:`read_csv`)."""
+    return read_csv(Path(run_dir) / "metrics.csv", METRIC_COLUMNS)
+
+
+def read_evals(run_dir: str | Path) -> list[dict[str, Any]]:
+    """``evals.csv`` of a run directory, checked (see :func:`read_csv`)."""
+    return read_csv(Path(run_dir) / "evals.csv", EVAL_COLUMNS)
 
 
 def _num(v: str) -> Any:
@@ -136,11 +258,40 @@ def _num(v: str) -> Any:
 
 
 def is_run_dir(path: str | Path) -> bool:
-    """True when ``path`` holds a complete run (a summary with ``complete: true``)."""
-    p = Path(path) / "summary.json"
-    if not p.is_file():
-        return False
+    """True when ``path`` holds a complete run (a readable summary with ``complete: true``)."""
+    return run_dir_problem(path) is None
+
+
+def run_dir_problem(path: str | Path) -> str | None:
+    """None when ``path`` holds a complete run, else why not (no summary, damaged, incomplete)."""
     try:
-        return bool(json.loads(p.read_text()).get("complete"))
-    except json.JSONDecodeError:
-        return False
+        summary = read_summary(path)
+    except ResultsError as exc:
+        return exc.message
+    if not summary["complete"]:
+        return f"{Path(path) / 'summary.json'}: run is incomplete ({summary.get('status')})"
+    return None
+
+
+# ---- output paths ------------------------------------------------------------------------------
+def make_dir(path: str | Path) -> Path:
+    """Create directory ``path`` (and its parents) and check it can be written, or raise
+    ``ResultsError("cannot write to PATH: why")``."""
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ResultsError(f"cannot write to {p}: exists and is not a directory") from None
+    except OSError as exc:
+        raise ResultsError(f"cannot write to {p}: {exc.strerror or exc}") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ResultsError(f"cannot write to {p}: permission denied")
+    return p
+
+
+def write_file(path: Path, data: str | bytes) -> None:
+    """:func:`atomic_write` that raises ``ResultsError("cannot write to PATH: why")`` on failure."""
+    try:
+        atomic_write(path, data)
+    except OSError as exc:
+        raise ResultsError(f"cannot write to {path}: {exc.strerror or exc}") from None

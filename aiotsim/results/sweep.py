@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -42,7 +43,7 @@ from aiotsim.config import read_toml, scenario_from_dict
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.compare import variant_data
 from aiotsim.results.parallel import Job
-from aiotsim.results.store import atomic_write, is_run_dir, read_summary
+from aiotsim.results.store import is_run_dir, make_dir, read_json, read_summary, write_file
 
 SWEEP_KEYS = {"base", "name", "out"}
 # Summary metrics copied into sweep.csv, in this order.
@@ -127,7 +128,20 @@ def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
     """
     p = Path(path)
     data = read_toml(p)
-    where = str(p)
+    problems = _structure_problems(data, str(p))
+    head = data.get("sweep") if isinstance(data.get("sweep"), dict) else {}
+    base = _base_path(p, head, problems)
+    fixed, grid = data.get("set", {}), data.get("grid", {})
+    if problems or base is None:
+        raise ConfigError(problems)
+    points = _points(read_toml(base), fixed, grid, str(p))
+    name = head.get("name", p.stem)
+    out = Path(out_dir) if out_dir is not None else Path(head.get("out", f"runs/sweep-{name}"))
+    return Sweep(p, str(name), base, dict(fixed), {k: list(v) for k, v in grid.items()}, points, out)
+
+
+def _structure_problems(data: dict[str, Any], where: str) -> list[str]:
+    """Problems of the sweep file's own structure: tables, [sweep] keys, [set] and [grid] keys and values."""
     problems: list[str] = []
     for table in data:
         if table not in ("sweep", "set", "grid"):
@@ -139,18 +153,8 @@ def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
     for k in head:
         if k not in SWEEP_KEYS:
             problems.append(f"{where}: sweep.{k}: unknown key; valid: {', '.join(sorted(SWEEP_KEYS))}")
-    base_rel = head.get("base")
-    base: Path | None = None
-    if not isinstance(base_rel, str):
-        problems.append(f"{where}: sweep.base: required, the base scenario file (relative to the sweep file)")
-    else:
-        base = (p.parent / base_rel) if not Path(base_rel).is_absolute() else Path(base_rel)
-        if not base.is_file():
-            problems.append(f"{where}: sweep.base: no such scenario file {str(base)!r}")
-            base = None
-    fixed = data.get("set", {})
     grid = data.get("grid", {})
-    for table, content in (("set", fixed), ("grid", grid)):
+    for table, content in (("set", data.get("set", {})), ("grid", grid)):
         if not isinstance(content, dict):
             problems.append(f'{where}: {table}: must be a table of "section.key" = value')
             continue
@@ -163,10 +167,27 @@ def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
         for k, v in grid.items():
             if not isinstance(v, list) or not v:
                 problems.append(f'{where}: grid."{k}": must be a non-empty list of values, got {v!r}')
-    name = head.get("name", p.stem)
-    if problems or base is None:
-        raise ConfigError(problems)
-    base_data = read_toml(base)
+    return problems
+
+
+def _base_path(p: Path, head: dict[str, Any], problems: list[str]) -> Path | None:
+    """The base scenario file named by ``[sweep] base`` (relative to the sweep file), or None with a problem."""
+    base_rel = head.get("base")
+    if not isinstance(base_rel, str):
+        problems.append(f"{p}: sweep.base: required, the base scenario file (relative to the sweep file)")
+        return None
+    base = (p.parent / base_rel) if not Path(base_rel).is_absolute() else Path(base_rel)
+    if not base.is_file():
+        problems.append(f"{p}: sweep.base: no such scenario file {str(base)!r}")
+        return None
+    return base
+
+
+def _points(
+    base_data: dict[str, Any], fixed: dict[str, Any], grid: dict[str, list[Any]], where: str
+) -> list[SweepPoint]:
+    """Every grid point, resolved and validated; ConfigError with each distinct problem once."""
+    problems: list[str] = []
     keys = list(grid)
     points: list[SweepPoint] = []
     for combo in itertools.product(*(grid[k] for k in keys)):
@@ -180,14 +201,13 @@ def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
         points.append(SweepPoint(values, toml, scenario_key(toml)))
     if problems:
         raise ConfigError(problems)
-    out = Path(out_dir) if out_dir is not None else Path(head.get("out", f"runs/sweep-{name}"))
-    return Sweep(p, str(name), base, dict(fixed), {k: list(v) for k, v in grid.items()}, points, out)
+    return points
 
 
 # ---- the sweep directory ----------------------------------------------------------------------------
 def write_manifest(sweep: Sweep) -> Path:
     """``sweep.json``: name, base, fixed overrides, grid, and each point's values and run directory."""
-    sweep.out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(sweep.out_dir)
     manifest = {
         "name": sweep.name,
         "sweep_file": str(sweep.path),
@@ -197,43 +217,87 @@ def write_manifest(sweep: Sweep) -> Path:
         "points": [{"values": pt.values, "key": pt.key, "run_dir": f"runs/{pt.key}"} for pt in sweep.points],
     }
     path = sweep.out_dir / "sweep.json"
-    atomic_write(path, json.dumps(manifest, indent=2))
+    write_file(path, json.dumps(manifest, indent=2))
     return path
 
 
 def write_index(sweep: Sweep) -> Path:
     """``sweep.csv``: a row per grid point with its values, status, key metrics and run directory.
 
-    Reads only the run directories, so it can be rewritten at any time (it is, after every run).
+    Reads only the run directories, so it can be rewritten at any time (it is, after every run);
+    a point whose run directory is damaged is listed as ``damaged``.
     """
     path = sweep.out_dir / "sweep.csv"
-    sweep.out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow([*sweep.grid, "status", *INDEX_METRICS, "run_dir"])
-        for pt in sweep.points:
-            d = sweep.run_dir(pt)
-            try:
-                s = read_summary(d)
-                status = s.get("status", "complete" if s.get("complete") else "incomplete")
-            except ResultsError:
-                s, status = {}, "pending"
-            metrics = ["" if s.get(m) is None else s[m] for m in INDEX_METRICS]
-            w.writerow([*pt.values.values(), status, *metrics, os.path.relpath(d, sweep.out_dir)])
-    os.replace(tmp, path)
+    make_dir(sweep.out_dir)
+    table = io.StringIO(newline="")
+    w = csv.writer(table)
+    w.writerow([*sweep.grid, "status", *INDEX_METRICS, "run_dir"])
+    for pt in sweep.points:
+        d = sweep.run_dir(pt)
+        s, status = _point_status(d)
+        metrics = ["" if s.get(m) is None else s[m] for m in INDEX_METRICS]
+        w.writerow([*pt.values.values(), status, *metrics, os.path.relpath(d, sweep.out_dir)])
+    write_file(path, table.getvalue())
     return path
 
 
+def _point_status(run_dir: Path) -> tuple[dict[str, Any], str]:
+    """A point's summary (empty unless readable) and status: its own, ``pending`` or ``damaged``."""
+    if not (run_dir / "summary.json").is_file():
+        return {}, "pending"
+    try:
+        s = read_summary(run_dir)
+    except ResultsError:
+        return {}, "damaged"
+    return s, str(s.get("status", "complete" if s["complete"] else "incomplete"))
+
+
 def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
-    """The ``sweep.json`` of a sweep directory."""
+    """The ``sweep.json`` of a sweep directory, checked.
+
+    Raises
+    ------
+    ResultsError
+        When the file is missing, not UTF-8 JSON, or not a manifest: a ``name``, a ``grid`` of
+        ``"section.key"`` to a list of scalar values, and ``points`` each with scalar ``values`` for
+        every grid key and a relative ``run_dir`` inside the sweep directory (the message names the file).
+    """
     path = Path(sweep_dir) / "sweep.json"
     if not path.is_file():
         raise ResultsError(f"{sweep_dir}: no sweep.json (not a sweep directory)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+    data = read_json(path)
+    problem = _manifest_problem(data)
+    if problem:
+        raise ResultsError(f"{path}: not a sweep manifest: {problem}")
+    return data
+
+
+_SCALARS = (str, int, float, bool)
+
+
+def _manifest_problem(data: Any) -> str | None:
+    """Why ``data`` is not a usable ``sweep.json`` (None when it is)."""
+    if not isinstance(data, dict):
+        return f"a JSON object is expected, got {type(data).__name__}"
+    grid, points = data.get("grid"), data.get("points")
+    if not isinstance(data.get("name"), str):
+        return "no name"
+    if not isinstance(grid, dict) or not grid:
+        return "no grid"
+    if not all(isinstance(v, list) and all(isinstance(x, _SCALARS) for x in v) for v in grid.values()):
+        return "grid values must be lists of numbers or strings"
+    if not isinstance(points, list):
+        return "no points list"
+    for i, pt in enumerate(points):
+        values = pt.get("values") if isinstance(pt, dict) else None
+        run_dir = pt.get("run_dir") if isinstance(pt, dict) else None
+        if not isinstance(values, dict) or set(values) != set(grid):
+            return f"point {i}: values must give every grid key"
+        if not all(isinstance(v, _SCALARS) for v in values.values()):
+            return f"point {i}: values must be numbers or strings"
+        if not isinstance(run_dir, str) or not run_dir or Path(run_dir).is_absolute() or ".." in Path(run_dir).parts:
+            return f"point {i}: run_dir must be a path inside the sweep directory, got {run_dir!r}"
+    return None
 
 
 def is_sweep_dir(path: str | Path) -> bool:
