@@ -111,8 +111,8 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
 ) -> None:
     """Run one scenario: real gradients, real codec bytes, simulated network. Writes a run directory."""
-    from aiotsim.config import load_scenario
     from aiotsim.api import run_scenario
+    from aiotsim.config import load_scenario
 
     sc = load_scenario(scenario, set_ or [], compressor=compressor, iterations=iterations)
     out_dir = out_dir or Path("runs") / f"{sc.scenario.name}-{sc.compressor.name}-{time.strftime('%Y%m%d-%H%M%S')}"

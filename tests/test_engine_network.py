@@ -23,11 +23,11 @@ import torch
 from aiotsim.config import scenario_from_dict
 from aiotsim.errors import ConfigError
 from aiotsim.learn.compute import get_profile
-from aiotsim.sim.energy import RADIOS
 from aiotsim.results.store import RunWriter
+from aiotsim.sim.energy import RADIOS
 from aiotsim.sim.runner import run_cluster
-from aiotsim.sim.world import Cluster
 from aiotsim.sim.topologies import node_layout, straggler_set
+from aiotsim.sim.world import Cluster
 
 DENSE = 220_840  # bytes of the MLP's fp32 gradient (and model)
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import ROOT
 
 _spec = importlib.util.spec_from_file_location("fingerprints", ROOT / "tools" / "fingerprints.py")

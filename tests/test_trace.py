@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from aiotsim.config import load_scenario
 from aiotsim.api import run_scenario
+from aiotsim.config import load_scenario
 
 TESTS = Path(__file__).parent
 NODES, ITERATIONS = 2, 3

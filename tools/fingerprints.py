@@ -22,10 +22,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from aiotsim.api import run_scenario  # noqa: E402
 from aiotsim.compress.registry import codec_names, get_codec_class  # noqa: E402
 from aiotsim.config import load_scenario  # noqa: E402
 from aiotsim.results.fingerprint import fingerprint_run_dir  # noqa: E402
-from aiotsim.api import run_scenario  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "data" / "fingerprints.json"
 # scenario file -> iterations of its short run (async: an iteration is one server update)

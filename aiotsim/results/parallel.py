@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,8 +134,8 @@ def default_workers() -> int:
 
 def _run_job(job: Job, index: int, emit: Callable[[Event], None]) -> dict[str, Any]:
     """Run one job in this process, reporting progress through ``emit``. Returns the summary."""
-    from aiotsim.config import scenario_from_dict
     from aiotsim.api import Progress, run_scenario
+    from aiotsim.config import scenario_from_dict
 
     sc = scenario_from_dict(tomllib.loads(job.scenario_toml), source=f"{job.out_dir}/scenario.toml")
     emit(Event("start", index, 0, sc.scenario.iterations))
@@ -143,21 +143,7 @@ def _run_job(job: Job, index: int, emit: Callable[[Event], None]) -> dict[str, A
     def on_progress(p: Progress) -> None:
         emit(Event("iter", index, p.iteration, p.total, float(p.sim_time_s), float(p.loss)))
 
-    with torch_threads(job.threads):
-        return run_scenario(sc, job.out_dir, device=job.device, on_progress=on_progress)
-
-
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run the block with ``n`` torch intra-op threads, then restore the previous count."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    return run_scenario(sc, job.out_dir, device=job.device, on_progress=on_progress, threads=job.threads)
 
 
 # ---- stopping ------------------------------------------------------------------------------------------
@@ -507,5 +493,4 @@ __all__ = [
     "BatchError",
     "Stopped",
     "RUN_THREADS",
-    "torch_threads",
     "stop_on_signals", "run_local", "run_ray", "ray_available", "default_workers"]

@@ -26,7 +26,6 @@ Matplotlib runs with the Agg backend (no display needed).
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from collections.abc import Sequence

@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from aiotsim.sim.accounting import RunSink
-from aiotsim.sim.strategies import get_strategy, strategy_name
 from aiotsim.sim.stops import RunStopped
+from aiotsim.sim.strategies import get_strategy, strategy_name
 from aiotsim.sim.world import Cluster
 
 
