@@ -101,13 +101,18 @@ def main() -> None:
         f"batch {args.batch_size}/node, {args.iterations} iterations"
     )
     head = ("model", "params", "GFLOP/sample", "s/iter", "model MiB", "grads MiB", "velocity MiB")
-    print(f"{head[0]:<12}{head[1]:>12}{head[2]:>13}{head[3]:>9}{head[4]:>10}{head[5]:>10}{head[6]:>13}"
-          f"{'codec MiB':>10}{'node total MiB':>15}{'activ. MiB':>11}")
+    print(
+        f"{head[0]:<12}{head[1]:>12}{head[2]:>13}{head[3]:>9}{head[4]:>10}{head[5]:>10}{head[6]:>13}"
+        f"{'codec MiB':>10}{'node total MiB':>15}{'activ. MiB':>11}"
+    )
     for name in names:
         n, params, flops, per_iter, model, grads, vel, codec, act = bench(name, args)
         total = model + grads + vel + codec
-        print(f"{n:<12}{params:>12,}{flops / 1e9:>13.3f}{per_iter:>9.2f}{model:>10.1f}{grads:>10.1f}"
-              f"{vel:>13.1f}{codec:>10.1f}{total:>15.1f}{act:>11.1f}", flush=True)
+        print(
+            f"{n:<12}{params:>12,}{flops / 1e9:>13.3f}{per_iter:>9.2f}{model:>10.1f}{grads:>10.1f}"
+            f"{vel:>13.1f}{codec:>10.1f}{total:>15.1f}{act:>11.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

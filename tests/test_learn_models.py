@@ -254,9 +254,10 @@ def test_describe_models() -> None:
 
 
 def _tiny_run(tmp_path, name: str, shape: list[int]) -> dict:
+    from conftest import ROOT
+
     from aiotsim.api import run_scenario
     from aiotsim.config import load_scenario
-    from conftest import ROOT
 
     overrides = [
         f'model.name="{name}"',
@@ -274,9 +275,7 @@ def _tiny_run(tmp_path, name: str, shape: list[int]) -> dict:
 SMALLEST = ("lenet5", "mlp")
 
 
-@pytest.mark.parametrize(
-    "name", [n if n in SMALLEST else pytest.param(n, marks=pytest.mark.slow) for n in MODELS]
-)
+@pytest.mark.parametrize("name", [n if n in SMALLEST else pytest.param(n, marks=pytest.mark.slow) for n in MODELS])
 def test_two_iteration_run(tmp_path, name: str) -> None:
     summary = _tiny_run(tmp_path, name, [3, 32, 32])
     assert summary["complete"]

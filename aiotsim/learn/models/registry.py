@@ -130,4 +130,3 @@ def layer_infos(model: nn.Module) -> list[LayerInfo]:
             kind = "other"
         infos.append(LayerInfo(name=name, shape=tuple(param.shape), dtype=param.dtype, kind=kind, index=index))
     return infos
-

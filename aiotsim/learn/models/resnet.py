@@ -158,7 +158,11 @@ class ResNet(nn.Module):
     MIN_SIZE = 1
 
     def __init__(
-        self, input_shape: tuple[int, ...], num_classes: int, block: type[BasicBlock | Bottleneck], layers: tuple[int, ...]
+        self,
+        input_shape: tuple[int, ...],
+        num_classes: int,
+        block: type[BasicBlock | Bottleneck],
+        layers: tuple[int, ...],
     ) -> None:
         super().__init__()
         c, h, w = input_shape

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-VGG16_CONV: tuple[int | str, ...] = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
+# VGG-16 (configuration D) conv stages: (channels, 3x3 convs), each stage ending in a 2x2 max-pool
+VGG16_STAGES: tuple[tuple[int, int], ...] = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
 # MobileNetV2 inverted residual settings: expansion t, output channels c, repeats n, stride s
 MOBILENETV2_SETTINGS: tuple[tuple[int, int, int, int], ...] = (
     (1, 16, 1, 1),
@@ -50,12 +51,11 @@ class VGG16(nn.Module):
         super().__init__()
         layers: list[nn.Module] = []
         cin = input_shape[0]
-        for v in VGG16_CONV:
-            if v == "M":
-                layers.append(nn.MaxPool2d(2))
-            else:
-                layers += [nn.Conv2d(cin, int(v), kernel_size=3, padding=1), nn.BatchNorm2d(int(v)), nn.ReLU()]
-                cin = int(v)
+        for channels, convs in VGG16_STAGES:
+            for _ in range(convs):
+                layers += [nn.Conv2d(cin, channels, kernel_size=3, padding=1), nn.BatchNorm2d(channels), nn.ReLU()]
+                cin = channels
+            layers.append(nn.MaxPool2d(2))
         self.features = nn.Sequential(*layers)
         self.fc = nn.Linear(512, num_classes)
 
