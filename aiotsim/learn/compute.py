@@ -13,7 +13,9 @@ Batch normalization (the rule for models that have it: the ResNets, VGG-16, Mobi
   also updates the shared model's BN running mean and variance (PyTorch's exponential average,
   momentum 0.1) from its batch, in the order the simulation computes the gradients, which is
   deterministic: the running statistics are an average over all nodes' recent batches, as if one
-  model had seen them in that order. (Per-sample passes and FLOP counts leave them untouched.)
+  model had seen them in that order. (Per-sample passes and FLOP counts leave them untouched; a
+  per-sample pass normalizes each sample with its own statistics, a batch of one, so every BN
+  layer's maps must then be larger than 1x1.)
 * **Evaluation uses the running statistics** (the model in eval mode), as a trained model is
   deployed; evaluation never changes them.
 

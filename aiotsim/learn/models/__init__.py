@@ -1,20 +1,28 @@
 """Models: the networks the simulated nodes train, and the static facts codecs need about them.
 
 The zoo (registry keys; :data:`MODELS` lists them; each class docstring gives its architecture,
-source and parameter count at its reference setting):
+source and parameter count at its reference setting; "CIFAR" below means 32x32x3, 10 classes):
 
-============  ===================================================  =============================
-name          architecture (module)                                parameters (reference input)
-============  ===================================================  =============================
-lenet5        LeNet-5, modern form (:mod:`.small`)                 61,706 (28x28x1, 10 classes)
-mlp           2NN, 200-200 (:mod:`.small`)                         199,210 (28x28x1, 10)
-lenet-caffe   Caffe/MXNet LeNet 20-50-500 (:mod:`.small`)          431,080 (28x28x1, 10)
-alexnet       5-conv AlexNet for small inputs (:mod:`.small`)      1,367,306 (28x28x1), 4,514,634 (32x32x3)
-resnet20/32/56  CIFAR ResNets, option A (:mod:`.resnet`)           269,722 / 464,154 / 853,018 (32x32x3, 10)
-resnet18/50   torchvision ResNets (:mod:`.resnet`)                 11,689,512 / 25,557,032 (224x224x3, 1000)
-vgg16         VGG-16-BN, CIFAR head (:mod:`.vgg_mobilenet`)        14,728,266 (32x32x3, 10)
-mobilenetv2   MobileNetV2 1.0 (:mod:`.vgg_mobilenet`)              3,504,872 (224x224x3, 1000)
-============  ===================================================  =============================
+``lenet5``
+    LeNet-5, modern form (:mod:`.small`): 61,706 parameters on 28x28x1, 10 classes.
+``mlp``
+    The 2NN, 200-200 ReLU (:mod:`.small`): 199,210 on 28x28x1.
+``lenet-caffe``
+    Caffe's/MXNet's LeNet 20-50-500 (:mod:`.small`): 431,080 on 28x28x1 (PGC paper: 0.45 M).
+``alexnet``
+    Five-conv AlexNet for small inputs (:mod:`.small`): 1,367,306 on 28x28x1 (PGC: 1.39 M),
+    4,514,634 on CIFAR (PGC: 4.56 M).
+``resnet20``, ``resnet32``, ``resnet56``
+    He et al.'s CIFAR ResNets, option A shortcuts (:mod:`.resnet`): 269,722 / 464,154 / 853,018
+    on CIFAR (paper: 0.27 / 0.46 / 0.85 M).
+``resnet18``, ``resnet50``
+    torchvision's ResNets, CIFAR stem up to 64 px (:mod:`.resnet`): 11,689,512 / 25,557,032 on
+    224x224x3 with 1000 classes (torchvision's counts); 11,173,962 / 23,520,842 on CIFAR.
+``vgg16``
+    VGG-16 with BN and a one-layer CIFAR head (:mod:`.vgg_mobilenet`): 14,728,266 on CIFAR.
+``mobilenetv2``
+    MobileNetV2 1.0, CIFAR strides up to 64 px (:mod:`.vgg_mobilenet`): 3,504,872 on 224x224x3
+    with 1000 classes (torchvision's count); 2,236,682 on CIFAR.
 
 Models that need a minimum input size (``MIN_SIZE`` px, for H and W) refuse smaller inputs with a
 :class:`~aiotsim.errors.ConfigError`. None has dropout: a forward pass draws no randomness.

@@ -82,7 +82,13 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed:
 
 
 def _init_(model: nn.Module, g: torch.Generator) -> None:
-    """PyTorch's default initialization of every parameter, drawn from ``g`` (in module order)."""
+    """PyTorch's default initialization of every parameter, drawn from ``g`` (in module order).
+
+    Conv and Linear: Kaiming-uniform weights (``a = sqrt(5)``), biases uniform in +-1/sqrt(fan_in)
+    (depthwise convs: fan_in = 1 x k x k). Normalization layers draw nothing: weight 1, bias 0,
+    running mean 0, running variance 1, ``num_batches_tracked`` 0. Any other module that holds
+    parameters is refused, so no parameter is left uninitialized (built on the meta device).
+    """
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)):
