@@ -281,3 +281,17 @@ def test_two_iteration_run(tmp_path, name: str) -> None:
     assert summary["complete"]
     rows = (tmp_path / name / "metrics.csv").read_text().splitlines()
     assert len(rows) == 1 + 2  # header + 2 iterations
+
+
+def test_flops_of_a_depthwise_conv_count_per_group() -> None:
+    # depthwise 3x3 conv, 96 channels, on 16x16 (padding 1), then fc 96*256 -> 2; batch 1:
+    #   conv forward 96 x 9 x 256 MAC; its weight gradient the same; no input gradient (the input
+    #   needs none); fc forward, weight gradient and input gradient 3 x 96*256*2 MAC; 2 FLOP/MAC
+    model = nn.Sequential(nn.Conv2d(96, 96, 3, padding=1, groups=96, bias=False), nn.Flatten(), nn.Linear(96 * 256, 2))
+    flops = GradientComputer(model, torch.device("cpu")).train_flops((1, 96, 16, 16))
+    assert flops == 2 * (2 * 96 * 9 * 256 + 3 * 96 * 256 * 2)  # torch alone counts the conv part x 96
+    # MobileNetV2 on CIFAR: a training step ~ 3 x its forward (torch alone: ~22x)
+    mnv2 = build_model("mobilenetv2", (3, 32, 32), 10)
+    assert GradientComputer(mnv2, torch.device("cpu")).train_flops((2, 3, 32, 32)) / 2 == pytest.approx(
+        3 * 0.176e9, rel=0.02
+    )
