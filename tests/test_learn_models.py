@@ -295,3 +295,14 @@ def test_flops_of_a_depthwise_conv_count_per_group() -> None:
     assert GradientComputer(mnv2, torch.device("cpu")).train_flops((2, 3, 32, 32)) / 2 == pytest.approx(
         3 * 0.176e9, rel=0.02
     )
+
+
+def test_bn_model_run_is_reproducible(tmp_path) -> None:
+    # BN running statistics follow the simulation's (deterministic) order of gradient computations,
+    # so the evaluations, which use them, repeat exactly
+    first = _tiny_run(tmp_path / "a", "resnet20", [3, 8, 8])
+    second = _tiny_run(tmp_path / "b", "resnet20", [3, 8, 8])
+    assert first["complete"] and second["complete"]
+    for name in ("metrics.csv", "evals.csv"):
+        a = (tmp_path / "a" / "resnet20" / name).read_text()
+        assert a == (tmp_path / "b" / "resnet20" / name).read_text() and len(a.splitlines()) > 1
