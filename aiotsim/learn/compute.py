@@ -4,6 +4,23 @@ The learning is real: :class:`GradientComputer` evaluates the shared model at th
 version a node holds (``torch.func.functional_call``, so the shared model is never overwritten),
 and returns the gradient, the loss and the CUDA-synchronized wall time of forward + backward.
 
+Batch normalization (the rule for models that have it: the ResNets, VGG-16, MobileNetV2):
+
+* **Gradients use batch statistics.** A node's forward pass runs in training mode, so every BN
+  layer normalizes with the mean and variance of that node's own batch; its gradient depends only
+  on the parameters it holds and its batch, never on running statistics or on other nodes.
+* **The global model's running statistics follow the nodes' batches.** Each gradient computation
+  also updates the shared model's BN running mean and variance (PyTorch's exponential average,
+  momentum 0.1) from its batch, in the order the simulation computes the gradients, which is
+  deterministic: the running statistics are an average over all nodes' recent batches, as if one
+  model had seen them in that order. (Per-sample passes and FLOP counts leave them untouched; a
+  per-sample pass normalizes each sample with its own statistics, a batch of one, so every BN
+  layer's maps must then be larger than 1x1.)
+* **Evaluation uses the running statistics** (the model in eval mode), as a trained model is
+  deployed; evaluation never changes them.
+
+Models without normalization layers (lenet5, mlp, ...) are unaffected by this rule.
+
 Simulated time is separate: :class:`ComputeModel` turns that work into seconds on a simulated
 device described by a :class:`DeviceProfile`:
 
@@ -24,16 +41,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, conv_backward_flop
 
 from aiotsim.errors import ConfigError, DataError
 
@@ -204,6 +222,51 @@ def _sync(device: torch.device) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+_TORCH_CONV_BACKWARD_FLOP = conv_backward_flop.__wrapped__  # type: ignore[attr-defined]  # on shapes
+
+
+def _conv_backward_flop(*args: Any, **kwargs: Any) -> int:
+    """torch's ``convolution_backward`` FLOP formula, with the weight gradient of a grouped conv
+    divided by its ``groups``: torch 2.x counts it as if every output channel saw every input
+    channel, which makes MobileNetV2's depthwise backward ~100x too costly. Ungrouped convs
+    (``groups == 1``) count exactly as torch counts them."""
+    groups = int(args[9])  # (grad_out, x, w, bias, stride, padding, dilation, transposed, out_pad, groups, mask)
+    if groups == 1:
+        return int(_TORCH_CONV_BACKWARD_FLOP(*args, **kwargs))
+    mask = list(args[10])  # [grad_input, grad_weight, grad_bias]
+    inp = _TORCH_CONV_BACKWARD_FLOP(*args[:10], [mask[0], False, False], *args[11:], **kwargs)
+    weight = _TORCH_CONV_BACKWARD_FLOP(*args[:10], [False, mask[1], False], *args[11:], **kwargs)
+    return int(inp + weight // groups)
+
+
+FLOP_FORMULAS = {torch.ops.aten.convolution_backward: _conv_backward_flop}  # corrections to torch's
+
+
+@contextmanager
+def batch_stats_only(model: nn.Module) -> Iterator[None]:
+    """Within the block, BN layers in training mode use batch statistics without updating their
+    running statistics (nor ``num_batches_tracked``): for FLOP counts and per-sample passes."""
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    for m in norms:
+        m.track_running_stats = False
+    try:
+        yield
+    finally:
+        for m in norms:
+            m.track_running_stats = True
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Within the block the model is in eval mode (BN uses running statistics); restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 @dataclass
 class GradResult:
     """One node's gradient on one batch.
@@ -234,7 +297,9 @@ class GradientComputer:
     """Computes a node's real gradient on a batch, and how long it takes.
 
     One instance serves every node: parameters are passed per call, the shared model's own
-    parameters are never written.
+    parameters are never written. Batch normalization follows the module docstring's rule:
+    gradients use each batch's own statistics, :meth:`gradient` updates the model's running
+    statistics in call order, :meth:`evaluate` uses them.
 
     Parameters
     ----------
@@ -319,7 +384,8 @@ class GradientComputer:
             return self.loss_fn(out, yi.unsqueeze(0))
 
         pdict = dict(zip(self.names, params))
-        per_sample = vmap(grad(sample_loss), in_dims=(None, 0, 0))(pdict, x, y)  # name -> [B, *shape]
+        with batch_stats_only(self.model):  # vmap cannot update shared running statistics
+            per_sample = vmap(grad(sample_loss), in_dims=(None, 0, 0))(pdict, x, y)  # name -> [B, *shape]
         return [per_sample[n].square().mean(dim=0) for n in self.names]
 
     def train_flops(self, batch_shape: tuple[int, ...] | torch.Size) -> float:
@@ -329,6 +395,8 @@ class GradientComputer:
         zero batch, exactly as :meth:`gradient` runs it, then cached. FlopCounterMode counts matrix
         products and convolutions (a multiply-add is 2 FLOP), not elementwise ops or the loss; no
         gradient is computed for the input, so the first layer has no input-gradient product.
+        The weight gradient of a grouped (depthwise) conv is counted per group (see
+        :data:`FLOP_FORMULAS`).
 
         Parameters
         ----------
@@ -345,7 +413,8 @@ class GradientComputer:
             x = torch.zeros(key, device=self.device)
             y = torch.zeros(key[0], dtype=torch.long, device=self.device)
             leaves = self._leaves(None)
-            with FlopCounterMode(display=False) as counter:
+            counter = FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS)
+            with batch_stats_only(self.model), counter:
                 loss = self.loss_fn(self._call(leaves, x), y)
                 torch.autograd.grad(loss, leaves)
             self._flops[key] = float(counter.get_total_flops())
@@ -354,7 +423,7 @@ class GradientComputer:
     def evaluate(
         self, params: list[torch.Tensor] | None, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1000
     ) -> tuple[float, float]:
-        """Accuracy and mean loss of ``params`` on a data set, without gradients.
+        """Accuracy and mean loss of ``params`` on a data set, without gradients, in eval mode.
 
         Parameters
         ----------
@@ -377,7 +446,7 @@ class GradientComputer:
         leaves = list(self.model.parameters()) if params is None else list(params)
         correct = torch.zeros((), dtype=torch.long, device=self.device)
         loss_sum = torch.zeros((), device=self.device)
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(self.model):  # BN: running statistics, left unchanged
             for start in range(0, n, batch_size):
                 xb = x[start : start + batch_size].to(self.device, non_blocking=True)
                 yb = y[start : start + batch_size].to(self.device, non_blocking=True)
