@@ -12,10 +12,13 @@ Resuming (:func:`restore`) rebuilds the cluster from its scenario, loads that st
 ``simpy.Environment(initial_time=now)`` and lets the strategy continue from the pending row: the
 rows, evaluations and summary then equal an uninterrupted run's, byte for byte (flops mode).
 
-Which runs checkpoint: ``sync`` and ``partial`` rounds, on a star or with gateways. A ``partial``
-iteration may end with stragglers still at work; its checkpoint is then skipped and taken at the
-next due iteration with no node busy. ``async`` runs (a node is always in flight) and ``ring``
-runs are refused with a :class:`~aiotsim.errors.ConfigError`.
+Which runs checkpoint: ``sync`` and ``partial`` rounds, on a star or with gateways, exactly. A
+checkpoint falls due ``every`` iterations after the previous one and is written at the first
+quiescent point from then on. Every ``sync`` iteration ends at one. A ``partial`` iteration ends
+at one only when no straggler is still at work: with ``partial_k`` covering every node at work it
+always does; with fewer, late nodes are put straight back to work and a run may never reach one,
+and then writes no checkpoint (nothing approximate is ever written). ``async`` runs (a node is
+always in flight) and ``ring`` runs are refused with a :class:`~aiotsim.errors.ConfigError`.
 
 The file is ``checkpoint.pt`` (``torch.save`` of plain containers, tensors on the CPU), written to a
 temporary file and moved into place with ``os.replace``, so a crash mid-write leaves the previous
@@ -64,15 +67,28 @@ def attach(cluster: Cluster, path: str | Path, every: int) -> None:
     if every == 0:
         return
     check_resumable(cluster)
-    cluster.checkpoint_every = every
-    cluster.on_checkpoint = lambda it, done: save(path, capture(cluster, it, done))
+    cluster.on_checkpoint = Checkpointer(cluster, Path(path), every)
+
+
+class Checkpointer:
+    """Writes ``cluster``'s checkpoint to ``path`` once ``every`` iterations have completed since
+    the last one (or the run's start), at the first quiescent point from then on."""
+
+    def __init__(self, cluster: Cluster, path: Path, every: int) -> None:
+        self.cluster, self.path, self.every = cluster, path, every
+        resumed = cluster.resume_point
+        self.last = resumed[0] + 1 if resumed else 0  # iterations done at the latest checkpoint
+
+    def __call__(self, it: int, done: Applied) -> None:
+        if it + 1 - self.last >= self.every:
+            save(self.path, capture(self.cluster, it, done))
+            self.last = it + 1
 
 
 def quiescent_point(c: Cluster, it: int, done: Applied) -> None:
-    """A strategy's call after iteration ``it``'s step and before its next dispatch: checkpoint if
-    one is due, the run goes on after it, and no node is at work (nothing in flight)."""
-    due = c.checkpoint_every > 0 and (it + 1) % c.checkpoint_every == 0
-    if due and c.on_checkpoint is not None and it + 1 < c.sc.scenario.iterations:
+    """A strategy's call after iteration ``it``'s step and before its next dispatch: hand the point
+    to the checkpointer when the run goes on after it and no node is at work (nothing in flight)."""
+    if c.on_checkpoint is not None and it + 1 < c.sc.scenario.iterations:
         if not any(st.busy for st in c.nodes):
             c.on_checkpoint(it, done)
 
@@ -244,6 +260,7 @@ __all__ = [
     "RESUMABLE_MODES",
     "check_resumable",
     "attach",
+    "Checkpointer",
     "quiescent_point",
     "save",
     "load",

@@ -137,8 +137,7 @@ class Cluster:
         # without any node online for this long, no iteration can complete (see check_stall)
         self.stall_limit_s = STALL_RETRIES * s.nodes.retry_s
         self.sink: RunSink | None = None
-        # checkpointing (sim/checkpoint.py): where a strategy's quiescent points report to
-        self.checkpoint_every = 0  # iterations between checkpoints, 0 = off
+        # checkpointing (sim/checkpoint.py): called at a strategy's quiescent points
         self.on_checkpoint: Callable[[int, Applied], None] | None = None
         self.resume_point: tuple[int, Applied] | None = None  # (iteration, its applied step)
 
