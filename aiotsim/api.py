@@ -77,7 +77,9 @@ def run_scenario(
     """
     with _threads(threads):
         cluster = Cluster(scenario, device=device, on_progress=on_progress, model=model, data=data)
-        attach(cluster, Path(out_dir) / CHECKPOINT_NAME, checkpoint_every)
+        checkpoint = Path(out_dir) / CHECKPOINT_NAME
+        checkpoint.unlink(missing_ok=True)  # an older run's: never resume this run from it
+        attach(cluster, checkpoint, checkpoint_every)
         return run_cluster(cluster, RunWriter(out_dir, scenario.to_toml()))
 
 

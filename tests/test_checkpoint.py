@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
+import aiotsim
 from aiotsim.api import resume_run, run_scenario
 from aiotsim.config import Scenario, load_scenario
 from aiotsim.errors import ConfigError
@@ -109,3 +111,20 @@ def test_resume_needs_a_checkpoint(tiny_scenario: Path, tmp_path: Path) -> None:
         resume_run(tmp_path / "run")
     with pytest.raises(ConfigError, match=r"checkpoint_every\(=-1\) must be >= 0"):
         run_scenario(sc, tmp_path / "run", checkpoint_every=-1)
+
+
+def test_resume_needs_the_run_s_own_model_and_data(tiny_scenario: Path, tmp_path: Path) -> None:
+    sc = load_scenario(tiny_scenario, ["scenario.iterations=3"])
+    x, y = torch.randn(64, 5, generator=torch.Generator().manual_seed(0)), torch.arange(64) % 2
+    model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 2))
+    data = ((x[:48], y[:48]), (x[48:], y[48:]))
+    ref = aiotsim.run(sc, model=model, dataset=data, out_dir=tmp_path / "ref")
+    with pytest.raises(KeyboardInterrupt):
+        aiotsim.run(
+            sc, model=model, dataset=data, out_dir=tmp_path / "crash", on_progress=kill_at(2), checkpoint_every=1
+        )
+    with pytest.raises(ConfigError, match="trained model 'Sequential' on data set 'custom'"):
+        resume_run(tmp_path / "crash")
+    res = aiotsim.resume(tmp_path / "crash", model=model, dataset=data)
+    assert res.summary.complete and res.summary.model == "Sequential"
+    assert fingerprint_run_dir(res.run_dir) == fingerprint_run_dir(ref.run_dir)

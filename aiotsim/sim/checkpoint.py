@@ -118,6 +118,9 @@ def capture(c: Cluster, it: int, done: Applied) -> dict[str, Any]:
     learning = c.learning
     return {
         "format": FORMAT_VERSION,
+        "scenario": c.sc.to_toml(),  # the resumed cluster must be built from the same one
+        "model_name": c.model_name,
+        "dataset_name": c.dataset_name,
         "iteration": it,
         "now": c.env.now,  # simulated clock, s
         "version": c.version,
@@ -195,6 +198,14 @@ def restore(c: Cluster, state: dict[str, Any]) -> None:
     """Load a checkpoint into a freshly built ``c``: its clock restarts at the checkpoint's time
     and its strategy continues with the pending metrics row of the checkpoint's iteration."""
     check_resumable(c)
+    if state["scenario"] != c.sc.to_toml():
+        raise ConfigError("the checkpoint was written by a run of another scenario than this cluster's")
+    ran = (state["model_name"], state["dataset_name"])
+    if ran != (c.model_name, c.dataset_name):
+        raise ConfigError(
+            f"the checkpoint's run trained model {ran[0]!r} on data set {ran[1]!r}, this cluster has "
+            f"{c.model_name!r} on {c.dataset_name!r}: resume with the model and data set the run started with"
+        )
     learning, dev = c.learning, c.device
     learning.model.load_state_dict(state["model"])
     learning.optimizer.load_state_dict(state["optimizer"])  # moves its state to the params' device
