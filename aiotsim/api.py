@@ -125,6 +125,18 @@ def resume_run(
         return run_cluster(cluster, writer)
 
 
+def _rows_before(lines: list[str], iteration: int) -> list[str]:
+    """The leading whole CSV rows (ending in a line end) of iterations before ``iteration``; a
+    row cut by a crash mid-write, and everything after it, is dropped."""
+    kept = []
+    for line in lines:
+        first = line.split(",", 1)[0]
+        if not (line.endswith("\n") and first.isdigit() and int(first) < iteration):
+            break
+        kept.append(line)
+    return kept
+
+
 @contextmanager
 def _threads(threads: int) -> Iterator[None]:
     """torch intra-op threads set to ``threads`` for the block, restored afterwards."""
@@ -151,8 +163,7 @@ class _ResumeWriter(RunWriter):
         # bytes, not text: the rows end in "\r\n" (csv's dialect) and must stay as written
         lines = path.read_bytes().decode().splitlines(keepends=True) if path.is_file() else []
         header = ",".join(fields) + "\r\n"  # csv.DictWriter's header line
-        kept = [ln for ln in lines[1:] if int(ln.split(",", 1)[0]) < self.keep_below]
-        atomic_write(path, (header + "".join(kept)).encode())
+        atomic_write(path, (header + "".join(_rows_before(lines[1:], self.keep_below))).encode())
         handle = open(path, "a", newline="")
         return _CsvLog(handle, csv.DictWriter(handle, fieldnames=list(fields), extrasaction="raise"))
 

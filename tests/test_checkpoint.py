@@ -37,6 +37,8 @@ def killed_and_resumed(sc: Scenario, tmp_path: Path, every: int, kill: int) -> t
         run_scenario(sc, crash, on_progress=kill_at(kill), checkpoint_every=every)
     assert read_summary(crash)["status"] == "interrupted"
     assert len(read_csv(crash / "metrics.csv")) == kill  # rows past the checkpoint, to be cut
+    with open(crash / "metrics.csv", "a") as f:  # and a row cut by the crash mid-write
+        f.write("1,0.5,")
     resume_run(crash)
     return ref, crash
 
