@@ -8,15 +8,25 @@ parallel runner call :func:`run_scenario`; nothing below this layer writes files
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import csv
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
+from torch.utils.data import TensorDataset
 
-from aiotsim.config import Scenario
-from aiotsim.records import Progress
-from aiotsim.results.store import RunWriter
+from aiotsim.config import Scenario, apply_overrides, load_scenario, read_toml, scenario_from_dict
+from aiotsim.errors import ConfigError
+from aiotsim.learn.datasets import Dataset
+from aiotsim.records import Progress, RunSummary
+from aiotsim.results.store import RunWriter, _CsvLog, atomic_write, read_summary
+from aiotsim.sim.checkpoint import CHECKPOINT_NAME, attach, restore
+from aiotsim.sim.checkpoint import load as load_checkpoint
 from aiotsim.sim.runner import run_cluster
 from aiotsim.sim.world import Cluster
 
@@ -27,6 +37,10 @@ def run_scenario(
     device: str = "auto",
     on_progress: Callable[[Progress], None] | None = None,
     threads: int = 1,
+    *,
+    model: torch.nn.Module | None = None,
+    data: Dataset | None = None,
+    checkpoint_every: int = 0,
 ) -> dict[str, Any]:
     """Run ``scenario`` and write its run directory; returns the summary.
 
@@ -46,6 +60,13 @@ def run_scenario(
         differently), so a fixed count makes a scenario and seed give the same numbers whether
         run alone, in ``compare`` workers or in a sweep. The default, 1, is the setting the
         fingerprints and every shipped comparison use.
+    model : torch.nn.Module, optional
+        A ready model instead of ``model.name`` (deep-copied; the summary names its class).
+    data : Dataset, optional
+        A ready data set instead of ``data.dataset`` (see :func:`as_dataset`).
+    checkpoint_every : int
+        Write ``checkpoint.pt`` into ``out_dir`` every this many iterations (0: never); see
+        :mod:`aiotsim.sim.checkpoint` for the modes that can, and :func:`resume`.
 
     Returns
     -------
@@ -54,15 +75,280 @@ def run_scenario(
         summary with ``status`` ``"diverged"``/``"stalled"``, ``complete: false`` and a ``reason``;
         an interruption or an error propagates after the summary has been written.
     """
+    with _threads(threads):
+        cluster = Cluster(scenario, device=device, on_progress=on_progress, model=model, data=data)
+        checkpoint = Path(out_dir) / CHECKPOINT_NAME
+        checkpoint.unlink(missing_ok=True)  # an older run's: never resume this run from it
+        attach(cluster, checkpoint, checkpoint_every)
+        return run_cluster(cluster, RunWriter(out_dir, scenario.to_toml()))
+
+
+def resume_run(
+    run_dir: str | Path,
+    device: str = "auto",
+    on_progress: Callable[[Progress], None] | None = None,
+    threads: int = 1,
+    *,
+    model: torch.nn.Module | None = None,
+    data: Dataset | None = None,
+    checkpoint_every: int = 0,
+) -> dict[str, Any]:
+    """Continue an interrupted run from the ``checkpoint.pt`` in its run directory.
+
+    The cluster is rebuilt from the run's ``scenario.toml`` (and ``model``/``data``, which must be
+    the ones the run started with: they are not stored), the checkpoint loaded, and the run goes
+    on at the checkpoint's simulated time. ``metrics.csv`` and ``evals.csv`` are cut back to the
+    rows before the checkpoint's iteration and appended to; ``summary.json`` and ``trace.json``
+    are rewritten at the end. In ``flops`` mode the result equals an uninterrupted run's.
+
+    Parameters
+    ----------
+    run_dir : str or Path
+        The run directory (``scenario.toml``, ``checkpoint.pt``, the CSV files).
+    device, on_progress, threads, model, data : as in :func:`run_scenario`.
+    checkpoint_every : int
+        Go on writing checkpoints every this many iterations (0: never).
+
+    Returns
+    -------
+    dict
+        The summary, as :func:`run_scenario` returns it.
+    """
+    d = Path(run_dir)
+    scenario = load_scenario(d / "scenario.toml")
+    state = load_checkpoint(d / CHECKPOINT_NAME)
+    with _threads(threads):
+        cluster = Cluster(scenario, device=device, on_progress=on_progress, model=model, data=data)
+        restore(cluster, state)
+        attach(cluster, d / CHECKPOINT_NAME, checkpoint_every)
+        writer = _ResumeWriter(d, scenario.to_toml(), keep_below=state["iteration"])
+        return run_cluster(cluster, writer)
+
+
+def _rows_before(lines: list[str], iteration: int) -> list[str]:
+    """The leading whole CSV rows (ending in a line end) of iterations before ``iteration``; a
+    row cut by a crash mid-write, and everything after it, is dropped."""
+    kept = []
+    for line in lines:
+        first = line.split(",", 1)[0]
+        if not (line.endswith("\n") and first.isdigit() and int(first) < iteration):
+            break
+        kept.append(line)
+    return kept
+
+
+@contextmanager
+def _threads(threads: int) -> Iterator[None]:
+    """torch intra-op threads set to ``threads`` for the block, restored afterwards."""
     if threads < 1:
         raise ValueError(f"threads(={threads}) must be >= 1")
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        cluster = Cluster(scenario, device=device, on_progress=on_progress)
-        return run_cluster(cluster, RunWriter(out_dir, scenario.to_toml()))
+        yield
     finally:
         torch.set_num_threads(before)
 
 
-__all__ = ["run_scenario", "Progress"]
+class _ResumeWriter(RunWriter):
+    """A :class:`RunWriter` that keeps the CSV rows of iterations before ``keep_below`` (rows
+    written after the checkpoint, before the crash, are cut) and appends to them."""
+
+    def __init__(self, out_dir: Path, scenario_toml: str, keep_below: int) -> None:
+        self.keep_below = keep_below
+        super().__init__(out_dir, scenario_toml)
+
+    def _open(self, name: str, fields: tuple[str, ...]) -> _CsvLog:
+        path = self.dir / name
+        # bytes, not text: the rows end in "\r\n" (csv's dialect) and must stay as written
+        lines = path.read_bytes().decode().splitlines(keepends=True) if path.is_file() else []
+        header = ",".join(fields) + "\r\n"  # csv.DictWriter's header line
+        atomic_write(path, (header + "".join(_rows_before(lines[1:], self.keep_below))).encode())
+        handle = open(path, "a", newline="")
+        return _CsvLog(handle, csv.DictWriter(handle, fieldnames=list(fields), extrasaction="raise"))
+
+
+# ---- notebooks and scripts -------------------------------------------------------------------
+@dataclass
+class Result:
+    """A finished (or stopped) run, read back from its run directory.
+
+    Attributes
+    ----------
+    rows : pandas.DataFrame
+        ``metrics.csv``: one row per iteration (columns: :data:`~aiotsim.records.METRIC_FIELDS`).
+    evals : pandas.DataFrame
+        ``evals.csv``: one row per evaluation (iteration, sim_time_s, accuracy, loss).
+    summary : RunSummary
+        ``summary.json`` as the typed record.
+    run_dir : Path
+        The run directory (``scenario.toml``, the CSV files, ``summary.json``, ``trace.json``).
+    """
+
+    rows: pd.DataFrame
+    evals: pd.DataFrame
+    summary: RunSummary
+    run_dir: Path
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> Result:
+        """Read the result of the run in ``run_dir``."""
+        d = Path(run_dir)
+        return cls(
+            rows=pd.read_csv(d / "metrics.csv"),
+            evals=pd.read_csv(d / "evals.csv"),
+            summary=RunSummary.from_dict(read_summary(d)),
+            run_dir=d,
+        )
+
+
+ScenarioLike = str | Path | Scenario | dict[str, Any]
+Split = tuple[torch.Tensor, torch.Tensor] | TensorDataset
+
+
+def run(
+    scenario_or_path: ScenarioLike,
+    model: torch.nn.Module | None = None,
+    dataset: tuple[Split, Split] | None = None,
+    overrides: dict[str, Any] | None = None,
+    out_dir: str | Path | None = None,
+    device: str = "auto",
+    threads: int = 1,
+    *,
+    num_classes: int | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    checkpoint_every: int = 0,
+) -> Result:
+    """Run a scenario from a notebook or a script and return its :class:`Result`.
+
+    Parameters
+    ----------
+    scenario_or_path : str, Path, Scenario or dict
+        A scenario TOML file, a :class:`~aiotsim.config.Scenario`, or a nested dict as TOML reads.
+    model : torch.nn.Module, optional
+        Your model, used instead of ``model.name``. It is deep-copied (your object is never
+        changed) and used with its parameters as they are: seeding its initialization is yours.
+        It must map a batch ``[B, *input_shape]`` to logits ``[B, num_classes]``. The summary
+        names it by its class.
+    dataset : (train, test), optional
+        Your data instead of ``data.dataset``: each split a ``(x, y)`` pair of tensors or a
+        ``TensorDataset`` of them; ``y`` holds int64 class ids. Partitioned across the nodes by
+        ``data.partition`` as the built-in sets are. The summary names it ``"custom"``.
+    overrides : dict, optional
+        ``{"section.key": value}``, e.g. ``{"network.uplink_mbps": 5}``; validated like the file.
+    out_dir : str or Path, optional
+        The run directory. ``None``: a new temporary directory (``tempfile.mkdtemp``), which is
+        kept after the run (its path is ``Result.run_dir``; delete it when done).
+    device : str
+        ``"auto"``, ``"cpu"`` or ``"cuda"``.
+    threads : int
+        torch intra-op threads for the run (results depend on it; 1 is the reproducible default).
+    num_classes : int, optional
+        Classes of ``dataset`` (default: the largest label + 1).
+    on_progress : callable, optional
+        Called with a :class:`~aiotsim.records.Progress` after every iteration.
+    checkpoint_every : int
+        Write ``checkpoint.pt`` every this many iterations (0: never); see :func:`resume`.
+
+    Returns
+    -------
+    Result
+
+    Raises
+    ------
+    ConfigError
+        An invalid scenario, override, data set or model (every problem listed).
+    """
+    scenario = as_scenario(scenario_or_path, overrides)
+    data = as_dataset(dataset, num_classes) if dataset is not None else None
+    d = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"aiotsim-{scenario.scenario.name}-"))
+    run_scenario(scenario, d, device, on_progress, threads, model=model, data=data, checkpoint_every=checkpoint_every)
+    return Result.load(d)
+
+
+def resume(
+    run_dir: str | Path,
+    model: torch.nn.Module | None = None,
+    dataset: tuple[Split, Split] | None = None,
+    device: str = "auto",
+    threads: int = 1,
+    *,
+    num_classes: int | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    checkpoint_every: int = 0,
+) -> Result:
+    """Continue the run in ``run_dir`` from its checkpoint (see :func:`resume_run`) and return its
+    :class:`Result`. A run started with your ``model``/``dataset`` needs them again."""
+    data = as_dataset(dataset, num_classes) if dataset is not None else None
+    resume_run(run_dir, device, on_progress, threads, model=model, data=data, checkpoint_every=checkpoint_every)
+    return Result.load(run_dir)
+
+
+def as_scenario(scenario_or_path: ScenarioLike, overrides: dict[str, Any] | None = None) -> Scenario:
+    """A validated :class:`Scenario` from a file, a Scenario or a nested dict, with ``overrides``."""
+    over = dict(overrides or {})
+    if isinstance(scenario_or_path, Scenario):
+        return scenario_or_path.replace(**over) if over else scenario_or_path
+    if isinstance(scenario_or_path, dict):
+        return scenario_from_dict(apply_overrides(scenario_or_path, over), source="<dict>")
+    if isinstance(scenario_or_path, (str, Path)):
+        path = str(scenario_or_path)
+        return scenario_from_dict(apply_overrides(read_toml(path), over), source=path)
+    raise ConfigError(f"a scenario must be a TOML path, a Scenario or a dict, got {type(scenario_or_path).__name__}")
+
+
+def as_dataset(dataset: tuple[Split, Split], num_classes: int | None = None) -> Dataset:
+    """A :class:`Dataset` named ``"custom"`` from ``(train, test)`` splits.
+
+    Each split is ``(x, y)`` tensors or a ``TensorDataset`` of them: ``x`` ``[N, *input_shape]``
+    (made float32), ``y`` ``[N]`` integer class ids (made int64), on any device (kept on the CPU).
+    ``num_classes`` defaults to the largest label + 1. Every problem is reported at once.
+    """
+    problems: list[str] = []
+    if not (isinstance(dataset, (tuple, list)) and len(dataset) == 2):
+        raise ConfigError(f"dataset must be a (train, test) pair, got {type(dataset).__name__}")
+    (train_x, train_y), (test_x, test_y) = (
+        _split(name, part, problems) for name, part in zip(("train", "test"), dataset)
+    )
+    if problems:
+        raise ConfigError(problems)
+    labels_max = int(max(train_y.max(), test_y.max())) if len(train_y) and len(test_y) else -1
+    k = num_classes if num_classes is not None else labels_max + 1
+    if k < 2:
+        problems.append(f"dataset: num_classes(={k}) must be >= 2")
+    if labels_max >= k or int(min(train_y.min(), test_y.min())) < 0:
+        problems.append(
+            f"dataset: labels must lie in [0, {k}), got [{int(min(train_y.min(), test_y.min()))}, {labels_max}]"
+        )
+    if train_x.shape[1:] != test_x.shape[1:]:
+        problems.append(
+            f"dataset: train and test samples differ in shape: {list(train_x.shape[1:])} vs {list(test_x.shape[1:])}"
+        )
+    if problems:
+        raise ConfigError(problems)
+    return Dataset("custom", train_x, train_y, test_x, test_y, tuple(train_x.shape[1:]), k)
+
+
+def _split(name: str, part: Split, problems: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x float32, y int64)`` of one split on the CPU; problems appended, empty tensors then."""
+    tensors = part.tensors if isinstance(part, TensorDataset) else part
+    if not (
+        isinstance(tensors, (tuple, list)) and len(tensors) == 2 and all(isinstance(t, torch.Tensor) for t in tensors)
+    ):
+        problems.append(f"dataset: {name} must be an (x, y) pair of tensors or a TensorDataset of them")
+        return torch.zeros(0), torch.zeros(0, dtype=torch.int64)
+    x, y = tensors
+    if y.ndim != 1 or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+        problems.append(
+            f"dataset: {name} labels must be a 1-D tensor of integer class ids, got {y.dtype} {list(y.shape)}"
+        )
+    if x.ndim < 2 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
+        problems.append(
+            f"dataset: {name} x {list(x.shape)} and y {list(y.shape)} must hold the same number (>= 1) of samples"
+        )
+    if problems:
+        return torch.zeros(0), torch.zeros(0, dtype=torch.int64)
+    return x.detach().to("cpu", torch.float32).contiguous(), y.detach().to("cpu", torch.int64).contiguous()
+
+
+__all__ = ["run", "resume", "Result", "run_scenario", "resume_run", "as_scenario", "as_dataset", "Progress"]

@@ -125,6 +125,12 @@ class RunSummary:
             del out["reason"]
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSummary:
+        """The summary of a ``summary.json`` (its ``schema_version`` and unknown keys ignored; a
+        missing ``reason`` is ``None``)."""
+        return cls(**{f.name: data.get(f.name) for f in fields(cls)})
+
 
 @dataclass
 class Progress:

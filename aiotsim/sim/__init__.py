@@ -7,6 +7,7 @@
 ``processes.py``   the SimPy processes of a round: node, gateway, downlink hops
 ``strategies/``    how a run orders its rounds (sync, partial, async, ring), a registry by name
 ``runner.py``      one run from the first dispatch to the summary, records into a ``RunSink``
+``checkpoint.py``  a run's state at a quiescent point, written atomically; resume from it
 ``accounting.py``  traffic windows, totals, the summary, the ``RunSink`` protocol
 ``stops.py``       runs that end early on their own: diverged, stalled
 ``topologies.py``  node layout and network topology; ``energy.py``, ``trace.py``

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
-import aiotsim
+from aiotsim._version import __version__
 from aiotsim.config import Scenario
 from aiotsim.records import RunSummary
 from aiotsim.sim.energy import EnergyMeter
@@ -89,6 +89,8 @@ class RunFacts:
     flops_per_batch: float
     wall_s: float
     device: str
+    model: str | None = None  # model name reported (None: the scenario's model.name)
+    dataset: str | None = None  # data set name reported (None: the scenario's data.dataset)
 
 
 def energy_breakdown(meters: list[EnergyMeter]) -> dict[str, float]:
@@ -151,12 +153,12 @@ def summarize(s: Scenario, t: Totals, facts: RunFacts, status: str, reason: str 
         energy_per_node_j=[round(m.total_j, 9) for m in meters],
         energy_breakdown_j=energy_breakdown(meters),
         stragglers=facts.stragglers,
-        model=s.model.name,
-        dataset=s.data.dataset,
+        model=facts.model or s.model.name,
+        dataset=facts.dataset or s.data.dataset,
         model_params=facts.model_params,
         flops_per_batch=facts.flops_per_batch,
         wall_time_s=facts.wall_s,
-        aiotsim_version=aiotsim.__version__,
+        aiotsim_version=__version__,
         torch_version=torch.__version__,
         device=facts.device,
     )

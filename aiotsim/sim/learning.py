@@ -15,6 +15,7 @@ batched into one pass later without touching the strategies.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.registry import build_codec
 from aiotsim.compress.sparse import sparse_payload
 from aiotsim.config import Scenario
+from aiotsim.errors import ConfigError
 from aiotsim.learn.compute import BatchStream, GradientComputer
 from aiotsim.learn.datasets import Dataset, SyntheticSpec, load_dataset
 from aiotsim.learn.models import build_model, layer_infos
@@ -79,14 +81,31 @@ class Learning:
         Where the real learning runs.
     shares : list of float
         Relative data share of each node (the node layout's).
+    model : torch.nn.Module, optional
+        A ready model used instead of ``model.name`` (deep-copied: the caller's module is never
+        written; its initialization is the caller's).
+    data : Dataset, optional
+        A ready data set used instead of ``data.dataset``.
     """
 
-    def __init__(self, scenario: Scenario, device: torch.device, shares: list[float]) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        device: torch.device,
+        shares: list[float],
+        model: torch.nn.Module | None = None,
+        data: Dataset | None = None,
+    ) -> None:
         s = self.sc = scenario
         self.device = device
         seed = s.scenario.seed
-        self.data: Dataset = _load_data(s)
-        self.model = build_model(s.model.name, self.data.input_shape, self.data.num_classes, seed=seed).to(device)
+        self.data: Dataset = data if data is not None else _load_data(s)
+        if model is None:
+            model = build_model(s.model.name, self.data.input_shape, self.data.num_classes, seed=seed)
+        else:
+            model = copy.deepcopy(model).cpu().train()
+            check_model_output(model, self.data)
+        self.model = model.to(device)
         self.layers: list[LayerInfo] = layer_infos(self.model)
         self.params = list(self.model.parameters())
         self.shards = partition(
@@ -286,6 +305,28 @@ def non_finite(losses: list[float], update: list[torch.Tensor] | None = None) ->
     return None
 
 
+def check_model_output(model: torch.nn.Module, data: Dataset) -> None:
+    """Raise :class:`ConfigError` unless ``model`` maps a sample batch of ``data`` to logits of
+    shape ``[B, num_classes]`` (the model runs on the CPU, on a copy's parameters as they are)."""
+    x = data.train_x[:2]  # [2, *input_shape]
+    try:
+        with torch.no_grad():
+            out = model.eval()(x)
+    except Exception as exc:  # a user module that cannot take the data's inputs
+        raise ConfigError(
+            f"model {type(model).__name__} cannot run on a batch of shape {list(x.shape)}: {exc}"
+        ) from None
+    finally:
+        model.train()
+    want = [x.shape[0], data.num_classes]
+    if not isinstance(out, torch.Tensor) or list(out.shape) != want:
+        got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ConfigError(
+            f"model {type(model).__name__} must map a batch of shape {list(x.shape)} to logits "
+            f"[B, num_classes] = {want}, got {got}"
+        )
+
+
 def _load_data(s: Scenario) -> Dataset:
     d = s.data
     spec = SyntheticSpec(
@@ -300,4 +341,4 @@ def _sparse_message(update: torch.Tensor) -> Payload:
     return sparse_payload(idx, flat[idx].float(), flat.numel())
 
 
-__all__ = ["Learning", "LocalState", "Gradient", "Update", "non_finite", "sync_device"]
+__all__ = ["Learning", "LocalState", "Gradient", "Update", "non_finite", "sync_device", "check_model_output"]

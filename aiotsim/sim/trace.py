@@ -59,6 +59,15 @@ class TraceRecorder:
             }
         )
 
+    def state(self) -> dict[str, Any]:
+        """The spans and track ids so far, as plain data (for a checkpoint)."""
+        return {"spans": [dict(e) for e in self._spans], "tids": [[p, t, i] for (p, t), i in self._tids.items()]}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state` (track ids keep their numbers and order)."""
+        self._spans = [dict(e) for e in state["spans"]]
+        self._tids = {(p, t): i for p, t, i in state["tids"]}
+
     def events(self) -> list[dict[str, Any]]:
         """Metadata events naming processes and tracks, then every span in time order."""
         meta: list[dict[str, Any]] = [

@@ -29,6 +29,7 @@ import torch
 from aiotsim.compress.base import CodecState, Payload
 from aiotsim.config import Scenario
 from aiotsim.learn.compute import ComputeModel, get_profile, resolve_device
+from aiotsim.learn.datasets import Dataset
 from aiotsim.network.flows import Network
 from aiotsim.records import EvalRow, MetricsRow, Progress, RunSummary
 from aiotsim.sim.accounting import RunFacts, RunSink, Totals, Window, mean, summarize
@@ -93,10 +94,17 @@ class Cluster:
         ``"auto"``, ``"cpu"`` or ``"cuda"`` (where the real learning runs).
     on_progress : callable, optional
         Called with a :class:`~aiotsim.records.Progress` after every iteration.
+    model, data : torch.nn.Module, Dataset, optional
+        A ready model (deep-copied) and data set instead of ``model.name``/``data.dataset``.
     """
 
     def __init__(
-        self, scenario: Scenario, device: str = "auto", on_progress: Callable[[Progress], None] | None = None
+        self,
+        scenario: Scenario,
+        device: str = "auto",
+        on_progress: Callable[[Progress], None] | None = None,
+        model: torch.nn.Module | None = None,
+        data: Dataset | None = None,
     ) -> None:
         self.sc = s = scenario
         self.device = resolve_device(device)
@@ -104,20 +112,20 @@ class Cluster:
         self.n = s.nodes.count
         self.mode = s.training.mode
         self.layout = node_layout(s)
-        self.learning = Learning(s, self.device, [spec.share for spec in self.layout])
+        self.learning = Learning(s, self.device, [spec.share for spec in self.layout], model, data)
+        self.model_name = s.model.name if model is None else type(model).__name__
+        self.dataset_name = s.data.dataset if data is None else data.name
         self.nodes = [self._node_state(spec) for spec in self.layout]
         self.server_compute = ComputeModel(s.nodes.compute_model, get_profile(s.nodes.server_device))
         self.gateway_compute = ComputeModel(s.nodes.compute_model, get_profile(s.nodes.gateway_device))
-        self.env = simpy.Environment()
         self.topology = build_topology(s, self.layout)
-        self.net = Network(self.env, self.topology, seed=s.scenario.seed)
         ring = s.network.topology == "ring"
         self.gateways: list[str] = [] if ring else self.topology.gateways
+        self.start_clock(0.0)
         self.aggregator = {} if ring else {i: self.topology.aggregator_of(node_name(i)) for i in range(self.n)}
         self.gateway_states: dict[str, list[CodecState]] = {
             gw: self.learning.new_states(100_000 + k) for k, gw in enumerate(self.gateways)
         }
-        self.mailbox: dict[str, simpy.Store] = {v: simpy.Store(self.env) for v in [SERVER, *self.gateways]}
         self.trace = TraceRecorder()
         self.totals = Totals()
         self.window = Window()
@@ -129,6 +137,16 @@ class Cluster:
         # without any node online for this long, no iteration can complete (see check_stall)
         self.stall_limit_s = STALL_RETRIES * s.nodes.retry_s
         self.sink: RunSink | None = None
+        # checkpointing (sim/checkpoint.py): called at a strategy's quiescent points
+        self.on_checkpoint: Callable[[int, Applied], None] | None = None
+        self.resume_point: tuple[int, Applied] | None = None  # (iteration, its applied step)
+
+    def start_clock(self, now: float) -> None:
+        """A fresh SimPy environment starting at ``now`` (s), with its network and mailboxes;
+        nothing may be in flight (a new cluster, or a resumed one at a quiescent point)."""
+        self.env = simpy.Environment(initial_time=now)
+        self.net = Network(self.env, self.topology, seed=self.sc.scenario.seed)
+        self.mailbox: dict[str, simpy.Store] = {v: simpy.Store(self.env) for v in [SERVER, *self.gateways]}
 
     def _node_state(self, spec: NodeSpec) -> NodeState:
         s = self.sc
@@ -320,6 +338,8 @@ class Cluster:
             flops_per_batch=self.learning.flops_per_batch,
             wall_s=wall_s,
             device=str(self.device),
+            model=self.model_name,
+            dataset=self.dataset_name,
         )
         return summarize(self.sc, self.totals, facts, status, reason)
 

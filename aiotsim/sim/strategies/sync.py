@@ -9,12 +9,16 @@ An iteration is one round::
               the last step, broadcast the final model
     row     : finish the iteration's metrics row
 
+After each step, before the next dispatch, no node is at work: the quiescent point where a
+checkpoint may be taken (:mod:`aiotsim.sim.checkpoint`), and where a resumed run starts.
+
 When every node is offline the server waits ``nodes.retry_s`` and tries again, until the run
 stalls (no node online for 1000 retries).
 """
 
 from __future__ import annotations
 
+from aiotsim.sim.checkpoint import quiescent_point
 from aiotsim.sim.processes import arrived, dispatch_round, final_broadcast, wait_for_someone
 from aiotsim.sim.strategies.base import Strategy, register
 from aiotsim.sim.topologies import SERVER, node_name
@@ -30,11 +34,17 @@ class SyncStrategy(Strategy):
     def run(self) -> Proc:
         c = self.cluster
         iters = c.sc.scenario.iterations
-        if c.mode != "sync":  # nodes may work on older versions: keep the one they start on
+        # a resumed run starts with the pending row of its checkpoint's iteration
+        start, pending = c.resume_point or (0, None)
+        if c.mode != "sync" and pending is None:  # nodes may work on older versions: keep v0
             c.snapshots[0] = c.learning.snapshot()
-        for it in range(iters):
-            uploads = yield from self.collect()
-            done = yield from c.apply(it, uploads)
+        for it in range(start, iters):
+            if pending is not None:
+                done, pending = pending, None
+            else:
+                uploads = yield from self.collect()
+                done = yield from c.apply(it, uploads)
+                quiescent_point(c, it, done)
             if it + 1 < iters:
                 dispatch_round(c, work=True)
                 c.finish_row(done)

@@ -1,0 +1,280 @@
+"""Checkpoints: a run's whole state at a quiescent point, so that a long run survives a crash.
+
+A checkpoint is taken after an iteration's optimizer step and before the next dispatch, when no
+node is at work: no transfer is in flight, no SimPy process is pending, every mailbox is empty.
+The state then is data, not processes: the model and the optimizer, every codec state (residuals,
+PowerSGD's Q, ...; each ``torch.Generator`` as its ``get_state()`` bytes), the nodes' momentum,
+data-stream positions and generators, availability RNGs and energy meters, the network's jitter RNG
+and per-link byte counts, the totals and the open metrics window, the trace so far, the model
+version, the simulated clock and the applied step whose metrics row is still to be written.
+
+Resuming (:func:`restore`) rebuilds the cluster from its scenario, loads that state, starts a fresh
+``simpy.Environment(initial_time=now)`` and lets the strategy continue from the pending row: the
+rows, evaluations and summary then equal an uninterrupted run's, byte for byte (flops mode).
+
+Which runs checkpoint: ``sync`` and ``partial`` rounds, on a star or with gateways, exactly. A
+checkpoint falls due ``every`` iterations after the previous one and is written at the first
+quiescent point from then on. Every ``sync`` iteration ends at one. A ``partial`` iteration ends
+at one only when no straggler is still at work: with ``partial_k`` covering every node at work it
+always does; with fewer, late nodes are put straight back to work and a run may never reach one,
+and then writes no checkpoint (nothing approximate is ever written). ``async`` runs (a node is
+always in flight) and ``ring`` runs are refused with a :class:`~aiotsim.errors.ConfigError`.
+
+The file is ``checkpoint.pt`` (``torch.save`` of plain containers, tensors on the CPU), written to a
+temporary file and moved into place with ``os.replace``, so a crash mid-write leaves the previous
+checkpoint whole. It holds pickled Python objects: load only checkpoints you wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aiotsim.compress.base import CodecState
+from aiotsim.errors import ConfigError
+from aiotsim.sim.accounting import Totals, Window
+from aiotsim.sim.learning import LocalState
+from aiotsim.sim.world import Applied, Cluster, NodeState, Upload
+
+CHECKPOINT_NAME = "checkpoint.pt"
+FORMAT_VERSION = 1
+RESUMABLE_MODES = ("sync", "partial")
+_METER_FIELDS = ("compute_j", "tx_j", "rx_j", "idle_j", "busy_s", "log")
+
+
+def check_resumable(cluster: Cluster) -> None:
+    """Raise :class:`ConfigError` unless the cluster's strategy has quiescent points."""
+    sc = cluster.sc
+    name = "ring" if sc.network.topology == "ring" else sc.training.mode  # as strategies.strategy_name
+    if name not in RESUMABLE_MODES:
+        raise ConfigError(
+            f"checkpoints need a quiescent point between iterations; strategy {name!r} has none "
+            f"(nodes are always in flight). Checkpointing supports: {', '.join(RESUMABLE_MODES)}"
+        )
+
+
+def attach(cluster: Cluster, path: str | Path, every: int) -> None:
+    """Make ``cluster`` write a checkpoint to ``path`` every ``every`` iterations (0: never).
+
+    Raises :class:`ConfigError` for a negative ``every`` or a strategy that cannot checkpoint.
+    """
+    if every < 0:
+        raise ConfigError(f"checkpoint_every(={every}) must be >= 0")
+    if every == 0:
+        return
+    check_resumable(cluster)
+    cluster.on_checkpoint = Checkpointer(cluster, Path(path), every)
+
+
+class Checkpointer:
+    """Writes ``cluster``'s checkpoint to ``path`` once ``every`` iterations have completed since
+    the last one (or the run's start), at the first quiescent point from then on."""
+
+    def __init__(self, cluster: Cluster, path: Path, every: int) -> None:
+        self.cluster, self.path, self.every = cluster, path, every
+        resumed = cluster.resume_point
+        self.last = resumed[0] + 1 if resumed else 0  # iterations done at the latest checkpoint
+
+    def __call__(self, it: int, done: Applied) -> None:
+        if it + 1 - self.last >= self.every:
+            save(self.path, capture(self.cluster, it, done))
+            self.last = it + 1
+
+
+def quiescent_point(c: Cluster, it: int, done: Applied) -> None:
+    """A strategy's call after iteration ``it``'s step and before its next dispatch: hand the point
+    to the checkpointer when the run goes on after it and no node is at work (nothing in flight)."""
+    if c.on_checkpoint is not None and it + 1 < c.sc.scenario.iterations:
+        if not any(st.busy for st in c.nodes):
+            c.on_checkpoint(it, done)
+
+
+def save(path: str | Path, state: dict[str, Any]) -> None:
+    """Write ``state`` to ``path`` atomically (temporary file, then ``os.replace``)."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, p)
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """A checkpoint written by :func:`save` (tensors on the CPU)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no checkpoint (run with checkpoint_every > 0 to write one)")
+    state = torch.load(p, map_location="cpu", weights_only=False)
+    if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
+        raise ConfigError(f"{p}: not an aiotsim checkpoint of format {FORMAT_VERSION}")
+    return state
+
+
+# ---- capture -----------------------------------------------------------------------------------
+def capture(c: Cluster, it: int, done: Applied) -> dict[str, Any]:
+    """Everything a resumed run needs, after iteration ``it``'s step (``done``, row not yet written)."""
+    learning = c.learning
+    return {
+        "format": FORMAT_VERSION,
+        "scenario": c.sc.to_toml(),  # the resumed cluster must be built from the same one
+        "model_name": c.model_name,
+        "dataset_name": c.dataset_name,
+        "iteration": it,
+        "now": c.env.now,  # simulated clock, s
+        "version": c.version,
+        "update_bytes": c.update_bytes,
+        "last_row_s": c.last_row_s,
+        "last_activity_s": c.last_activity_s,
+        "model": {k: v.detach().cpu().clone() for k, v in learning.model.state_dict().items()},
+        "optimizer": _cpu(learning.optimizer.state_dict()),
+        "server_states": [_codec_state(x) for x in learning.server_states],
+        "gateway_states": {gw: [_codec_state(x) for x in xs] for gw, xs in c.gateway_states.items()},
+        "snapshots": {v: _cpu(ps) for v, ps in c.snapshots.items()},
+        "nodes": [_node(st) for st in c.nodes],
+        "net_rng": c.net._rng.bit_generator.state,
+        "net_carried": c.net._carried.copy(),  # wire bytes per link
+        "totals": dataclasses.asdict(c.totals),
+        "window": dataclasses.asdict(c.window),
+        "trace": c.trace.state(),
+        "applied": _applied(done),
+    }
+
+
+def _cpu(obj: Any) -> Any:
+    """A copy of ``obj`` with every tensor detached and on the CPU (containers rebuilt)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu(v) for v in obj)
+    return obj
+
+
+def _codec_state(state: CodecState) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(state):
+        v = getattr(state, f.name)
+        out[f.name] = v.get_state() if isinstance(v, torch.Generator) else _cpu(v)
+    return out
+
+
+def _node(st: NodeState) -> dict[str, Any]:
+    local, stream = st.local, st.local.stream
+    return {
+        "codec": [_codec_state(x) for x in local.states],
+        "velocity": _cpu(local.velocity),
+        "stream": {
+            "gen": stream._gen.get_state(),
+            "perm": _cpu(stream._perm),
+            "pos": stream._pos,
+            "epoch": stream.epoch,
+        },
+        "rng": st.rng.bit_generator.state,
+        "energy": {k: _cpu(getattr(st.energy, k)) for k in _METER_FIELDS},
+        "held_version": st.held_version,
+        "dispatched_version": st.dispatched_version,
+        "busy": st.busy,
+        "online": st.online,
+    }
+
+
+def _applied(done: Applied) -> dict[str, Any]:
+    """The applied step without its payloads (its metrics row needs only the numbers)."""
+    ups = [{f.name: getattr(u, f.name) for f in dataclasses.fields(u) if f.name != "payloads"} for u in done.uploads]
+    return {
+        "iteration": done.iteration,
+        "decode_s": done.decode_s,
+        "agg_nnz": done.agg_nnz,
+        "agg_bytes": done.agg_bytes,
+        "uploads": ups,
+    }
+
+
+# ---- restore -----------------------------------------------------------------------------------
+def restore(c: Cluster, state: dict[str, Any]) -> None:
+    """Load a checkpoint into a freshly built ``c``: its clock restarts at the checkpoint's time
+    and its strategy continues with the pending metrics row of the checkpoint's iteration."""
+    check_resumable(c)
+    if state["scenario"] != c.sc.to_toml():
+        raise ConfigError("the checkpoint was written by a run of another scenario than this cluster's")
+    ran = (state["model_name"], state["dataset_name"])
+    if ran != (c.model_name, c.dataset_name):
+        raise ConfigError(
+            f"the checkpoint's run trained model {ran[0]!r} on data set {ran[1]!r}, this cluster has "
+            f"{c.model_name!r} on {c.dataset_name!r}: resume with the model and data set the run started with"
+        )
+    learning, dev = c.learning, c.device
+    learning.model.load_state_dict(state["model"])
+    learning.optimizer.load_state_dict(state["optimizer"])  # moves its state to the params' device
+    _load_codec_states(learning.server_states, state["server_states"], dev)
+    for gw, saved in state["gateway_states"].items():
+        _load_codec_states(c.gateway_states[gw], saved, dev)
+    c.snapshots = {int(v): [p.to(dev) for p in ps] for v, ps in state["snapshots"].items()}
+    for st, saved in zip(c.nodes, state["nodes"], strict=True):
+        _load_node(st, saved, dev)
+    c.start_clock(state["now"])
+    c.net._rng.bit_generator.state = state["net_rng"]
+    c.net._carried[:] = state["net_carried"]
+    c.totals = Totals(**state["totals"])
+    c.window = Window(**state["window"])
+    c.trace.load_state(state["trace"])
+    c.version = state["version"]
+    c.update_bytes = state["update_bytes"]
+    c.last_row_s = state["last_row_s"]
+    c.last_activity_s = state["last_activity_s"]
+    a = state["applied"]
+    uploads = [Upload(payloads=[], **u) for u in a["uploads"]]
+    c.resume_point = (state["iteration"], Applied(a["iteration"], uploads, a["decode_s"], a["agg_nnz"], a["agg_bytes"]))
+
+
+def _to(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(v, device) for v in obj)
+    return obj
+
+
+def _load_codec_states(states: list[CodecState], saved: list[dict[str, Any]], device: torch.device) -> None:
+    for state, fields in zip(states, saved, strict=True):
+        for name, v in fields.items():
+            current = getattr(state, name)
+            if isinstance(current, torch.Generator):
+                current.set_state(v)
+            else:
+                setattr(state, name, _to(v, device))
+
+
+def _load_node(st: NodeState, saved: dict[str, Any], device: torch.device) -> None:
+    local: LocalState = st.local
+    _load_codec_states(local.states, saved["codec"], device)
+    local.velocity = _to(saved["velocity"], device)
+    s, stream = saved["stream"], local.stream
+    stream._gen.set_state(s["gen"])
+    stream._perm = s["perm"].to(stream.device)
+    stream._pos = s["pos"]
+    stream.epoch = s["epoch"]
+    st.rng.bit_generator.state = saved["rng"]
+    for k in _METER_FIELDS:
+        setattr(st.energy, k, saved["energy"][k])
+    st.held_version = saved["held_version"]
+    st.dispatched_version = saved["dispatched_version"]
+    st.busy = saved["busy"]
+    st.online = saved["online"]
+
+
+__all__ = [
+    "CHECKPOINT_NAME",
+    "RESUMABLE_MODES",
+    "check_resumable",
+    "attach",
+    "Checkpointer",
+    "quiescent_point",
+    "save",
+    "load",
+    "capture",
+    "restore",
+]

@@ -1,0 +1,104 @@
+"""The Python API for notebooks and scripts: ``aiotsim.run`` with scenarios as files, objects or
+dicts, with the user's own ``nn.Module`` and tensors, and its agreement with ``run_scenario``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import aiotsim
+from aiotsim.api import as_dataset, run_scenario
+from aiotsim.config import load_scenario, read_toml
+from aiotsim.errors import ConfigError
+from aiotsim.records import RunSummary
+from aiotsim.results.fingerprint import fingerprint_run_dir
+
+
+class TwoLayer(nn.Module):
+    """A user's model: 2-layer MLP on flat feature vectors."""
+
+    def __init__(self, features: int, hidden: int, classes: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(features, hidden)
+        self.fc2 = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, features]
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def blobs(n: int, features: int, classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` samples around one random centre per class: ``([n, features] fp32, [n] int64)``."""
+    g = torch.Generator().manual_seed(seed)
+    centres = 3 * torch.randn(classes, features, generator=g)
+    y = torch.arange(n) % classes
+    return centres[y] + torch.randn(n, features, generator=g), y
+
+
+def test_user_module_on_user_tensors(tiny_scenario: Path, tmp_path: Path) -> None:
+    torch.manual_seed(0)  # the user's model, the user's seed
+    model = TwoLayer(6, 16, 3)
+    before = [p.detach().clone() for p in model.parameters()]
+    x, y = blobs(300, 6, 3, seed=1)
+    train, test = TensorDataset(x[:240], y[:240]), (x[240:], y[240:])
+    res = aiotsim.run(
+        tiny_scenario,
+        model=model,
+        dataset=(train, test),
+        overrides={"network.uplink_mbps": 5, "scenario.iterations": 10, "training.eval_every": 5},
+        out_dir=tmp_path / "run",
+    )
+    assert isinstance(res.rows, pd.DataFrame) and isinstance(res.evals, pd.DataFrame)
+    assert list(res.rows["iteration"]) == list(range(10))
+    assert list(res.evals["iteration"]) == [4, 9]
+    s = res.summary
+    assert isinstance(s, RunSummary) and s.complete
+    assert (s.model, s.dataset, s.compressor) == ("TwoLayer", "custom", "none")
+    assert s.model_params == 6 * 16 + 16 + 16 * 3 + 3
+    assert s.flops_per_batch > 0  # counted like a built-in model's
+    assert s.final_accuracy is not None and s.final_accuracy > 0.6  # it learns the blobs
+    assert read_toml(res.run_dir / "scenario.toml")["network"]["uplink_mbps"] == 5
+    for p, q in zip(model.parameters(), before):  # the user's module is not trained in place
+        assert torch.equal(p, q)
+
+
+def test_builtin_model_matches_run_scenario(tiny_scenario: Path, tmp_path: Path) -> None:
+    sc = load_scenario(tiny_scenario)
+    run_scenario(sc, tmp_path / "cli")
+    res = aiotsim.run(read_toml(tiny_scenario), out_dir=tmp_path / "api")  # a dict this time
+    assert fingerprint_run_dir(tmp_path / "api") == fingerprint_run_dir(tmp_path / "cli")
+    assert res.summary.model == "mlp" and len(res.rows) == sc.scenario.iterations
+
+
+def test_out_dir_none_is_a_kept_temporary_directory(tiny_scenario: Path) -> None:
+    sc = load_scenario(tiny_scenario, ["scenario.iterations=1", "training.eval_every=1"])
+    res = aiotsim.run(sc)
+    assert (res.run_dir / "summary.json").is_file() and res.run_dir.name.startswith("aiotsim-tiny-")
+
+
+def test_model_with_wrong_output_is_a_config_error(tiny_scenario: Path) -> None:
+    data = (blobs(40, 6, 3, seed=1), blobs(10, 6, 3, seed=2))
+    with pytest.raises(ConfigError, match=r"TwoLayer must map a batch of shape \[2, 6\] to logits"):
+        aiotsim.run(tiny_scenario, model=TwoLayer(6, 8, 5), dataset=data)
+    with pytest.raises(ConfigError, match="TwoLayer cannot run on a batch of shape"):
+        aiotsim.run(tiny_scenario, model=TwoLayer(7, 8, 3), dataset=data)
+
+
+def test_bad_data_lists_every_problem() -> None:
+    x = torch.zeros(10, 4)
+    with pytest.raises(ConfigError) as err:
+        as_dataset(((x, torch.zeros(10)), (x, torch.zeros(9, dtype=torch.int64))))
+    text = str(err.value)
+    assert "train labels must be a 1-D tensor of integer class ids" in text
+    assert "test x [10, 4] and y [9] must hold the same number" in text
+    with pytest.raises(ConfigError, match=r"labels must lie in \[0, 2\)"):
+        as_dataset(((x, torch.arange(10) % 3), (x, torch.zeros(10, dtype=torch.int64))), num_classes=2)
+
+
+def test_bad_scenario_argument() -> None:
+    with pytest.raises(ConfigError, match="a scenario must be a TOML path, a Scenario or a dict"):
+        aiotsim.run(42)  # type: ignore[arg-type]

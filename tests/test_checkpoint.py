@@ -1,0 +1,132 @@
+"""Checkpoint and resume: a run killed after a checkpoint and resumed leaves the same metrics,
+evaluations and summary (wall time aside) as one that never stopped (flops mode)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import aiotsim
+from aiotsim.api import resume_run, run_scenario
+from aiotsim.config import Scenario, load_scenario
+from aiotsim.errors import ConfigError
+from aiotsim.records import Progress
+from aiotsim.results.fingerprint import fingerprint_run_dir
+from aiotsim.results.store import read_csv, read_summary
+from aiotsim.sim.checkpoint import CHECKPOINT_NAME, load
+
+
+def kill_at(iteration: int):
+    """An ``on_progress`` that stops the run like Ctrl-C once ``iteration`` rows are written."""
+
+    def on_progress(p: Progress) -> None:
+        if p.iteration == iteration:
+            raise KeyboardInterrupt
+
+    return on_progress
+
+
+def killed_and_resumed(sc: Scenario, tmp_path: Path, every: int, kill: int) -> tuple[Path, Path]:
+    """``(uninterrupted run dir, killed-then-resumed run dir)``."""
+    ref, crash = tmp_path / "ref", tmp_path / "crash"
+    run_scenario(sc, ref)
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(sc, crash, on_progress=kill_at(kill), checkpoint_every=every)
+    assert read_summary(crash)["status"] == "interrupted"
+    assert len(read_csv(crash / "metrics.csv")) == kill  # rows past the checkpoint, to be cut
+    with open(crash / "metrics.csv", "a") as f:  # and a row cut by the crash mid-write
+        f.write("1,0.5,")
+    resume_run(crash)
+    return ref, crash
+
+
+def test_sync_topk_with_node_momentum_resumes_exactly(tiny_scenario: Path, tmp_path: Path) -> None:
+    over = ["compressor.name=topk", "training.momentum=0.9", "training.momentum_at=nodes", "scenario.iterations=6"]
+    sc = load_scenario(tiny_scenario, over)
+    ref, crash = killed_and_resumed(sc, tmp_path, every=2, kill=5)  # checkpoint after iteration 3
+    assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
+    assert read_summary(crash)["complete"]
+    assert not list(crash.glob("*.tmp"))  # written through a temporary file, then moved
+    # the run finished after its checkpoint: resuming again cuts the rows after it and redoes them
+    resume_run(crash)
+    assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
+
+
+def test_checkpoint_holds_the_run_state(tiny_scenario: Path, tmp_path: Path) -> None:
+    over = ["compressor.name=topk", "training.momentum=0.9", "training.momentum_at=nodes", "scenario.iterations=4"]
+    sc = load_scenario(tiny_scenario, over)
+    run_scenario(sc, tmp_path / "run", checkpoint_every=3)
+    state = load(tmp_path / "run" / CHECKPOINT_NAME)
+    assert (state["iteration"], state["version"]) == (2, 3)
+    assert state["now"] == read_csv(tmp_path / "run" / "metrics.csv")[2]["sim_time_s"]  # its row, same time
+    node = state["nodes"][0]  # after its step, before the next dispatch: the row is still open
+    assert all(c["residual"] is not None for c in node["codec"])  # top-k's error feedback
+    assert isinstance(node["codec"][0]["generator"], torch.Tensor)  # torch.Generator.get_state()
+    assert node["velocity"] is not None and node["stream"]["pos"] > 0
+    assert state["optimizer"]["param_groups"] and state["trace"]["spans"]
+    assert len(state["applied"]["uploads"]) == 2 and state["totals"]["iterations"] == 2
+
+
+def test_hierarchical_powersgd_resumes_exactly(tiny_scenario: Path, tmp_path: Path) -> None:
+    over = ["nodes.count=4", "network.topology=hierarchical", "network.gateways=2", "compressor.name=powersgd"]
+    sc = load_scenario(tiny_scenario, [*over, "scenario.iterations=6"])
+    ref, crash = killed_and_resumed(sc, tmp_path, every=2, kill=5)
+    assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
+
+
+def test_partial_with_dropouts_and_stragglers_resumes_exactly(tiny_scenario: Path, tmp_path: Path) -> None:
+    over = [
+        "nodes.count=4",
+        "training.mode=partial",
+        "training.partial_k=4",
+        "nodes.dropout_prob=0.3",
+        "nodes.rejoin_prob=0.5",
+        "nodes.straggler_mode=transient",
+        "nodes.straggler_fraction=0.25",
+        "nodes.straggler_factor=3.0",
+        "compressor.name=2bit",
+        "scenario.iterations=8",
+    ]
+    sc = load_scenario(tiny_scenario, over)
+    ref, crash = killed_and_resumed(sc, tmp_path, every=2, kill=7)
+    assert load(crash / CHECKPOINT_NAME)["iteration"] == 5
+    assert min(r["contributors"] for r in read_csv(ref / "metrics.csv")) < 4  # nodes did drop out
+    assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
+
+
+@pytest.mark.parametrize(
+    "over", [["training.mode=async"], ["network.topology=ring", "nodes.count=3"]], ids=["async", "ring"]
+)
+def test_strategies_without_a_quiescent_point_are_refused(tiny_scenario: Path, tmp_path: Path, over: list[str]) -> None:
+    sc = load_scenario(tiny_scenario, over)
+    with pytest.raises(ConfigError, match="checkpoints need a quiescent point between iterations"):
+        run_scenario(sc, tmp_path / "run", checkpoint_every=2)
+
+
+def test_resume_needs_a_checkpoint(tiny_scenario: Path, tmp_path: Path) -> None:
+    sc = load_scenario(tiny_scenario, ["scenario.iterations=1", "training.eval_every=1"])
+    run_scenario(sc, tmp_path / "run")
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        resume_run(tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"checkpoint_every\(=-1\) must be >= 0"):
+        run_scenario(sc, tmp_path / "run", checkpoint_every=-1)
+
+
+def test_resume_needs_the_run_s_own_model_and_data(tiny_scenario: Path, tmp_path: Path) -> None:
+    sc = load_scenario(tiny_scenario, ["scenario.iterations=3"])
+    x, y = torch.randn(64, 5, generator=torch.Generator().manual_seed(0)), torch.arange(64) % 2
+    model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 2))
+    data = ((x[:48], y[:48]), (x[48:], y[48:]))
+    ref = aiotsim.run(sc, model=model, dataset=data, out_dir=tmp_path / "ref")
+    with pytest.raises(KeyboardInterrupt):
+        aiotsim.run(
+            sc, model=model, dataset=data, out_dir=tmp_path / "crash", on_progress=kill_at(2), checkpoint_every=1
+        )
+    with pytest.raises(ConfigError, match="trained model 'Sequential' on data set 'custom'"):
+        resume_run(tmp_path / "crash")
+    res = aiotsim.resume(tmp_path / "crash", model=model, dataset=data)
+    assert res.summary.complete and res.summary.model == "Sequential"
+    assert fingerprint_run_dir(res.run_dir) == fingerprint_run_dir(ref.run_dir)
