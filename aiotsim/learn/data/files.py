@@ -1,0 +1,80 @@
+"""The registry of file data sets and where their files are found.
+
+=================  ==============================================  ================  ============
+name               format                                          official test     download
+=================  ==============================================  ================  ============
+``mnist-idx``      IDX (:mod:`~aiotsim.learn.data.idx`), 28x28x1    t10k files        yes
+``fashion-mnist``  IDX, 28x28x1                                     t10k files        yes
+``cifar10``        python pickles (:mod:`~aiotsim.learn.data.cifar`) ``test_batch``    yes
+``cifar100``       python pickles, fine labels                      ``test``          yes
+``femnist``        LEAF JSON per writer (:mod:`~aiotsim.learn.data.leaf`)  ``test/`` dir   no
+``imagefolder``    class subdirectories (:mod:`~aiotsim.learn.data.imagefolder`)  ``test/`` dir  no
+=================  ==============================================  ================  ============
+
+The files are looked for in ``data.path`` when it is set, else in the download cache
+(``cache_dir/<name>``); only ``download = True`` fetches them, and only when they are missing.
+Parsed splits are cached per process (keyed by the resolved path and its modification time).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+from aiotsim.errors import DataError
+from aiotsim.learn.data import cifar, download, idx, imagefolder, leaf
+from aiotsim.learn.data.base import RawSplit, freeze
+
+Reader = Callable[[Path], RawSplit]
+
+FILE_DATASETS: dict[str, Reader] = {
+    "mnist-idx": idx.read_idx_dir,
+    "fashion-mnist": idx.read_idx_dir,
+    "cifar10": functools.partial(cifar.read_cifar, name="cifar10"),
+    "cifar100": functools.partial(cifar.read_cifar, name="cifar100"),
+    "femnist": leaf.read_leaf,
+    "imagefolder": imagefolder.read_imagefolder,
+}
+DOWNLOADABLE: tuple[str, ...] = tuple(download.SOURCES)
+DEFAULT_CACHE_DIR: str = "~/.cache/aiotsim"
+
+
+def locate(name: str, path: str | Path | None, download_ok: bool, cache_dir: str | Path) -> Path:
+    """The file or directory to read data set ``name`` from.
+
+    ``path`` when given (it must exist); else the cache directory, downloading into it first when
+    ``download_ok`` (which only fetches missing files); else a DataError that says how to get them.
+    """
+    if path:
+        p = Path(path).expanduser()
+        if not p.exists():
+            raise DataError(f"data.path {str(p)!r} does not exist (dataset {name!r})")
+        return p
+    if download_ok:
+        return download.fetch(name, cache_dir)
+    cached = download.cache_path(name, cache_dir)
+    if name in download.SOURCES and all((cached / r.filename).is_file() for r in download.SOURCES[name]):
+        return cached
+    how = f" or set data.download = true to fetch it into {cached}" if name in download.SOURCES else ""
+    raise DataError(f"dataset {name!r} is read from files: set data.path to its file or directory{how}")
+
+
+def read_files(
+    name: str, path: str | Path | None = None, *, download_ok: bool = False, cache_dir: str | Path = DEFAULT_CACHE_DIR
+) -> RawSplit:
+    """Find and parse file data set ``name`` (see :func:`locate`); arrays are shared, read-only."""
+    if name not in FILE_DATASETS:
+        raise DataError(f"{name!r} is not a file data set; valid: {', '.join(FILE_DATASETS)}")
+    where = locate(name, path, download_ok, cache_dir).resolve()
+    return _parse(name, str(where), where.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _parse(name: str, where: str, mtime_ns: int) -> RawSplit:
+    """Parse once per (data set, path, modification time) and process (``mtime_ns`` is the key)."""
+    raw = FILE_DATASETS[name](Path(where))
+    if raw.train_y.size == 0:
+        raise DataError(f"{where}: dataset {name!r} has no training samples")
+    freeze(raw.train_x, raw.train_y, raw.test_x, raw.test_y, raw.train_writers)
+    return raw
