@@ -315,9 +315,7 @@ def test_download_checksum_mismatch(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_download_idx_gz_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = write_idx_dir(tmp_path / "src", gz=True)
-    remotes = tuple(
-        download.Remote(p.as_uri(), hashlib.md5(p.read_bytes()).hexdigest()) for p in sorted(src.iterdir())
-    )
+    remotes = tuple(download.Remote(p.as_uri(), hashlib.md5(p.read_bytes()).hexdigest()) for p in sorted(src.iterdir()))
     monkeypatch.setitem(download.SOURCES, "fashion-mnist", remotes)
     d = load_dataset("fashion-mnist", download=True, cache_dir=tmp_path / "cache")
     assert d.train_x.shape == (20, 1, 28, 28)
@@ -411,8 +409,12 @@ def test_run_by_writer_on_leaf(tmp_path: Path) -> None:
     scenario = scenario_from_dict(
         {
             "scenario": {"iterations": 2, "seed": 2},
-            "data": {"dataset": "femnist", "path": str(tmp_path / "leaf.json"), "partition": "by-writer",
-                     "batch_size": 4},  # fmt: skip
+            "data": {
+                "dataset": "femnist",
+                "path": str(tmp_path / "leaf.json"),
+                "partition": "by-writer",
+                "batch_size": 4,
+            },  # fmt: skip
             "model": {"name": "mlp"},
             "training": {"eval_every": 1},
             "nodes": {"count": 2, "compute_model": "flops"},

@@ -23,11 +23,12 @@ and ``imagefolder`` (class subdirectories of images). They use their official te
 files have one, else the stratified split below; with ``normalize`` they are standardized per
 channel with the mean/std of their training split.
 
-The train/test split of the real data sets without an official one is stratified (each class contributes ``test_fraction``
-of its samples to the test set) and drawn with a fixed split seed, independent of the scenario seed,
-so the held-out test set is the same in every run. Images are scaled to [0, 1] and standardized:
-MNIST with its customary mean/std (0.1307, 0.3081), digits with the mean/std of its own training
-split (``normalize=False`` keeps every real data set in [0, 1]). Tensors are ``[N, C, H, W]`` float32 and ``[N]`` int64, on the CPU; callers move them.
+The train/test split of the real data sets without an official one is stratified (each class
+contributes ``test_fraction`` of its samples to the test set) and drawn with a fixed split seed,
+independent of the scenario seed, so the held-out test set is the same in every run. Images are
+scaled to [0, 1] and standardized: MNIST with its customary mean/std (0.1307, 0.3081), digits with
+the mean/std of its own training split (``normalize=False`` keeps every real data set in [0, 1]).
+Tensors are ``[N, C, H, W]`` float32 and ``[N]`` int64, on the CPU; callers move them.
 """
 
 from __future__ import annotations
@@ -158,15 +159,12 @@ def load_dataset(
         0.2 gives 4,000 training and 1,000 test images (400 and 100 per class).
     synthetic : SyntheticSpec, optional
         Parameters of ``synthetic``; defaults to ``SyntheticSpec()``. Ignored by the others.
-    path : str or Path, optional
-        File data sets: the file or directory holding them (default: the download cache).
-    download : bool
-        File data sets with official URLs: fetch missing files into ``cache_dir`` (MD5-checked).
-    cache_dir : str or Path
-        Where downloads go and are looked for (``~`` expanded).
+    path, download, cache_dir
+        File data sets: their file or directory (default: ``cache_dir/name``); whether to fetch
+        missing files from the official URLs (MD5-checked); the download cache (``~`` expanded).
     normalize : bool
-        Standardize (``mnist``: its customary mean/std; ``digits``: its training split's; file
-        data sets: per channel, their training split's); ``False`` keeps pixels in [0, 1].
+        Standardize (``mnist``: customary mean/std; others: per channel, of the training split);
+        ``False`` keeps pixels in [0, 1].
 
     Returns
     -------
@@ -177,8 +175,8 @@ def load_dataset(
     ConfigError
         Unknown name (the message lists the valid ones) or ``test_fraction`` out of range.
     DataError
-        The embedded data file or its package is missing or malformed; a data file is missing,
-        malformed (the message names it) or cannot be downloaded.
+        A data file (or its package) is missing, malformed (the message names it) or cannot be
+        downloaded.
     """
     if name not in DATASETS:
         raise ConfigError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
@@ -189,8 +187,13 @@ def load_dataset(
     if name in FILE_DATASETS:
         raw = read_files(name, path, download_ok=download, cache_dir=cache_dir)
         return _from_raw(name, raw, float(test_fraction), normalize)
-    train_x, train_y, test_x, test_y = _real_split(name, float(test_fraction), normalize)
-    # Clones (~5 ms for MNIST): callers own their tensors and cannot corrupt the cache.
+    return _packaged(name, float(test_fraction), normalize)
+
+
+def _packaged(name: str, test_fraction: float, normalize: bool) -> Dataset:
+    """``mnist`` or ``digits``: the cached split, cloned (~5 ms for MNIST) so that callers own
+    their tensors and cannot corrupt the cache."""
+    train_x, train_y, test_x, test_y = _real_split(name, test_fraction, normalize)
     return Dataset(
         name=name,
         train_x=train_x.clone(),

@@ -60,11 +60,10 @@ def partition(
     seed : int
         Seed of the partition's own ``numpy.random.Generator``.
     shares : list of float, optional
-        Relative data share of each node (``n_nodes`` positive numbers, normalized here). ``iid``:
-        part sizes; ``dirichlet``: weights of the per-class proportions; ``by-writer``: target
-        sizes. ``None`` means equal.
+        Relative data share of each node (``n_nodes`` positive numbers, normalized here): part
+        sizes (``iid``, ``by-writer``) or weights of the per-class proportions. ``None``: equal.
     writers : torch.Tensor or numpy.ndarray, optional
-        ``[N]`` integer writer of every sample; required by ``by-writer``, ignored otherwise.
+        ``[N]`` integer writer of every sample; ``by-writer`` only.
 
     Returns
     -------
@@ -76,8 +75,7 @@ def partition(
     ConfigError
         Unknown scheme (valid names listed), ``alpha`` <= 0, malformed ``shares``.
     DataError
-        ``n_nodes`` < 1 or more nodes than samples (``by-writer``: than writers), ``labels`` not
-        a 1-D integer array, or ``by-writer`` without per-writer data.
+        ``n_nodes`` < 1 or > samples (or writers), ``labels`` not 1-D ints, ``by-writer`` without writers.
     """
     y = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
     if y.ndim != 1 or (y.size and not np.issubdtype(y.dtype, np.integer)):
@@ -154,9 +152,7 @@ def _dirichlet(y: np.ndarray, weights: np.ndarray, alpha: float, rng: np.random.
 def _writer_ids(writers: torch.Tensor | np.ndarray | None, n: int) -> np.ndarray:
     """``writers`` as ``[n]`` int64, or a DataError saying the data set has no writers."""
     if writers is None:
-        raise DataError(
-            "partition 'by-writer' needs per-writer data (dataset 'femnist'); this data set has no writers"
-        )
+        raise DataError("partition 'by-writer' needs per-writer data (dataset 'femnist'); this data set has no writers")
     w = writers.detach().cpu().numpy() if isinstance(writers, torch.Tensor) else np.asarray(writers)
     if w.shape != (n,) or (w.size and not np.issubdtype(w.dtype, np.integer)):
         raise DataError(f"writers must be [{n}] integers (one per sample), got shape {w.shape} dtype {w.dtype}")

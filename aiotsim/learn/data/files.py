@@ -22,19 +22,23 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
+import aiotsim.learn.data.download as download
 from aiotsim.errors import DataError
-from aiotsim.learn.data import cifar, download, idx, imagefolder, leaf
 from aiotsim.learn.data.base import RawSplit, freeze
+from aiotsim.learn.data.cifar import read_cifar
+from aiotsim.learn.data.idx import read_idx_dir
+from aiotsim.learn.data.imagefolder import read_imagefolder
+from aiotsim.learn.data.leaf import read_leaf
 
 Reader = Callable[[Path], RawSplit]
 
 FILE_DATASETS: dict[str, Reader] = {
-    "mnist-idx": idx.read_idx_dir,
-    "fashion-mnist": idx.read_idx_dir,
-    "cifar10": functools.partial(cifar.read_cifar, name="cifar10"),
-    "cifar100": functools.partial(cifar.read_cifar, name="cifar100"),
-    "femnist": leaf.read_leaf,
-    "imagefolder": imagefolder.read_imagefolder,
+    "mnist-idx": read_idx_dir,
+    "fashion-mnist": read_idx_dir,
+    "cifar10": functools.partial(read_cifar, name="cifar10"),
+    "cifar100": functools.partial(read_cifar, name="cifar100"),
+    "femnist": read_leaf,
+    "imagefolder": read_imagefolder,
 }
 DOWNLOADABLE: tuple[str, ...] = tuple(download.SOURCES)
 DEFAULT_CACHE_DIR: str = "~/.cache/aiotsim"
