@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from aiotsim.config import scenario_from_dict
+from aiotsim.config import Scenario, scenario_from_dict
 from aiotsim.errors import ConfigError, DataError
 from aiotsim.learn.compute import BatchStream
 from aiotsim.learn.data import download, files
@@ -185,6 +185,14 @@ def test_cifar_bad_files_are_named(tmp_path: Path) -> None:
     (folder / "data_batch_3").write_bytes(b"not a pickle")
     with pytest.raises(DataError, match="data_batch_3: not a CIFAR python batch"):
         load_dataset("cifar10", path=root)
+
+
+def test_cifar_batch_with_numpy1_module_names(tmp_path: Path) -> None:
+    """The published batches name ``numpy.core.multiarray`` (numpy 1.x), not ``numpy._core``."""
+    data = pickle.dumps(cifar_batch(3), protocol=2).replace(b"numpy._core.", b"numpy.core.")
+    (tmp_path / "test_batch").write_bytes(data)
+    x, y = read_batch(tmp_path / "test_batch", "labels")
+    assert x.shape == (3, 3, 32, 32) and y.tolist() == [0, 1, 2]
 
 
 def test_cifar_pickle_cannot_run_code(tmp_path: Path) -> None:
@@ -381,25 +389,29 @@ def test_config_keys_and_cross_checks(tmp_path: Path) -> None:
     assert "data.partition: 'by-writer' needs per-writer data" in text
 
 
-def test_two_iteration_run_on_tiny_cifar10(tmp_path: Path) -> None:
-    from aiotsim.api import run_scenario
-
-    root = write_cifar10(tmp_path / "c10")
-    scenario = scenario_from_dict(
+def _cifar_scenario(root: Path, augment: str) -> Scenario:
+    return scenario_from_dict(
         {
             "scenario": {"name": "cifar-tiny", "seed": 1, "iterations": 2},
-            "data": {"dataset": "cifar10", "path": str(root), "batch_size": 4, "augment": "crop-flip"},
+            "data": {"dataset": "cifar10", "path": str(root), "batch_size": 4, "augment": augment},
             "model": {"name": "lenet5"},
             "training": {"eval_every": 1},
             "nodes": {"count": 2, "compute_model": "flops"},
         }
     )
-    summary = run_scenario(scenario, tmp_path / "run", device="cpu")
-    assert (tmp_path / "run" / "metrics.csv").is_file()
-    assert summary["iterations"] == 2 if "iterations" in summary else True
-    again = run_scenario(scenario, tmp_path / "run2", device="cpu")
-    assert (tmp_path / "run" / "metrics.csv").read_text() == (tmp_path / "run2" / "metrics.csv").read_text()
-    del again
+
+
+def test_two_iteration_run_on_tiny_cifar10(tmp_path: Path) -> None:
+    from aiotsim.api import run_scenario
+
+    root = write_cifar10(tmp_path / "c10")
+    summary = run_scenario(_cifar_scenario(root, "crop-flip"), tmp_path / "a", device="cpu")
+    assert summary["status"] == "complete" and summary["iterations"] == 2 and summary["nodes"] == 2
+    run_scenario(_cifar_scenario(root, "crop-flip"), tmp_path / "b", device="cpu")
+    run_scenario(_cifar_scenario(root, "none"), tmp_path / "c", device="cpu")
+    metrics = {k: (tmp_path / k / "metrics.csv").read_text() for k in "abc"}
+    assert metrics["a"] == metrics["b"]  # augmentation is seeded: the same run twice
+    assert metrics["a"] != metrics["c"]  # and it does change the batches (the losses)
 
 
 def test_run_by_writer_on_leaf(tmp_path: Path) -> None:

@@ -1,19 +1,20 @@
 """The registry of file data sets and where their files are found.
 
-=================  ==============================================  ================  ============
-name               format                                          official test     download
-=================  ==============================================  ================  ============
-``mnist-idx``      IDX (:mod:`~aiotsim.learn.data.idx`), 28x28x1    t10k files        yes
-``fashion-mnist``  IDX, 28x28x1                                     t10k files        yes
-``cifar10``        python pickles (:mod:`~aiotsim.learn.data.cifar`) ``test_batch``    yes
-``cifar100``       python pickles, fine labels                      ``test``          yes
-``femnist``        LEAF JSON per writer (:mod:`~aiotsim.learn.data.leaf`)  ``test/`` dir   no
-``imagefolder``    class subdirectories (:mod:`~aiotsim.learn.data.imagefolder`)  ``test/`` dir  no
-=================  ==============================================  ================  ============
+``mnist-idx``, ``fashion-mnist``
+    IDX (:mod:`~aiotsim.learn.data.idx`), 1x28x28, 10 classes; test split: the t10k files.
+``cifar10``, ``cifar100``
+    Python pickle batches (:mod:`~aiotsim.learn.data.cifar`), 3x32x32, 10 / 100 (fine) classes;
+    test split: ``test_batch`` / ``test``.
+``femnist``
+    LEAF JSON per writer (:mod:`~aiotsim.learn.data.leaf`); test split: a ``test/`` directory.
+``imagefolder``
+    Class subdirectories of images (:mod:`~aiotsim.learn.data.imagefolder`); test split: a
+    ``test/`` (or ``val/``) directory beside ``train/``.
 
-The files are looked for in ``data.path`` when it is set, else in the download cache
-(``cache_dir/<name>``); only ``download = True`` fetches them, and only when they are missing.
-Parsed splits are cached per process (keyed by the resolved path and its modification time).
+The first four can be downloaded (:mod:`~aiotsim.learn.data.download`). The files are looked for
+in ``data.path`` when it is set (relative paths: from the working directory), else in the download
+cache (``cache_dir/<name>``); only ``download = True`` fetches them, and only missing ones. Parsed
+splits are cached per process (keyed by the resolved path and its modification time).
 """
 
 from __future__ import annotations
