@@ -222,6 +222,12 @@ def test_leaf_single_file_holds_out_test_fraction(tmp_path: Path) -> None:
     assert d.train_writers is not None and len(d.train_writers) == len(d.train_y)
 
 
+def test_leaf_writer_without_samples(tmp_path: Path) -> None:
+    write_leaf(tmp_path / "a.json", {"w0": 4, "empty": 0, "w2": 4})
+    d = load_dataset("femnist", path=tmp_path / "a.json", test_fraction=0.25)
+    assert d.train_writers is not None and set(d.train_writers.tolist()) <= {0, 2}
+
+
 def test_leaf_bad_file_is_named(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"users": ["u"], "user_data": {}}))
@@ -327,6 +333,19 @@ def test_download_idx_gz_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(download.SOURCES, "fashion-mnist", remotes)
     d = load_dataset("fashion-mnist", download=True, cache_dir=tmp_path / "cache")
     assert d.train_x.shape == (20, 1, 28, 28)
+
+
+def test_tar_members_outside_the_directory_are_refused(tmp_path: Path) -> None:
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("../evil.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with tarfile.open(archive) as tar, pytest.raises(DataError, match="refusing member '../evil.txt'"):
+        download._safe_members(tar, tmp_path / "out", archive)
+    with pytest.raises(DataError, match="evil.tar.gz: cannot extract"):
+        download.extract(archive, tmp_path / "out")
+    assert not (tmp_path / "evil.txt").exists()
 
 
 def test_download_offline_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -109,9 +109,24 @@ def extract(archive: Path, directory: Path) -> None:
     links or members outside ``directory``)."""
     try:
         with tarfile.open(archive, "r:*") as tar:
-            tar.extractall(directory, filter="data")
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4
+                tar.extractall(directory, filter="data")
+            else:
+                tar.extractall(directory, members=_safe_members(tar, directory, archive))
     except (tarfile.TarError, OSError) as exc:
         raise DataError(f"{archive}: cannot extract: {exc}") from exc
+
+
+def _safe_members(tar: tarfile.TarFile, directory: Path, archive: Path) -> list[tarfile.TarInfo]:
+    """Regular files and directories that land inside ``directory`` (older Pythons' data filter)."""
+    root = directory.resolve()
+    members = []
+    for m in tar.getmembers():
+        target = (root / m.name).resolve()
+        if not (m.isfile() or m.isdir()) or (target != root and root not in target.parents):
+            raise DataError(f"{archive}: refusing member {m.name!r} (a link or outside {directory})")
+        members.append(m)
+    return members
 
 
 def fetch(name: str, cache_dir: str | Path) -> Path:

@@ -72,12 +72,21 @@ def read_files(
     if name not in FILE_DATASETS:
         raise DataError(f"{name!r} is not a file data set; valid: {', '.join(FILE_DATASETS)}")
     where = locate(name, path, download_ok, cache_dir).resolve()
-    return _parse(name, str(where), where.stat().st_mtime_ns)
+    return _parse(name, str(where), _signature(where))
+
+
+def _signature(where: Path) -> int:
+    """Latest modification time (ns) of ``where`` and, for a directory, of its direct entries: a
+    file rewritten in place gives a new cache key."""
+    stamps = [where.stat().st_mtime_ns]
+    if where.is_dir():
+        stamps.extend(p.stat().st_mtime_ns for p in where.iterdir())
+    return max(stamps)
 
 
 @functools.lru_cache(maxsize=4)
 def _parse(name: str, where: str, mtime_ns: int) -> RawSplit:
-    """Parse once per (data set, path, modification time) and process (``mtime_ns`` is the key)."""
+    """Parse once per (data set, path, modification time) and process (``mtime_ns``: a key only)."""
     raw = FILE_DATASETS[name](Path(where))
     if raw.train_y.size == 0:
         raise DataError(f"{where}: dataset {name!r} has no training samples")

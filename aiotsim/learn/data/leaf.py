@@ -46,49 +46,47 @@ def _sample_shape(n_values: int, where: Path) -> tuple[int, int, int]:
     raise DataError(f"{where}: a sample of {n_values} values is neither S*S nor 3*S*S")
 
 
-def _read_file(path: Path, writers: dict[str, int]) -> tuple[list[Any], list[Any], list[int]]:
-    """One LEAF file: samples, labels and writer indices (new writers appended to ``writers``)."""
+def _writer_arrays(user: str, data: Any) -> tuple[np.ndarray, np.ndarray]:
+    """One writer's ``x`` and ``y`` as ``([n, D] float32, [n] int64)`` (converted at once, so only
+    one file's JSON objects are ever alive)."""
+    x = np.asarray(data["x"], dtype=np.float32)  # [n, C*S*S]
+    y = np.asarray(data["y"], dtype=np.int64)  # [n]
+    if y.size == 0 and x.size == 0:  # a writer without samples
+        return np.zeros((0, 0), dtype=np.float32), y.reshape(0)
+    if y.ndim != 1 or x.ndim != 2 or len(x) != len(y):
+        raise ValueError(f"writer {user!r}: x must be n flat samples and y n labels, got {x.shape} and {y.shape}")
+    return x, y
+
+
+def _read_file(path: Path, writers: dict[str, int]) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """One LEAF file: ``(x, y, writer index)`` per writer (new writers appended to ``writers``)."""
     try:
         doc = json.loads(path.read_text())
-        users, user_data = doc["users"], doc["user_data"]
-        xs: list[Any] = []
-        ys: list[Any] = []
-        ws: list[int] = []
-        for user in users:
-            w = writers.setdefault(str(user), len(writers))
-            x, y = user_data[user]["x"], user_data[user]["y"]
-            if len(x) != len(y):
-                raise ValueError(f"writer {user!r} has {len(x)} samples but {len(y)} labels")
-            xs.extend(x)
-            ys.extend(y)
-            ws.extend([w] * len(y))
+        parts = []
+        for user in doc["users"]:
+            x, y = _writer_arrays(str(user), doc["user_data"][user])
+            parts.append((x, y, writers.setdefault(str(user), len(writers))))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(f"{path}: cannot read LEAF JSON: {exc}") from exc
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(f"{path}: not a LEAF file ({{'users', 'user_data': {{user: {{'x', 'y'}}}}}}): {exc!r}") from exc
-    return xs, ys, ws
+    return parts
 
 
 def _read_split(files: list[Path], writers: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every file of a split: ``([N, C, S, S] float32, [N] int64, [N] int64 writer)``."""
-    xs: list[Any] = []
-    ys: list[Any] = []
-    ws: list[int] = []
-    for f in files:
-        x, y, w = _read_file(f, writers)
-        xs.extend(x)
-        ys.extend(y)
-        ws.extend(w)
-    if not ys:
+    parts = [part for f in files for part in _read_file(f, writers)]
+    if not parts or sum(len(y) for _, y, _ in parts) == 0:
         raise DataError(f"{files[0]}: no samples")
-    try:
-        flat = np.asarray(xs, dtype=np.float32)  # [N, C*S*S]
-        labels = np.asarray(ys, dtype=np.int64)  # [N]
-    except (TypeError, ValueError) as exc:
-        raise DataError(f"{files[0]}: samples must be equal-length lists of numbers: {exc}") from exc
-    if flat.ndim != 2 or labels.ndim != 1 or labels.min() < 0:
-        raise DataError(f"{files[0]}: samples must be flat lists and labels non-negative ints")
-    return flat.reshape(-1, *_sample_shape(flat.shape[1], files[0])), labels, np.asarray(ws, dtype=np.int64)
+    widths = {x.shape[1] for x, _, _ in parts if len(x)}
+    if len(widths) != 1:
+        raise DataError(f"{files[0]}: samples of different lengths {sorted(widths)}")
+    flat = np.concatenate([x.reshape(len(x), -1) for x, _, _ in parts if len(x)])  # [N, C*S*S]
+    labels = np.concatenate([y for _, y, _ in parts])  # [N]
+    owner = np.concatenate([np.full(len(y), w, dtype=np.int64) for _, y, w in parts])  # [N]
+    if labels.min() < 0:
+        raise DataError(f"{files[0]}: labels must be >= 0, found {int(labels.min())}")
+    return flat.reshape(-1, *_sample_shape(flat.shape[1], files[0])), labels, owner
 
 
 def read_leaf(path: Path) -> RawSplit:
