@@ -104,6 +104,7 @@ def test_idx_plain_and_gz(tmp_path: Path, gz: bool) -> None:
     d = load_dataset("mnist-idx", path=root, normalize=False)
     assert d.train_x.shape == (20, 1, 28, 28) and d.test_x.shape == (10, 1, 28, 28)  # official test split
     assert d.num_classes == 10 and d.input_shape == (1, 28, 28)
+    assert (d.input_shape, d.num_classes) == files.NOMINAL_SIZES["mnist-idx"][:2]
     # pixel (0, 0) holds the label: the images are the file's, in order, scaled to [0, 1]
     assert torch.equal((d.train_x[:, 0, 0, 0] * 255).round().long(), d.train_y)
     assert d.train_y.tolist() == [k % 10 for k in range(20)]
@@ -148,7 +149,7 @@ def test_cifar10_batches(tmp_path: Path) -> None:
     root = write_cifar10(tmp_path / "c10")
     d = load_dataset("cifar10", path=root, normalize=False)
     assert d.train_x.shape == (20, 3, 32, 32) and d.test_x.shape == (10, 3, 32, 32)
-    assert d.num_classes == 10
+    assert (d.input_shape, d.num_classes) == files.NOMINAL_SIZES["cifar10"][:2]
     raw = cifar_batch(4, seed=1)[b"data"]  # data_batch_1: R plane, then G, then B, row-major
     assert torch.equal((d.train_x[:4] * 255).round().to(torch.uint8), torch.from_numpy(raw.reshape(4, 3, 32, 32)))
     # the directory holding the batches works as well as its parent
@@ -168,7 +169,8 @@ def test_cifar100_fine_labels(tmp_path: Path) -> None:
     (folder / "train").write_bytes(pickle.dumps(cifar_batch(30, "fine_labels", 100), protocol=4))
     (folder / "test").write_bytes(pickle.dumps(cifar_batch(7, "fine_labels", 100, seed=3)))
     d = load_dataset("cifar100", path=tmp_path)
-    assert d.num_classes == 100 and d.train_y.tolist() == list(range(30)) and len(d.test_y) == 7
+    assert (d.input_shape, d.num_classes) == files.NOMINAL_SIZES["cifar100"][:2]
+    assert d.train_y.tolist() == list(range(30)) and len(d.test_y) == 7
 
 
 def test_cifar_bad_files_are_named(tmp_path: Path) -> None:

@@ -19,7 +19,16 @@ Every reader returns a :class:`~aiotsim.learn.data.base.RawSplit` of numpy array
 """
 
 from aiotsim.learn.data.base import RawSplit
-from aiotsim.learn.data.files import DOWNLOADABLE, FILE_DATASETS, read_files
+from aiotsim.learn.data.files import DOWNLOADABLE, FILE_DATASETS, NOMINAL_SIZES, read_files
 from aiotsim.learn.data.transforms import AUGMENTS, augmentation, crop_flip
 
-__all__ = ["AUGMENTS", "DOWNLOADABLE", "FILE_DATASETS", "RawSplit", "augmentation", "crop_flip", "read_files"]
+__all__ = [
+    "AUGMENTS",
+    "DOWNLOADABLE",
+    "FILE_DATASETS",
+    "NOMINAL_SIZES",
+    "RawSplit",
+    "augmentation",
+    "crop_flip",
+    "read_files",
+]
