@@ -494,7 +494,7 @@ class BatchStream:
         self._perm = self._new_perm()  # [n] on device
         self._pos = 0
         self.transform = transform
-        self._aug_gen = torch.Generator().manual_seed(seed + 0x5EED) if transform is not None else None
+        self._aug_gen = torch.Generator().manual_seed(seed + 0x5EED)  # the transform's own draws
 
     def _new_perm(self) -> torch.Tensor:
         return torch.randperm(self.n, generator=self._gen).to(self.device)
@@ -516,6 +516,6 @@ class BatchStream:
             self.epoch += 1
             self._pos = 0
         x = self.x.index_select(0, sel)  # [b, C, H, W]
-        if self.transform is not None and self._aug_gen is not None:
+        if self.transform is not None:
             x = self.transform(x, self._aug_gen)
         return x, self.y.index_select(0, sel)
