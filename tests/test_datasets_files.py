@@ -284,6 +284,15 @@ def test_imagefolder_train_test_dirs_and_gray(tmp_path: Path) -> None:
     assert d.input_shape == (1, 10, 12) and d.test_y.tolist() == [1, 1]
 
 
+def test_imagefolder_mixed_gray_and_colour_is_rgb(tmp_path: Path) -> None:
+    write_pngs(tmp_path / "img", {"a": 2}, mode="RGB")
+    write_pngs(tmp_path / "img", {"b": 2}, mode="L")
+    d = load_dataset("imagefolder", path=tmp_path / "img", test_fraction=0.5, normalize=False)
+    assert d.input_shape == (3, 10, 12)
+    gray = d.train_x[d.train_y == 1]  # [n, 3, H, W]: the gray values in every channel
+    assert torch.equal(gray[:, 0], gray[:, 1]) and torch.equal(gray[:, 0], gray[:, 2])
+
+
 def test_imagefolder_bad_images_are_named(tmp_path: Path) -> None:
     write_pngs(tmp_path / "img", {"a": 2, "b": 2})
     write_pngs(tmp_path / "img", {"c": 1}, size=(8, 8))

@@ -46,35 +46,30 @@ def _class_files(root: Path) -> dict[str, list[Path]]:
     return classes
 
 
-def _decode(files: list[Path], mode: str, size: tuple[int, int]) -> np.ndarray:
-    """Decode images to ``[N, C, H, W]`` uint8 in ``mode`` ('L' or 'RGB'); sizes must equal ``size``."""
+def _decode(files: list[Path], size: tuple[int, int] | None = None) -> list[np.ndarray]:
+    """Decode images, one pass: grayscale ones to ``[1, H, W]``, others to RGB ``[3, H, W]`` uint8.
+
+    Every image must have ``size`` (default: the first image's), given as PIL's ``(W, H)``.
+    """
     image = _pil()
     out = []
     for f in files:
         try:
             with image.open(f) as img:
+                size = size or img.size
                 if img.size != size:
                     raise DataError(f"{f}: image is {img.size[0]}x{img.size[1]}, the first one {size[0]}x{size[1]}")
-                arr = np.asarray(img.convert(mode), dtype=np.uint8)  # [H, W] or [H, W, 3]
+                arr = np.asarray(img.convert("L" if img.mode in _GRAY_MODES else "RGB"), dtype=np.uint8)
         except (OSError, ValueError) as exc:  # PIL.UnidentifiedImageError is an OSError
             raise DataError(f"{f}: cannot decode image: {exc}") from exc
-        out.append(arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1))
-    return np.stack(out)
+        out.append(arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1))  # [H, W] or [H, W, 3] -> [C, H, W]
+    return out
 
 
-def _probe(files: list[Path]) -> tuple[str, tuple[int, int]]:
-    """The common mode ('L' if every image is grayscale, else 'RGB') and the first image's size."""
-    image = _pil()
-    modes = set()
-    size = (0, 0)
-    for k, f in enumerate(files):
-        try:
-            with image.open(f) as img:
-                modes.add(img.mode)
-                size = img.size if k == 0 else size
-        except (OSError, ValueError) as exc:
-            raise DataError(f"{f}: cannot decode image: {exc}") from exc
-    return ("L" if modes <= set(_GRAY_MODES) else "RGB"), size
+def _stack(images: list[np.ndarray], channels: int) -> np.ndarray:
+    """``[N, channels, H, W]``: grayscale images repeated to RGB when any image is colour (as
+    PIL's L -> RGB conversion does)."""
+    return np.stack([np.repeat(a, channels // a.shape[0], axis=0) for a in images])
 
 
 def _labelled(classes: dict[str, list[Path]], names: list[str]) -> tuple[list[Path], np.ndarray]:
@@ -100,7 +95,8 @@ def read_imagefolder(path: Path) -> RawSplit:
         if unknown:
             raise DataError(f"{test_dir}: test classes {unknown} are not training classes {names}")
         test_files, test_y = _labelled(test_classes, names)
-    mode, size = _probe(train_files + test_files)
-    train_x = _decode(train_files, mode, size)
-    test_x = _decode(test_files, mode, size) if test_files else None
+    images = _decode(train_files + test_files)
+    channels = max(a.shape[0] for a in images)  # 1 if every image is grayscale, else 3
+    train_x = _stack(images[: len(train_files)], channels)  # [N, C, H, W] uint8
+    test_x = _stack(images[len(train_files) :], channels) if test_files else None
     return RawSplit(train_x, train_y, test_x, test_y, len(names))
