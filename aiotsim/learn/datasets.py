@@ -20,7 +20,8 @@ Six more are read from files in their standard formats (:mod:`aiotsim.learn.data
 and ``fashion-mnist`` (IDX), ``cifar10`` and ``cifar100`` (the python pickle batches), ``femnist``
 (LEAF's per-writer JSON; each training sample keeps its writer, for the ``by-writer`` partition)
 and ``imagefolder`` (class subdirectories of images). They use their official test split when the
-files have one, else the stratified split below; with ``normalize`` they are standardized per
+files have one, else the stratified split below, its order shuffled once with :data:`SPLIT_SEED`
+(so that ``eval_samples`` takes a mix of classes); with ``normalize`` they are standardized per
 channel with the mean/std of their training split.
 
 The train/test split of the real data sets without an official one is stratified (each class
@@ -243,6 +244,10 @@ def _from_raw(name: str, raw: RawSplit, test_fraction: float, normalize: bool) -
         test_x, test_y = raw.test_x, raw.test_y
     if test_y.size == 0:
         raise DataError(f"dataset {name!r}: the test split is empty")
+    # A fixed shuffle of the test split: files sorted by class (imagefolder) would otherwise make
+    # the first eval_samples test samples a few classes only.
+    order = np.random.default_rng(SPLIT_SEED).permutation(test_y.size)
+    test_x, test_y = test_x[order], test_y[order]
     mean, std = channel_stats(train_x) if normalize else (None, None)  # [C] each, of the training split
     return Dataset(
         name=name,
