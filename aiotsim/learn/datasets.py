@@ -21,8 +21,8 @@ and ``fashion-mnist`` (IDX), ``cifar10`` and ``cifar100`` (the python pickle bat
 (LEAF's per-writer JSON; each training sample keeps its writer, for the ``by-writer`` partition)
 and ``imagefolder`` (class subdirectories of images). They use their official test split when the
 files have one, else the stratified split below; either way the test split's order is shuffled
-once with :data:`SPLIT_SEED` (so that ``eval_samples`` takes a mix of classes). With ``normalize`` they are standardized per
-channel with the mean/std of their training split.
+once with :data:`SPLIT_SEED` (so that ``eval_samples`` takes a mix of classes). With
+``normalize`` they are standardized per channel with the mean/std of their training split.
 
 The train/test split of the real data sets without an official one is stratified (each class
 contributes ``test_fraction`` of its samples to the test set) and drawn with a fixed split seed,
