@@ -22,7 +22,7 @@ from typing import Any
 import tomli_w
 
 from aiotsim.errors import ConfigError
-from aiotsim.schema import did_you_mean, type_label, type_ok
+from aiotsim.schema import did_you_mean, opt, type_label, type_ok
 
 Check = Callable[[Any], str | None]
 
@@ -79,9 +79,18 @@ class DataSection:
 
     dataset: str = _opt("mnist", "data set", choices="datasets")
     batch_size: int = _opt(32, "mini-batch size per node per iteration", positive)
-    partition: str = _opt("iid", "how training data is split across nodes", choices=("iid", "dirichlet"))
+    partition: str = _opt(
+        "iid",
+        "how training data is split across nodes ('by-writer': whole writers per node, per-writer data sets)",
+        choices=("iid", "dirichlet", "by-writer"),
+    )
     alpha: float = _opt(0.5, "Dirichlet concentration for partition = 'dirichlet' (small = skewed)", positive)
-    test_fraction: float = _opt(0.2, "held-out fraction of the data set for evaluation", unit_interval)
+    test_fraction: float = _opt(
+        0.2,
+        "held-out fraction of the data set for evaluation; only data sets without an official test split "
+        "(mnist, digits, femnist/imagefolder without a test/ directory)",
+        unit_interval,
+    )
     eval_samples: int = _opt(0, "evaluate on at most this many test samples (0 = all)", non_negative)
     synthetic_shape: list[int] = _opt([1, 28, 28], "dataset = 'synthetic': input shape [C, H, W]")
     synthetic_classes: int = _opt(10, "dataset = 'synthetic': number of classes", at_least(2))
@@ -90,6 +99,23 @@ class DataSection:
     synthetic_noise: float = _opt(
         4.0, "dataset = 'synthetic': noise std relative to the class prototypes", non_negative
     )
+    # ---- data sets read from files (issue 11) ----
+    path: str = opt(
+        "", "file data sets (mnist-idx, fashion-mnist, cifar10, cifar100, femnist, imagefolder): the file or "
+        "directory holding them; '' = the download cache (cache_dir/DATASET)",
+    )  # fmt: skip
+    download: bool = opt(
+        False, "fetch missing files of mnist-idx, fashion-mnist, cifar10, cifar100 from their official URLs "
+        "into cache_dir (MD5-checked); nothing is ever downloaded otherwise",
+    )  # fmt: skip
+    cache_dir: str = opt("~/.cache/aiotsim", "where downloads go and are looked for")
+    normalize: bool = opt(
+        True, "standardize inputs (file data sets: per-channel mean/std of the training split); false: pixels in [0, 1]"
+    )
+    augment: str = opt(
+        "none", "per-batch augmentation, seeded per node: 'crop-flip' = random crop after 4-pixel padding + "
+        "horizontal flip (CIFAR's standard)", choices=("none", "crop-flip"),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -415,9 +441,23 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scen
     return scenario
 
 
+def _data_file_problems(s: Scenario) -> list[str]:
+    """``[data]``: path, download and by-writer only where the data set can use them."""
+    from aiotsim.learn.data.files import DOWNLOADABLE, FILE_DATASETS
+
+    d, out = s.data, []
+    if d.path and d.dataset not in FILE_DATASETS:
+        out.append(f"data.path: dataset {d.dataset!r} reads no files; file data sets: {', '.join(FILE_DATASETS)}")
+    if d.download and d.dataset not in DOWNLOADABLE:
+        out.append(f"data.download: dataset {d.dataset!r} has no download; downloadable: {', '.join(DOWNLOADABLE)}")
+    if d.partition == "by-writer" and d.dataset != "femnist":
+        out.append(f"data.partition: 'by-writer' needs per-writer data (dataset 'femnist'), got {d.dataset!r}")
+    return out
+
+
 def cross_checks(s: Scenario) -> list[str]:
     """Problems that involve more than one key."""
-    out = []
+    out = _data_file_problems(s)
     if s.network.header_bytes >= s.network.mtu:
         out.append(f"network.header_bytes: must be < network.mtu (={s.network.mtu}), got {s.network.header_bytes}")
     if s.training.eval_every > s.scenario.iterations:

@@ -77,7 +77,7 @@ def test_mnist_missing_file_is_a_data_error(monkeypatch: pytest.MonkeyPatch, tmp
 
 def test_unknown_dataset_and_bad_fraction() -> None:
     with pytest.raises(ConfigError, match="mnist, digits, synthetic"):
-        load_dataset("cifar10")
+        load_dataset("imagenet")
     with pytest.raises(ConfigError, match="test_fraction"):
         load_dataset("mnist", test_fraction=1.0)
 

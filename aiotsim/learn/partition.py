@@ -10,6 +10,12 @@
     (0.1) gives nodes that hold mostly one or two classes; large ``alpha`` (100) approaches iid.
     With ``shares``, node i's proportion of every class is additionally weighted by ``shares[i]``,
     so nodes with more data stay larger on average.
+``by-writer``
+    For per-writer data (FEMNIST): every node holds whole writers, as in LEAF's federated setting.
+    Writers are shuffled with the seed, then taken largest first (ties in shuffled order) and each
+    given to the node whose sample count divided by its share is smallest (ties: lowest node), so
+    every node gets at least one writer and the sizes follow ``shares``. Needs at least as many
+    writers as nodes.
 
 Every node gets at least one sample. For ``dirichlet`` an empty node takes one sample from the
 currently largest node (the last index of its sorted shard); this is deterministic, changes the
@@ -27,7 +33,7 @@ import torch
 
 from aiotsim.errors import ConfigError, DataError
 
-SCHEMES: tuple[str, ...] = ("iid", "dirichlet")
+SCHEMES: tuple[str, ...] = ("iid", "dirichlet", "by-writer")
 
 
 def partition(
@@ -37,6 +43,7 @@ def partition(
     alpha: float = 0.5,
     seed: int = 0,
     shares: list[float] | None = None,
+    writers: torch.Tensor | np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Split sample indices across nodes.
 
@@ -46,15 +53,17 @@ def partition(
         ``[N]`` integer class labels of the training set.
     n_nodes : int
         Number of nodes (1 <= n_nodes <= N).
-    scheme : {"iid", "dirichlet"}
+    scheme : {"iid", "dirichlet", "by-writer"}
         Partition scheme (see the module docstring).
     alpha : float
         Dirichlet concentration (> 0); ``dirichlet`` only.
     seed : int
         Seed of the partition's own ``numpy.random.Generator``.
     shares : list of float, optional
-        Relative data share of each node (``n_nodes`` positive numbers, normalized here). ``iid``:
-        part sizes; ``dirichlet``: weights of the per-class proportions. ``None`` means equal.
+        Relative data share of each node (``n_nodes`` positive numbers, normalized here): part
+        sizes (``iid``, ``by-writer``) or weights of the per-class proportions. ``None``: equal.
+    writers : torch.Tensor or numpy.ndarray, optional
+        ``[N]`` integer writer of every sample; ``by-writer`` only.
 
     Returns
     -------
@@ -66,7 +75,7 @@ def partition(
     ConfigError
         Unknown scheme (valid names listed), ``alpha`` <= 0, malformed ``shares``.
     DataError
-        ``n_nodes`` < 1 or more nodes than samples, or ``labels`` not a 1-D integer array.
+        ``n_nodes`` < 1 or > samples (or writers), ``labels`` not 1-D ints, ``by-writer`` without writers.
     """
     y = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
     if y.ndim != 1 or (y.size and not np.issubdtype(y.dtype, np.integer)):
@@ -82,6 +91,8 @@ def partition(
     rng = np.random.default_rng(seed)
     if scheme == "iid":
         return _iid(n, weights, rng)
+    if scheme == "by-writer":
+        return _by_writer(_writer_ids(writers, n), weights, rng)
     if not (math.isfinite(alpha) and alpha > 0):
         raise ConfigError(f"alpha(={alpha}) must be a finite number > 0")
     return _dirichlet(y, weights, alpha, rng)
@@ -136,6 +147,34 @@ def _dirichlet(y: np.ndarray, weights: np.ndarray, alpha: float, rng: np.random.
             out[node] = out[donor][-1:].copy()
             out[donor] = out[donor][:-1]
     return out
+
+
+def _writer_ids(writers: torch.Tensor | np.ndarray | None, n: int) -> np.ndarray:
+    """``writers`` as ``[n]`` int64, or a DataError saying the data set has no writers."""
+    if writers is None:
+        raise DataError("partition 'by-writer' needs per-writer data (dataset 'femnist'); this data set has no writers")
+    w = writers.detach().cpu().numpy() if isinstance(writers, torch.Tensor) else np.asarray(writers)
+    if w.shape != (n,) or (w.size and not np.issubdtype(w.dtype, np.integer)):
+        raise DataError(f"writers must be [{n}] integers (one per sample), got shape {w.shape} dtype {w.dtype}")
+    return w.astype(np.int64)
+
+
+def _by_writer(w: np.ndarray, weights: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """Whole writers per node: largest writer first to the node with the least data per share."""
+    k = weights.size
+    ids, sizes = np.unique(w, return_counts=True)  # [W] writer ids and their sample counts
+    if ids.size < k:
+        raise DataError(f"partition 'by-writer': {k} nodes but only {ids.size} writers; every node needs one")
+    order = rng.permutation(ids.size)
+    order = order[np.argsort(-sizes[order], kind="stable")]  # largest first, ties in shuffled order
+    load = np.zeros(k)  # samples per node
+    owner = np.empty(ids.size, dtype=np.int64)  # node of each writer
+    for j in order:
+        node = int(np.argmin(load / weights))  # an empty node has 0: filled first
+        owner[j] = node
+        load[node] += sizes[j]
+    node_of_sample = owner[np.searchsorted(ids, w)]  # [N]
+    return [np.flatnonzero(node_of_sample == node).astype(np.int64) for node in range(k)]
 
 
 def even_sizes(total: int, parts: int) -> list[int]:

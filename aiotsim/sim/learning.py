@@ -28,6 +28,7 @@ from aiotsim.compress.sparse import sparse_payload
 from aiotsim.config import Scenario
 from aiotsim.errors import ConfigError
 from aiotsim.learn.compute import BatchStream, GradientComputer
+from aiotsim.learn.data.transforms import augmentation
 from aiotsim.learn.datasets import Dataset, SyntheticSpec, load_dataset
 from aiotsim.learn.models import build_model, layer_infos
 from aiotsim.learn.partition import partition
@@ -109,7 +110,13 @@ class Learning:
         self.layers: list[LayerInfo] = layer_infos(self.model)
         self.params = list(self.model.parameters())
         self.shards = partition(
-            self.data.train_y, len(shares), s.data.partition, s.data.alpha, seed=seed, shares=shares
+            self.data.train_y,
+            len(shares),
+            s.data.partition,
+            s.data.alpha,
+            seed=seed,
+            shares=shares,
+            writers=self.data.train_writers,
         )
         self.computer = GradientComputer(self.model, device)
         self.flops_per_batch = self.computer.train_flops((s.data.batch_size, *self.data.input_shape))
@@ -151,6 +158,7 @@ class Learning:
             s.data.batch_size,
             seed=s.scenario.seed * 1000 + i,
             device=self.device,
+            transform=augmentation(s.data.augment),
         )
         return LocalState(stream, self.new_states(i))
 
@@ -332,7 +340,16 @@ def _load_data(s: Scenario) -> Dataset:
     spec = SyntheticSpec(
         tuple(d.synthetic_shape), d.synthetic_classes, d.synthetic_train_size, d.synthetic_test_size, d.synthetic_noise
     )
-    return load_dataset(d.dataset, seed=s.scenario.seed, test_fraction=d.test_fraction, synthetic=spec)
+    return load_dataset(
+        d.dataset,
+        seed=s.scenario.seed,
+        test_fraction=d.test_fraction,
+        synthetic=spec,
+        path=d.path or None,
+        download=d.download,
+        cache_dir=d.cache_dir,
+        normalize=d.normalize,
+    )
 
 
 def _sparse_message(update: torch.Tensor) -> Payload:
