@@ -130,3 +130,12 @@ def test_resume_needs_the_run_s_own_model_and_data(tiny_scenario: Path, tmp_path
     res = aiotsim.resume(tmp_path / "crash", model=model, dataset=data)
     assert res.summary.complete and res.summary.model == "Sequential"
     assert fingerprint_run_dir(res.run_dir) == fingerprint_run_dir(ref.run_dir)
+
+
+def test_augmented_stream_resumes_exactly(tiny_scenario: Path, tmp_path: Path) -> None:
+    """The crop-flip generator of every node's stream is part of the checkpoint: without it the
+    resumed run would draw other crops than the uninterrupted one."""
+    sc = load_scenario(tiny_scenario, ["data.augment=crop-flip", "scenario.iterations=6"])
+    ref, crash = killed_and_resumed(sc, tmp_path, every=2, kill=5)
+    assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
+    assert "aug_gen" in load(crash / CHECKPOINT_NAME)["nodes"][0]["stream"]

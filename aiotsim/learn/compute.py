@@ -568,6 +568,25 @@ class BatchStream:
     def _new_perm(self) -> torch.Tensor:
         return torch.randperm(self.n, generator=self._gen).to(self.device)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Where the stream stands (generators, permutation, position), for checkpoints; the
+        shard itself is rebuilt from the scenario."""
+        return {
+            "gen": self._gen.get_state(),
+            "aug_gen": self._aug_gen.get_state(),
+            "perm": self._perm.cpu(),
+            "pos": self._pos,
+            "epoch": self.epoch,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly where :meth:`state_dict` was taken."""
+        self._gen.set_state(state["gen"])
+        self._aug_gen.set_state(state["aug_gen"])
+        self._perm = state["perm"].to(self.device)
+        self._pos = int(state["pos"])
+        self.epoch = int(state["epoch"])
+
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The next batch: ``([b, C, H, W], [b])`` on the device, ``b = min(batch_size, n)``."""
         end = self._pos + self.batch_size

@@ -166,12 +166,7 @@ def _node(st: NodeState) -> dict[str, Any]:
     return {
         "codec": [_codec_state(x) for x in local.states],
         "velocity": _cpu(local.velocity),
-        "stream": {
-            "gen": stream._gen.get_state(),
-            "perm": _cpu(stream._perm),
-            "pos": stream._pos,
-            "epoch": stream.epoch,
-        },
+        "stream": stream.state_dict(),
         "rng": st.rng.bit_generator.state,
         "energy": {k: _cpu(getattr(st.energy, k)) for k in _METER_FIELDS},
         "held_version": st.held_version,
@@ -252,11 +247,7 @@ def _load_node(st: NodeState, saved: dict[str, Any], device: torch.device) -> No
     local: LocalState = st.local
     _load_codec_states(local.states, saved["codec"], device)
     local.velocity = _to(saved["velocity"], device)
-    s, stream = saved["stream"], local.stream
-    stream._gen.set_state(s["gen"])
-    stream._perm = s["perm"].to(stream.device)
-    stream._pos = s["pos"]
-    stream.epoch = s["epoch"]
+    local.stream.load_state_dict(saved["stream"])
     st.rng.bit_generator.state = saved["rng"]
     for k in _METER_FIELDS:
         setattr(st.energy, k, saved["energy"][k])
