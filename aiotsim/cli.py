@@ -1,25 +1,40 @@
 """The ``aiotsim`` command line: thin Typer commands that parse, call and print.
 
 Expected problems (:class:`aiotsim.errors.AiotsimError`) become a message on stderr and exit code 2
-(no traceback); Ctrl-C keeps what was written and exits 130.
+(no traceback). Exit codes: 0 ok, 2 bad input, 3 the run diverged, 4 the run stalled, 130
+interrupted (Ctrl-C; SIGTERM and SIGHUP stop a run the same way, exit 128 + the signal number).
+The pieces shared with the batch commands live in :mod:`aiotsim.cli_common`.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from aiotsim.errors import AiotsimError
+from aiotsim.cli_batch import register as _register_batch
+from aiotsim.cli_common import (
+    STATUS_EXIT,
+    CompressorOpt,
+    DeviceOpt,
+    IterOpt,
+    ScenarioArg,
+    SetOpt,
+    SignalInterrupt,
+    err,
+    expected_errors,
+    fmt,
+    fmt_bytes,
+    out,
+    print_error,
+    slug,
+    writing_to,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -27,51 +42,8 @@ app = typer.Typer(
     help="aiotsim: which gradient compressor, on which network, at what cost, measured.",
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def expected_errors(fn: F) -> F:
-    """Turn AiotsimError into 'error: ...' lines and its exit code; Ctrl-C into exit 130."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except AiotsimError as exc:
-            for line in exc.message.splitlines():
-                err.print(f"[red]error:[/red] {escape(line)}", highlight=False, markup=True, soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            err.print("interrupted: results written so far are kept", highlight=False)
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-ScenarioArg = Annotated[Path, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", "-s", help="override SECTION.KEY=VALUE (repeatable)")]
-CompressorOpt = Annotated[str | None, typer.Option("--compressor", "-c", help="codec name (overrides compressor.name)")]
-IterOpt = Annotated[
-    int | None, typer.Option("--iterations", "-n", help="iterations (overrides scenario.iterations)", min=1)
-]
-DeviceOpt = Annotated[str, typer.Option("--device", help="where the real learning runs: auto | cpu | cuda")]
-
-
-def _fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
-        n /= 1000
-    return f"{n:.1f} GB"
-
-
-def _fmt(v: Any, spec: str = ".3g") -> str:
-    return "-" if v is None else format(v, spec)
+__all__ = ["app", "main", "err", "out", "expected_errors", "SetOpt", "summary_table"]
 
 
 def summary_table(summary: dict[str, Any]) -> Table:
@@ -82,14 +54,14 @@ def summary_table(summary: dict[str, Any]) -> Table:
     rows = [
         ("status", summary["status"]),
         ("iterations x nodes", f"{summary['iterations']} x {summary['nodes']}"),
-        ("simulated time", f"{_fmt(summary['sim_time_s'], '.2f')} s"),
-        ("throughput", f"{_fmt(summary['throughput_samples_per_s'], '.1f')} samples/s"),
-        ("bytes up / down", f"{_fmt_bytes(summary['bytes_up'])} / {_fmt_bytes(summary['bytes_down'])}"),
-        ("wire bytes up / down", f"{_fmt_bytes(summary['wire_bytes_up'])} / {_fmt_bytes(summary['wire_bytes_down'])}"),
-        ("compression ratio (uplink)", f"{_fmt(summary['compression_ratio'], '.1f')}x"),
-        ("compute / comm share", f"{_fmt(summary['compute_share'], '.0%')} / {_fmt(summary['comm_share'], '.0%')}"),
-        ("final accuracy", _fmt(summary["final_accuracy"], ".2%")),
-        (f"time to {summary['target_accuracy']:.0%}", f"{_fmt(summary['time_to_accuracy_s'], '.2f')} s"),
+        ("simulated time", f"{fmt(summary['sim_time_s'], '.2f')} s"),
+        ("throughput", f"{fmt(summary['throughput_samples_per_s'], '.1f')} samples/s"),
+        ("bytes up / down", f"{fmt_bytes(summary['bytes_up'])} / {fmt_bytes(summary['bytes_down'])}"),
+        ("wire bytes up / down", f"{fmt_bytes(summary['wire_bytes_up'])} / {fmt_bytes(summary['wire_bytes_down'])}"),
+        ("compression ratio (uplink)", f"{fmt(summary['compression_ratio'], '.1f')}x"),
+        ("compute / comm share", f"{fmt(summary['compute_share'], '.0%')} / {fmt(summary['comm_share'], '.0%')}"),
+        ("final accuracy", fmt(summary["final_accuracy"], ".2%")),
+        (f"time to {summary['target_accuracy']:.0%}", f"{fmt(summary['time_to_accuracy_s'], '.2f')} s"),
         ("wall time", f"{summary['wall_time_s']:.1f} s on {summary['device']}"),
     ]
     for k, v in rows:
@@ -97,7 +69,49 @@ def summary_table(summary: dict[str, Any]) -> Table:
     return t
 
 
-@app.command()
+RUN_HELP = """Run one scenario: real gradients, real codec bytes, simulated network. Writes a run directory.
+
+Exit codes: 0 complete, 2 bad input, 3 the training diverged, 4 it stalled, 130 interrupted
+(Ctrl-C; SIGTERM 143, SIGHUP 129): the run directory keeps what was written, with summary.json
+and trace.json.
+"""
+
+
+def _progress(quiet: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("sim {task.fields[sim]:>8.2f} s  loss {task.fields[loss]:.4f}"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet,
+        transient=False,
+    )
+
+
+def _simulate(sc: Any, out_dir: Path, device: str, quiet: bool) -> dict[str, Any]:
+    """Build and run the simulation under a progress bar; SIGTERM/SIGHUP stop it like Ctrl-C."""
+    from aiotsim.sim.engine import Simulation
+
+    with SignalInterrupt(), _progress(quiet) as progress:
+        task = progress.add_task(
+            f"{sc.scenario.name}/{sc.compressor.name}", total=sc.scenario.iterations, sim=0.0, loss=float("nan")
+        )
+
+        def on_progress(p: Any) -> None:
+            progress.update(task, completed=p.iteration, sim=p.sim_time_s, loss=p.loss)
+
+        sim = Simulation(sc, device=device, on_progress=on_progress)
+        try:
+            with writing_to(out_dir):
+                return sim.run(out_dir)
+        except KeyboardInterrupt:
+            err.print(f"partial results in {out_dir}")
+            raise
+
+
+@app.command(help=RUN_HELP)
 @expected_errors
 def run(
     scenario: ScenarioArg,
@@ -110,38 +124,20 @@ def run(
     device: DeviceOpt = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
 ) -> None:
-    """Run one scenario: real gradients, real codec bytes, simulated network. Writes a run directory."""
-    from aiotsim.config import load_scenario
-    from aiotsim.sim.engine import Simulation
+    from aiotsim.validate import load_validated
 
-    sc = load_scenario(scenario, set_ or [], compressor=compressor, iterations=iterations)
-    out_dir = out_dir or Path("runs") / f"{sc.scenario.name}-{sc.compressor.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("sim {task.fields[sim]:>8.2f} s  loss {task.fields[loss]:.4f}"),
-        TimeElapsedColumn(),
-        console=err,
-        disable=quiet,
-        transient=False,
-    )
-    with progress:
-        task = progress.add_task(
-            f"{sc.scenario.name}/{sc.compressor.name}", total=sc.scenario.iterations, sim=0.0, loss=float("nan")
-        )
-
-        def on_progress(p: Any) -> None:
-            progress.update(task, completed=p.iteration, sim=p.sim_time_s, loss=p.loss)
-
-        sim = Simulation(sc, device=device, on_progress=on_progress)
-        try:
-            summary = sim.run(out_dir)
-        except KeyboardInterrupt:
-            err.print(f"partial results in {out_dir}")
-            raise
+    sc = load_validated(scenario, set_ or [], compressor=compressor, iterations=iterations)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = out_dir or Path("runs") / f"{slug(sc.scenario.name)}-{slug(sc.compressor.name)}-{stamp}"
+    summary = _simulate(sc, out_dir, device, quiet)
     out.print(summary_table(summary))
     out.print(f"run directory: {out_dir}")
+    status = str(summary.get("status", "complete"))
+    code = STATUS_EXIT.get(status.split(":")[0])
+    if code is not None:
+        reason = summary.get("reason") or "see summary.json"
+        print_error(f"{status} at iteration {summary.get('iterations')}: {reason}")
+        raise typer.Exit(code)
 
 
 @app.command()
@@ -150,14 +146,20 @@ def validate(
     scenario: ScenarioArg,
     set_: SetOpt = None,
 ) -> None:
-    """Check a scenario file and report every problem, one per line (exit 2 if any)."""
-    from aiotsim.config import load_scenario
+    """Check a scenario file and report every problem, one per line (exit 2 if any).
 
-    sc = load_scenario(scenario, set_ or [])
+    A scenario that validates runs: validate checks what `aiotsim run` would refuse, including the
+    memory the simulated world would take (printed).
+    """
+    from aiotsim.validate import load_validated, world_size
+
+    sc = load_validated(scenario, set_ or [])
     out.print(
         f"{scenario}: ok ({sc.nodes.count} nodes, {sc.model.name} on {sc.data.dataset}, "
-        f"compressor {sc.compressor.name}, {sc.network.topology} topology)"
+        f"compressor {sc.compressor.name}, {sc.network.topology} topology)",
+        highlight=False,
     )
+    out.print(f"memory estimate: {world_size(sc).describe()}", highlight=False)
 
 
 @app.command()
@@ -203,8 +205,6 @@ def calibrate(
 def main() -> None:  # pragma: no cover - console entry point alias
     app()
 
-
-from aiotsim.cli_batch import register as _register_batch  # noqa: E402  (needs `app` above)
 
 _register_batch(app)
 

@@ -384,14 +384,22 @@ class Topology:
         header_bytes: int = 40,
         loss: float = 0.0,
         jitter_s: float = 0.0,
+        per_node: list[dict[str, Any]] | None = None,
     ) -> Topology:
         """Ring of peers for ring all-reduce: links node i <-> node (i+1) % n, both directions.
 
-        Link names ``node{i}->node{j}``; each direction is its own resource of ``link_bps`` bits/s.
-        A ring has no server and no aggregator.
+        Link names ``node{i}->node{j}``; each direction is its own resource. The link node a ->
+        node b takes node a's settings: ``link_bps`` etc., or ``per_node[a]`` (its ``uplink_bps``,
+        latency_s, loss, jitter_s, mtu, header_bytes), so heterogeneous nodes and link stragglers
+        apply. A ring has no server and no aggregator.
         """
-        if not isinstance(n_nodes, int) or n_nodes < 2:
+        if not isinstance(n_nodes, int) or isinstance(n_nodes, bool) or n_nodes < 2:
             raise TopologyError(f"n_nodes(={n_nodes}) must be an integer >= 2 for a ring")
+        base = dict(
+            uplink_bps=link_bps, downlink_bps=link_bps, latency_s=latency_s, loss=loss,
+            jitter_s=jitter_s, mtu=mtu, header_bytes=header_bytes,
+        )  # fmt: skip
+        settings = _per_node_settings(n_nodes, base, per_node)
         topo = cls("ring")
         for i in range(n_nodes):
             topo.add_node(f"node{i}", "node")
@@ -400,8 +408,11 @@ class Topology:
             pairs = [(0, 1)]  # node0 -> node1 and node1 -> node0 are the whole ring
         for i, j in pairs:
             for a, b in ((i, j), (j, i)):
-                name = f"node{a}->node{b}"
-                link = Link(name, link_bps, latency_s, mtu, header_bytes, loss, jitter_s)
+                st = settings[a]
+                link = Link(
+                    f"node{a}->node{b}", st["uplink_bps"], st["latency_s"], st["mtu"], st["header_bytes"],
+                    st["loss"], st["jitter_s"],
+                )  # fmt: skip
                 topo.add_link(f"node{a}", f"node{b}", link)
         return topo
 
