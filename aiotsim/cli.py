@@ -158,8 +158,9 @@ def validate(
         f"{scenario}: ok ({sc.nodes.count} nodes, {sc.model.name} on {sc.data.dataset}, "
         f"compressor {sc.compressor.name}, {sc.network.topology} topology)",
         highlight=False,
+        soft_wrap=True,
     )
-    out.print(f"memory estimate: {world_size(sc).describe()}", highlight=False)
+    out.print(f"memory estimate: {world_size(sc).describe()}", highlight=False, soft_wrap=True)
 
 
 @app.command()

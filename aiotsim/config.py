@@ -19,7 +19,6 @@ the world) live one layer up, in :mod:`aiotsim.validate`: this module imports no
 from __future__ import annotations
 
 import dataclasses
-import math
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,17 +28,7 @@ from typing import Any
 import tomli_w
 
 from aiotsim.errors import ConfigError
-from aiotsim.schema import (
-    all_of,
-    at_least,
-    between,
-    check_fields,
-    did_you_mean,
-    non_negative,
-    opt,
-    positive,
-    type_label,
-)
+from aiotsim.schema import between, check_fields, did_you_mean, opt
 
 # ---- bounds: the most a run is meant to handle (stated in the help texts) -------------------------
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds both take it
@@ -78,7 +67,11 @@ def fraction(v: Any) -> str | None:
 
 def positive_at_most(hi: float) -> Callable[[Any], str | None]:
     """Range check: ``0 < v <= hi``."""
-    return all_of(positive, between(0, hi))
+
+    def check(v: Any) -> str | None:
+        return None if 0 < v <= hi else f"must be in (0, {hi:g}], got {v!r}"
+
+    return check
 
 
 def path_safe_name(v: Any) -> str | None:
@@ -86,7 +79,10 @@ def path_safe_name(v: Any) -> str | None:
     if not v or len(v) > MAX_NAME:
         return f"must be 1..{MAX_NAME} characters, got {v!r}"
     if v[0] == "." or any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in v):
-        return f"must be a plain name usable as a directory name (no '/', '\\', leading '.' or control characters), got {v!r}"
+        return (
+            "must be a plain name usable as a directory name (no '/', '\\', leading '.' or "
+            f"control characters), got {v!r}"
+        )
     return None
 
 
@@ -156,9 +152,7 @@ class TrainingSection:
     momentum: float = opt(
         0.9, "SGD momentum (applied on the nodes instead by codecs with momentum correction), [0, 1)", fraction
     )
-    weight_decay: float = opt(
-        0.0, f"L2 weight decay, 0..{MAX_WEIGHT_DECAY:g}", between(0, MAX_WEIGHT_DECAY)
-    )
+    weight_decay: float = opt(0.0, f"L2 weight decay, 0..{MAX_WEIGHT_DECAY:g}", between(0, MAX_WEIGHT_DECAY))
     momentum_at: str = opt(
         "nodes",
         "where SGD momentum lives: the 'server' optimizer, or the 'nodes' (each node compresses its "
@@ -173,8 +167,7 @@ class TrainingSection:
     )
     eval_every: int = opt(
         25,
-        "evaluate the global model every this many iterations (and always after the last one), "
-        f"1..{MAX_ITERATIONS}",
+        f"evaluate the global model every this many iterations (and always after the last one), 1..{MAX_ITERATIONS}",
         between(1, MAX_ITERATIONS),
     )
     target_accuracy: float = opt(0.9, "accuracy for time-to-accuracy, (0, 1]", unit_interval)
@@ -186,8 +179,7 @@ class TrainingSection:
     )
     partial_k: int = opt(
         0,
-        "uploads aggregated per iteration in partial mode, 1..nodes.count; 0 = default: half the "
-        "nodes, rounded up",
+        "uploads aggregated per iteration in partial mode, 1..nodes.count; 0 = default: half the nodes, rounded up",
         between(0, MAX_NODES),
     )
     late: str = opt(
@@ -202,9 +194,7 @@ class CompressorSection:
     """``[compressor]``: the codec and its parameters (any other key is a codec parameter)."""
 
     name: str = opt("none", "codec name (see `aiotsim compressors`)", choices="compressors", what="compressor")
-    min_size: int = opt(
-        0, "layers with fewer elements than this go uncompressed (fp32), 0..2**31", between(0, 2**31)
-    )
+    min_size: int = opt(0, "layers with fewer elements than this go uncompressed (fp32), 0..2**31", between(0, 2**31))
     downlink: str = opt(
         "model",
         "what the server sends back: the dense fp32 'model', the sparse 'union' of the aggregated "
@@ -312,13 +302,9 @@ class LinkSpec:
 class NetworkSection:
     """``[network]``: topology and link settings (Mbit/s = 1e6 bits/s)."""
 
-    topology: str = opt(
-        "star", "network topology", choices=("star", "hierarchical", "ring", "shared-medium", "custom")
-    )
+    topology: str = opt("star", "network topology", choices=("star", "hierarchical", "ring", "shared-medium", "custom"))
     uplink_mbps: float = opt(10.0, f"node -> server link rate, Mbit/s, (0, {MAX_MBPS:g}]", positive_at_most(MAX_MBPS))
-    downlink_mbps: float = opt(
-        10.0, f"server -> node link rate, Mbit/s, (0, {MAX_MBPS:g}]", positive_at_most(MAX_MBPS)
-    )
+    downlink_mbps: float = opt(10.0, f"server -> node link rate, Mbit/s, (0, {MAX_MBPS:g}]", positive_at_most(MAX_MBPS))
     latency_ms: float = opt(5.0, f"one-way latency of a node's link, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
     server_mbps: float = opt(
         100.0, f"server link rate shared by all flows (each direction), Mbit/s, (0, {MAX_MBPS:g}]",
@@ -352,9 +338,7 @@ class NetworkSection:
     link: list[LinkSpec] = opt(
         [], "custom: [[network.link]] from, to, mbps, latency_ms (+ loss, jitter_ms, mtu, directed)"
     )
-    vertex: list[VertexSpec] = opt(
-        [], "custom: [[network.vertex]] name, role (server/gateway/relay/node), aggregator"
-    )
+    vertex: list[VertexSpec] = opt([], "custom: [[network.vertex]] name, role (server/gateway/relay/node), aggregator")
 
 
 @dataclass(frozen=True)
@@ -376,7 +360,10 @@ SECTIONS: dict[str, type] = {
 }
 
 # Blocks (lists of tables) inside sections: section -> key -> block dataclass.
-BLOCKS: dict[str, dict[str, type]] = {"nodes": {"group": NodeGroup}, "network": {"link": LinkSpec, "vertex": VertexSpec}}
+BLOCKS: dict[str, dict[str, type]] = {
+    "nodes": {"group": NodeGroup},
+    "network": {"link": LinkSpec, "vertex": VertexSpec},
+}
 # Keys every block must set.
 REQUIRED: dict[type, tuple[str, ...]] = {NodeGroup: ("count",), LinkSpec: ("from", "to", "mbps"), VertexSpec: ("name",)}
 
@@ -483,13 +470,17 @@ def _check_blocks(cls: type, raw: Any, where: str, problems: list[str]) -> list[
         prefix = f"{where}[{k}]."
         table = {("from_" if key == "from" else key): v for key, v in block.items() if key != "from_"}
         checked = check_fields(cls, table, prefix, resolve_choices)
-        problems.extend(p.replace(f"{prefix}from_:", f"{prefix}from:").replace("from_, ", "from, ")
-                        for p in checked.problems)  # fmt: skip
+        problems.extend(_block_wording(p) for p in checked.problems)
         missing = [key for key in REQUIRED[cls] if key not in block]
         problems.extend(f"{prefix}{key}: missing; every block needs it" for key in missing)
         if not checked.problems and not missing:
             out.append(cls(**checked.values))
     return out
+
+
+def _block_wording(problem: str) -> str:
+    """A block problem in TOML's words: ``from`` (the field is ``from_``), no null in TOML."""
+    return problem.replace("from_", "from").replace(" or none, got", ", got")
 
 
 def _check_section(name: str, raw: dict[str, Any], where: str, problems: list[str]) -> Any:

@@ -91,9 +91,7 @@ def node_layout(s: Scenario) -> list[NodeSpec]:
     return specs
 
 
-def _node_spec(
-    i: int, k: int, g: NodeGroup, s: Scenario, strag: bool, slow_compute: bool, slow_link: bool
-) -> NodeSpec:
+def _node_spec(i: int, k: int, g: NodeGroup, s: Scenario, strag: bool, slow_compute: bool, slow_link: bool) -> NodeSpec:
     """Node ``i`` of group ``k``: the group's settings, else the ``[nodes]``/``[network]`` defaults."""
     nd, nw = s.nodes, s.network
 
