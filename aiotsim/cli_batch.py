@@ -14,7 +14,17 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from aiotsim.cli_common import DeviceOpt, QuietOpt, SetOpt, err, expected_errors, out, slug, writing_to
+from aiotsim.cli_common import (
+    DeviceOpt,
+    QuietOpt,
+    SetOpt,
+    ensure_dir,
+    err,
+    expected_errors,
+    out,
+    slug,
+    writing_to,
+)
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.parallel import BatchError, Event, Job, JobResult
 
@@ -151,6 +161,7 @@ def compare(
     if baseline is not None and baseline not in names:
         raise ResultsError(f"--baseline {baseline!r} is not among the compared codecs: {', '.join(names)}")
     to_run = [j for j in planned if not already_done(j)]
+    ensure_dir(out_dir)
     with writing_to(out_dir):
         results = _run_jobs(to_run, jobs, None, quiet, skipped=len(planned) - len(to_run))
         done = [j.out_dir for j in planned if is_run_dir(j.out_dir)]
@@ -207,6 +218,7 @@ def sweep(
         for pt in sw.points:
             out.print(f"  {sw.run_dir(pt)}  {pt.label()}", highlight=False)
         return
+    ensure_dir(sw.out_dir)
     with writing_to(sw.out_dir):
         write_manifest(sw)
         write_index(sw)
