@@ -69,7 +69,9 @@ def positive_at_most(hi: float) -> Callable[[Any], str | None]:
     """Range check: ``0 < v <= hi``."""
 
     def check(v: Any) -> str | None:
-        return None if 0 < v <= hi else f"must be in (0, {hi:g}], got {v!r}"
+        if v <= 0:
+            return f"must be > 0, got {v!r}"
+        return None if v <= hi else f"must be <= {hi:g} (a sane upper bound), got {v!r}"
 
     return check
 
