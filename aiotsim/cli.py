@@ -90,10 +90,15 @@ def _progress(quiet: bool) -> Progress:
     )
 
 
-def _simulate(sc: Any, out_dir: Path, device: str, quiet: bool) -> dict[str, Any]:
-    """Build and run the simulation under a progress bar; SIGTERM/SIGHUP stop it like Ctrl-C."""
+def _run_scenario(sc: Any, out_dir: Path, device: str, on_progress: Any) -> dict[str, Any]:
+    """The library call that runs one scenario into ``out_dir`` and returns its summary."""
     from aiotsim.sim.engine import Simulation
 
+    return Simulation(sc, device=device, on_progress=on_progress).run(out_dir)
+
+
+def _simulate(sc: Any, out_dir: Path, device: str, quiet: bool) -> dict[str, Any]:
+    """Run the simulation under a progress bar; SIGTERM/SIGHUP stop it like Ctrl-C."""
     with SignalInterrupt(), _progress(quiet) as progress:
         task = progress.add_task(
             f"{sc.scenario.name}/{sc.compressor.name}", total=sc.scenario.iterations, sim=0.0, loss=float("nan")
@@ -102,10 +107,9 @@ def _simulate(sc: Any, out_dir: Path, device: str, quiet: bool) -> dict[str, Any
         def on_progress(p: Any) -> None:
             progress.update(task, completed=p.iteration, sim=p.sim_time_s, loss=p.loss)
 
-        sim = Simulation(sc, device=device, on_progress=on_progress)
         try:
             with writing_to(out_dir):
-                return sim.run(out_dir)
+                return _run_scenario(sc, out_dir, device, on_progress)
         except KeyboardInterrupt:
             err.print(f"partial results in {out_dir}")
             raise

@@ -248,15 +248,15 @@ def test_sigterm_and_sighup_write_summary_and_trace(tiny_scenario, tmp_path, sig
 # ---- 7. exit codes of run outcomes -----------------------------------------------------------------------------
 @pytest.mark.parametrize("status, code", [("diverged", 3), ("stalled", 4)])
 def test_run_outcome_exit_codes(tiny_scenario, tmp_path, monkeypatch, status, code) -> None:
-    from aiotsim.sim.engine import Simulation
+    import aiotsim.cli
 
-    original = Simulation.run
+    original = aiotsim.cli._run_scenario
 
-    def stopped(self, out_dir):
-        summary = original(self, out_dir)
+    def stopped(*args):
+        summary = original(*args)
         return {**summary, "status": status, "complete": False, "reason": "loss is nan"}
 
-    monkeypatch.setattr(Simulation, "run", stopped)
+    monkeypatch.setattr(aiotsim.cli, "_run_scenario", stopped)
     res = runner.invoke(app, ["run", str(tiny_scenario), "-n", "2", "-q", "--out", str(tmp_path / "r")])
     assert res.exit_code == code, res.output
     assert f"{status} at iteration 2: loss is nan" in res.output
