@@ -28,7 +28,16 @@ from typing import Any
 import tomli_w
 
 from aiotsim.errors import ConfigError
-from aiotsim.schema import between, check_fields, did_you_mean, opt
+from aiotsim.schema import (
+    between,
+    check_fields,
+    did_you_mean,
+    fraction,
+    open_fraction,
+    opt,
+    positive_at_most,
+    unit_interval,
+)
 
 # ---- bounds: the most a run is meant to handle (stated in the help texts) -------------------------
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds both take it
@@ -48,32 +57,6 @@ MAX_MTU = 65_535
 MAX_FACTOR = 1e6  # straggler factor, group slowdown and share
 MAX_ALPHA = 1e6
 MAX_NAME = 100
-
-
-def fraction_open(v: Any) -> str | None:
-    """Range check: ``0 < v < 1``."""
-    return None if 0 < v < 1 else f"must be in (0, 1), got {v!r}"
-
-
-def unit_interval(v: Any) -> str | None:
-    """Range check: ``0 < v <= 1``."""
-    return None if 0 < v <= 1 else f"must be in (0, 1], got {v!r}"
-
-
-def fraction(v: Any) -> str | None:
-    """Range check: ``0 <= v < 1``."""
-    return None if 0 <= v < 1 else f"must be in [0, 1), got {v!r}"
-
-
-def positive_at_most(hi: float) -> Callable[[Any], str | None]:
-    """Range check: ``0 < v <= hi``."""
-
-    def check(v: Any) -> str | None:
-        if v <= 0:
-            return f"must be > 0, got {v!r}"
-        return None if v <= hi else f"must be <= {hi:g} (a sane upper bound), got {v!r}"
-
-    return check
 
 
 def path_safe_name(v: Any) -> str | None:
@@ -116,7 +99,7 @@ class DataSection:
         0.5, f"Dirichlet concentration for partition = 'dirichlet' (small = skewed), (0, {MAX_ALPHA:g}]",
         positive_at_most(MAX_ALPHA),
     )  # fmt: skip
-    test_fraction: float = opt(0.2, "held-out fraction of the data set for evaluation, in (0, 1)", fraction_open)
+    test_fraction: float = opt(0.2, "held-out fraction of the data set for evaluation, in (0, 1)", open_fraction)
     eval_samples: int = opt(
         0, f"evaluate on at most this many test samples (0 = all), 0..{MAX_SAMPLES}", between(0, MAX_SAMPLES)
     )

@@ -113,6 +113,22 @@ def unit_interval(v: Any) -> str | None:
     return None if 0 < v <= 1 else f"must be in (0, 1], got {v!r}"
 
 
+def open_fraction(v: Any) -> str | None:
+    """Range check: ``0 < v < 1``."""
+    return None if 0 < v < 1 else f"must be in (0, 1), got {v!r}"
+
+
+def positive_at_most(hi: float) -> Check:
+    """Range check: ``0 < v <= hi`` (positive, with a sane upper bound)."""
+
+    def check(v: Any) -> str | None:
+        if v <= 0:
+            return f"must be > 0, got {v!r}"
+        return None if v <= hi else f"must be <= {hi:g} (a sane upper bound), got {v!r}"
+
+    return check
+
+
 def at_least(lo: float) -> Check:
     """Range check: ``v >= lo``."""
 
