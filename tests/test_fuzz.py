@@ -63,6 +63,42 @@ values = st.one_of(
 )
 
 
+def _edge_candidates(annotation: Any) -> list[Any]:
+    """Values of the right type at the edges of typical ranges (some pass a field's check)."""
+    if annotation is int or annotation == "int":
+        return [0, 1, 2, 3, 7, 1000, 65_536, 100_000, 1_000_000, 2**31, 2**32 - 1]
+    if annotation is float or annotation == "float":
+        return [0.0, 5e-324, 1e-300, 1e-9, 0.5, 0.999999, 1.0, 2.0, 1000.0, 1e6]
+    if annotation is bool or annotation == "bool":
+        return [True, False]
+    return []
+
+
+def edge_values() -> dict[str, list[Any]]:
+    """``"section.key"`` -> values of the right type that the key's own check accepts."""
+    import dataclasses
+    import typing
+
+    from aiotsim.config import SECTIONS, resolve_choices
+
+    out: dict[str, list[Any]] = {}
+    for name, cls in SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            choices = f.metadata.get("choices")
+            if choices is not None:
+                out[f"{name}.{f.name}"] = resolve_choices(choices) if isinstance(choices, str) else list(choices)
+                continue
+            check = f.metadata.get("check")
+            ok = [v for v in _edge_candidates(hints[f.name]) if check is None or check(v) is None]
+            if ok:
+                out[f"{name}.{f.name}"] = ok
+    return out
+
+
+EDGES = edge_values()
+
+
 def paths(node: Any, prefix: tuple = ()) -> Iterator[tuple]:
     """Every path to a value inside a nested dict/list scenario (containers included)."""
     if isinstance(node, dict):
@@ -88,9 +124,17 @@ def mutated(draw: st.DrawFn) -> tuple[dict[str, Any], set[str]]:
     touched: set[str] = set()
     for _ in range(draw(st.integers(1, 3))):
         all_paths = list(paths(data))
-        op = draw(st.sampled_from(["set", "set", "set", "drop", "add", "swap"]))
+        op = draw(st.sampled_from(["set", "set", "set", "drop", "add", "swap", "edge", "edge"]))
         if not all_paths:
             op = "add"
+        if op == "edge":  # a valid key at an edge of its range: the run must cope
+            dotted = draw(st.sampled_from(sorted(EDGES)))
+            section, _, key = dotted.partition(".")
+            target = data.setdefault(section, {})
+            if isinstance(target, dict):
+                target[key] = draw(st.sampled_from(EDGES[dotted]))
+                touched.add(dotted)
+            continue
         if op == "add":
             section = draw(st.sampled_from([*sorted(data), "nodes", "network", "data", draw(st.text(max_size=6))]))
             key = draw(st.one_of(st.sampled_from(["count", "name", "group", "link", "vertex", "seed"]), st.text()))
