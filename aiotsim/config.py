@@ -51,12 +51,26 @@ MAX_LR = 1_000.0
 MAX_WEIGHT_DECAY = 1.0
 MAX_NOISE = 1_000.0
 MAX_MBPS = 1e6  # 1 Tbit/s
+MIN_MBPS = 1e-4  # 100 bit/s (LoRa's slowest is ~250 bit/s): slower links would make times overflow
+MIN_RETRY_S = 1e-3
 MAX_MS = 1e6  # 1000 s of latency, jitter
 MAX_SECONDS = 1e6
 MAX_MTU = 65_535
 MAX_FACTOR = 1e6  # straggler factor, group slowdown and share
 MAX_ALPHA = 1e6
 MAX_NAME = 100
+
+
+def link_rate(v: Any) -> str | None:
+    """Range check of a link rate in Mbit/s: MIN_MBPS..MAX_MBPS."""
+    if v <= 0:
+        return f"must be > 0, got {v!r}"
+    if v < MIN_MBPS:
+        return f"must be >= {MIN_MBPS:g} Mbit/s (slower links overflow the simulated time), got {v!r}"
+    return None if v <= MAX_MBPS else f"must be <= {MAX_MBPS:g} (a sane upper bound), got {v!r}"
+
+
+RATE = link_rate  # every link rate, Mbit/s
 
 
 def path_safe_name(v: Any) -> str | None:
@@ -198,10 +212,10 @@ class NodeGroup:
     name: str | None = opt(None, "group name (default groupK)")
     device: str | None = opt(None, "compute profile of the group's nodes", choices="profiles", what="device profile")
     radio: str | None = opt(None, "radio profile of the group's nodes, for energy")
-    uplink_mbps: float | None = opt(None, f"node -> server link rate, Mbit/s, (0, {MAX_MBPS:g}]",
-                                    positive_at_most(MAX_MBPS))  # fmt: skip
-    downlink_mbps: float | None = opt(None, f"server -> node link rate, Mbit/s, (0, {MAX_MBPS:g}]",
-                                      positive_at_most(MAX_MBPS))  # fmt: skip
+    uplink_mbps: float | None = opt(None, f"node -> server link rate, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}",
+                                    RATE)  # fmt: skip
+    downlink_mbps: float | None = opt(None, f"server -> node link rate, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}",
+                                      RATE)  # fmt: skip
     latency_ms: float | None = opt(None, f"one-way latency, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
     loss: float | None = opt(None, "packet loss probability, [0, 1)", fraction)
     jitter_ms: float | None = opt(None, f"scale of the seeded latency jitter, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
@@ -250,8 +264,8 @@ class NodesSection:
         choices=("keep", "reset"),
     )
     retry_s: float = opt(
-        1.0, f"async mode: seconds before an offline node is tried again, (0, {MAX_SECONDS:g}]",
-        positive_at_most(MAX_SECONDS),
+        1.0, f"async mode: seconds before an offline node is tried again, {MIN_RETRY_S:g}..{MAX_SECONDS:g}",
+        between(MIN_RETRY_S, MAX_SECONDS),
     )  # fmt: skip
     group: list[NodeGroup] = opt([], "[[nodes.group]] blocks: heterogeneous node groups")
 
@@ -271,7 +285,7 @@ class LinkSpec:
 
     from_: str = opt("", "source vertex (required)")
     to: str = opt("", "destination vertex (required)")
-    mbps: float = opt(0.0, f"link rate, Mbit/s (required), (0, {MAX_MBPS:g}]", positive_at_most(MAX_MBPS))
+    mbps: float = opt(0.0, f"link rate, Mbit/s (required), {MIN_MBPS:g}..{MAX_MBPS:g}", RATE)
     latency_ms: float = opt(0.0, f"one-way latency, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
     name: str | None = opt(None, "link name (default FROM->TO)")
     loss: float = opt(0.0, "packet loss probability, [0, 1)", fraction)
@@ -288,12 +302,12 @@ class NetworkSection:
     """``[network]``: topology and link settings (Mbit/s = 1e6 bits/s)."""
 
     topology: str = opt("star", "network topology", choices=("star", "hierarchical", "ring", "shared-medium", "custom"))
-    uplink_mbps: float = opt(10.0, f"node -> server link rate, Mbit/s, (0, {MAX_MBPS:g}]", positive_at_most(MAX_MBPS))
-    downlink_mbps: float = opt(10.0, f"server -> node link rate, Mbit/s, (0, {MAX_MBPS:g}]", positive_at_most(MAX_MBPS))
+    uplink_mbps: float = opt(10.0, f"node -> server link rate, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}", RATE)
+    downlink_mbps: float = opt(10.0, f"server -> node link rate, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}", RATE)
     latency_ms: float = opt(5.0, f"one-way latency of a node's link, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
     server_mbps: float = opt(
-        100.0, f"server link rate shared by all flows (each direction), Mbit/s, (0, {MAX_MBPS:g}]",
-        positive_at_most(MAX_MBPS),
+        100.0, f"server link rate shared by all flows (each direction), Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}",
+        RATE,
     )  # fmt: skip
     mtu: int = opt(1500, f"maximum transmission unit, bytes, 100..{MAX_MTU}", between(100, MAX_MTU))
     header_bytes: int = opt(40, "TCP/IP header bytes per packet, 0..mtu-1", between(0, MAX_MTU))
@@ -303,10 +317,10 @@ class NetworkSection:
         2, "hierarchical: edge gateways (nodes are split evenly across them), 1..nodes.count", between(1, MAX_NODES)
     )
     backhaul_up_mbps: float = opt(
-        50.0, f"hierarchical: gateway -> server link rate, Mbit/s, (0, {MAX_MBPS:g}]", positive_at_most(MAX_MBPS)
+        50.0, f"hierarchical: gateway -> server link rate, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}", RATE
     )
     backhaul_down_mbps: float = opt(
-        50.0, f"hierarchical: server -> gateway link rate, Mbit/s, (0, {MAX_MBPS:g}]", positive_at_most(MAX_MBPS)
+        50.0, f"hierarchical: server -> gateway link rate, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}", RATE
     )
     backhaul_latency_ms: float = opt(
         20.0, f"hierarchical: one-way latency of the backhaul, ms, 0..{MAX_MS:g}", between(0, MAX_MS)
@@ -317,8 +331,8 @@ class NetworkSection:
         choices=("reencode", "dense"),
     )
     channel_mbps: float = opt(
-        10.0, f"shared-medium: capacity of the one channel all nodes share, Mbit/s, (0, {MAX_MBPS:g}]",
-        positive_at_most(MAX_MBPS),
+        10.0, f"shared-medium: capacity of the one channel all nodes share, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}",
+        RATE,
     )  # fmt: skip
     link: list[LinkSpec] = opt(
         [], "custom: [[network.link]] from, to, mbps, latency_ms (+ loss, jitter_ms, mtu, directed)"
