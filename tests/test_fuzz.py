@@ -4,7 +4,7 @@ Every mutated file must give exit code 0 or 2 from ``aiotsim validate`` and neve
 (``result.exception`` is None or SystemExit). A file validate accepts must run: a short run (2
 iterations, few nodes, the small ``digits`` data and ``mlp`` model unless the mutation chose
 others) completes or stops with a named status (diverged: 3, stalled: 4), and a complete run has
-finite losses.
+finite numbers.
 
 Mutations: drop keys, sections or blocks; set a key to an extreme or mistyped value (0, -1, huge
 integers, 1e308, inf, nan, "nan", empty strings and lists, nested tables, random unicode); add
@@ -249,16 +249,22 @@ def run_outcome(path: Path, out_dir: Path) -> tuple[int, dict[str, Any] | None]:
     return res.exit_code, summary
 
 
-def losses_finite(out_dir: Path) -> bool:
-    """Whether every loss in metrics.csv and evals.csv is finite (no silent NaN)."""
+def all_finite(out_dir: Path) -> bool:
+    """Whether every number in metrics.csv, evals.csv and summary.json is finite (no silent NaN
+    or inf: a loss, a time, a rate)."""
     import csv
 
     for name in ("metrics.csv", "evals.csv"):
         with open(out_dir / name, newline="") as f:
             for row in csv.DictReader(f):
-                if not math.isfinite(float(row["loss"])):
-                    return False
-    return True
+                for value in row.values():
+                    try:
+                        if not math.isfinite(float(value)):
+                            return False
+                    except (TypeError, ValueError):
+                        continue  # empty cells, labels
+    summary = json.loads((out_dir / "summary.json").read_text())
+    return all(math.isfinite(v) for v in summary.values() if isinstance(v, float))
 
 
 @settings(
@@ -305,4 +311,4 @@ def test_accepted_mutations_run(case: tuple[dict[str, Any], set[str]]) -> None:
         assert summary is not None, "no summary.json"
         assert summary["status"] in ("complete", "diverged", "stalled"), summary["status"]
         if summary["status"] == "complete":
-            assert losses_finite(out_dir), "a complete run with a non-finite loss (silent NaN)"
+            assert all_finite(out_dir), "a complete run with a non-finite number (silent NaN or inf)"
