@@ -660,6 +660,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
+    except RecursionError:
+        raise ConfigError(f"--set {key}: the value is nested too deep") from None
     return key, value
 
 

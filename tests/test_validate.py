@@ -51,6 +51,11 @@ def test_invalid_utf8_and_deep_nesting_are_config_errors(tmp_path) -> None:
         load_scenario(bad)
 
 
+def test_deeply_nested_override_is_a_config_error(tiny_scenario) -> None:
+    res = _validate(tiny_scenario, "data.synthetic_shape=" + "[" * 2000 + "]" * 2000)
+    assert res.exit_code == 2 and "--set data.synthetic_shape: the value is nested too deep" in res.output
+
+
 def test_a_directory_is_not_a_scenario(tmp_path) -> None:
     res = _validate(tmp_path)
     assert res.exit_code == 2 and "no such scenario file" in res.output
