@@ -467,6 +467,8 @@ def _check_blocks(cls: type, raw: Any, where: str, problems: list[str]) -> list[
     out = []
     for k, block in enumerate(raw):
         prefix = f"{where}[{k}]."
+        if cls is LinkSpec and "from_" in block:
+            problems.append(f"{prefix}from_: unknown key; the key is spelled 'from'")
         table = {("from_" if key == "from" else key): v for key, v in block.items() if key != "from_"}
         checked = check_fields(cls, table, prefix, resolve_choices)
         problems.extend(_block_wording(p) for p in checked.problems)
