@@ -69,14 +69,6 @@ def summary_table(summary: dict[str, Any]) -> Table:
     return t
 
 
-RUN_HELP = """Run one scenario: real gradients, real codec bytes, simulated network. Writes a run directory.
-
-Exit codes: 0 complete, 2 bad input, 3 the training diverged, 4 it stalled, 130 interrupted
-(Ctrl-C; SIGTERM 143, SIGHUP 129): the run directory keeps what was written, with summary.json
-and trace.json.
-"""
-
-
 def _progress(quiet: bool) -> Progress:
     return Progress(
         TextColumn("[bold]{task.description}"),
@@ -115,7 +107,7 @@ def _simulate(sc: Any, out_dir: Path, device: str, quiet: bool) -> dict[str, Any
             raise
 
 
-@app.command(help=RUN_HELP)
+@app.command()
 @expected_errors
 def run(
     scenario: ScenarioArg,
@@ -128,6 +120,12 @@ def run(
     device: DeviceOpt = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
 ) -> None:
+    """Run one scenario: real gradients, real codec bytes, simulated network. Writes a run directory.
+
+    Exit codes: 0 complete, 2 bad input, 3 the training diverged, 4 it stalled, 130 interrupted
+    (Ctrl-C; SIGTERM 143, SIGHUP 129): the run directory keeps what was written, with summary.json
+    and trace.json.
+    """
     from aiotsim.validate import load_validated
 
     sc = load_validated(scenario, set_ or [], compressor=compressor, iterations=iterations)
