@@ -53,7 +53,7 @@ EXTREMES: list[Any] = [
 ]  # fmt: skip
 
 values = st.one_of(
-    st.sampled_from(EXTREMES),
+    st.sampled_from(EXTREMES).map(copy.deepcopy),  # a fresh copy: mutations must not alias or change EXTREMES
     st.integers(min_value=-(2**63), max_value=2**64),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=12),
