@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -470,7 +471,7 @@ def _check_blocks(cls: type, raw: Any, where: str, problems: list[str]) -> list[
         if cls is LinkSpec and "from_" in block:
             problems.append(f"{prefix}from_: unknown key; the key is spelled 'from'")
         table = {("from_" if key == "from" else key): v for key, v in block.items() if key != "from_"}
-        checked = check_fields(cls, table, prefix, resolve_choices)
+        checked = check_fields(cls, _as_floats(cls, table), prefix, resolve_choices)
         problems.extend(_block_wording(p) for p in checked.problems)
         missing = [key for key in REQUIRED[cls] if key not in block]
         problems.extend(f"{prefix}{key}: missing; every block needs it" for key in missing)
@@ -484,12 +485,25 @@ def _block_wording(problem: str) -> str:
     return problem.replace("from_", "from").replace(" or none, got", ", got")
 
 
+def _as_floats(cls: type, raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with integers given for float fields written as floats (so messages read ``-1.0``,
+    as the value is used); integers too large for a float stay as they are (and are refused)."""
+    hints = typing.get_type_hints(cls)
+    out = dict(raw)
+    for key, value in raw.items():
+        hint = hints.get(key) if isinstance(key, str) else None
+        if hint is not None and float in (hint, *typing.get_args(hint)):
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= 2**53:
+                out[key] = float(value)
+    return out
+
+
 def _check_section(name: str, raw: dict[str, Any], where: str, problems: list[str]) -> Any:
     """Build one section dataclass from ``raw``, appending every problem to ``problems``."""
     cls = SECTIONS[name]
     blocks = BLOCKS.get(name, {})
     is_codec = cls is CompressorSection
-    plain = {k: v for k, v in raw.items() if k not in blocks}
+    plain = _as_floats(cls, {k: v for k, v in raw.items() if k not in blocks})
     skip = ("params", *blocks) if is_codec else tuple(blocks)
     checked = check_fields(cls, plain, f"{name}.", resolve_choices, allow_extra=is_codec, skip=skip)
     problems.extend(f"{where}: {p}" for p in checked.problems)
