@@ -1,25 +1,41 @@
 """The ``aiotsim`` command line: thin Typer commands that parse, call and print.
 
 Expected problems (:class:`aiotsim.errors.AiotsimError`) become a message on stderr and exit code 2
-(no traceback); Ctrl-C keeps what was written and exits 130.
+(no traceback). Exit codes: 0 ok, 2 bad input, 3 the run diverged, 4 the run stalled, 130
+interrupted (Ctrl-C; SIGTERM and SIGHUP stop a run the same way, exit 128 + the signal number).
+The pieces shared with the batch commands live in :mod:`aiotsim.cli_common`.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from aiotsim.errors import AiotsimError
+from aiotsim.cli_batch import register as _register_batch
+from aiotsim.cli_common import (
+    STATUS_EXIT,
+    CompressorOpt,
+    DeviceOpt,
+    IterOpt,
+    ScenarioArg,
+    SetOpt,
+    SignalInterrupt,
+    err,
+    expected_errors,
+    fmt,
+    fmt_bytes,
+    out,
+    print_error,
+    slug,
+    writing_to,
+)
+from aiotsim.errors import ConfigError
 
 app = typer.Typer(
     add_completion=False,
@@ -27,51 +43,8 @@ app = typer.Typer(
     help="aiotsim: which gradient compressor, on which network, at what cost, measured.",
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def expected_errors(fn: F) -> F:
-    """Turn AiotsimError into 'error: ...' lines and its exit code; Ctrl-C into exit 130."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except AiotsimError as exc:
-            for line in exc.message.splitlines():
-                err.print(f"[red]error:[/red] {escape(line)}", highlight=False, markup=True, soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            err.print("interrupted: results written so far are kept", highlight=False)
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-ScenarioArg = Annotated[Path, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", "-s", help="override SECTION.KEY=VALUE (repeatable)")]
-CompressorOpt = Annotated[str | None, typer.Option("--compressor", "-c", help="codec name (overrides compressor.name)")]
-IterOpt = Annotated[
-    int | None, typer.Option("--iterations", "-n", help="iterations (overrides scenario.iterations)", min=1)
-]
-DeviceOpt = Annotated[str, typer.Option("--device", help="where the real learning runs: auto | cpu | cuda")]
-
-
-def _fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
-        n /= 1000
-    return f"{n:.1f} GB"
-
-
-def _fmt(v: Any, spec: str = ".3g") -> str:
-    return "-" if v is None else format(v, spec)
+__all__ = ["app", "main", "err", "out", "expected_errors", "SetOpt", "summary_table"]
 
 
 def summary_table(summary: dict[str, Any]) -> Table:
@@ -82,14 +55,14 @@ def summary_table(summary: dict[str, Any]) -> Table:
     rows = [
         ("status", summary["status"]),
         ("iterations x nodes", f"{summary['iterations']} x {summary['nodes']}"),
-        ("simulated time", f"{_fmt(summary['sim_time_s'], '.2f')} s"),
-        ("throughput", f"{_fmt(summary['throughput_samples_per_s'], '.1f')} samples/s"),
-        ("bytes up / down", f"{_fmt_bytes(summary['bytes_up'])} / {_fmt_bytes(summary['bytes_down'])}"),
-        ("wire bytes up / down", f"{_fmt_bytes(summary['wire_bytes_up'])} / {_fmt_bytes(summary['wire_bytes_down'])}"),
-        ("compression ratio (uplink)", f"{_fmt(summary['compression_ratio'], '.1f')}x"),
-        ("compute / comm share", f"{_fmt(summary['compute_share'], '.0%')} / {_fmt(summary['comm_share'], '.0%')}"),
-        ("final accuracy", _fmt(summary["final_accuracy"], ".2%")),
-        (f"time to {summary['target_accuracy']:.0%}", f"{_fmt(summary['time_to_accuracy_s'], '.2f')} s"),
+        ("simulated time", f"{fmt(summary['sim_time_s'], '.2f')} s"),
+        ("throughput", f"{fmt(summary['throughput_samples_per_s'], '.1f')} samples/s"),
+        ("bytes up / down", f"{fmt_bytes(summary['bytes_up'])} / {fmt_bytes(summary['bytes_down'])}"),
+        ("wire bytes up / down", f"{fmt_bytes(summary['wire_bytes_up'])} / {fmt_bytes(summary['wire_bytes_down'])}"),
+        ("compression ratio (uplink)", f"{fmt(summary['compression_ratio'], '.1f')}x"),
+        ("compute / comm share", f"{fmt(summary['compute_share'], '.0%')} / {fmt(summary['comm_share'], '.0%')}"),
+        ("final accuracy", fmt(summary["final_accuracy"], ".2%")),
+        (f"time to {summary['target_accuracy']:.0%}", f"{fmt(summary['time_to_accuracy_s'], '.2f')} s"),
         ("wall time", f"{summary['wall_time_s']:.1f} s on {summary['device']}"),
     ]
     for k, v in rows:
@@ -97,26 +70,8 @@ def summary_table(summary: dict[str, Any]) -> Table:
     return t
 
 
-@app.command()
-@expected_errors
-def run(
-    scenario: ScenarioArg,
-    compressor: CompressorOpt = None,
-    iterations: IterOpt = None,
-    set_: SetOpt = None,
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", "-o", help="run directory (default runs/NAME-CODEC-TIME)")
-    ] = None,
-    device: DeviceOpt = "auto",
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
-) -> None:
-    """Run one scenario: real gradients, real codec bytes, simulated network. Writes a run directory."""
-    from aiotsim.api import run_scenario
-    from aiotsim.config import load_scenario
-
-    sc = load_scenario(scenario, set_ or [], compressor=compressor, iterations=iterations)
-    out_dir = out_dir or Path("runs") / f"{sc.scenario.name}-{sc.compressor.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    progress = Progress(
+def _progress(quiet: bool) -> Progress:
+    return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -126,21 +81,121 @@ def run(
         disable=quiet,
         transient=False,
     )
-    with progress:
-        task = progress.add_task(
-            f"{sc.scenario.name}/{sc.compressor.name}", total=sc.scenario.iterations, sim=0.0, loss=float("nan")
-        )
+
+
+def _run_scenario(sc: Any, out_dir: Path, device: str, on_progress: Any, threads: int, every: int) -> dict[str, Any]:
+    """The library call that runs one scenario into ``out_dir`` and returns its summary."""
+    from aiotsim.api import run_scenario
+
+    return run_scenario(sc, out_dir, device=device, on_progress=on_progress, threads=threads, checkpoint_every=every)
+
+
+def _resume_run(run_dir: Path, device: str, on_progress: Any, threads: int, every: int) -> dict[str, Any]:
+    """The library call that continues the run in ``run_dir`` from its checkpoint."""
+    from aiotsim.api import resume_run
+
+    return resume_run(run_dir, device=device, on_progress=on_progress, threads=threads, checkpoint_every=every)
+
+
+def _simulate(name: str, total: int, out_dir: Path, quiet: bool, call: Any) -> dict[str, Any]:
+    """Run ``call(on_progress)`` under a progress bar; SIGTERM/SIGHUP stop it like Ctrl-C."""
+    with SignalInterrupt(), _progress(quiet) as progress:
+        task = progress.add_task(name, total=total, sim=0.0, loss=float("nan"))
 
         def on_progress(p: Any) -> None:
-            progress.update(task, completed=p.iteration, sim=p.sim_time_s, loss=p.loss)
+            progress.update(task, completed=p.iteration, total=p.total, sim=p.sim_time_s, loss=p.loss)
 
         try:
-            summary = run_scenario(sc, out_dir, device=device, on_progress=on_progress)
+            with writing_to(out_dir):
+                return call(on_progress)
         except KeyboardInterrupt:
             err.print(f"partial results in {out_dir}")
             raise
+
+
+ThreadsOpt = Annotated[
+    int,
+    typer.Option(
+        "--threads", min=1, max=1024, help="torch threads for the run (results depend on it: 1 everywhere by default)"
+    ),
+]
+EveryOpt = Annotated[
+    int, typer.Option("--checkpoint-every", min=0, help="write checkpoint.pt every N iterations (sync/partial; 0 off)")
+]
+
+
+@app.command()
+@expected_errors
+def run(
+    scenario: Annotated[
+        Path | None, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)
+    ] = None,
+    compressor: CompressorOpt = None,
+    iterations: IterOpt = None,
+    set_: SetOpt = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", "-o", help="run directory (default runs/NAME-CODEC-TIME)")
+    ] = None,
+    device: DeviceOpt = "auto",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+    threads: ThreadsOpt = 1,
+    checkpoint_every: EveryOpt = 0,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="continue the run in this directory from its checkpoint.pt")
+    ] = None,
+) -> None:
+    """Run one scenario: real gradients, real codec bytes, simulated network. Writes a run directory.
+
+    Exit codes: 0 complete, 2 bad input, 3 the training diverged, 4 it stalled, 130 interrupted
+    (Ctrl-C; SIGTERM 143, SIGHUP 129): the run directory keeps what was written, with summary.json
+    and trace.json. `--resume RUN_DIR` continues such a run from its last checkpoint
+    (`--checkpoint-every N`); in flops mode the result equals an uninterrupted run's.
+    """
+    if resume is not None:
+        if scenario is not None or compressor or iterations or set_ or out_dir:
+            raise ConfigError("--resume RUN_DIR takes the scenario from RUN_DIR: give no scenario, -c, -n, --set or -o")
+        summary = _simulate(
+            str(resume), 0, resume, quiet, lambda p: _resume_run(resume, device, p, threads, checkpoint_every)
+        )
+        out_dir = resume
+    else:
+        out_dir, summary = _run_new(
+            scenario, compressor, iterations, set_, out_dir, device, quiet, threads, checkpoint_every
+        )
     out.print(summary_table(summary))
     out.print(f"run directory: {out_dir}")
+    status = str(summary.get("status", "complete"))
+    code = STATUS_EXIT.get(status.split(":")[0])
+    if code is not None:
+        reason = summary.get("reason") or "see summary.json"
+        print_error(f"{status} at iteration {summary.get('iterations')}: {reason}")
+        raise typer.Exit(code)
+
+
+def _run_new(
+    scenario: Path | None,
+    compressor: str | None,
+    iterations: int | None,
+    set_: list[str] | None,
+    out_dir: Path | None,
+    device: str,
+    quiet: bool,
+    threads: int,
+    every: int,
+) -> tuple[Path, dict[str, Any]]:
+    """Validate and run a scenario file: ``(run directory, summary)``."""
+    from aiotsim.validate import load_validated
+
+    if scenario is None:
+        raise ConfigError("give a scenario file (e.g. scenarios/iot10.toml) or --resume RUN_DIR")
+    sc = load_validated(scenario, set_ or [], compressor=compressor, iterations=iterations)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = out_dir or Path("runs") / f"{slug(sc.scenario.name)}-{slug(sc.compressor.name)}-{stamp}"
+    name = f"{sc.scenario.name}/{sc.compressor.name}"
+    summary = _simulate(
+        name, sc.scenario.iterations, out_dir, quiet, lambda p: _run_scenario(sc, out_dir, device, p, threads, every)
+    )
+    return out_dir, summary
 
 
 @app.command()
@@ -149,14 +204,21 @@ def validate(
     scenario: ScenarioArg,
     set_: SetOpt = None,
 ) -> None:
-    """Check a scenario file and report every problem, one per line (exit 2 if any)."""
-    from aiotsim.config import load_scenario
+    """Check a scenario file and report every problem, one per line (exit 2 if any).
 
-    sc = load_scenario(scenario, set_ or [])
+    A scenario that validates runs: validate checks what `aiotsim run` would refuse, including the
+    memory the simulated world would take (printed).
+    """
+    from aiotsim.validate import load_validated, world_size
+
+    sc = load_validated(scenario, set_ or [])
     out.print(
         f"{scenario}: ok ({sc.nodes.count} nodes, {sc.model.name} on {sc.data.dataset}, "
-        f"compressor {sc.compressor.name}, {sc.network.topology} topology)"
+        f"compressor {sc.compressor.name}, {sc.network.topology} topology)",
+        highlight=False,
+        soft_wrap=True,
     )
+    out.print(f"memory estimate: {world_size(sc).describe()}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -173,6 +235,41 @@ def compressors() -> None:
         cls = get_codec_class(name)
         params = "\n".join(f"{p} = {d!r}: {h}" for p, d, h in cls.param_docs()) or "-"
         t.add_row(name, cls.summary, params)
+    out.print(t)
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    """``"3,32,32"`` -> ``(3, 32, 32)``; anything else is a ConfigError."""
+    try:
+        c, h, w = (int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--input {text!r}: expected C,H,W (e.g. 1,28,28 or 3,32,32)") from None
+    if min(c, h, w) < 1 or max(c, h, w) > 1024:
+        raise ConfigError(f"--input {text!r}: every size must be in 1..1024")
+    return c, h, w
+
+
+@app.command()
+@expected_errors
+def models(
+    input_: Annotated[str, typer.Option("--input", help="input shape C,H,W")] = "1,28,28",
+    classes: Annotated[int, typer.Option("--classes", min=2, max=100_000, help="output classes")] = 10,
+) -> None:
+    """List every model with its parameter count, FLOPs per sample and layer kinds at one input shape."""
+    from aiotsim.learn.models import describe_models
+
+    shape = _shape(input_)
+    t = Table(title=f"models for {'x'.join(map(str, shape))} inputs, {classes} classes")
+    for col, justify in (("name", "left"), ("params", "right"), ("MFLOP/sample (fwd+bwd)", "right")):
+        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    t.add_column("conv / fc / norm", justify="right")
+    t.add_column("what")
+    for m in describe_models(shape, classes):
+        if not m.supported:
+            t.add_row(m.name, "-", "-", "-", m.summary)
+            continue
+        layers = f"{m.conv_layers} / {m.fc_layers} / {m.norm_layers}"
+        t.add_row(m.name, f"{m.params:,}", f"{m.train_flops / 1e6:,.1f}", layers, m.summary)
     out.print(t)
 
 
@@ -202,8 +299,6 @@ def calibrate(
 def main() -> None:  # pragma: no cover - console entry point alias
     app()
 
-
-from aiotsim.cli_batch import register as _register_batch  # noqa: E402  (needs `app` above)
 
 _register_batch(app)
 

@@ -14,7 +14,17 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from aiotsim.cli import SetOpt, err, expected_errors, out
+from aiotsim.cli_common import (
+    DeviceOpt,
+    QuietOpt,
+    SetOpt,
+    ensure_dir,
+    err,
+    expected_errors,
+    out,
+    slug,
+    writing_to,
+)
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.parallel import BatchError, Event, Job, JobResult
 
@@ -22,8 +32,6 @@ JobsOpt = Annotated[
     int | None,
     typer.Option("--jobs", "-j", help="runs at once, each in its own process (default: one per core)", min=1),
 ]
-DeviceOpt = Annotated[str, typer.Option("--device", help="where the real learning runs: auto | cpu | cuda")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]
 
 
 class BatchProgress:
@@ -146,20 +154,23 @@ def compare(
 
     names = parse_compressors(compressor)
     if out_dir is None:
-        name = read_toml(scenario).get("scenario", {}).get("name", scenario.stem)
-        out_dir = Path("runs") / f"compare-{name}"
+        section = read_toml(scenario).get("scenario")
+        name = section.get("name") if isinstance(section, dict) else None
+        out_dir = Path("runs") / f"compare-{slug(name if isinstance(name, str) else scenario.stem)}"
     planned = plan_comparison(scenario, names, seeds, out_dir, set_ or [], iterations, device)
     if baseline is not None and baseline not in names:
         raise ResultsError(f"--baseline {baseline!r} is not among the compared codecs: {', '.join(names)}")
     to_run = [j for j in planned if not already_done(j)]
-    results = _run_jobs(to_run, jobs, None, quiet, skipped=len(planned) - len(to_run))
-    done = [j.out_dir for j in planned if is_run_dir(j.out_dir)]
-    if done:
-        c = compare_runs(done, target_accuracy, baseline)
-        title = f"{scenario.stem}: {len(c.rows)} codecs x {seeds} seed{'s' if seeds > 1 else ''}"
-        csv_path, md_path = write_comparison(c, out_dir, title)
-        out.print(comparison_table(c, title))
-        out.print(f"written: {csv_path}, {md_path}")
+    ensure_dir(out_dir)
+    with writing_to(out_dir):
+        results = _run_jobs(to_run, jobs, None, quiet, skipped=len(planned) - len(to_run))
+        done = [j.out_dir for j in planned if is_run_dir(j.out_dir)]
+        if done:
+            c = compare_runs(done, target_accuracy, baseline)
+            title = f"{scenario.stem}: {len(c.rows)} codecs x {seeds} seed{'s' if seeds > 1 else ''}"
+            csv_path, md_path = write_comparison(c, out_dir, title)
+            out.print(comparison_table(c, title))
+            out.print(f"written: {csv_path}, {md_path}")
     report_failures(results)
 
 
@@ -207,18 +218,19 @@ def sweep(
         for pt in sw.points:
             out.print(f"  {sw.run_dir(pt)}  {pt.label()}", highlight=False)
         return
-    write_manifest(sw)
-    write_index(sw)
-
-    results = _run_jobs(
-        to_run,
-        jobs,
-        (address or "local") if ray else None,
-        quiet,
-        skipped=len(all_jobs) - len(to_run),
-        after_each=lambda: write_index(sw),
-    )
-    index = write_index(sw)
+    ensure_dir(sw.out_dir)
+    with writing_to(sw.out_dir):
+        write_manifest(sw)
+        write_index(sw)
+        results = _run_jobs(
+            to_run,
+            jobs,
+            (address or "local") if ray else None,
+            quiet,
+            skipped=len(all_jobs) - len(to_run),
+            after_each=lambda: write_index(sw),
+        )
+        index = write_index(sw)
     out.print(_sweep_table(sw))
     out.print(f"written: {index}")
     report_failures(results)
@@ -267,12 +279,13 @@ def plot(
     """
     from aiotsim.results.plots import plot_all
 
-    written = plot_all(
-        paths,
-        out_dir,
-        formats=tuple(f.strip() for f in formats.split(",") if f.strip()),
-        target_accuracy=target_accuracy,
-    )
+    with writing_to(out_dir):
+        written = plot_all(
+            paths,
+            out_dir,
+            formats=tuple(f.strip() for f in formats.split(",") if f.strip()),
+            target_accuracy=target_accuracy,
+        )
     for p in written:
         out.print(str(p), highlight=False)
     out.print(f"{len(written)} files in {out_dir}")

@@ -72,13 +72,22 @@ def did_you_mean(word: str, valid: list[str]) -> str:
 Check = Callable[[Any], "str | None"]
 
 
-def opt(default: Any, help: str, check: Check | None = None, choices: tuple[str, ...] | str | None = None) -> Any:
+def opt(
+    default: Any,
+    help: str,
+    check: Check | None = None,
+    choices: tuple[str, ...] | str | None = None,
+    what: str | None = None,
+) -> Any:
     """A declared dataclass field: default, one-line help, optional range check and choices.
 
     ``choices`` is a tuple of valid names, or the name of a lazily loaded registry that the
-    caller of :func:`check_fields` resolves (e.g. ``"compressors"``).
+    caller of :func:`check_fields` resolves (e.g. ``"compressors"``); ``what`` names one choice in
+    messages (``unknown compressor 'x'``).
     """
     meta = {"help": help, "check": check, "choices": choices}
+    if what is not None:
+        meta["what"] = what
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -102,6 +111,22 @@ def fraction(v: Any) -> str | None:
 def unit_interval(v: Any) -> str | None:
     """Range check: ``0 < v <= 1``."""
     return None if 0 < v <= 1 else f"must be in (0, 1], got {v!r}"
+
+
+def open_fraction(v: Any) -> str | None:
+    """Range check: ``0 < v < 1``."""
+    return None if 0 < v < 1 else f"must be in (0, 1), got {v!r}"
+
+
+def positive_at_most(hi: float) -> Check:
+    """Range check: ``0 < v <= hi`` (positive, with a sane upper bound)."""
+
+    def check(v: Any) -> str | None:
+        if v <= 0:
+            return f"must be > 0, got {v!r}"
+        return None if v <= hi else f"must be <= {hi:g} (a sane upper bound), got {v!r}"
+
+    return check
 
 
 def at_least(lo: float) -> Check:

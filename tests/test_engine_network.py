@@ -269,8 +269,12 @@ def test_custom_topology_equals_the_star(tmp_path) -> None:
 def test_custom_topology_validation_lists_every_problem() -> None:
     links = [{"from": "node0", "to": "server", "mbps": 1.0}, {"from": "node1", "to": "relay9", "mbps": 1.0}]
     vertices = [{"name": "relay9", "role": "relay"}]
+    from aiotsim.validate import validate_scenario  # the gate above config builds the graph
+
     with pytest.raises(ConfigError) as info:
-        scenario_from_dict(scenario(network={"topology": "custom", "link": links, "vertex": vertices}))
+        validate_scenario(
+            scenario_from_dict(scenario(network={"topology": "custom", "link": links, "vertex": vertices}))
+        )
     assert "node1" in str(info.value) and "unroutable" in str(info.value)
 
 
@@ -279,7 +283,7 @@ def test_group_validation_names_each_problem() -> None:
     with pytest.raises(ConfigError) as info:
         scenario_from_dict(scenario(nodes={"group": groups}))
     text = str(info.value)
-    assert "nodes.group[0].device: unknown device 'pi5'" in text
+    assert "nodes.group[0].device: unknown device profile 'pi5'" in text
     assert "nodes.group[1].cout: unknown key (did you mean 'count'?)" in text
     assert "nodes.group[1].uplink_mbps: must be > 0" in text
     assert "nodes.group[1].count: missing" in text
@@ -346,6 +350,8 @@ def test_custom_gateways_need_sync_mode() -> None:
         {"name": "node1", "role": "node", "aggregator": "gw"},
     ]
     net = {"topology": "custom", "link": links, "vertex": vertices}
-    scenario_from_dict(scenario(network=net))  # sync: fine
+    from aiotsim.validate import validate_scenario  # the gate above config builds the graph
+
+    validate_scenario(scenario_from_dict(scenario(network=net)))  # sync: fine
     with pytest.raises(ConfigError, match="aggregation through gateways \\(gw\\) is synchronous"):
-        scenario_from_dict(scenario(network=net, training={"mode": "async"}))
+        validate_scenario(scenario_from_dict(scenario(network=net, training={"mode": "async"})))

@@ -83,6 +83,17 @@ def test_ring_routes_both_directions() -> None:
         Topology.ring(1, 1e6)
 
 
+def test_ring_link_a_to_b_takes_node_a_settings() -> None:
+    # heterogeneous nodes and link stragglers: the link leaving a node uses that node's uplink
+    topo = Topology.ring(3, 1e6, per_node=[{"uplink_bps": 2e6, "latency_s": 0.01}, {}, {}])
+    links = topo.links
+    assert links["node0->node1"].bandwidth_bps == 2e6 and links["node0->node2"].bandwidth_bps == 2e6
+    assert links["node1->node0"].bandwidth_bps == 1e6 and links["node2->node0"].bandwidth_bps == 1e6
+    assert links["node0->node1"].latency_s == 0.01 and links["node1->node2"].latency_s == 0.0
+    with pytest.raises(TopologyError, match="per_node has 1 entries"):
+        Topology.ring(2, 1e6, per_node=[{}])
+
+
 def test_shared_medium_one_channel_for_up_and_down() -> None:
     topo = Topology.shared_medium(3, channel_bps=1e6, latency_s=0.0)
     assert names(topo.route("node0", "server")) == ["channel", "server.in"]

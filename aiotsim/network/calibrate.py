@@ -119,10 +119,8 @@ def run_calibration(
 
     Parameters
     ----------
-    rate_mbps : float
-        Shaped rate in Mbit/s (10^6 bits/s).
-    mtu : int
-        Loopback MTU in bytes.
+    rate_mbps, mtu : float, int
+        Shaped rate in Mbit/s (10^6 bits/s); loopback MTU in bytes.
     sizes : sequence of float
         Payload bytes per flow.
     flows : sequence of int
@@ -134,10 +132,9 @@ def run_calibration(
         Measurements per case; the median makespan is kept.
     quick : bool
         Only 100 KB and 1 MB with 1 and 4 flows (about 5 s at 10 Mbit/s), for tests.
-    acks_per_packet : float
-        ACK packets charged to the shaped loopback per data packet (see module docstring).
-    timeout_s : float
-        Socket timeout of the peer, s.
+    acks_per_packet, timeout_s : float
+        ACK packets charged to the shaped loopback per data packet (see module docstring); the
+        peer's socket timeout, s.
 
     Returns
     -------
@@ -150,54 +147,67 @@ def run_calibration(
         When the namespace cannot be created or shaped (not root, no CAP_NET_ADMIN, no
         iproute2), or a transfer fails.
     """
-    if rate_mbps <= 0:
-        raise ConfigError(f"rate_mbps(={rate_mbps}) must be > 0")
-    if repeats < 1:
-        raise ConfigError(f"repeats(={repeats}) must be >= 1")
-    if quick:
-        sizes, flows = QUICK_SIZES, QUICK_FLOWS
-    cases = [(int(size), k) for size in sizes for k in flows if max_case_bytes is None or size * k <= max_case_bytes]
+    cases = _plan_cases(rate_mbps, repeats, QUICK_SIZES if quick else sizes, QUICK_FLOWS if quick else flows,
+                        max_case_bytes)  # fmt: skip
     rate_bps = rate_mbps * 1e6
     burst = BURST_PACKETS * (mtu + LO_FRAMING_BYTES)  # bytes of the token bucket
-    for tool in ("ip", "tc"):
-        if shutil.which(tool) is None:
-            raise AiotsimError(f"calibration needs `{tool}` (iproute2): apt-get install -y iproute2")
     ns = f"aiotsim-cal-{os.getpid()}"
     _ip(["netns", "add", ns], "create the network namespace")
     try:
-        _ip(["-n", ns, "link", "set", "lo", "mtu", str(mtu), "up"], "configure the loopback")
-        _run(
-            ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "tbf",
-             "rate", f"{rate_bps:.0f}bit", "burst", str(burst), "latency", "1s"],
-            "shape the loopback with tc tbf",
-        )  # fmt: skip
-        stamps = _run(
-            ["ip", "netns", "exec", ns, "cat", "/proc/sys/net/ipv4/tcp_timestamps"],
-            "read net.ipv4.tcp_timestamps",
-        ).strip()
-        header = 52 if stamps != "0" else 40  # bytes: IP 20 + TCP 20 (+ 12 timestamp option)
+        header = _shape_loopback(ns, mtu, rate_bps, burst)
         link = Link("lo", rate_bps, 0.0, mtu, header, framing_bytes=LO_FRAMING_BYTES,
                     acks_per_packet=acks_per_packet)  # fmt: skip
         naive = Link("lo", rate_bps, 0.0, mtu)
         credit = burst * 8 / rate_bps  # s: the bucket starts full
-        rows = []
-        for size, k in cases:
-            runs = [_measure(ns, size, k, timeout_s) for _ in range(repeats)]
-            makespans = [max(ends) for ends in runs]
-            means = [sum(ends) / len(ends) for ends in runs]
-            rows.append(
-                CalibrationRow(
-                    size_bytes=size,
-                    flows=k,
-                    measured_s=statistics.median(makespans),
-                    measured_mean_s=statistics.median(means),
-                    predicted_s=max(predict(link, size, k) - credit, 0.0),
-                    naive_s=max(predict(naive, size, k) - credit, 0.0),
-                )
-            )
-        return rows
+        return [_case_row(ns, size, k, repeats, timeout_s, link, naive, credit) for size, k in cases]
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+
+
+def _plan_cases(
+    rate_mbps: float, repeats: int, sizes: Sequence[float], flows: Sequence[int], max_case_bytes: float | None
+) -> list[tuple[int, int]]:
+    """The ``(size, flows)`` cases to measure, after checking the arguments and the tools."""
+    if rate_mbps <= 0:
+        raise ConfigError(f"rate_mbps(={rate_mbps}) must be > 0")
+    if repeats < 1:
+        raise ConfigError(f"repeats(={repeats}) must be >= 1")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise AiotsimError(f"calibration needs `{tool}` (iproute2): apt-get install -y iproute2")
+    return [(int(size), k) for size in sizes for k in flows if max_case_bytes is None or size * k <= max_case_bytes]
+
+
+def _shape_loopback(ns: str, mtu: int, rate_bps: float, burst: int) -> int:
+    """Bring the namespace's loopback up at ``mtu`` behind a tbf; returns header bytes per packet."""
+    _ip(["-n", ns, "link", "set", "lo", "mtu", str(mtu), "up"], "configure the loopback")
+    _run(
+        ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "tbf",
+         "rate", f"{rate_bps:.0f}bit", "burst", str(burst), "latency", "1s"],
+        "shape the loopback with tc tbf",
+    )  # fmt: skip
+    stamps = _run(
+        ["ip", "netns", "exec", ns, "cat", "/proc/sys/net/ipv4/tcp_timestamps"],
+        "read net.ipv4.tcp_timestamps",
+    ).strip()
+    return 52 if stamps != "0" else 40  # bytes: IP 20 + TCP 20 (+ 12 timestamp option)
+
+
+def _case_row(
+    ns: str, size: int, k: int, repeats: int, timeout_s: float, link: Link, naive: Link, credit: float
+) -> CalibrationRow:
+    """Measure one case ``repeats`` times (medians kept) next to the model's predictions."""
+    runs = [_measure(ns, size, k, timeout_s) for _ in range(repeats)]
+    makespans = [max(ends) for ends in runs]
+    means = [sum(ends) / len(ends) for ends in runs]
+    return CalibrationRow(
+        size_bytes=size,
+        flows=k,
+        measured_s=statistics.median(makespans),
+        measured_mean_s=statistics.median(means),
+        predicted_s=max(predict(link, size, k) - credit, 0.0),
+        naive_s=max(predict(naive, size, k) - credit, 0.0),
+    )
 
 
 def predict(link: Link, size: int, flows: int) -> float:

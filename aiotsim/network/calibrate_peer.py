@@ -22,53 +22,58 @@ import time
 SETTLE_S = 0.05  # s, pause after the handshakes so their packets have left the shaper
 
 
-def measure(size: int, flows: int, timeout_s: float) -> list[float]:
-    """Run ``flows`` concurrent transfers of ``size`` bytes; return completion times in s."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", 0))
-    server.listen(flows)
-    server.settimeout(timeout_s)
-    port = server.getsockname()[1]
-    ends: list[float] = []
-    lock = threading.Lock()
-    errors: list[BaseException] = []
+class _Receivers:
+    """The server side of one case: accepts ``flows`` connections and timestamps (monotonic, s)
+    the arrival of each one's last byte; errors are collected for the main thread."""
 
-    def receive(conn: socket.socket) -> None:
+    def __init__(self, size: int, flows: int, timeout_s: float) -> None:
+        self.size, self.flows, self.timeout_s = size, flows, timeout_s
+        self.ends: list[float] = []
+        self.errors: list[BaseException] = []
+        self.threads: list[threading.Thread] = []
+        self.lock = threading.Lock()
+        self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(flows)
+        self.server.settimeout(timeout_s)
+        self.port = self.server.getsockname()[1]
+        self.acceptor = threading.Thread(target=self._accept_all)
+
+    def _receive(self, conn: socket.socket) -> None:
         try:
-            conn.settimeout(timeout_s)
+            conn.settimeout(self.timeout_s)
             got = 0
-            while got < size:
+            while got < self.size:
                 chunk = conn.recv(1 << 20)
                 if not chunk:
-                    raise ConnectionError(f"peer closed after {got} of {size} bytes")
+                    raise ConnectionError(f"peer closed after {got} of {self.size} bytes")
                 got += len(chunk)
             stamp = time.monotonic()
-            with lock:
-                ends.append(stamp)
+            with self.lock:
+                self.ends.append(stamp)
         except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+            self.errors.append(exc)
         finally:
             conn.close()
 
-    receivers: list[threading.Thread] = []
-
-    def accept_all() -> None:
+    def _accept_all(self) -> None:
         try:
-            for _ in range(flows):
-                conn, _addr = server.accept()
-                thread = threading.Thread(target=receive, args=(conn,))
+            for _ in range(self.flows):
+                conn, _addr = self.server.accept()
+                thread = threading.Thread(target=self._receive, args=(conn,))
                 thread.start()
-                receivers.append(thread)
+                self.threads.append(thread)
         except BaseException as exc:
-            errors.append(exc)
+            self.errors.append(exc)
 
-    acceptor = threading.Thread(target=accept_all)
-    acceptor.start()
-    clients = [socket.create_connection(("127.0.0.1", port), timeout=timeout_s) for _ in range(flows)]
-    acceptor.join()
-    time.sleep(SETTLE_S)
-    barrier = threading.Barrier(flows + 1)
+
+def _start_senders(
+    clients: list[socket.socket], size: int, errors: list[BaseException]
+) -> tuple[threading.Barrier, list[threading.Thread]]:
+    """Start one sender per client; they all wait on the returned barrier, whose last party is the
+    caller."""
+    barrier = threading.Barrier(len(clients) + 1)
     payload = b"\x5a" * size
 
     def send(sock: socket.socket) -> None:
@@ -81,16 +86,27 @@ def measure(size: int, flows: int, timeout_s: float) -> list[float]:
     senders = [threading.Thread(target=send, args=(c,)) for c in clients]
     for thread in senders:
         thread.start()
+    return barrier, senders
+
+
+def measure(size: int, flows: int, timeout_s: float) -> list[float]:
+    """Run ``flows`` concurrent transfers of ``size`` bytes; return completion times in s."""
+    rx = _Receivers(size, flows, timeout_s)
+    rx.acceptor.start()
+    clients = [socket.create_connection(("127.0.0.1", rx.port), timeout=timeout_s) for _ in range(flows)]
+    rx.acceptor.join()
+    time.sleep(SETTLE_S)
+    barrier, senders = _start_senders(clients, size, rx.errors)
     barrier.wait()
     start = time.monotonic()
-    for thread in senders + receivers:
+    for thread in [*senders, *rx.threads]:
         thread.join()
     for sock in clients:
         sock.close()
-    server.close()
-    if errors:
-        raise RuntimeError(f"transfer failed: {errors[0]!r}")
-    return sorted(end - start for end in ends)
+    rx.server.close()
+    if rx.errors:
+        raise RuntimeError(f"transfer failed: {rx.errors[0]!r}")
+    return sorted(end - start for end in rx.ends)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -332,10 +332,8 @@ class Topology:
         ----------
         groups : list of int
             Nodes per gateway, each >= 1.
-        uplink_bps, downlink_bps, latency_s : float
-            Sensor-tier link settings (bits/s, bits/s, s).
-        backhaul_up_bps, backhaul_down_bps, backhaul_latency_s : float
-            Gateway-tier link settings (bits/s, bits/s, s).
+        uplink_bps, downlink_bps, latency_s, backhaul_up_bps, backhaul_down_bps, backhaul_latency_s : float
+            Sensor-tier and gateway-tier link settings (bits/s, bits/s, s).
         server_bps : float, optional
             Capacity of a shared server ingress/egress link in bits/s.
         mtu, header_bytes, loss, jitter_s
@@ -343,36 +341,33 @@ class Topology:
         per_node : list of dict, optional
             ``sum(groups)`` dicts overriding sensor-tier settings per node.
         """
-        if not groups:
-            raise TopologyError("groups(=[]) must list at least one gateway's node count")
-        for k, count in enumerate(groups):
-            _check_count(f"groups[{k}]", count)
-        base = dict(
-            uplink_bps=uplink_bps, downlink_bps=downlink_bps, latency_s=latency_s, loss=loss,
-            jitter_s=jitter_s, mtu=mtu, header_bytes=header_bytes,
-        )  # fmt: skip
+        _check_groups(groups)
+        base = dict(uplink_bps=uplink_bps, downlink_bps=downlink_bps, latency_s=latency_s, loss=loss,
+                    jitter_s=jitter_s, mtu=mtu, header_bytes=header_bytes)  # fmt: skip
         settings = _per_node_settings(sum(groups), base, per_node)
         topo = cls("hierarchical")
         topo.add_node("server", "server")
         hub = "server"
-        if server_bps is not None:
-            topo.add_node("core", "relay")
-            _server_links(topo, "core", server_bps, mtu, header_bytes)
+        if server_bps is not None:  # the gateways reach the server through a relay and shared links
             hub = "core"
-        node_i = 0
+            topo.add_node(hub, "relay")
+            _server_links(topo, hub, server_bps, mtu, header_bytes)
+        backhaul = dict(uplink_bps=backhaul_up_bps, downlink_bps=backhaul_down_bps, latency_s=backhaul_latency_s,
+                        loss=backhaul_loss, jitter_s=0.0, mtu=mtu, header_bytes=header_bytes)  # fmt: skip
+        first = 0
         for k, count in enumerate(groups):
-            gw = f"gw{k}"
-            topo.add_node(gw, "gateway", aggregator="server")
-            backhaul = dict(
-                uplink_bps=backhaul_up_bps, downlink_bps=backhaul_down_bps,
-                latency_s=backhaul_latency_s, loss=backhaul_loss, jitter_s=0.0, mtu=mtu,
-                header_bytes=header_bytes,
-            )  # fmt: skip
-            topo._add_links_pair(gw, hub, backhaul)
-            for _ in range(count):
-                topo._add_node_pair(f"node{node_i}", gw, settings[node_i], aggregator=gw)
-                node_i += 1
+            topo._add_gateway(f"gw{k}", hub, backhaul, settings, range(first, first + count))
+            first += count
         return topo
+
+    def _add_gateway(
+        self, gw: str, hub: str, backhaul: dict[str, Any], settings: list[dict[str, Any]], nodes: range
+    ) -> None:
+        """Gateway ``gw`` with its backhaul to ``hub`` and nodes ``nodes`` (global indices) behind it."""
+        self.add_node(gw, "gateway", aggregator="server")
+        self._add_links_pair(gw, hub, backhaul)
+        for i in nodes:
+            self._add_node_pair(f"node{i}", gw, settings[i], aggregator=gw)
 
     @classmethod
     def ring(
@@ -384,14 +379,22 @@ class Topology:
         header_bytes: int = 40,
         loss: float = 0.0,
         jitter_s: float = 0.0,
+        per_node: list[dict[str, Any]] | None = None,
     ) -> Topology:
         """Ring of peers for ring all-reduce: links node i <-> node (i+1) % n, both directions.
 
-        Link names ``node{i}->node{j}``; each direction is its own resource of ``link_bps`` bits/s.
-        A ring has no server and no aggregator.
+        Link names ``node{i}->node{j}``; each direction is its own resource. The link node a ->
+        node b takes node a's settings: ``link_bps`` etc., or ``per_node[a]`` (its ``uplink_bps``,
+        latency_s, loss, jitter_s, mtu, header_bytes), so heterogeneous nodes and link stragglers
+        apply. A ring has no server and no aggregator.
         """
-        if not isinstance(n_nodes, int) or n_nodes < 2:
+        if not isinstance(n_nodes, int) or isinstance(n_nodes, bool) or n_nodes < 2:
             raise TopologyError(f"n_nodes(={n_nodes}) must be an integer >= 2 for a ring")
+        base = dict(
+            uplink_bps=link_bps, downlink_bps=link_bps, latency_s=latency_s, loss=loss,
+            jitter_s=jitter_s, mtu=mtu, header_bytes=header_bytes,
+        )  # fmt: skip
+        settings = _per_node_settings(n_nodes, base, per_node)
         topo = cls("ring")
         for i in range(n_nodes):
             topo.add_node(f"node{i}", "node")
@@ -400,8 +403,11 @@ class Topology:
             pairs = [(0, 1)]  # node0 -> node1 and node1 -> node0 are the whole ring
         for i, j in pairs:
             for a, b in ((i, j), (j, i)):
-                name = f"node{a}->node{b}"
-                link = Link(name, link_bps, latency_s, mtu, header_bytes, loss, jitter_s)
+                st = settings[a]
+                link = Link(
+                    f"node{a}->node{b}", st["uplink_bps"], st["latency_s"], st["mtu"], st["header_bytes"],
+                    st["loss"], st["jitter_s"],
+                )  # fmt: skip
                 topo.add_link(f"node{a}", f"node{b}", link)
         return topo
 
@@ -488,46 +494,46 @@ class Topology:
                 topo.add_node(spec["name"], spec.get("role", "node"), spec.get("aggregator"))
             except KeyError:
                 problems.append(f"nodes[{k}]: missing key 'name'")
-            except TopologyError as exc:
+            except (TopologyError, TypeError) as exc:
                 problems.append(f"nodes[{k}]: {exc}")
-        allowed = {
-            "from", "to", "mbps", "latency_ms", "name", "loss", "jitter_ms", "mtu",
-            "header_bytes", "framing_bytes", "acks_per_packet", "directed",
-        }  # fmt: skip
         for k, spec in enumerate(links):
-            unknown = sorted(set(spec) - allowed)
-            if unknown:
-                problems.append(f"links[{k}]: unknown key(s) {', '.join(unknown)}")
-                continue
-            missing = [key for key in ("from", "to", "mbps") if key not in spec]
-            if missing:
-                problems.append(f"links[{k}]: missing key(s) {', '.join(missing)}")
-                continue
-            a, b = spec["from"], spec["to"]
-            ends = [(a, b)] if spec.get("directed", False) else [(a, b), (b, a)]
-            for src, dst in ends:
-                name = spec.get("name", f"{src}->{dst}")
-                if len(ends) == 2 and "name" in spec:
-                    name = f"{spec['name']}:{src}->{dst}"
-                try:
-                    link = Link(
-                        name=name,
-                        bandwidth_bps=float(spec["mbps"]) * 1e6,
-                        latency_s=float(spec.get("latency_ms", 0.0)) / 1e3,
-                        mtu=int(spec.get("mtu", 1500)),
-                        header_bytes=int(spec.get("header_bytes", 40)),
-                        loss=float(spec.get("loss", 0.0)),
-                        jitter_s=float(spec.get("jitter_ms", 0.0)) / 1e3,
-                        framing_bytes=int(spec.get("framing_bytes", 0)),
-                        acks_per_packet=float(spec.get("acks_per_packet", 0.0)),
-                    )
-                    topo.add_link(src, dst, link)
-                except (TopologyError, ConfigError, ValueError, TypeError) as exc:
-                    problems.append(f"links[{k}]: {exc}")
-                    break
+            problem = topo._add_link_spec(spec)
+            if problem:
+                problems.append(f"links[{k}]: {problem}")
         if problems:
             raise TopologyError("\n".join(problems))
         return topo
+
+    def _add_link_spec(self, spec: dict[str, Any]) -> str | None:
+        """Add the link(s) of one ``from_links`` entry; returns what is wrong with it, if anything."""
+        unknown = sorted(set(spec) - _LINK_KEYS)
+        if unknown:
+            return f"unknown key(s) {', '.join(unknown)}"
+        missing = [key for key in ("from", "to", "mbps") if key not in spec]
+        if missing:
+            return f"missing key(s) {', '.join(missing)}"
+        a, b = spec["from"], spec["to"]
+        ends = [(a, b)] if spec.get("directed", False) else [(a, b), (b, a)]
+        for src, dst in ends:
+            name = spec.get("name", f"{src}->{dst}")
+            if len(ends) == 2 and "name" in spec:
+                name = f"{spec['name']}:{src}->{dst}"
+            try:
+                link = Link(
+                    name=name,
+                    bandwidth_bps=float(spec["mbps"]) * 1e6,
+                    latency_s=float(spec.get("latency_ms", 0.0)) / 1e3,
+                    mtu=int(spec.get("mtu", 1500)),
+                    header_bytes=int(spec.get("header_bytes", 40)),
+                    loss=float(spec.get("loss", 0.0)),
+                    jitter_s=float(spec.get("jitter_ms", 0.0)) / 1e3,
+                    framing_bytes=int(spec.get("framing_bytes", 0)),
+                    acks_per_packet=float(spec.get("acks_per_packet", 0.0)),
+                )
+                self.add_link(src, dst, link)
+            except (TopologyError, ConfigError, ValueError, TypeError) as exc:
+                return str(exc)
+        return None
 
     # ------------------------------------------------------------------ helpers
     def _with_role(self, role: str) -> list[str]:
@@ -565,10 +571,25 @@ class Topology:
         self.add_link(hub, name, Link(f"{name}.down", s["downlink_bps"], **common))
 
 
+_LINK_KEYS = frozenset(
+    {
+        "from", "to", "mbps", "latency_ms", "name", "loss", "jitter_ms", "mtu",
+        "header_bytes", "framing_bytes", "acks_per_packet", "directed",
+    }
+)  # fmt: skip
+
+
 def _server_links(topo: Topology, hub: str, server_bps: float, mtu: int, header: int) -> None:
     """The server's shared ingress/egress links between ``hub`` and ``server`` (no latency)."""
     topo.add_link(hub, "server", Link("server.in", server_bps, 0.0, mtu, header))
     topo.add_link("server", hub, Link("server.out", server_bps, 0.0, mtu, header))
+
+
+def _check_groups(groups: list[int]) -> None:
+    if not groups:
+        raise TopologyError("groups(=[]) must list at least one gateway's node count")
+    for k, count in enumerate(groups):
+        _check_count(f"groups[{k}]", count)
 
 
 def _check_count(what: str, n: object) -> None:

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from aiotsim.config import Scenario
-from aiotsim.network.link import Link
+from aiotsim.config import NodeGroup, Scenario, block_to_dict
+from aiotsim.errors import TopologyError
+from aiotsim.learn.partition import even_sizes
 from aiotsim.network.topology import Topology
 
 SERVER = "server"  # the parameter server's vertex name
@@ -76,41 +77,47 @@ def straggler_set(n: int, fraction: float, seed: int) -> set[int]:
 
 def node_layout(s: Scenario) -> list[NodeSpec]:
     """Every node's settings, groups and fixed stragglers applied."""
-    nd, nw = s.nodes, s.network
-    groups: list[dict[str, Any]] = nd.group or [{"count": nd.count}]
+    nd = s.nodes
+    groups: list[NodeGroup] = nd.group or [NodeGroup(count=nd.count)]
     fixed = straggler_set(nd.count, nd.straggler_fraction, s.scenario.seed) if nd.straggler_mode == "fixed" else set()
     slow_compute = nd.straggler_kind in ("compute", "both")
     slow_link = nd.straggler_kind in ("link", "both")
     specs = []
     for k, g in enumerate(groups):
-        for _ in range(int(g["count"])):
+        for _ in range(g.count):
             i = len(specs)
             strag = i in fixed
-            specs.append(
-                NodeSpec(
-                    index=i,
-                    group=str(g.get("name", f"group{k}")),
-                    device=str(g.get("device", nd.device)),
-                    radio=str(g.get("radio", nd.radio)),
-                    uplink_bps=float(g.get("uplink_mbps", nw.uplink_mbps)) * MBPS,
-                    downlink_bps=float(g.get("downlink_mbps", nw.downlink_mbps)) * MBPS,
-                    latency_s=float(g.get("latency_ms", nw.latency_ms)) * MS,
-                    loss=float(g.get("loss", nw.loss)),
-                    jitter_s=float(g.get("jitter_ms", nw.jitter_ms)) * MS,
-                    share=float(g.get("share", 1.0)),
-                    compute_slowdown=float(g.get("slowdown", 1.0))
-                    * (nd.straggler_factor if strag and slow_compute else 1.0),
-                    link_slowdown=nd.straggler_factor if strag and slow_link else 1.0,
-                    straggler=strag,
-                )
-            )
+            specs.append(_node_spec(i, k, g, s, strag, slow_compute, slow_link))
     return specs
+
+
+def _node_spec(i: int, k: int, g: NodeGroup, s: Scenario, strag: bool, slow_compute: bool, slow_link: bool) -> NodeSpec:
+    """Node ``i`` of group ``k``: the group's settings, else the ``[nodes]``/``[network]`` defaults."""
+    nd, nw = s.nodes, s.network
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    return NodeSpec(
+        index=i,
+        group=str(pick(g.name, f"group{k}")),
+        device=str(pick(g.device, nd.device)),
+        radio=str(pick(g.radio, nd.radio)),
+        uplink_bps=float(pick(g.uplink_mbps, nw.uplink_mbps)) * MBPS,
+        downlink_bps=float(pick(g.downlink_mbps, nw.downlink_mbps)) * MBPS,
+        latency_s=float(pick(g.latency_ms, nw.latency_ms)) * MS,
+        loss=float(pick(g.loss, nw.loss)),
+        jitter_s=float(pick(g.jitter_ms, nw.jitter_ms)) * MS,
+        share=float(pick(g.share, 1.0)),
+        compute_slowdown=float(pick(g.slowdown, 1.0)) * (nd.straggler_factor if strag and slow_compute else 1.0),
+        link_slowdown=nd.straggler_factor if strag and slow_link else 1.0,
+        straggler=strag,
+    )
 
 
 def gateway_groups(n: int, gateways: int) -> list[int]:
     """Nodes per gateway: ``n`` split as evenly as possible, the first gateways one larger."""
-    base, extra = divmod(n, gateways)
-    return [base + (1 if k < extra else 0) for k in range(gateways)]
+    return even_sizes(n, gateways)
 
 
 def build_topology(s: Scenario, layout: list[NodeSpec] | None = None) -> Topology:
@@ -158,36 +165,37 @@ def build_topology(s: Scenario, layout: list[NodeSpec] | None = None) -> Topolog
             **common,
         )
     if nw.topology == "ring":
-        return _ring(layout, nw.mtu, nw.header_bytes)
+        return Topology.ring(n, nw.uplink_mbps * MBPS, per_node=per_node, **common)
     return _custom(s, n)
-
-
-def _ring(layout: list[NodeSpec], mtu: int, header_bytes: int) -> Topology:
-    """Ring of peers: node i's link to node i+1 uses node i's uplink settings, and the reverse
-    direction node i+1's (so heterogeneous groups and link stragglers apply)."""
-    topo = Topology("ring")
-    n = len(layout)
-    for spec in layout:
-        topo.add_node(spec.name, "node")
-    pairs = [(i, (i + 1) % n) for i in range(n)] if n > 2 else [(0, 1)]
-    for i, j in pairs:
-        for a, b in ((i, j), (j, i)):
-            st = layout[a].link_settings()
-            link = Link(
-                f"node{a}->node{b}", st["uplink_bps"], st["latency_s"], mtu, header_bytes, st["loss"], st["jitter_s"]
-            )
-            topo.add_link(f"node{a}", f"node{b}", link)
-    return topo
 
 
 def _custom(s: Scenario, n: int) -> Topology:
     """Custom graph: ``[[network.vertex]]`` plus the implicit ``server`` and ``node0..``."""
-    declared = {v.get("name"): v for v in s.network.vertex}
+    declared = [block_to_dict(v) for v in s.network.vertex]
+    names = {v["name"] for v in declared}
     vertices: list[dict[str, Any]] = []
-    if "server" not in declared:
+    if "server" not in names:
         vertices.append({"name": "server", "role": "server"})
     for i in range(n):
-        if f"node{i}" not in declared:
+        if f"node{i}" not in names:
             vertices.append({"name": f"node{i}", "role": "node", "aggregator": "server"})
-    vertices.extend(s.network.vertex)
-    return Topology.from_links(vertices, list(s.network.link))
+    vertices.extend(declared)
+    return Topology.from_links(vertices, [block_to_dict(link) for link in s.network.link])
+
+
+def topology_problems(s: Scenario) -> list[str]:
+    """Why the scenario's custom topology cannot carry a run (empty for the other topologies):
+    unknown vertices, unreachable nodes, gateways with a non-synchronous mode."""
+    if s.network.topology != "custom":
+        return []
+    try:
+        topology = build_topology(s)
+    except TopologyError as exc:
+        return [f"network: {line}" for line in exc.message.splitlines()]
+    out = [f"network: {p}" for p in topology.validate()]
+    if topology.gateways and s.training.mode != "sync":
+        out.append(
+            f"training.mode: aggregation through gateways ({', '.join(topology.gateways)}) is "
+            f"synchronous; use mode = 'sync', got {s.training.mode!r}"
+        )
+    return out

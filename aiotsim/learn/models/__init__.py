@@ -35,7 +35,7 @@ advanced.
 """
 
 from aiotsim.learn.models.describe import ModelInfo, describe_models
-from aiotsim.learn.models.registry import MODELS, build_model, layer_infos, min_input_size
+from aiotsim.learn.models.registry import MODELS, build_model, layer_infos, min_input_size, parameter_count
 from aiotsim.learn.models.small import MLP_HIDDEN
 
 __all__ = [
@@ -46,4 +46,5 @@ __all__ = [
     "describe_models",
     "layer_infos",
     "min_input_size",
+    "parameter_count",
 ]

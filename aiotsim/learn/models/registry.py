@@ -66,6 +66,13 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed:
     ConfigError
         Unknown name (valid names listed), or a shape the model cannot take.
     """
+    model = _meta_model(name, input_shape, num_classes).to_empty(device="cpu")
+    _init_(model, torch.Generator().manual_seed(seed))
+    return model.train()
+
+
+def _meta_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The model on the meta device (shapes only), after checking name, shape and classes."""
     size = min_input_size(name)
     shape = tuple(int(s) for s in input_shape)
     if len(shape) != 3 or min(shape) < 1:
@@ -75,10 +82,18 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed:
     if num_classes < 2:
         raise ConfigError(f"num_classes(={num_classes}) must be >= 2")
     with torch.device("meta"):  # no storage, no RNG use: the default initializers do nothing real
-        model = _BUILDERS[name][0](shape, num_classes)
-    model = model.to_empty(device="cpu")
-    _init_(model, torch.Generator().manual_seed(seed))
-    return model.train()
+        return _BUILDERS[name][0](shape, num_classes)
+
+
+def parameter_count(name: str, input_shape: tuple[int, ...], num_classes: int) -> int:
+    """Parameters of model ``name`` for ``(C, H, W)`` inputs, without allocating them.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`build_model`.
+    """
+    return sum(p.numel() for p in _meta_model(name, input_shape, num_classes).parameters())
 
 
 def _init_(model: nn.Module, g: torch.Generator) -> None:

