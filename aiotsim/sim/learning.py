@@ -16,7 +16,6 @@ batched into one pass later without touching the strategies.
 from __future__ import annotations
 
 import copy
-import math
 import time
 from dataclasses import dataclass
 
@@ -299,20 +298,6 @@ class Learning:
         return self.computer.evaluate(None, self.test_x, self.test_y)
 
 
-def non_finite(losses: list[float], update: list[torch.Tensor] | None = None) -> str | None:
-    """What is not finite among the training ``losses`` and the ``update`` (None: all finite).
-
-    A NaN or an infinity never recovers: the optimizer spreads it to every parameter, so a run
-    that meets one has diverged.
-    """
-    bad = [x for x in losses if not math.isfinite(x)]
-    if bad:
-        return f"training loss is {bad[0]}"
-    if update and not bool(torch.stack([torch.isfinite(u).all() for u in update]).all()):
-        return "the aggregated update is not finite"
-    return None
-
-
 def check_model_output(model: torch.nn.Module, data: Dataset) -> None:
     """Raise :class:`ConfigError` unless ``model`` maps a sample batch of ``data`` to logits of
     shape ``[B, num_classes]`` (the model runs on the CPU, on a copy's parameters as they are)."""
@@ -358,4 +343,4 @@ def _sparse_message(update: torch.Tensor) -> Payload:
     return sparse_payload(idx, flat[idx].float(), flat.numel())
 
 
-__all__ = ["Learning", "LocalState", "Gradient", "Update", "non_finite", "sync_device", "check_model_output"]
+__all__ = ["Learning", "LocalState", "Gradient", "Update", "sync_device", "check_model_output"]

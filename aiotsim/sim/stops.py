@@ -10,6 +10,10 @@ simulation at once and caught by :func:`aiotsim.sim.runner.run_cluster`.
 
 from __future__ import annotations
 
+import math
+
+import torch
+
 
 class RunStopped(Exception):
     """The run cannot go on: ``status`` (the summary's) and ``reason`` (a sentence) say why."""
@@ -33,4 +37,18 @@ class Stalled(RunStopped):
     status = "stalled"
 
 
-__all__ = ["RunStopped", "Diverged", "Stalled"]
+def non_finite(losses: list[float], update: list[torch.Tensor] | None = None) -> str | None:
+    """What is not finite among the training ``losses`` and the ``update`` (None: all finite).
+
+    A NaN or an infinity never recovers: the optimizer spreads it to every parameter, so a run
+    that meets one has diverged.
+    """
+    bad = [x for x in losses if not math.isfinite(x)]
+    if bad:
+        return f"training loss is {bad[0]}"
+    if update and not bool(torch.stack([torch.isfinite(u).all() for u in update]).all()):
+        return "the aggregated update is not finite"
+    return None
+
+
+__all__ = ["RunStopped", "Diverged", "Stalled", "non_finite"]

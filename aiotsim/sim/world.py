@@ -34,8 +34,8 @@ from aiotsim.network.flows import Network
 from aiotsim.records import EvalRow, MetricsRow, Progress, RunSummary
 from aiotsim.sim.accounting import RunFacts, RunSink, Totals, Window, mean, summarize
 from aiotsim.sim.energy import EnergyMeter, get_radio
-from aiotsim.sim.learning import Learning, LocalState, non_finite
-from aiotsim.sim.stops import Diverged, Stalled
+from aiotsim.sim.learning import Learning, LocalState
+from aiotsim.sim.stops import Diverged, Stalled, non_finite
 from aiotsim.sim.topologies import SERVER, NodeSpec, build_topology, node_layout, node_name
 from aiotsim.sim.trace import TraceRecorder
 

@@ -28,8 +28,7 @@ import torch
 from aiotsim.compress.base import LayerInfo, Payload
 from aiotsim.learn.partition import even_sizes
 from aiotsim.records import MetricsRow
-from aiotsim.sim.learning import non_finite
-from aiotsim.sim.stops import Diverged
+from aiotsim.sim.stops import Diverged, non_finite
 from aiotsim.sim.strategies.base import Strategy, register
 from aiotsim.sim.topologies import node_name
 from aiotsim.sim.world import Cluster, Proc
