@@ -218,7 +218,9 @@ def validate(
         highlight=False,
         soft_wrap=True,
     )
-    out.print(f"memory estimate: {world_size(sc).describe()}", highlight=False, soft_wrap=True)
+    size = world_size(sc)
+    estimate = size.describe() if size is not None else "known once the image files are read"
+    out.print(f"memory estimate: {estimate}", highlight=False, soft_wrap=True)
 
 
 @app.command()

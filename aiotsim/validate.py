@@ -66,29 +66,41 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.1f} TB"  # pragma: no cover
 
 
-def data_shape(s: Scenario) -> tuple[tuple[int, ...], int, int, int]:
-    """``(input shape, classes, train samples (lower bound), test samples)`` of the scenario's data."""
+def data_shape(s: Scenario) -> tuple[tuple[int, ...], int, int, int] | None:
+    """``(input shape, classes, train samples (lower bound), test samples)`` of the scenario's data;
+    the published sizes for file data sets; None for an ``imagefolder``, whose shape only its
+    image files tell (its run checks the model against them before anything is computed)."""
+    from aiotsim.learn.data.files import NOMINAL_SIZES
+
     d = s.data
     if d.dataset == "synthetic":
         return tuple(d.synthetic_shape), d.synthetic_classes, d.synthetic_train_size, d.synthetic_test_size
+    if d.dataset in NOMINAL_SIZES:
+        return NOMINAL_SIZES[d.dataset]
+    if d.dataset not in REAL_DATA:
+        return None
     shape, classes, n = REAL_DATA[d.dataset]
     # stratified split: each class puts round(test_fraction * n_class) in the test set, keeps >= 1
     train = max(classes, math.floor(n * (1 - d.test_fraction)) - classes // 2)
     return shape, classes, train, n - train
 
 
-def parameter_count(s: Scenario) -> int:
-    """Parameters of the scenario's model on its data (built on the meta device: no memory)."""
+def parameter_count(s: Scenario) -> int | None:
+    """Parameters of the scenario's model on its data (built on the meta device: no memory);
+    None when the data's shape is not known before reading it."""
     from aiotsim.learn.models import parameter_count as count
 
-    shape, classes, _, _ = data_shape(s)
-    return count(s.model.name, shape, classes)
+    known = data_shape(s)
+    return None if known is None else count(s.model.name, known[0], known[1])
 
 
-def world_size(s: Scenario) -> WorldSize:
-    """Estimate the memory a run of ``s`` takes (see the module docstring)."""
-    params = parameter_count(s)
-    shape, _, train, test = data_shape(s)
+def world_size(s: Scenario) -> WorldSize | None:
+    """Estimate the memory a run of ``s`` takes (see the module docstring); None when the data's
+    shape is not known before reading it."""
+    known, params = data_shape(s), parameter_count(s)
+    if known is None or params is None:
+        return None
+    shape, _, train, test = known
     per_model = params * BYTES_PER_VALUE
     return WorldSize(
         params=params,
@@ -118,8 +130,11 @@ def world_problems(s: Scenario) -> list[str]:
         size = world_size(s)
     except ConfigError as exc:
         return [f"model.name: {p}" for p in exc.problems]
+    known = data_shape(s)
+    if size is None or known is None:
+        return []
     out = []
-    _, _, train, _ = data_shape(s)
+    train = known[2]
     if s.nodes.count > train:
         out.append(
             f"nodes.count: every node needs at least one training sample; {s.data.dataset} has about "
