@@ -53,9 +53,10 @@ always representable, small ones wait in the residual as MXNet's do, and the thr
 layer's scale as the abstract asks. ``mean`` anchors the first rung at the layer's typical magnitude
 (MXNet's single threshold made adaptive, as seed 004 does for 2-bit) and clips outliers into the
 residual; ``std`` does the same at one sigma, weighting large elements more than ``mean`` does
-(for Gaussian gradients ``std = 1.25 * mean|g|``); ``log2`` spreads the rungs over a 64x range for heavy-tailed layers. The paper's "three
-groups" could be three such ladders chosen per layer by a statistic; with the groups unknown we
-expose the ladder as a parameter instead of inventing a selection rule.
+(for Gaussian gradients ``std = 1.25 * mean|g|``); ``log2`` spreads the rungs over a 64x range
+for heavy-tailed layers. The paper's "three groups" could be three such ladders chosen per layer
+by a statistic; with the groups unknown we expose the ladder as parameters instead of inventing a
+selection rule.
 """
 
 from __future__ import annotations
