@@ -42,6 +42,7 @@ at the server (seed 001's metric) is measured from the payloads' index sets
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,6 +56,11 @@ from aiotsim.compress.sparsify import ValueDtype, k_of, round_values, topk_indic
 from aiotsim.schema import fraction, non_negative, opt, unit_interval
 
 Metric = Literal["magnitude", "global", "persistence", "consensus"]
+
+
+def _closed_unit(v: float) -> str | None:
+    """Range check: ``0 <= v <= 1``."""
+    return None if 0 <= v <= 1 else f"must be in [0, 1], got {v!r}"
 
 
 @dataclass
@@ -81,6 +87,12 @@ class AggregationAware(Codec[AggAwareState]):
         decay: float = opt(
             0.5, "persistence: p <- decay * p + (1 - decay) * [index in union], in [0, 1)", check=fraction
         )
+        reserve: float = opt(
+            1.0,
+            "fraction of k chosen by the boosted score; the other slots go to the plain top |acc| "
+            "first, so locally large entries are never starved (0: plain top-k, 1: all boosted)",
+            check=_closed_unit,
+        )
         value_dtype: ValueDtype = value_dtype_opt()
 
     name = "agg-aware"
@@ -98,12 +110,26 @@ class AggregationAware(Codec[AggAwareState]):
             return mag
         return mag * (1.0 + self.params.boost * p.to(mag.device))
 
+    def select(self, flat: torch.Tensor, state: AggAwareState, k: int) -> torch.Tensor:
+        """The ``k`` indices sent (ascending): ``k - ceil(reserve * k)`` by ``|acc|`` alone, the
+        other ``ceil(reserve * k)`` by the boosted score among the rest (``reserve`` 1: all)."""
+        scores = self.scores(flat, state)
+        boosted = math.ceil(self.params.reserve * k)
+        if boosted >= k or state.globalness is None:
+            return topk_indices(scores, k)
+        own = topk_indices(flat.abs(), k - boosted)  # [k - boosted] locally largest
+        rest = torch.ones_like(flat, dtype=torch.bool)
+        rest[own] = False
+        rest_idx = torch.nonzero(rest, as_tuple=False).reshape(-1)  # [n - k + boosted]
+        extra = rest_idx[topk_indices(scores[rest_idx], boosted)]
+        return torch.sort(torch.cat([own, extra])).values
+
     def _encode(
         self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: AggAwareState
     ) -> tuple[Payload, Sent | None]:
         flat = acc.reshape(-1)  # [n] fp32: r + g (or g without error feedback)
         n = flat.numel()
-        idx = topk_indices(self.scores(acc, state), k_of(self.params.ratio, n))  # [k]
+        idx = self.select(flat, state, k_of(self.params.ratio, n))  # [k]
         values = round_values(flat[idx], self.params.value_dtype)
         return sparse_payload(idx, values, n, self.params.value_dtype), Sent.sparse(idx, values)
 
