@@ -12,7 +12,9 @@ it would have to count. So what a node observes depends on the downlink (``compr
   is below the parameter's fp32 resolution (the model does not show them either). With server
   momentum, weight decay or Adam it is the optimizer's whole step: momentum keeps every coordinate
   touched in recent rounds moving, weight decay moves every non-zero parameter, so the support is
-  no longer the aggregate's.
+  no longer the aggregate's. On iot10 with server momentum (150 iterations), agg-aware observing
+  the delta sees a wider "global" set than observing the union: union 3,144 vs 2,133 non-zeros,
+  accuracy 83.7% vs 82.0% (top-k: 4,114, 85.4%).
 
 The ring strategy's all-gather delivers the averaged gradient to every node, which observes it.
 Every node observes every step, as if it held the previous version (sync rounds); a node that was
