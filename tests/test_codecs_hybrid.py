@@ -71,6 +71,40 @@ def test_hylo_conv_rate_formula() -> None:
     assert build_codec("hylo", {"kernel_unit": "filter"}).kernels_sent(LENET["conv2.weight"]) == 5
 
 
+@pytest.mark.parametrize(
+    ("rule", "conv2_rate", "conv2_kernels", "big_rate"),
+    [
+        # s = 2400 / 1000 = 2.4; big: s = 589.824 (both below min_rate 0.05 -> clipped)
+        ("log10", 0.3 - 0.1 * math.log10(2.4), 26, 0.05),
+        ("sqrt", 0.3 / math.sqrt(2.4), 19, 0.05),  # 0.19365 * 96 = 18.59 -> 19
+        ("inverse", 0.125, 12, 0.05),  # 0.3 / 2.4 = 0.125 * 96 = 12 kernels
+    ],
+)
+def test_hylo_conv_rate_rules(rule: str, conv2_rate: float, conv2_kernels: int, big_rate: float) -> None:
+    codec = build_codec("hylo", {"rate_rule": rule})
+    assert codec.conv_rate(2400) == pytest.approx(conv2_rate, rel=1e-12)
+    assert codec.kernels_sent(LENET["conv2.weight"]) == conv2_kernels
+    assert codec.conv_rate(589_824) == big_rate
+    assert codec.conv_rate(1000) == pytest.approx(0.3)  # at the threshold: max_rate for every rule
+    # floor 1e-4: log10 0.3 - 0.1 * log10(589.824) = 0.0229, sqrt 0.3 / sqrt(589.824) = 0.01235,
+    # inverse 0.3 / 589.824 = 0.000509
+    floorless = build_codec("hylo", {"rate_rule": rule, "min_rate": 1e-4}).conv_rate(589_824)
+    s = 589.824
+    expected = {"log10": 0.3 - 0.1 * math.log10(s), "sqrt": 0.3 / math.sqrt(s), "inverse": 0.3 / s}[rule]
+    assert floorless == pytest.approx(expected, abs=1e-15)
+
+
+def test_hylo_size_rule_at_the_threshold() -> None:
+    # a 1,000-element fc layer exactly at the threshold: "at_least" compresses it, "above" does not
+    at = LayerInfo("fc", (10, 100), kind="fc")
+    assert build_codec("hylo").route(at) == "2bit"
+    assert build_codec("hylo", {"size_rule": "above"}).route(at) == "dense"
+    above = LayerInfo("fc", (7, 143), kind="fc")  # 1,001 elements
+    assert build_codec("hylo", {"size_rule": "above"}).route(above) == "2bit"
+    below = LayerInfo("fc", (999,), kind="fc")
+    assert build_codec("hylo").route(below) == "dense"
+
+
 def test_hylo_lenet_payload_sizes() -> None:
     codec = build_codec("hylo")
     gen = torch.Generator().manual_seed(0)
@@ -149,6 +183,18 @@ def test_hylo_fc_rms_threshold() -> None:
     payload, out, _ = run(codec, layer, grad)
     assert float(unpack_f32(payload.buffers["threshold"])[0]) == 1.25
     assert out.tolist() == [[1.25, -1.25, 0.0, 0.0]]
+
+
+def test_hylo_fc_max_abs_threshold() -> None:
+    layer = LayerInfo("fc", (1, 4), kind="fc")
+    codec = build_codec("hylo", {"size_threshold": 0, "fc_stat": "max_abs", "fc_factor": 0.5})
+    grad = torch.tensor([[3.0, -4.0, 1.0, -2.0]])  # max |acc| = 4 -> t = 2
+    payload, out, state = run(codec, layer, grad)
+    assert float(unpack_f32(payload.buffers["threshold"])[0]) == 2.0
+    assert out.tolist() == [[2.0, -2.0, 0.0, -2.0]]
+    assert state.residual.tolist() == [[1.0, -2.0, 1.0, 0.0]]
+    # codes [1, 2, 0, 2] -> 1 + (2 << 2) + (2 << 6) = 137
+    assert payload.buffers["codes"].tolist() == [137]
 
 
 def test_hylo_validate_names_bad_values() -> None:

@@ -162,6 +162,29 @@ def test_4bit_mean_anchor_clips_into_residual():
     assert d.tolist() == [0.0, 0.0, 0.0, 40.0]
 
 
+def test_4bit_std_anchor_hand_case():
+    # std about zero: sqrt((324 + 36 + 36 + 4) / 16) = sqrt(25) = 5 = t1 for both spacings
+    acc = t([18.0, -6.0, 6.0, 2.0] + [0.0] * 12)
+    # linear rungs 5, 10, ..., 35: |acc| / 5 = [3.6, 1.2, 1.2, .4, 0...] -> levels [3, 1, 1, 0, ...]
+    ((p, d, r),) = run("4bit", {"statistic": "std"}, [acc])
+    assert unpack_f32(p.buffers["anchor"]).tolist() == [5.0]
+    assert d.tolist() == [15.0, -5.0, 5.0] + [0.0] * 13
+    assert r.tolist() == [3.0, -1.0, 1.0, 2.0] + [0.0] * 12
+    assert p.buffers["codes"].tolist() == [3 | (8 | 1) << 4, 1] + [0] * 6
+    # log2 rungs 5, 10, 20, 40, ...: 3.6 lies in [2, 4) -> level 2 (10); 1.2 -> level 1; .4 -> 0
+    ((p, d, r),) = run("4bit", {"statistic": "std", "spacing": "log2"}, [acc])
+    assert unpack_f32(p.buffers["anchor"]).tolist() == [5.0]
+    assert d.tolist() == [10.0, -5.0, 5.0] + [0.0] * 13
+    assert r.tolist() == [8.0, -1.0, 1.0, 2.0] + [0.0] * 12
+    assert p.buffers["codes"].tolist() == [2 | (8 | 1) << 4, 1] + [0] * 6
+
+
+def test_4bit_std_anchor_one_element_layer_still_sends():
+    # about zero, the std of one element is |x| (about its mean it would be 0: never sent)
+    ((p, d, r),) = run("4bit", {"statistic": "std"}, [t([-0.75])])
+    assert d.tolist() == [-0.75] and r.tolist() == [0.0]
+
+
 @pytest.mark.parametrize(
     "params, expected",
     [
@@ -169,6 +192,8 @@ def test_4bit_mean_anchor_clips_into_residual():
         ({"spacing": "log2"}, [3.5 / 64, 3.5 / 32, 3.5 / 16, 3.5 / 8, 3.5 / 4, 3.5 / 2, 3.5]),
         ({"statistic": "mean"}, [3.5 * k for k in range(1, 8)]),
         ({"statistic": "mean", "spacing": "log2"}, [3.5 * 2**k for k in range(7)]),
+        ({"statistic": "std"}, [3.5 * k for k in range(1, 8)]),
+        ({"statistic": "std", "spacing": "log2"}, [3.5 * 2**k for k in range(7)]),
     ],
 )
 def test_4bit_thresholds(params, expected):
@@ -193,6 +218,8 @@ RESIDUAL_CODECS = [
     ("4bit", {"spacing": "log2"}),
     ("4bit", {"statistic": "mean"}),
     ("4bit", {"statistic": "mean", "spacing": "log2"}),
+    ("4bit", {"statistic": "std"}),
+    ("4bit", {"statistic": "std", "spacing": "log2"}),
     ("efsignsgd", {}),
     ("onebit", {}),
     ("onebit", {"granularity": "column"}),

@@ -431,6 +431,26 @@ def _union_sizes(params: dict, rounds: int = 6, workers: int = 4, n: int = 2000,
     return sizes
 
 
+def test_agg_aware_reserve_keeps_the_locally_largest() -> None:
+    layer = LayerInfo("fc", (10,))
+    acc = torch.tensor([9.0, 8.0, 1.0, 2.0, 7.0, 0.0, 0.0, 3.0, 2.9, 3.0])
+    p = torch.tensor([0, 0, 0, 0, 0, 0, 0, 1, 1, 1], dtype=torch.float32)  # last union: 7, 8, 9
+
+    def chosen(params: dict) -> list[int]:
+        codec = build_codec("agg-aware", {"ratio": 0.4, "boost": 2.0, **params})
+        state = codec.init_state(layer, CPU, 0)
+        state.globalness = p.clone()
+        return codec.select(acc, state, 4).tolist()
+
+    # reserve 1 (default): scores |acc| * (1 + 2p) = [9, 8, 1, 2, 7, 0, 0, 9, 8.7, 9]: the local 8
+    # (index 1) loses to the global 8.7 (index 8)
+    assert chosen({}) == [0, 7, 8, 9]
+    # reserve 0.5: 2 slots by |acc| (0, 1), 2 by the boosted score among the rest (7 and 9: 9 each)
+    assert chosen({"reserve": 0.5}) == [0, 1, 7, 9]
+    # reserve 0: plain top-k by |acc|
+    assert chosen({"reserve": 0.0}) == [0, 1, 4, 7]
+
+
 def test_agg_aware_union_smaller_than_independent_topk() -> None:
     reference = sum(_union_sizes({"metric": "magnitude"})[1:])  # round 1 has no global info yet
     for params in (

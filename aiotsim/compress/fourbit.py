@@ -1,20 +1,35 @@
 """4Bit: MXNet's 2-bit threshold scheme widened to 4-bit codes with per-layer thresholds (seed 000).
 
 Jiang, Fu, Peng, Zhu, "4Bit-based Gradient Compression Method for Distributed Deep Learning System",
-Computer Science 47(7):220-226, 2020 (doi:10.11896/jsjkx.200300097). The abstract fixes three things:
-four bits per gradient value instead of MXNet's two; several approximation thresholds per layer,
-chosen from that layer's gradient statistics; and, as in 2Bit, what is not sent stays in a local
-residual (error feedback). A summary of the full text adds that the authors designed three groups of
-thresholds to fit differently distributed layers; the exact groups are not public.
+Computer Science 47(7):220-226, 2020 (doi:10.11896/jsjkx.200300097). The seed's words and how we
+read each of them:
+
+* "Four bits are used to represent a specific gradient value. Compared with 2Bit, this method can
+  approximate the gradient more finely": a 4-bit code per element, sign + 3-bit level, so seven
+  non-zero magnitudes per sign where MXNet's 2Bit has one.
+* "different approximation thresholds are selected according to the gradient characteristics of
+  each layer of the network model" and "by using more bits and multiple thresholds": the seven
+  magnitudes are a *ladder of thresholds* ``t_1 < ... < t_7`` computed per layer and step from one
+  statistic of the layer (``statistic``), spaced by a fixed rule (``spacing``). Which statistic and
+  which spacing the abstract does not say; both are parameters (table below). A summary of the full
+  text adds that the authors designed three groups of thresholds for differently distributed
+  layers; the groups are not public, so none is invented here.
+* "such as 2Bit method in MXNet" (the method 4Bit refines; the seed list: "residual kept locally
+  (error feedback)"): what is not sent stays in a local residual, MXNet's ``r >= t -> send t,
+  r -= t`` rule with seven rungs.
 
 Algorithm (our reading). Per layer and step, with residual ``r`` and gradient ``g``:
 
 1. ``acc = r + g`` (error feedback, the role :meth:`aiotsim.compress.base.Codec.encode` applies).
-2. One anchor statistic ``a`` of ``|acc|`` (``statistic``): ``max`` (default) or ``mean``.
-3. Seven thresholds ``0 < t_1 < ... < t_7`` from the anchor (``spacing``):
+2. One anchor statistic ``a`` of ``acc`` (``statistic``, same units as the gradient): ``max``
+   (default) ``max |acc|``; ``mean`` ``mean |acc|``; ``std`` ``sqrt(mean acc**2)``, the layer's
+   standard deviation about zero (the sigma of zero-mean gradients ~ N(0, sigma**2); about the
+   mean instead, a constant or one-element layer would get sigma = 0 and never send anything).
+3. Seven thresholds ``0 < t_1 < ... < t_7`` from the anchor (``spacing``: ``linear`` is evenly
+   spaced, ``log2`` geometric with ratio 2):
 
    ==========  ======================================  ======================================
-   spacing     statistic = "max" (a is t_7)            statistic = "mean" (a is t_1)
+   spacing     statistic = "max" (a is t_7)            statistic = "mean" or "std" (a is t_1)
    ==========  ======================================  ======================================
    linear      ``t_k = k * a / 7``                     ``t_k = k * a``
    log2        ``t_k = a * 2**(k - 7)``                ``t_k = a * 2**(k - 1)``
@@ -37,9 +52,11 @@ Readings not chosen, and why. The default (``max``, ``linear``) never clips: the
 always representable, small ones wait in the residual as MXNet's do, and the thresholds follow the
 layer's scale as the abstract asks. ``mean`` anchors the first rung at the layer's typical magnitude
 (MXNet's single threshold made adaptive, as seed 004 does for 2-bit) and clips outliers into the
-residual; ``log2`` spreads the rungs over a 64x range for heavy-tailed layers. The paper's "three
-groups" could be three such ladders chosen per layer by a statistic; with the groups unknown we
-expose the ladder as a parameter instead of inventing a selection rule.
+residual; ``std`` does the same at one sigma, weighting large elements more than ``mean`` does
+(for Gaussian gradients ``std = 1.25 * mean|g|``); ``log2`` spreads the rungs over a 64x range
+for heavy-tailed layers. The paper's "three groups" could be three such ladders chosen per layer
+by a statistic; with the groups unknown we expose the ladder as parameters instead of inventing a
+selection rule.
 """
 
 from __future__ import annotations
@@ -63,7 +80,7 @@ SIGN_BIT = 8
 def first_threshold(anchor: torch.Tensor, spacing: str, statistic: str) -> torch.Tensor:
     """``t_1``, the rung every other threshold is a multiple of: ``t_k = t_1 * k`` (linear) or
     ``t_1 * 2**(k - 1)`` (log2). ``anchor`` is a 0-d fp32 tensor; so is the result."""
-    if statistic == "mean":
+    if statistic in ("mean", "std"):
         return anchor
     return anchor / LEVELS if spacing == "linear" else anchor * 2.0 ** (1 - LEVELS)
 
@@ -90,8 +107,10 @@ class FourBit(Codec[CodecState]):
 
     @dataclass(frozen=True)
     class Params:
-        statistic: Literal["max", "mean"] = opt(
-            "max", "anchor from |r+g| of the layer: 'max' is the top threshold, 'mean' the first"
+        statistic: Literal["max", "mean", "std"] = opt(
+            "max",
+            "anchor from r+g of the layer: 'max' |.| is the top threshold; 'mean' |.| or 'std' "
+            "(sqrt(mean (r+g)**2)) is the first",
         )
         spacing: Literal["linear", "log2"] = opt("linear", "thresholds k*t1 ('linear') or t1*2**(k-1) ('log2'), k=1..7")
 
@@ -114,8 +133,10 @@ class FourBit(Codec[CodecState]):
         elif statistic == "max":
             lo, hi = torch.aminmax(acc)
             anchor = torch.maximum(hi, -lo)  # max |acc| without materializing |acc|
-        else:
+        elif statistic == "mean":
             anchor = torch.linalg.vector_norm(acc, ord=1) / n  # mean |acc|
+        else:
+            anchor = torch.dot(acc, acc).div_(n).sqrt_()  # std about zero: sqrt(mean acc**2)
         t1 = first_threshold(anchor, spacing, statistic)  # 0-d fp32
         # |acc| / t1 in units of the first rung. A zero t1 means a zero layer (|acc| = 0 everywhere,
         # or an anchor below fp32's range): dividing by 1 instead keeps every level at 0. Division,

@@ -2,42 +2,54 @@
 
 Reference: J. Peng, "Communication Optimization of Distributed Deep Learning System Based on Model
 Structure Characteristics", Master's thesis, Huazhong University of Science and Technology (2021).
+Only its abstract is public; each reading below stands beside the seed's words, and where two are
+plausible the other is a parameter (defaults: the first reading of each).
 
 Each layer is routed by its type and parameter count (:meth:`Hylo.route`); the route depends only on
 the static :class:`LayerInfo` and the parameters, so the server knows it without a flag on the wire.
 
-* **small** (``numel < size_threshold``, any kind): sent uncompressed as fp32; the transmission
-  cost is negligible and the thesis leaves such layers alone.
-* **conv kernels** (``kind == "conv"``, at least 3-D ``[out, in, k...]``): the layer is viewed as a
-  set of kernels, ``kernel_unit="kernel"``: one ``[kh, kw]`` slice per ``(out, in)`` pair,
-  ``[out * in, kh * kw]``; ``kernel_unit="filter"``: one ``[in, kh, kw]`` filter per output channel,
-  ``[out, in * kh * kw]``. The importance of a kernel is the ``importance_norm`` (L1 or L2) of its
-  *accumulated* gradient (gradient + residual), so a kernel left out keeps growing until it is sent.
-  The ``ceil(rate * kernels)`` most important kernels are sent (their indices in the shared index
-  coding, their values fp32 or fp16); the others stay in the residual. The transmission rate adapts
-  to the layer's parameter scale (the thesis: larger conv layers cost more to send, so they send a
-  smaller share)::
+* **small**: "When the parameter scale of the layer is larger than a certain threshold value, it
+  means that the transmission cost is considerable and the layer needs to be optimized." Parameter
+  scale = element count; ``size_rule="at_least"`` (default) compresses ``numel >= size_threshold``,
+  ``"above"`` the literal "larger than", ``numel > size_threshold``. Smaller layers (any kind) go
+  uncompressed as fp32.
+* **conv kernels**: "For a convolution layer, an adaptive transmission rate is set according to the
+  parameter scale of the layer. Only the gradients of some important convolution kernels are
+  selected to be transmitted ..., and the gradients of the remaining convolution kernels are
+  accumulated locally." A conv layer (``kind == "conv"``, at least 3-D ``[out, in, k...]``) is
+  viewed as a set of kernels, ``kernel_unit="kernel"``: one ``[kh, kw]`` slice per ``(out, in)``
+  pair, ``[out * in, kh * kw]``; ``kernel_unit="filter"``: one ``[in, kh, kw]`` filter per output
+  channel, ``[out, in * kh * kw]``. The importance of a kernel is the ``importance_norm`` (L1 or L2)
+  of its *accumulated* gradient (gradient + residual), so a kernel left out keeps growing until it
+  is sent. The ``ceil(rate * kernels)`` most important kernels are sent (their indices in the shared
+  index coding, their values fp32 or fp16); the others stay in the residual. The abstract does not
+  say how the rate depends on the scale; we read "the transmission cost is considerable" as: larger
+  layers send a smaller share. With ``s = numel / size_threshold`` (>= 1 on this route) and the
+  result clipped to ``[min_rate, max_rate]`` (``rate_rule``)::
 
-      rate = clip(max_rate - rate_decay * log10(numel / size_threshold), min_rate, max_rate)
+      "log10"   rate = max_rate - rate_decay * log10(s)   every tenfold more parameters: -rate_decay
+      "sqrt"    rate = max_rate / sqrt(s)                 sent elements grow as sqrt(numel)
+      "inverse" rate = max_rate / s                       a fixed budget of ~max_rate * size_threshold
+                                                          elements per layer
 
-  i.e. a layer at the size threshold sends ``max_rate`` of its kernels and every tenfold more
-  parameters lowers the rate by ``rate_decay``. With the defaults (0.3, 0.1, 0.05, threshold 1000):
-  LeNet-5's conv2 (2,400 weights) sends 26.2% of its 96 kernels, a 3x3x256x256 ResNet layer 5%.
-* **2-bit** (``kind == "fc"``, and the fallback of large layers of any other kind): MXNet's 2-bit
-  threshold quantization with error feedback and an adaptive threshold: ``acc = grad + residual``,
-  ``t = fc_factor * stat(acc)`` with ``stat`` the mean absolute value (default) or the RMS of the
-  layer's accumulated gradient ("a threshold adaptively set according to the overall size of all
-  gradient values in this layer"). Elements with ``acc >= t`` send code 1 (decoded ``+t``), elements
-  with ``acc <= -t`` code 2 (``-t``), the others code 0 (``0``); ``residual = acc - decoded``.
-  Codes are packed 4 per byte; ``t`` travels as an fp32 field.
+  With the defaults (log10; 0.3, 0.1, 0.05, threshold 1000): LeNet-5's conv2 (2,400 weights) sends
+  26.2% of its 96 kernels, a 3x3x256x256 ResNet layer 5%; "sqrt" 19.4%, "inverse" 12.5% for conv2.
+* **2-bit**: "For a fully-connected layer, a threshold is adaptively set according to the overall
+  size of all gradient values in this layer. This threshold is used to quantize and compress all
+  the gradients ... into 2 bits ... The gradient bias caused by quantization is accumulated
+  locally." MXNet's 2-bit threshold quantization with error feedback (``kind == "fc"``, and the
+  fallback of large layers of any other kind): ``acc = grad + residual``, ``t = fc_factor *
+  stat(acc)``, the "overall size" read as (``fc_stat``) the mean absolute value (default), the RMS,
+  or the largest absolute value (``max_abs``: with ``fc_factor`` 1 only the largest elements are
+  sent; meant with a factor like 0.5) of the layer's accumulated gradient. (The L2 norm itself is
+  not offered: ``||acc|| >= max|acc|``, so at any factor near 1 it would send almost nothing.)
+  Elements with ``acc >= t`` send code 1 (decoded ``+t``), elements with ``acc <= -t`` code 2
+  (``-t``), the others code 0 (``0``); ``residual = acc - decoded``. Codes are packed 4 per byte;
+  ``t`` travels as an fp32 field.
 
 Large layers that are neither conv nor fc (big embeddings, large norm or bias vectors, conv layers
 whose shape has no kernel dimension) take the ``fallback`` route: ``"2bit"`` (default) or
-``"dense"``.
-
-Choices where the thesis abstract leaves details open, all parameters: the rate formula above; the
-kernel unit and its norm; the 2-bit threshold statistic and factor; the fallback of other large
-layers. Only worker-to-server traffic is compressed (as in MXNet, which Hylo is built on).
+``"dense"``. Only worker-to-server traffic is compressed (as in MXNet, which Hylo is built on).
 """
 
 from __future__ import annotations
@@ -117,18 +129,27 @@ class Hylo(Codec[CodecState]):
     @dataclass(frozen=True)
     class Params:
         size_threshold: int = opt(1000, "layers with fewer parameters go uncompressed (fp32)", check=non_negative)
+        size_rule: Literal["at_least", "above"] = opt(
+            "at_least", "compress layers with numel >= size_threshold ('at_least') or > it ('above')"
+        )
         max_rate: float = opt(
             0.3, "conv kernel transmission rate of a layer at the size threshold", check=unit_interval
         )
         min_rate: float = opt(0.05, "lowest conv kernel transmission rate", check=unit_interval)
-        rate_decay: float = opt(0.1, "rate decrease per tenfold more conv parameters", check=non_negative)
+        rate_decay: float = opt(0.1, "log10 rule: rate decrease per tenfold more conv parameters", check=non_negative)
+        rate_rule: Literal["log10", "sqrt", "inverse"] = opt(
+            "log10",
+            "conv rate vs s = numel / size_threshold: max_rate - rate_decay*log10(s), max_rate/sqrt(s), max_rate/s",
+        )
         kernel_unit: Literal["kernel", "filter"] = opt(
             "kernel", "importance unit: [kh,kw] kernel per (out,in) or whole output filter"
         )
         importance_norm: Literal["l1", "l2"] = opt("l1", "norm of the accumulated kernel gradient used as importance")
         value_dtype: Literal["fp32", "fp16"] = opt("fp32", "precision of the sent kernel values")
         fc_factor: float = opt(1.0, "fc 2-bit threshold = fc_factor * stat(accumulated gradient)", check=positive)
-        fc_stat: Literal["mean_abs", "rms"] = opt("mean_abs", "layer statistic the fc threshold scales")
+        fc_stat: Literal["mean_abs", "rms", "max_abs"] = opt(
+            "mean_abs", "layer statistic of the accumulated gradient the fc threshold scales"
+        )
         fallback: Literal["2bit", "dense"] = opt("2bit", "route of large layers that are neither conv nor fc")
 
     @classmethod
@@ -162,7 +183,9 @@ class Hylo(Codec[CodecState]):
 
     def route(self, layer: LayerInfo) -> Route:
         """Which path ``layer`` takes: ``"dense"``, ``"kernels"`` or ``"2bit"``."""
-        if layer.numel < self.params.size_threshold or layer.numel == 0:
+        n, limit = layer.numel, self.params.size_threshold
+        small = n <= limit if self.params.size_rule == "above" else n < limit
+        if small or n == 0:
             return "dense"
         if layer.kind == "conv" and self.kernel_view(layer) is not None:
             return "kernels"
@@ -173,8 +196,13 @@ class Hylo(Codec[CodecState]):
     def conv_rate(self, numel: int) -> float:
         """Kernel transmission rate of a conv layer of ``numel`` parameters (formula in the module doc)."""
         p = self.params
-        ratio = numel / max(p.size_threshold, 1)
-        rate = p.max_rate - p.rate_decay * math.log10(max(ratio, 1.0))
+        scale = max(numel / max(p.size_threshold, 1), 1.0)  # s >= 1: layer size in thresholds
+        if p.rate_rule == "log10":
+            rate = p.max_rate - p.rate_decay * math.log10(scale)
+        elif p.rate_rule == "sqrt":
+            rate = p.max_rate / math.sqrt(scale)
+        else:  # inverse: about max_rate * size_threshold elements per layer
+            rate = p.max_rate / scale
         return min(p.max_rate, max(p.min_rate, rate))
 
     def kernels_sent(self, layer: LayerInfo) -> int:
@@ -185,7 +213,12 @@ class Hylo(Codec[CodecState]):
     def fc_threshold(self, acc: torch.Tensor) -> float:
         """Adaptive 2-bit threshold ``fc_factor * stat(acc)`` (fp32-rounded, as it is sent)."""
         a = acc.reshape(-1)
-        stat = a.abs().mean() if self.params.fc_stat == "mean_abs" else a.square().mean().sqrt()
+        if self.params.fc_stat == "mean_abs":
+            stat = a.abs().mean()
+        elif self.params.fc_stat == "rms":
+            stat = a.square().mean().sqrt()
+        else:
+            stat = a.abs().max()
         t = (self.params.fc_factor * stat).to(torch.float32)
         return float(t)
 

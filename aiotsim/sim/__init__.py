@@ -4,6 +4,7 @@
                    server, network, trace and accounting, behind a small interface
 ``learning.py``    what nodes and the server compute (gradient, encode, decode + aggregate, step),
                    returning values and wall-clock/FLOP costs; never touches simulated time
+``observe.py``     what a node may learn of the server's step (codecs that observe it: agg-aware)
 ``processes.py``   the SimPy processes of a round: node, gateway, downlink hops
 ``strategies/``    how a run orders its rounds (sync, partial, async, ring), a registry by name
 ``runner.py``      one run from the first dispatch to the summary, records into a ``RunSink``

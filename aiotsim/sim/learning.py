@@ -283,12 +283,6 @@ class Learning:
             raise Diverged(f"the optimizer step overflows the parameters ({exc})") from None
         self.optimizer.zero_grad(set_to_none=True)
 
-    def observe_global(self, applied: list[torch.Tensor], locals_: list[LocalState]) -> None:
-        """Let every node's codec state see the update every replica applied."""
-        for local in locals_:
-            for j, (codec, layer) in enumerate(zip(self.layer_codecs, self.layers)):
-                codec.observe_global(applied[j], layer, local.states[j])
-
     def snapshot(self) -> list[torch.Tensor]:
         """A copy of the current parameters (for nodes that work on this version later)."""
         return [p.detach().clone() for p in self.params]

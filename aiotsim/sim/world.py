@@ -35,6 +35,7 @@ from aiotsim.records import EvalRow, MetricsRow, Progress, RunSummary
 from aiotsim.sim.accounting import RunFacts, RunSink, Totals, Window, mean, summarize
 from aiotsim.sim.energy import EnergyMeter, get_radio
 from aiotsim.sim.learning import Learning, LocalState
+from aiotsim.sim.observe import before_step, observe_global
 from aiotsim.sim.stops import Diverged, Stalled, non_finite
 from aiotsim.sim.topologies import SERVER, NodeSpec, build_topology, node_layout, node_name
 from aiotsim.sim.trace import TraceRecorder
@@ -251,6 +252,7 @@ class Cluster:
         decode_s = self.codec_time(self.server_compute, wall, len(uploads))
         yield env.timeout(decode_s)
         self.trace.span(SERVER, "aggregate", t_dec, decode_s, iteration=it)
+        before = before_step(learning)  # downlink "model": nodes derive the step from the models
         try:
             learning.step(update.applied)
         except Diverged as stop:
@@ -260,7 +262,7 @@ class Cluster:
             self.snapshots[self.version] = learning.snapshot()
             keep = {st.dispatched_version for st in self.nodes} | {self.version}
             self.snapshots = {v: p for v, p in self.snapshots.items() if v in keep}
-        learning.observe_global(update.applied, [st.local for st in self.nodes])
+        observe_global(learning, update.applied, [st.local for st in self.nodes], before)
         return Applied(it, uploads, decode_s, update.agg_nnz, update.agg_bytes)
 
     def finish_row(self, done: Applied) -> None:

@@ -28,6 +28,7 @@ import torch
 from aiotsim.compress.base import LayerInfo, Payload
 from aiotsim.learn.partition import even_sizes
 from aiotsim.records import MetricsRow
+from aiotsim.sim.observe import observe_global
 from aiotsim.sim.stops import Diverged, non_finite
 from aiotsim.sim.strategies.base import Strategy, register
 from aiotsim.sim.topologies import node_name
@@ -169,7 +170,7 @@ class RingStrategy(Strategy):
         except Diverged as stop:
             raise Diverged(f"iteration {it}: {stop.reason}") from None
         c.version += 1
-        learning.observe_global(update, [st.local for st in c.nodes])
+        observe_global(learning, update, [st.local for st in c.nodes])  # all-gather: all have it
         return avg
 
     def step(self, sends: list[Hop], wall: list[float], encode: list[float], direction: str, tag: str, it: int) -> Proc:
