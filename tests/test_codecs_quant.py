@@ -268,6 +268,7 @@ def monte_carlo(name: str, params: dict, grad: torch.Tensor, draws: int, seeds: 
     return mean, total_sq / draws - mean * mean
 
 
+@pytest.mark.slow
 def test_terngrad_unbiased_without_clipping():
     grad = torch.randn(64, generator=torch.Generator().manual_seed(0))
     draws = 4000
@@ -279,6 +280,7 @@ def test_terngrad_unbiased_without_clipping():
     assert ((mean - grad.double()).abs() <= 5 * (exact_var / draws).sqrt() + 1e-9).all()
 
 
+@pytest.mark.slow
 def test_terngrad_clipping_is_unbiased_for_the_clipped_gradient():
     grad = torch.randn(64, generator=torch.Generator().manual_seed(1))
     grad[3] = 20.0  # an outlier far beyond 2.5 sigma
@@ -315,6 +317,7 @@ def test_terngrad_uses_only_the_state_generator():
 
 
 # ---- qsgd ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_qsgd_unbiased():
     grad = torch.randn(100, generator=torch.Generator().manual_seed(2))  # buckets of 16: 6 + tail 4
     s, d = 3, 16
@@ -327,6 +330,7 @@ def test_qsgd_unbiased():
     assert ((mean - grad.double()).abs() <= 5 * se + 1e-6).all()
 
 
+@pytest.mark.slow
 def test_qsgd_elias_unbiased_too():
     grad = torch.randn(40, generator=torch.Generator().manual_seed(3))
     draws = 2000

@@ -183,6 +183,7 @@ def test_randomk_sends_no_indices() -> None:
     assert torch.allclose(d1[idx1], g[idx1] * 100.0)  # scaled by n / k
 
 
+@pytest.mark.slow
 def test_randomk_scaled_is_unbiased_monte_carlo() -> None:
     # n = 40, k = 4: each value is n/k * g_i with probability k/n. Per-draw variance g_i^2 (n/k - 1)
     # = 9 g_i^2, so over T draws the mean's standard error is 3 |g_i| / sqrt(T).

@@ -272,6 +272,7 @@ def all_finite(out_dir: Path) -> bool:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+@pytest.mark.slow
 @given(mutated())
 def test_mutated_scenarios_validate_without_traceback(case: tuple[dict[str, Any], set[str]]) -> None:
     text = to_toml(case[0])

@@ -166,6 +166,7 @@ def test_layer_infos_norm_layers() -> None:
     assert kinds == ["conv", "bias", "norm", "norm", "norm", "norm", "fc", "bias"]
 
 
+@pytest.mark.slow
 def test_learn_package_does_not_import_simpy() -> None:
     import subprocess
     import sys
@@ -239,6 +240,7 @@ def test_bn_running_stats_follow_gradients_not_flops_or_evaluation() -> None:
     assert loss == pytest.approx(expected_loss, rel=1e-6) and 0.0 <= acc <= 1.0
 
 
+@pytest.mark.slow
 def test_describe_models() -> None:
     infos = {i.name: i for i in describe_models((1, 28, 28), 10)}
     assert list(infos) == list(MODELS)

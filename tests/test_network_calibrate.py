@@ -59,6 +59,7 @@ def _can_calibrate() -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_quick_calibration_meets_the_error_targets() -> None:
     reason = _can_calibrate()
     if reason:

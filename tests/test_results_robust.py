@@ -152,6 +152,7 @@ def test_compare_skips_an_incomplete_run(good, tmp_path) -> None:
     assert len(c.rows) == 1 and "incomplete (interrupted)" in warnings[0]
 
 
+@pytest.mark.slow
 def test_plot_uses_the_good_runs_and_names_every_damaged_one(good, tmp_path, caplog) -> None:
     root = tmp_path / "mixed"
     shutil.copytree(good, root)

@@ -132,6 +132,7 @@ def test_sweep_missing_base_and_file(tmp_path) -> None:
     assert res.exit_code == 2 and "Traceback" not in res.output
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not ray_available(), reason="ray is not installed (pip install 'aiotsim[ray]')")
 def test_ray_gives_the_same_results_as_the_local_pool(tmp_path) -> None:
     import ray

@@ -143,6 +143,7 @@ def test_stopped_sweep_ends_its_workers_and_resumes_to_identical_results(
     assert got == reference
 
 
+@pytest.mark.slow
 def test_results_do_not_depend_on_the_worker_count(tmp_path) -> None:
     """The same runs in this process (whatever torch's thread count here) and in 2 workers."""
     plans = {
