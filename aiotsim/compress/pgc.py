@@ -80,13 +80,28 @@ class PGCThreshold(NamedTuple):
     alpha: float  # the threshold: k-th largest |g|
 
 
-def pgc_threshold(g: torch.Tensor, scale: float = 1.0) -> PGCThreshold:
+TopkReading = Literal["fraction", "count", "percent"]
+
+
+def kept_count(s: float, n: int, scale: float = 1.0, reading: TopkReading = "fraction") -> int:
+    """``k`` of ``Top-k(G, S)`` for an ``n``-element layer of sparsity ``S``, clipped to ``[1, n]``.
+
+    ``"fraction"``: ``ceil(scale * S * n)`` (S the kept fraction); ``"count"``: ``ceil(scale * S)``
+    (the paper's words "find the first S large gradient values" read literally); ``"percent"``:
+    ``ceil(scale * S * n / 100)``. The product is rounded to 9 decimals first, so float noise
+    (``0.3 * 100 = 30.000000000000004``) does not add an element.
+    """
+    per = {"fraction": s * n, "count": s, "percent": s * n / 100.0}[reading]  # elements, real
+    return min(n, max(1, math.ceil(round(scale * per, 9))))
+
+
+def pgc_threshold(g: torch.Tensor, scale: float = 1.0, reading: TopkReading = "fraction") -> PGCThreshold:
     """Algorithm 1 of the PGC paper on one layer's gradient ``g`` (any shape, fp32, non-empty).
 
     Returns
     -------
     PGCThreshold
-        ``mu``, ``sigma``, ``H``, ``gamma``, ``S``, ``k = clip(ceil(scale * S * N), 1, N)`` and the
+        ``mu``, ``sigma``, ``H``, ``gamma``, ``S``, ``k`` (:func:`kept_count` of ``S``) and the
         threshold ``alpha`` (``k = 0``, ``alpha = inf`` when every gradient is zero).
     """
     flat = g.reshape(-1).float()  # [N]
@@ -104,7 +119,7 @@ def pgc_threshold(g: torch.Tensor, scale: float = 1.0) -> PGCThreshold:
         s = entropy * gamma
     else:  # constant layer: gamma = 0, the entropy term is unbounded; define S = 0
         entropy, s = math.inf, 0.0
-    k = min(n, max(1, math.ceil(scale * s * n)))
+    k = kept_count(s, n, scale, reading)
     alpha = float(mag[topk_indices(mag, k)].min())  # the k-th largest |g|
     return PGCThreshold(mu, sigma, entropy, gamma, s, k, alpha)
 
@@ -128,6 +143,11 @@ class PartitionGradientCompression(Codec[PGCState]):
             "Algorithm 1 on the fresh 'gradient' (k from it, Top-k of the accumulated values) or on the "
             "'accumulated' values",
         )
+        topk_reading: TopkReading = opt(
+            "fraction",
+            "how Top-k(G, S) turns S into k: 'fraction' (k = S*N), 'count' (k = S, the paper's words "
+            "'the first S large gradient values'), 'percent' (k = S*N/100)",
+        )
         value_dtype: ValueDtype = value_dtype_opt()
 
     name = "pgc"
@@ -148,7 +168,7 @@ class PartitionGradientCompression(Codec[PGCState]):
             # Algorithm 1's input: the accumulation when asked, or when it is the gradient anyway
             own = self.params.stats == "accumulated" or not self.error_feedback
             source = flat if own else as_float(grad).reshape(-1)
-            thr = pgc_threshold(source, self.params.scale)
+            thr = pgc_threshold(source, self.params.scale, self.params.topk_reading)
             mag = flat.abs()  # [N]
             if source is not flat and thr.k > 0:
                 # the k of Algorithm 1 (from the gradient), applied to the accumulated values
@@ -160,3 +180,22 @@ class PartitionGradientCompression(Codec[PGCState]):
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return decode_sparse(payload, layer, self.params.value_dtype)
+
+
+@register
+class PartitionGradientCompressionPaper(PartitionGradientCompression):
+    """PGC exactly as the paper writes it (seed 002): no residual.
+
+    Section 4.2: "only the gradient value greater than the threshold is transmitted and updated"
+    (abstract), screened by ``T_alpha(g) = g if |g| > alpha, alpha if |g| = alpha, 0 if |g| <
+    alpha``: the values at or above the threshold are sent and applied, the rest are dropped. The
+    paper never mentions keeping the dropped values, unlike the Strom and AdaComp residuals it
+    cites in Section 2.2, so the preset turns error feedback off; everything else is ``pgc``'s.
+    """
+
+    @dataclass(frozen=True)
+    class Params(PartitionGradientCompression.Params):
+        error_feedback: bool = opt(False, "keep the dropped values for the next step (off: the paper's form)")
+
+    name = "pgc-paper"
+    summary = "PGC (seed 002) as the paper writes it: values above the Algorithm-1 threshold sent, the rest dropped"
