@@ -122,3 +122,28 @@ def test_fft_default_is_the_papers_form() -> None:
     state = codec.init_state(layer, CPU, 0)
     codec.encode(torch.randn(1000, generator=torch.Generator().manual_seed(4)), layer, state)
     assert state.residual is None
+
+
+def test_pgc_momentum_correction_and_algorithm1_on_the_raw_gradient() -> None:
+    # pgc owns the velocity u <- 0.9 u + g (DGC's momentum correction): the k of Algorithm 1 comes
+    # from the raw gradient g (the paper's G), the sent values are the k largest of r + u.
+    g1 = torch.tensor(G8)
+    g2 = torch.tensor([0.0, 0.1, -0.3, 0.2, 0.05, 0.0, -0.1, 0.0])
+    codec = build_codec("pgc", {"momentum": 0.9})
+    assert type(codec).absorbs_momentum  # the server then steps without momentum
+    layer = LayerInfo("w", (8,))
+    state = codec.init_state(layer, CPU, 0)
+    codec.encode(g1, layer, state)  # sends 0.4, -0.2, -0.2 (the hand case above)
+    r1 = torch.tensor([0, 0, 0.1, 0, -0.1, 0, 0, 0])
+    u2 = 0.9 * g1 + g2  # [0.36, -0.08, -0.21, 0.2, -0.04, 0, -0.1, -0.18]
+    payload = codec.encode(g2, layer, state)
+    assert state.momentum.tolist() == pytest.approx(u2.tolist())
+    # g2: mu = -0.00625, sigma = 0.13793, H = 0.56210, gamma = 0.5 / 0.75, S * N = 2.998 -> k = 3
+    assert state.last.k == pgc_threshold(g2).k == 3  # from g2 alone, not from u2 or r1 + u2
+    # r1 + u2 = [0.36, -0.08, -0.11, 0.2, -0.14, 0, -0.1, -0.18]: the 3 largest are 0.36, 0.2,
+    # -0.18 (u2 alone would send -0.21 at index 2: the residual -0.1 + 0.1 changes the choice)
+    assert payload_indices(payload, 8).tolist() == [0, 3, 7]
+    assert codec.decode(payload, layer).tolist() == pytest.approx([0.36, 0, 0, 0.2, 0, 0, 0, -0.18])
+    # pgc-paper: plain SGD (no velocity), no residual
+    paper = build_codec("pgc-paper", {})
+    assert paper.params.momentum == 0.0

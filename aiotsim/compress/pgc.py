@@ -65,7 +65,7 @@ from aiotsim.compress.memory import Sent
 from aiotsim.compress.registry import register
 from aiotsim.compress.sparse import decode_sparse, sparse_payload
 from aiotsim.compress.sparsify import ValueDtype, round_values, topk_indices, value_dtype_opt
-from aiotsim.schema import opt, positive
+from aiotsim.schema import fraction, opt, positive
 
 
 class PGCThreshold(NamedTuple):
@@ -128,6 +128,7 @@ def pgc_threshold(g: torch.Tensor, scale: float = 1.0, reading: TopkReading = "f
 class PGCState(CodecState):
     """PGC state with the last layer's Algorithm-1 quantities (statistics only)."""
 
+    momentum: torch.Tensor | None = None  # internal: u, the local velocity (fp32, shape of the gradient)
     last: PGCThreshold | None = None  # statistics: Algorithm 1 of the latest encode
 
 
@@ -143,6 +144,12 @@ class PartitionGradientCompression(Codec[PGCState]):
             "Algorithm 1 on the fresh 'gradient' (k from it, Top-k of the accumulated values) or on the "
             "'accumulated' values",
         )
+        momentum: float = opt(
+            0.9,
+            "momentum factor m applied by the codec (u <- m u + g, DGC's momentum correction; replaces "
+            "training.momentum); Algorithm 1 reads the raw gradient g. 0 = plain SGD",
+            check=fraction,
+        )
         topk_reading: TopkReading = opt(
             "fraction",
             "how Top-k(G, S) turns S into k: 'fraction' (k = S*N), 'count' (k = S, the paper's words "
@@ -155,19 +162,32 @@ class PartitionGradientCompression(Codec[PGCState]):
     State = PGCState
     has_residual = True
     sparse = True
+    absorbs_momentum = True  # the velocity lives in the codec, so Algorithm 1 can read the gradient
     encode_flops_per_element = 12.0
+
+    def _feedback_input(self, grad: torch.Tensor, state: PGCState) -> torch.Tensor:
+        """Momentum correction (Lin et al. 2018, as in DGC): the velocity ``u <- m u + g`` (fp32,
+        kept in the state) is what is accumulated and sent; ``g`` itself stays Algorithm 1's input
+        (``_encode``'s ``grad``). ``m = 0``: ``u = g``, the paper's plain SGD."""
+        g = as_float(grad)
+        if self.params.momentum == 0.0:
+            return g
+        u = g.clone() if state.momentum is None else state.momentum.mul_(self.params.momentum).add_(g)
+        state.momentum = u
+        return u
 
     def _encode(
         self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: PGCState
     ) -> tuple[Payload, Sent | None]:
-        flat = acc.reshape(-1)  # [N] fp32: r + g (or g without error feedback)
+        flat = acc.reshape(-1)  # [N] fp32: r + u (u = m u + g; u = g without momentum; r = 0 without EF)
         n = flat.numel()
         if n == 0:
             idx = torch.zeros(0, dtype=torch.int64, device=acc.device)
         else:
             # Algorithm 1's input: the accumulation when asked, or when it is the gradient anyway
-            own = self.params.stats == "accumulated" or not self.error_feedback
-            source = flat if own else as_float(grad).reshape(-1)
+            plain = not self.error_feedback and self.params.momentum == 0.0  # acc == g
+            own = self.params.stats == "accumulated" or plain
+            source = flat if own else as_float(grad).reshape(-1)  # [N] the raw gradient g
             thr = pgc_threshold(source, self.params.scale, self.params.topk_reading)
             mag = flat.abs()  # [N]
             if source is not flat and thr.k > 0:
@@ -196,6 +216,11 @@ class PartitionGradientCompressionPaper(PartitionGradientCompression):
     @dataclass(frozen=True)
     class Params(PartitionGradientCompression.Params):
         error_feedback: bool = opt(False, "keep the dropped values for the next step (off: the paper's form)")
+        # Table 1 of the paper gives batch size, iterations and learning rate only: plain SGD
+        momentum: float = opt(
+            0.0, "momentum factor m applied by the codec (replaces training.momentum); 0 = the paper's plain SGD",
+            check=fraction,
+        )
 
     name = "pgc-paper"
     summary = "PGC (seed 002) as the paper writes it: values above the Algorithm-1 threshold sent, the rest dropped"
