@@ -135,6 +135,7 @@ def test_pgc_momentum_correction_and_algorithm1_on_the_raw_gradient() -> None:
     state = codec.init_state(layer, CPU, 0)
     codec.encode(g1, layer, state)  # sends 0.4, -0.2, -0.2 (the hand case above)
     r1 = torch.tensor([0, 0, 0.1, 0, -0.1, 0, 0, 0])
+    assert state.residual.reshape(-1).tolist() == pytest.approx(r1.tolist())
     u2 = 0.9 * g1 + g2  # [0.36, -0.08, -0.21, 0.2, -0.04, 0, -0.1, -0.18]
     payload = codec.encode(g2, layer, state)
     assert state.momentum.tolist() == pytest.approx(u2.tolist())

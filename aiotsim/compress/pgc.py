@@ -19,34 +19,54 @@ Readings chosen where the paper is open (documented, and parameters where two ar
   ``sigma < 0.242``, i.e. for every realistic gradient; the paper says it re-expresses H "to ensure
   that the information entropy is positive", and the scrape lost that operator. The faithful
   reading is the absolute value, used here.
-* **S -> k.** S is called the sparsity and fed to Top-k; here it is the *fraction of elements
-  kept*: ``k = ceil(scale * S * N)`` clipped to ``[1, N]`` (``scale`` = 1 is the paper's formula).
-  Order of magnitude: ``S * N = H * (G_max - G_min) / mean|G|`` hardly depends on N. For a
-  Gaussian layer ``(G_max - G_min) / mean|G|`` is about 2 * 4.3 / 0.8 ~ 11 at N = 48,000, so with
-  sigma = 1e-3 (H = 5.5) k ~ 60. Measured on aiotsim's LeNet-5 (MNIST, batch 64, every parameter
-  tensor, no residual): sigma ~ 4e-3 to 3e-2 so H ~ 1-4, heavier tails than Gaussian; fc1
-  (48,000 weights) keeps k = 173, fc2 (10,080) k = 274, conv2 (2,400) k = 74; the whole model goes
-  from 246,824 to 3,722 wire bytes, **66x** (69x after 50 SGD steps). Table 3 reports 24.2x for
-  LeNet on MNIST (29.1x AlexNet, 37.1x ResNet): the fraction reading lands within 3x of it, the same
-  order of magnitude and sparser. The other readings are far off: "S percent" is 100x sparser
-  still, and S as the fraction *dropped* keeps >99% of the elements (below 1x with indices).
-  ``scale`` calibrates (``scale = 10`` gives 8x on the same gradient; about 3 matches 24x).
+* **S -> k** (``topk_reading``). S is called "the set gradient sparsity", and the paper says "we
+  use the Top-k sorting algorithm to find the first S large gradient values in this layer". Read
+  literally S is a *count* (``"count"``: ``k = ceil(S)``); but ``S = H * gamma`` is below 1 for any
+  layer of more than a few dozen elements (``gamma ~ 10 / N``), so that reading sends one value per
+  layer. The default ``"fraction"`` reads S as the fraction of elements kept:
+  ``k = ceil(scale * S * N)`` clipped to ``[1, N]`` (``scale`` = 1 is the paper's formula);
+  ``"percent"`` (``k = S * N / 100``) is offered too. ``S * N = H * (G_max - G_min) / mean|G|``
+  hardly depends on N: a layer keeps tens to hundreds of values whatever its size, so the ratio
+  grows with the model. Measured on the paper-sized ``lenet-caffe`` (431,080 parameters, MNIST,
+  batch 128, lr 0.01, 2 workers, no momentum, ``pgc-paper``, 100 iterations): sigma 1e-3 to 8e-3,
+  H 3.4-5.3, ``S * N`` = 9 (fc2 bias) .. 190 (fc1, 400,000 weights); about 420 values sent per
+  worker and step, **722x** on the wire against Table 3's **24.2x**; ``"count"`` and ``"percent"``
+  are sparser still. The paper's ratios (24.2x at 0.45 M, 37.1x at 4.27 M parameters: 2.7-4% kept)
+  imply a k that grows with N, which no reading of ``S = H * gamma`` gives; ``scale = 30`` gives
+  28.6x on lenet-caffe (about 35 matches 24.2x). Without a residual the reading sends so little
+  that lenet-caffe reaches 21% test accuracy after 100 iterations (70.6% with ``scale = 30``).
 * **Top-k on magnitudes.** Top-k and T_alpha are applied to ``|G|``; elements at exactly alpha are
   sent with their own sign (``T_alpha`` sends "alpha" for ``|g| == alpha``, i.e. ``g`` itself), so
   ties at the threshold are all sent and the message can exceed k.
 * **The partition.** T_alpha screens the whole layer: with alpha above sigma (always, at these
   k) the sent elements are the key region's outer part and the tails beyond 3 sigma, which the
   screening function does not exclude; the sparse region sends nothing.
-* **Residual.** The paper does not say whether unsent gradients are kept; ``error_feedback =
-  true`` (default) keeps them as error feedback; ``false`` drops them. (The switch was called
-  ``residual`` before error feedback became a role shared by every codec; one name everywhere.)
+* **Residual.** The paper does not say whether unsent gradients are kept ("only the gradient value
+  greater than the threshold is transmitted and updated"). ``pgc`` keeps them as error feedback
+  (``error_feedback = true``, the default here, like the residual sparsifiers the paper cites);
+  the registered preset ``pgc-paper`` is the literal form: no residual, plain SGD.
+* **Momentum** (``momentum``, the codec's own: it replaces ``training.momentum``, as in DGC). The
+  paper trains with plain SGD (Table 1 lists batch, iterations and lr only). ``pgc`` applies
+  momentum correction itself, ``u <- m u + g``, accumulates ``u`` in the residual, and runs
+  Algorithm 1 on the raw gradient ``g``, the paper's ``G``. Why: H depends on sigma in absolute
+  units and is zero at ``sigma = (2 pi e)^-1/2 = 0.242``. When the engine applied node momentum,
+  Algorithm 1 read the velocity (about ``1 / (1 - m)`` = 10x the gradient): on iot10 (lr 0.02,
+  m 0.9) the velocities of fc1, fc2 and conv2 reached an RMS of 0.2-0.35 by iteration 60-70, H
+  fell from ~5 to ~0.3, k from 230 to 6 (fc1), the residual grew 20x (fc1 norm 600) and was
+  released in bursts when sigma passed 0.242 and H rose again: test accuracy fell from 65.5% (49)
+  to 8.6% (99) with the loss back at chance, recovering only after iteration 150. Algorithm 1 on
+  the gradient keeps sigma ~10x smaller (H >= 2; fc1 keeps k >= 96) and iot10 (300 iterations,
+  evals every 25) trains without the collapse: 27.5, 65.2, 61.3, 79.6, 90.7, 94.2 ... 96.1% at 300
+  (50x), against 25.9, 65.5, 24.3, 8.6, 13.2, 68.9 ... 96.1% (74x) with Algorithm 1 on the
+  velocity. The dynamics are otherwise those of node momentum without masking: the velocity is
+  accumulated and sent as before. ``momentum = 0`` is plain SGD.
 * **Whose statistics.** Algorithm 1's input is the layer's gradient ``G``. With a residual, the
-  default ``stats = "gradient"`` computes mu, sigma, H, gamma and hence k from the fresh gradient,
+  default ``stats = "gradient"`` computes mu, sigma, H, gamma and hence k from the fresh gradient g,
   then sends the k largest of the accumulated values (threshold = the k-th largest ``|acc|``).
   ``stats = "accumulated"`` runs Algorithm 1 on the accumulated values instead; that feeds back on
   itself (the unsent mass raises ``sum |acc|``, which lowers gamma, S and k, which leaves more
-  unsent): measured on iot10 (LeNet-5, 300 iterations) it drifts to 359x compression and 81.8%
-  accuracy against 95.5% for ``none``.
+  unsent): measured on iot10 (LeNet-5, 300 iterations, before the momentum moved into the codec)
+  it drifts to 359x compression and 81.8% accuracy against 95.5% for ``none``.
 
 Degenerate layers: all-zero (``G_sum = 0``) sends nothing; a constant layer (``sigma = 0``,
 ``gamma = 0``) gives ``S = 0`` and hence k = 1, then every element tied at alpha is sent.
@@ -218,7 +238,8 @@ class PartitionGradientCompressionPaper(PartitionGradientCompression):
         error_feedback: bool = opt(False, "keep the dropped values for the next step (off: the paper's form)")
         # Table 1 of the paper gives batch size, iterations and learning rate only: plain SGD
         momentum: float = opt(
-            0.0, "momentum factor m applied by the codec (replaces training.momentum); 0 = the paper's plain SGD",
+            0.0,
+            "momentum factor m applied by the codec (replaces training.momentum); 0 = the paper's plain SGD",
             check=fraction,
         )
 
