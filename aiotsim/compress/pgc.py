@@ -154,11 +154,17 @@ class PGCState(CodecState):
 
 @register
 class PartitionGradientCompression(Codec[PGCState]):
-    """PGC (seed 002): per-layer entropy x trade-off sparsity, Top-k threshold, T_alpha screening."""
+    """PGC (seed 002): per-layer entropy x trade-off sparsity, Top-k threshold, T_alpha screening,
+    with error feedback and the codec's own momentum correction (Algorithm 1 reads the raw gradient)."""
 
     @dataclass(frozen=True)
     class Params(FeedbackParams):
-        scale: float = opt(1.0, "multiplier on S: k = ceil(scale * S * N); 1 = the paper's formula", check=positive)
+        scale: float = opt(
+            1.0,
+            "multiplier on S (fraction reading: k = ceil(scale * S * N)); 1 = the paper's formula, "
+            "about 35 matches Table 3's 24.2x on lenet-caffe",
+            check=positive,
+        )
         stats: Literal["gradient", "accumulated"] = opt(
             "gradient",
             "Algorithm 1 on the fresh 'gradient' (k from it, Top-k of the accumulated values) or on the "
