@@ -64,6 +64,11 @@ the default end) is a compression ratio that diminishes to none, the condition o
 abstract gives no schedule shape, start, end or length, so the default is ``constant`` (today's
 fixed ``keep = 0.1``; results of the constant schedule are unchanged). The decoder needs none of
 this: the kept bin indices travel in the payload.
+
+Measured on iot10 (LeNet-5, 10 nodes, node momentum 0.9, 300 iterations, one seed): constant
+``keep = 0.1`` without error feedback (the default) 94.4% test accuracy at 17.2x; with error
+feedback 96.4% at 18.6x; without error feedback and ``schedule = "linear"`` from 0.1 to 1.0 over
+300 steps 96.2% at 4.0x (the ratio diminishes from ~18x to 1x).
 """
 
 from __future__ import annotations
