@@ -144,9 +144,9 @@ def test_decode_uses_only_payload(name: str, layer_id: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_error_feedback_conservation(name: str, layer_id: str) -> None:
     """``sent + residual_after == grad + residual_before`` at every step (3 steps)."""
-    # DGC accumulates its momentum-corrected velocity; with momentum 0 (and no clipping) that is
-    # the gradient itself
-    codec = make_codec(name, momentum=0.0) if name == "dgc" else make_codec(name)
+    # DGC and PGC accumulate their momentum-corrected velocity; with momentum 0 (and no clipping)
+    # that is the gradient itself
+    codec = make_codec(name, momentum=0.0) if get_codec_class(name).absorbs_momentum else make_codec(name)
     # Read on the instance: a codec may derive it from its parameters (randomk with scale=true).
     if not codec.error_feedback:
         pytest.skip(f"{name} keeps no residual at its default parameters")
@@ -173,7 +173,9 @@ def test_error_feedback_conservation(name: str, layer_id: str) -> None:
 def test_error_feedback_off_keeps_no_residual(name: str, layer_id: str) -> None:
     """``error_feedback = false``: no residual, and nothing carries over between steps (the same
     gradient twice gives the same bytes)."""
-    codec = make_codec(name, error_feedback=False)
+    # a codec's own velocity (pgc's momentum correction) carries over by design: momentum 0 here
+    extra = {"momentum": 0.0} if get_codec_class(name).absorbs_momentum else {}
+    codec = make_codec(name, error_feedback=False, **extra)
     assert get_codec_class(name).has_residual and not codec.error_feedback
     layer = LAYERS[layer_id]
     state = make_state(codec, layer, torch.device("cpu"))

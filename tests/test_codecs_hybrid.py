@@ -262,7 +262,10 @@ def test_pack_words_round_trip_and_size(width: int, count: int, seed: int) -> No
 @pytest.mark.parametrize("chunk_size", [0, 64, 1000])
 def test_fft_keep_all_reconstructs(chunk_size: int) -> None:
     layer = LayerInfo("w", (25, 40), kind="fc")
-    codec = build_codec("fft", {"keep": 1.0, "mantissa_bits": 23, "max_exponent_bits": 8, "chunk_size": chunk_size})
+    codec = build_codec(
+        "fft",
+        {"keep": 1.0, "mantissa_bits": 23, "max_exponent_bits": 8, "chunk_size": chunk_size, "error_feedback": True},
+    )
     grad = torch.randn(layer.shape, generator=torch.Generator().manual_seed(3))
     _, out, state = run(codec, layer, grad)
     torch.testing.assert_close(out, grad, rtol=0, atol=1e-5)
@@ -284,7 +287,7 @@ def test_fft_single_frequency_is_one_bin() -> None:
 
 def test_fft_keeps_ceil_keep_times_bins_and_feeds_back() -> None:
     layer = LayerInfo("w", (1000,))
-    codec = build_codec("fft", {"keep": 0.1})
+    codec = build_codec("fft", {"keep": 0.1, "error_feedback": True})
     grad = torch.randn(1000, generator=torch.Generator().manual_seed(4))
     payload, out, state = run(codec, layer, grad)
     assert decode_indices(payload.buffers["indices"], 501).numel() == math.ceil(0.1 * 501)

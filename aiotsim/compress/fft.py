@@ -6,12 +6,14 @@ arXiv:1811.08596 (2018).
 
 The algorithm, per layer and per iteration:
 
-1. Error feedback: ``acc = grad + residual`` (fp32, flattened to ``n`` elements).
+1. Error feedback, when ``error_feedback`` is on: ``acc = grad + residual`` (fp32, flattened to
+   ``n`` elements); off (the default), ``acc = grad``.
 2. Frequency domain: ``acc`` is cut into ``C`` chunks of ``L`` elements (``chunk_size``; ``0`` means
    one chunk holding the whole layer; the last chunk is zero-padded) and each chunk goes through a
    real FFT: ``spec = rfft(acc.view(C, L))``, ``C * (L // 2 + 1)`` complex bins.
-3. Sparsification: the ``k = ceil(keep * bins)`` bins of largest magnitude (over the whole layer, not
-   per chunk) are kept; the paper's knob is the dropped fraction ``theta``, here ``keep = 1 - theta``.
+3. Sparsification: the ``k = ceil(keep_t * bins)`` bins of largest magnitude (over the whole layer, not
+   per chunk) are kept; the paper's knob is the dropped fraction ``theta``, here ``keep_t = 1 - theta``,
+   the kept fraction of step ``t`` (the schedule below; ``keep`` when constant).
 4. Range-based floating point: the kept bins' real and imaginary parts (``2k`` fp32 values) are
    re-encoded as small floats with 1 sign bit, ``mantissa_bits`` mantissa bits (round to nearest)
    and an exponent field that only spans the exponents actually observed in this message: the
@@ -21,14 +23,14 @@ The algorithm, per layer and per iteration:
    always zero). ``E = ceil(log2(range + 2))`` with ``range = e_max - e_lo``: the ``range + 1``
    observed exponents plus the zero/subnormal code. When the observed range would need more than
    ``max_exponent_bits`` bits, ``e_lo`` is raised to ``e_max - (2**max_exponent_bits - 2)`` and the
-   smaller values become subnormals (their rounding error is fed back like everything else).
+   smaller values become subnormals (with error feedback, their rounding error is fed back).
    Each value is one ``1 + E + M``-bit integer ``sign | code | mantissa``, bit-packed as fields of
    16, 8, 4, 2 or 1 bits (13 = 8 + 4 + 1), each field of all values as one array: the same bits as
    one ``1 + E + M``-bit packing, much faster (see :func:`pack_words`).
 5. The kept bin indices (into the ``C * (L//2 + 1)`` bins) use the shared cheapest index coding.
-6. The node rebuilds what the server will see (inverse FFT of the quantized sparse spectrum,
-   cropped to ``n``) and keeps ``acc - sent`` as the residual: both the dropped frequencies and the
-   quantization error are fed back.
+6. With error feedback, the node rebuilds what the server will see (inverse FFT of the quantized
+   sparse spectrum, cropped to ``n``) and keeps ``acc - sent`` as the residual: both the dropped
+   frequencies and the quantization error are fed back.
 
 Reading of the paper. The abstract fixes the two stages (frequency-domain sparsification of the
 small-magnitude frequencies, then a range-based float that quantizes the kept frequencies), both
@@ -38,16 +40,42 @@ threshold is the magnitude of the ``k``-th largest bin (a top-k over ``|spec|``,
 power-of-two FFTs, several times faster than one FFT of an arbitrary layer length on the CPU, and the
 natural batched form on a GPU; layers smaller than a chunk get one FFT of their own length) or, with
 ``chunk_size = 0``, over the whole flattened layer; the exponent range is taken from the
-message's own values (min in the header) rather than fixed per model; error feedback of the
-untransmitted part is applied, which the paper's convergence argument (diminishing ``theta``) does
-not need but which every other sparsifier in aiotsim uses, so comparisons are like for like
-(``error_feedback = false`` drops it, the paper's own form).
+message's own values (min in the header) rather than fixed per model.
+
+Error feedback. The seed's words: "We prove that our techniques guarantee the convergence with a
+diminishing compression ratio." The guarantee rests on the compression ratio shrinking over
+training, not on accumulating what was dropped, and the paper describes no residual; the paper's
+reading is therefore *no* error feedback: ``error_feedback = false`` is the default (the dropped
+frequencies and the rounding error are lost, as in the paper). ``error_feedback = true`` keeps them
+as a residual like every other sparsifier in aiotsim (step 6 above), for like-for-like comparisons.
+
+Diminishing compression ratio (the same sentence of the seed). The kept fraction of bins at the
+codec's own step ``t`` (``state.step``, encodes of this layer so far) follows ``schedule`` from
+``keep`` (the start) to ``keep_end`` over ``schedule_steps`` steps, then stays at ``keep_end``;
+with ``u = min(t, T) / T`` (``T = schedule_steps``)::
+
+    constant     keep                                         (keep_end ignored)
+    linear       keep + (keep_end - keep) * u
+    exponential  keep * (keep_end / keep) ** u                (geometric: equal ratios per step)
+    cosine       keep + (keep_end - keep) * (1 - cos(pi u)) / 2
+
+and ``k = clip(ceil(fraction * bins), 1, bins)``. A kept fraction that rises to 1 (``keep_end = 1``,
+the default end) is a compression ratio that diminishes to none, the condition of the proof. The
+abstract gives no schedule shape, start, end or length, so the default is ``constant`` (today's
+fixed ``keep = 0.1``; results of the constant schedule are unchanged). The decoder needs none of
+this: the kept bin indices travel in the payload.
+
+Measured on iot10 (LeNet-5, 10 nodes, node momentum 0.9, 300 iterations, one seed): constant
+``keep = 0.1`` without error feedback (the default) 94.4% test accuracy at 17.2x; with error
+feedback 96.4% at 18.6x; without error feedback and ``schedule = "linear"`` from 0.1 to 1.0 over
+300 steps 96.2% at 4.0x (the ratio diminishes from ~18x to 1x).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -64,7 +92,7 @@ from aiotsim.compress.packing import (
 )
 from aiotsim.compress.registry import register
 from aiotsim.compress.sparsify import topk_indices
-from aiotsim.schema import between, non_negative, opt, unit_interval
+from aiotsim.schema import between, non_negative, opt, positive, unit_interval
 
 # Exponent bias of the header field: fp32 exponents (of the 1.m form) lie in [-149, 128].
 _EXP_BIAS = 256
@@ -206,7 +234,9 @@ def _pow2(e: torch.Tensor) -> torch.Tensor:
 
 @register
 class FFTSparsification(Codec[CodecState]):
-    """Frequency-domain top-k sparsification + range-based float quantization, with error feedback."""
+    """Frequency-domain top-k sparsification + range-based float quantization (seed 003), with a
+    schedule of the kept fraction (the paper's diminishing compression ratio) and optional error
+    feedback (off by default: the paper's reading)."""
 
     name = "fft"
     summary = "FFT-domain sparsification of small frequencies + range-based float of the kept ones (seed 003)"
@@ -217,8 +247,23 @@ class FFTSparsification(Codec[CodecState]):
 
     @dataclass(frozen=True)
     class Params(FeedbackParams):
+        # the paper's convergence argument needs no residual: off by default (module docstring)
+        error_feedback: bool = opt(
+            False, "keep the dropped frequencies and rounding error for the next step (off: the paper's form)"
+        )
         keep: float = opt(
-            0.1, "fraction of frequency bins kept (1 - the paper's theta), in (0, 1]", check=unit_interval
+            0.1,
+            "fraction of frequency bins kept (1 - the paper's theta), in (0, 1]; the schedule's start",
+            check=unit_interval,
+        )
+        keep_end: float = opt(
+            1.0, "kept fraction at the end of the schedule (ignored by 'constant'), in (0, 1]", check=unit_interval
+        )
+        schedule: Literal["constant", "linear", "exponential", "cosine"] = opt(
+            "constant", "shape of the kept fraction from keep to keep_end over schedule_steps encodes"
+        )
+        schedule_steps: int = opt(
+            1000, "encodes (the codec's own steps) from keep to keep_end; keep_end after", check=positive
         )
         chunk_size: int = opt(
             4096,
@@ -239,11 +284,26 @@ class FFTSparsification(Codec[CodecState]):
         length = n if self.params.chunk_size == 0 or self.params.chunk_size >= n else self.params.chunk_size
         return math.ceil(n / length), length
 
-    def kept_bins(self, bins: int) -> int:
-        """Number of frequency bins kept out of ``bins``."""
+    def keep_fraction(self, step: int) -> float:
+        """Kept fraction of the bins at the codec's step ``step`` (0 = first encode), from
+        ``keep`` to ``keep_end`` along ``schedule`` (module docstring: "diminishing compression
+        ratio")."""
+        p = self.params
+        if p.schedule == "constant":
+            return p.keep
+        u = min(max(step, 0), p.schedule_steps) / p.schedule_steps  # progress in [0, 1]
+        if p.schedule == "linear":
+            return p.keep + (p.keep_end - p.keep) * u
+        if p.schedule == "exponential":
+            return p.keep * (p.keep_end / p.keep) ** u
+        return p.keep + (p.keep_end - p.keep) * (1.0 - math.cos(math.pi * u)) / 2.0  # cosine
+
+    def kept_bins(self, bins: int, step: int = 0) -> int:
+        """Number of frequency bins kept out of ``bins`` at the codec's step ``step``."""
         if bins == 0:
             return 0
-        return min(bins, max(1, math.ceil(self.params.keep * bins)))
+        # rounded to 9 decimals first: float noise (0.3 * 100 = 30.000000000000004) adds no bin
+        return min(bins, max(1, math.ceil(round(self.keep_fraction(step) * bins, 9))))
 
     def _inverse(self, idx: torch.Tensor, re: torch.Tensor, im: torch.Tensor, n: int) -> torch.Tensor:
         """Flat fp32 signal of ``n`` elements from the kept bins (inverse FFT, crop)."""
@@ -271,7 +331,7 @@ class FFTSparsification(Codec[CodecState]):
             pad = chunks * length - n
             x = torch.nn.functional.pad(flat, (0, pad)) if pad else flat
             spec = torch.fft.rfft(x.view(chunks, length), dim=1).reshape(-1)  # [C * (L//2+1)] complex64
-            k = self.kept_bins(spec.numel())
+            k = self.kept_bins(spec.numel(), state.step)  # the schedule's k at this encode
             # the k bins of largest |X|^2 (same order as |X|, no square root), ascending, exact;
             # ties: lower bin wins
             ri = torch.view_as_real(spec)  # [bins, 2]
