@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from aiotsim.cli import app
+from aiotsim.errors import ConfigError
 from aiotsim.results.parallel import Event, ray_available, run_local, run_ray
 from aiotsim.results.sweep import load_sweep
 
@@ -159,3 +160,13 @@ def test_ray_gives_the_same_results_as_the_local_pool(tmp_path) -> None:
         }
         for name in ("metrics.csv", "evals.csv", "scenario.toml", "trace.json"):
             assert (da / name).read_bytes() == (db / name).read_bytes(), name
+
+
+def test_a_sweep_name_cannot_leave_runs(tmp_path: Path) -> None:
+    """The default sweep directory is runs/sweep-NAME: a NAME with a path in it is refused."""
+    (tmp_path / "s.toml").write_text(
+        f'[sweep]\nname = "../../x"\nbase = "{TESTS / "tiny.toml"}"\n[grid]\n"compressor.name" = ["none"]\n'
+    )
+    with pytest.raises(ConfigError, match="sweep.name: must be a plain name"):
+        load_sweep(tmp_path / "s.toml")
+    assert load_sweep(tmp_path / "s.toml", out_dir=tmp_path / "out").out_dir == tmp_path / "out"  # --out is fine

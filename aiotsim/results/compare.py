@@ -38,6 +38,7 @@ from aiotsim.results.store import (
     write_file,
 )
 from aiotsim.results.store import warn as store_warn
+from aiotsim.validate import validate_scenario
 
 # Keys of [compressor] that are not codec parameters (a switched codec keeps these, drops the rest).
 _COMPRESSOR_SECTION_KEYS = {"name", "min_size", "downlink"}
@@ -103,7 +104,7 @@ def plan_comparison(
             seed = base_seed + k
             data = variant_data(base, {**fixed, "compressor.name": name, "scenario.seed": seed})
             try:
-                sc = scenario_from_dict(data, source=str(scenario_path))
+                sc = validate_scenario(scenario_from_dict(data, source=str(scenario_path)), str(scenario_path))
             except ConfigError as exc:
                 problems.extend(p for p in exc.problems if p not in problems)
                 break  # the other seeds of this variant have the same problems

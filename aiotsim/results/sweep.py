@@ -39,11 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiotsim.config import read_toml, scenario_from_dict
+from aiotsim.config import path_safe_name, read_toml, scenario_from_dict
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.compare import variant_data
 from aiotsim.results.parallel import Job
 from aiotsim.results.store import is_run_dir, make_dir, read_json, read_summary, write_file
+from aiotsim.validate import validate_scenario
 
 SWEEP_KEYS = {"base", "name", "out"}
 # Summary metrics copied into sweep.csv, in this order.
@@ -136,6 +137,8 @@ def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
         raise ConfigError(problems)
     points = _points(read_toml(base), fixed, grid, str(p))
     name = head.get("name", p.stem)
+    if out_dir is None and "out" not in head and (bad := path_safe_name(str(name))):
+        raise ConfigError(f"{p}: sweep.name: {bad}; or give [sweep] out / --out")
     out = Path(out_dir) if out_dir is not None else Path(head.get("out", f"runs/sweep-{name}"))
     return Sweep(p, str(name), base, dict(fixed), {k: list(v) for k, v in grid.items()}, points, out)
 
@@ -193,7 +196,9 @@ def _points(
     for combo in itertools.product(*(grid[k] for k in keys)):
         values = dict(zip(keys, combo))
         try:
-            sc = scenario_from_dict(variant_data(base_data, {**fixed, **values}), source=where)
+            sc = validate_scenario(
+                scenario_from_dict(variant_data(base_data, {**fixed, **values}), source=where), where
+            )
         except ConfigError as exc:
             problems.extend(q for q in exc.problems if q not in problems)
             continue
