@@ -62,6 +62,7 @@ class Runner:
         self.root = root
         self.quick = quick
         self.ran: list[tuple[str, float]] = []  # (key, wall seconds) of runs made this time
+        self.used: dict[str, Summary] = {}  # every run directory the report reads, by key
 
     def __call__(self, spec: Spec) -> Summary:
         """The summary of ``spec``'s run: read from its directory, or run now."""
@@ -69,6 +70,7 @@ class Runner:
         wanted = {"scenario": str(spec.path), "overrides": list(spec.overrides)}
         cached = _cached_summary(out, wanted)
         if cached is not None:
+            self.used[spec.key] = cached
             return cached
         scenario = load_scenario(ROOT / spec.path, list(spec.overrides))
         print(f"[results] running {spec.key}: {spec.command}", flush=True)
@@ -77,6 +79,7 @@ class Runner:
         self.ran.append((spec.key, time.perf_counter() - t0))
         (out / "spec.json").write_text(json.dumps(wanted, indent=1))
         print(f"[results] {spec.key}: {summary['status']} in {self.ran[-1][1]:.0f} s", flush=True)
+        self.used[spec.key] = summary
         return summary
 
 
@@ -598,13 +601,22 @@ def header(quick: bool) -> list[str]:
 
 
 def footer(run: Runner, t0: float) -> list[str]:
-    """Which runs this invocation made and how long they took (wall seconds)."""
-    total = time.perf_counter() - t0
-    lines = ["## Run times of this regeneration", ""]
-    if not run.ran:
-        return lines + ["Every row came from a cached run directory.", ""]
-    rows = [[key, f"{secs:.0f}"] for key, secs in run.ran]
-    return lines + table(["run directory", "wall s"], rows) + [f"Total: {total:.0f} s wall.", ""]
+    """Every run the report reads, with its iterations and the wall time it took when it ran."""
+    rows = [
+        [f"`runs/results/{key}`", str(s["iterations"]), str(s["nodes"]), f"{s['wall_time_s']:.0f}"]
+        for key, s in run.used.items()
+    ]
+    total = sum(s["wall_time_s"] for s in run.used.values())
+    made = f"{len(run.ran)} of them made by this invocation" if run.ran else "all of them read from the cache"
+    return [
+        "## Run times",
+        "",
+        "Wall seconds of each run when it was made (2-core CPU shared with other jobs, one torch "
+        f"thread per run, several runs at once): {total / 60:.0f} minutes in all; {made} "
+        f"(this invocation: {time.perf_counter() - t0:.0f} s).",
+        "",
+        *table(["run directory", "iterations", "workers", "wall s"], rows),
+    ]
 
 
 def _parts(run: Runner, quick: bool) -> dict[str, Callable[[], list[str]]]:
