@@ -55,12 +55,21 @@ class Spec:
         return "`" + " ".join(parts) + "`"
 
 
+class Missing(Exception):
+    """A run the report needs is not in the cache and the runner may not make it (``--no-run``)."""
+
+    def __init__(self, spec: Spec) -> None:
+        super().__init__(spec.key)
+        self.spec = spec
+
+
 class Runner:
     """Runs specs into ``root/<key>/`` with a cache of complete run directories."""
 
-    def __init__(self, root: Path, quick: bool) -> None:
+    def __init__(self, root: Path, quick: bool, run_missing: bool = True) -> None:
         self.root = root
         self.quick = quick
+        self.run_missing = run_missing
         self.ran: list[tuple[str, float]] = []  # (key, wall seconds) of runs made this time
         self.used: dict[str, Summary] = {}  # every run directory the report reads, by key
 
@@ -72,6 +81,8 @@ class Runner:
         if cached is not None:
             self.used[spec.key] = cached
             return cached
+        if not self.run_missing:
+            raise Missing(spec)
         scenario = load_scenario(ROOT / spec.path, list(spec.overrides))
         print(f"[results] running {spec.key}: {spec.command}", flush=True)
         t0 = time.perf_counter()
@@ -250,7 +261,11 @@ def pgc_ratio_rows(run: Runner, quick: bool) -> list[list[str]]:
     lit = pgc_paper_codec()[0]
     for label, stem, _, size, (p_var, p_pgc) in PGC_ROWS:
         specs = dict(pgc_specs(stem, quick))
-        got = {codec: run(spec) for codec, spec in specs.items()}
+        try:
+            got = {codec: run(spec) for codec, spec in specs.items()}
+        except Missing as exc:
+            rows.append([label, size, p_var, "-", p_pgc, "-", "-", "-", f"not run yet: {exc.spec.command}"])
+            continue
         params = got["none"]["model_params"] / 1e6
         rows.append(
             [
@@ -274,8 +289,12 @@ def pgc_throughput_rows(run: Runner, quick: bool) -> list[list[str]]:
     lit = pgc_paper_codec()[0]
     rows = []
     for label, stem, _, _, _ in PGC_ROWS:
-        got = {codec: run(spec) for codec, spec in pgc_specs(stem, quick)}
         p_base, p_var = paper.get(label, ("-", "-"))
+        try:
+            got = {codec: run(spec) for codec, spec in pgc_specs(stem, quick)}
+        except Missing:
+            rows.append([label, "not run yet", p_base, "-", "-", p_var, "-", "-"])
+            continue
         ratio = {c: speedup(s, got["none"]) for c, s in got.items()}  # throughput over none
         rows.append(
             [
@@ -635,12 +654,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs", type=Path, default=None, help="run directories (default runs/results)")
     ap.add_argument("--only", default="", help="comma-separated sections: pgc,aggaware,fourbit,hylo,fft")
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel processes (default 1)")
+    ap.add_argument("--no-run", action="store_true", help="report only cached runs; make none")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     root = args.runs or ROOT / ("runs/results-quick" if args.quick else "runs/results")
     t0 = time.perf_counter()
     wanted = [p for p in args.only.split(",") if p] or list(_parts(Recorder(), args.quick))
-    run = Runner(root, args.quick)
+    run = Runner(root, args.quick, run_missing=not args.no_run)
     if args.jobs > 1:
         recorder = Recorder()
         for name in wanted:
@@ -648,7 +668,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         run.ran += prefetch(recorder.specs, root, args.jobs)
     body: list[str] = []
     for name in wanted:
-        body += _parts(run, args.quick)[name]()
+        try:
+            body += _parts(run, args.quick)[name]()
+        except Missing as exc:
+            body += [f"## {name}: not run yet", "", f"Missing: {exc.spec.command}.", ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(header(args.quick) + body + footer(run, t0)).rstrip() + "\n")
     print(f"[results] wrote {args.out}")
