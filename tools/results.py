@@ -391,7 +391,7 @@ PGC_NOTES = [
 MNIST_ACCURACY = (
     "data.dataset=mnist",
     "model.name=lenet5",
-    "scenario.iterations=300",
+    "scenario.iterations=150",
     "training.lr=0.02",
     "training.eval_every=50",
 )
@@ -452,7 +452,7 @@ def section_fourbit(run: Runner) -> list[str]:
         "",
     ]
     lines += table(compare_header("2bit", False), compare_rows(run, "fourbit_cifar10_reduced.toml", codecs))
-    lines += ["Accuracy: the same scenario on the embedded MNIST digits with LeNet-5, 300 iterations:", ""]
+    lines += ["Accuracy: the same scenario on the embedded MNIST digits with LeNet-5, 150 iterations:", ""]
     lines += table(
         compare_header("2bit", True),
         compare_rows(run, "fourbit_cifar10_reduced.toml", codecs, MNIST_ACCURACY, accuracy=True),
@@ -479,7 +479,7 @@ def section_hylo(run: Runner) -> list[str]:
     for c, name in ((10, "CIFAR-10"), (100, "CIFAR-100")):
         lines += [f"{name}-shaped random data, alexnet, 4 workers (`hylo_cifar{c}_reduced.toml`):", ""]
         lines += table(compare_header("2bit", False), compare_rows(run, f"hylo_cifar{c}_reduced.toml", codecs))
-    lines += ["Accuracy: the CIFAR-10 scenario on the embedded MNIST digits with LeNet-5, 300 iterations:", ""]
+    lines += ["Accuracy: the CIFAR-10 scenario on the embedded MNIST digits with LeNet-5, 150 iterations:", ""]
     lines += table(
         compare_header("2bit", True),
         compare_rows(run, "hylo_cifar10_reduced.toml", codecs, MNIST_ACCURACY, accuracy=True),
@@ -567,10 +567,10 @@ def section_aggaware(run: Runner) -> list[str]:
         "",
         "LeNet-5 on the embedded MNIST digits, each worker sends 1% of its elements, the server "
         "sends the sparse union down (`aggaware_ps16_reduced.toml`; 16 workers 100 iterations, 32 "
-        "workers 40):",
+        "workers 25):",
         "",
     ]
-    rows = agg_rows(run, 16, 100) + agg_rows(run, 32, 40)
+    rows = agg_rows(run, 16, 100) + agg_rows(run, 32, 25)
     lines += table(
         [
             "selection",
@@ -588,7 +588,7 @@ def section_aggaware(run: Runner) -> list[str]:
     lines.append(
         "Differences: the paper's model, data and cluster are not in the abstract; LeNet-5 on 4,000 "
         "embedded digits, 16 and 32 workers (server link 100 Mbit/s, workers 10 Mbit/s) are "
-        "aiotsim's choices, and 100 (40) iterations show the union size, not the final convergence."
+        "aiotsim's choices, and 100 (25) iterations show the union size, not the final convergence."
     )
     return lines + [""]
 
