@@ -146,8 +146,8 @@ def _cached_summary(out: Path, wanted: dict[str, Any]) -> Summary | None:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """A Markdown table (first column left-aligned, the others right-aligned)."""
-    align = [":---"] + ["---:"] * (len(header) - 1)
+    """A Markdown table (the first and a "command" column left-aligned, numbers right-aligned)."""
+    align = [":---"] + [":---" if h == "command" else "---:" for h in header[1:]]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return lines + [""]
