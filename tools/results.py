@@ -228,8 +228,12 @@ def pgc_specs(stem: str, quick: bool) -> list[tuple[str, Spec]]:
 
 
 def accuracy_at(run: Runner, spec: Spec, iteration: int) -> float | None:
-    """Accuracy of ``spec``'s run at the evaluation after ``iteration`` iterations (evals.csv)."""
-    with open(run.root / spec.key / "evals.csv", newline="") as f:
+    """Accuracy of ``spec``'s run at the evaluation after ``iteration`` iterations (evals.csv);
+    None when the run has no such evaluation (or no run directory: the :class:`Recorder`)."""
+    path = run.root / spec.key / "evals.csv"
+    if not path.is_file():
+        return None
+    with open(path, newline="") as f:
         for row in csv.DictReader(f):
             if int(row["iteration"]) + 1 == iteration:
                 return float(row["accuracy"])
