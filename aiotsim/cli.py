@@ -154,6 +154,12 @@ def run(
     if resume is not None:
         if scenario is not None or compressor or iterations or set_ or out_dir:
             raise ConfigError("--resume RUN_DIR takes the scenario from RUN_DIR: give no scenario, -c, -n, --set or -o")
+        from aiotsim.sim.checkpoint import CHECKPOINT_NAME
+
+        if not (resume / CHECKPOINT_NAME).is_file():
+            raise ConfigError(
+                f"--resume {resume}: no {CHECKPOINT_NAME} there; a run writes one with --checkpoint-every N"
+            )
         summary = _simulate(
             str(resume), 0, resume, quiet, lambda p: _resume_run(resume, device, p, threads, checkpoint_every)
         )

@@ -164,3 +164,19 @@ def test_error_lines_keep_their_brackets(write_toml) -> None:
     res = runner.invoke(app, ["validate", str(write_toml("[netwrok]\nmtu = 1500\n"))])
     assert res.exit_code == 2
     assert "[netwrok]: unknown section (did you mean 'network'?)" in res.output
+
+
+def test_run_checkpoint_and_resume_from_the_cli(tiny_scenario: Path, tmp_path: Path) -> None:
+    """`run --checkpoint-every` writes checkpoint.pt; `run --resume` continues it to the same files
+    as the uninterrupted run; a directory without a checkpoint is a clear exit 2."""
+    from aiotsim.results.fingerprint import fingerprint_run_dir
+
+    ref, ckpt = tmp_path / "ref", tmp_path / "ckpt"
+    assert CliRunner().invoke(app, ["run", str(tiny_scenario), "-q", "-o", str(ref)]).exit_code == 0
+    res = CliRunner().invoke(app, ["run", str(tiny_scenario), "-q", "-o", str(ckpt), "--checkpoint-every", "2"])
+    assert res.exit_code == 0 and (ckpt / "checkpoint.pt").is_file()
+    res = CliRunner().invoke(app, ["run", "--resume", str(ckpt), "-q"])  # redoes the rows after it
+    assert res.exit_code == 0, res.output
+    assert fingerprint_run_dir(ckpt) == fingerprint_run_dir(ref)
+    res = CliRunner().invoke(app, ["run", "--resume", str(ref), "-q"])
+    assert res.exit_code == 2 and "no checkpoint.pt" in res.output

@@ -98,7 +98,7 @@ def test_results_tool_asks_only_for_valid_runs() -> None:
     tool = _results_tool()
     recorder = tool.Recorder()
     for make in tool._parts(recorder, False).values():
-        assert make()[0].startswith("## ")  # each section lays out on placeholder summaries
+        assert make()[0].startswith("## ")  # each section lays out on dry-run summaries
     keys = [s.key for s in recorder.specs]
     assert len(keys) == len(set(keys))  # one run directory per distinct run
     for spec in recorder.specs:

@@ -95,7 +95,7 @@ class Runner:
         return summary
 
 
-class _Placeholder(dict[str, Any]):
+class _DryRunSummary(dict[str, Any]):
     """A summary whose every field is 1.0: lets a section be laid out without its runs."""
 
     def __missing__(self, key: str) -> float:
@@ -110,10 +110,10 @@ class Recorder(Runner):
         self.specs: list[Spec] = []
 
     def __call__(self, spec: Spec) -> Summary:
-        """Remember ``spec``; return a placeholder summary."""
+        """Remember ``spec``; return a dry-run summary (no run is made)."""
         if spec not in self.specs:
             self.specs.append(spec)
-        return _Placeholder()
+        return _DryRunSummary()
 
 
 def _run_one(args: tuple[Path, Spec]) -> tuple[str, float]:
