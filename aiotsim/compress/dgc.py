@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
-from aiotsim.compress.memory import Sent
+from aiotsim.compress.memory import Sent, momentum_velocity
 from aiotsim.compress.registry import register
 from aiotsim.compress.sparse import decode_sparse, sparse_payload
 from aiotsim.compress.sparsify import ValueDtype, exact_topk_mask, k_of, round_values, value_dtype_opt
@@ -117,9 +117,8 @@ class DeepGradientCompression(Codec[DGCState]):
             norm = float(torch.linalg.vector_norm(g))
             if norm > self.params.clip_norm:
                 g = g * (self.params.clip_norm / norm)
-        u = g.clone() if state.momentum is None else state.momentum.mul_(self.params.momentum).add_(g)
-        state.momentum = u
-        return u
+        state.momentum = momentum_velocity(g, state.momentum, self.params.momentum)
+        return state.momentum
 
     def _encode(
         self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: DGCState

@@ -74,3 +74,10 @@ def remember(acc: torch.Tensor, sent: Sent) -> torch.Tensor:
     if sent.decay is not None:
         res.view(-1).mul_(sent.decay)
     return res
+
+
+def momentum_velocity(g: torch.Tensor, previous: torch.Tensor | None, m: float) -> torch.Tensor:
+    """Momentum correction (Lin et al. 2018): the velocity ``u <- m u + g``, formed in the previous
+    velocity's storage (``g`` is copied the first time); fp32, shape of ``g``."""
+    return g.clone() if previous is None else previous.mul_(m).add_(g)
+

@@ -84,7 +84,7 @@ from typing import Literal, NamedTuple
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload, as_float
-from aiotsim.compress.memory import Sent
+from aiotsim.compress.memory import Sent, momentum_velocity
 from aiotsim.compress.registry import register
 from aiotsim.compress.sparse import decode_sparse, sparse_payload
 from aiotsim.compress.sparsify import ValueDtype, round_values, topk_indices, value_dtype_opt
@@ -201,9 +201,8 @@ class PartitionGradientCompression(Codec[PGCState]):
         g = as_float(grad)
         if self.params.momentum == 0.0:
             return g
-        u = g.clone() if state.momentum is None else state.momentum.mul_(self.params.momentum).add_(g)
-        state.momentum = u
-        return u
+        state.momentum = momentum_velocity(g, state.momentum, self.params.momentum)
+        return state.momentum
 
     def _encode(
         self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: PGCState
