@@ -74,6 +74,11 @@ def link_rate(v: Any) -> str | None:
 RATE = link_rate  # every link rate, Mbit/s
 
 
+def auto_or_bool(v: Any) -> str | None:
+    """Range check: ``"auto"``, ``true`` or ``false``."""
+    return None if v is True or v is False or v == "auto" else f"must be 'auto', true or false, got {v!r}"
+
+
 def path_safe_name(v: Any) -> str | None:
     """A name that is also a directory name: no path separators, control characters or leading dot."""
     if not v or len(v) > MAX_NAME:
@@ -295,6 +300,16 @@ class NodesSection:
         between(MIN_RETRY_S, MAX_SECONDS),
     )  # fmt: skip
     group: list[NodeGroup] = opt([], "[[nodes.group]] blocks: heterogeneous node groups")
+    batched: str | bool = opt(
+        "auto",
+        "compute the gradients of nodes on one model version (sync, partial) in one vectorized "
+        "pass: true, false, or 'auto' (batched on CUDA only: slower on the CPU)",
+        auto_or_bool,
+    )
+    batch_chunk: int = opt(
+        0, f"nodes per batched gradient pass; 0: as many as a memory budget holds, 0..{MAX_NODES}",
+        between(0, MAX_NODES),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from aiotsim.compress.registry import build_codec
 from aiotsim.compress.sparse import sparse_payload
 from aiotsim.config import Scenario
 from aiotsim.errors import ConfigError
+from aiotsim.learn.batched import NodeGradient, node_batcher
 from aiotsim.learn.compute import BatchStream, GradientComputer
 from aiotsim.learn.data.transforms import augmentation
 from aiotsim.learn.datasets import Dataset, SyntheticSpec, load_dataset
@@ -47,6 +48,7 @@ class LocalState:
     stream: BatchStream  # its shard's batches
     states: list[CodecState]  # codec state per layer (residuals, ...)
     velocity: list[torch.Tensor] | None = None  # momentum_at = "nodes": momentum buffer per layer
+    pending: NodeGradient | None = None  # its next gradient, from a batched pass (sim/batching.py)
 
 
 @dataclass
@@ -118,6 +120,7 @@ class Learning:
             writers=self.data.train_writers,
         )
         self.computer = GradientComputer(self.model, device)
+        self.batched = node_batcher(self.computer, s.nodes.batched, s.nodes.batch_chunk)  # None: looped
         self.flops_per_batch = self.computer.train_flops((s.data.batch_size, *self.data.input_shape))
         test_n = s.data.eval_samples or len(self.data.test_y)
         self.test_x = self.data.test_x[:test_n].to(device)
@@ -162,9 +165,13 @@ class Learning:
         return LocalState(stream, self.new_states(i))
 
     def gradient(self, local: LocalState, params: list[torch.Tensor] | None) -> Gradient:
-        """The gradient on the node's next batch, at ``params`` (``None``: the current model)."""
-        x, y = local.stream.next()
-        res = self.computer.gradient(params, x, y, per_sample_sq=self.codec.needs_sq_grad)
+        """The gradient on the node's next batch, at ``params`` (``None``: the current model), or
+        the one a batched pass computed for it at dispatch (on the same batch and version)."""
+        if local.pending is not None:
+            res, local.pending = local.pending.take(), None
+        else:
+            x, y = local.stream.next()
+            res = self.computer.gradient(params, x, y, per_sample_sq=self.codec.needs_sq_grad)
         grads = res.grads
         if self.node_momentum:
             # momentum correction: the node accumulates u = m u + g and sends (a compression of) u

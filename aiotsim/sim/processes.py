@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import simpy
 
+from aiotsim.sim.batching import prefetch
 from aiotsim.sim.topologies import SERVER, node_name
 from aiotsim.sim.world import Cluster, Proc, Upload
 
@@ -94,6 +95,7 @@ def dispatch(c: Cluster, nodes: list[int], work: bool = True) -> list[simpy.Proc
     fanout: dict[str, simpy.Process] = {}
     if work and nodes:
         c.last_activity_s = c.env.now
+        prefetch(c, nodes)  # batched gradients, when nodes.batched is on
     for i in nodes:
         st = c.nodes[i]
         st.busy = work

@@ -1,0 +1,232 @@
+"""Batched node gradients: each node's gradient, loss and BN running-statistics update equal the
+looped path's (every built-in model), chunking, the memory budget, the option, and whole runs."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+from aiotsim.config import scenario_from_dict
+from aiotsim.errors import ConfigError
+from aiotsim.learn import batched as batched_mod
+from aiotsim.learn.batched import BatchedGradients, node_batcher, use_batched
+from aiotsim.learn.compute import GradientComputer
+from aiotsim.learn.models import MODELS, build_model, min_input_size
+from aiotsim.sim.runner import run_cluster
+from aiotsim.sim.world import Cluster
+from tests.test_strategies import MemorySink
+
+CPU = torch.device("cpu")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+# models whose three-node check takes more than a few seconds on the 2-core CPU
+SLOW_MODELS = {"resnet50", "vgg16", "resnet56", "alexnet", "resnet18", "mobilenetv2"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _inputs(name: str, nodes: int, batch: int, seed: int = 0) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor]:
+    side = max(min_input_size(name), 8)
+    shape = (3, side, side)
+    g = torch.Generator().manual_seed(seed)
+    return shape, torch.randn((nodes, batch, *shape), generator=g), torch.randint(0, 10, (nodes, batch), generator=g)
+
+
+def _assert_grads_close(ref: list[torch.Tensor], got: list[torch.Tensor]) -> None:
+    # tolerance relative to the node's largest gradient entry: a conv bias before BN has a
+    # gradient that is zero up to rounding, so a per-tensor relative check would compare noise
+    scale = max(float(g.abs().max()) for g in ref)
+    for a, b in zip(ref, got):
+        assert a.shape == b.shape
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_MODELS else m for m in MODELS])
+def test_every_model_batched_equals_looped(name: str) -> None:
+    nodes, batch = 3, 4
+    shape, xs, ys = _inputs(name, nodes, batch)
+    looped_model = build_model(name, shape, 10, seed=1)
+    batched_model = copy.deepcopy(looped_model)
+    # a version other than the model's own, as a partial round's snapshot would be
+    version = [p.detach() + 0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(7)) for p in
+               looped_model.parameters()]  # fmt: skip
+    looped = GradientComputer(looped_model, CPU)
+    ref = [looped.gradient(version, xs[i], ys[i]) for i in range(nodes)]
+    out = BatchedGradients(GradientComputer(batched_model, CPU), chunk=2).gradients(version, xs, ys)  # 2 chunks
+    got = [g.take() for g in out]
+    for r, b in zip(ref, got):
+        _assert_grads_close(r.grads, b.grads)
+        assert b.loss == pytest.approx(r.loss, rel=1e-5)
+        assert b.wall_s > 0
+    # BN running statistics: the same three updates, in the same order, as the looped forwards
+    for (key, a), (_, b) in zip(looped_model.state_dict().items(), batched_model.state_dict().items()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=key)
+    for p, q in zip(looped_model.parameters(), batched_model.parameters()):
+        assert torch.equal(p, q)  # parameters never written
+
+
+def test_running_stats_follow_the_order_of_take() -> None:
+    """Nodes taken in reverse order update the running statistics as looped forwards in that order."""
+    shape, xs, ys = _inputs("resnet20", 3, 4, seed=2)
+    a = build_model("resnet20", shape, 10, seed=0)
+    b = copy.deepcopy(a)
+    looped = GradientComputer(a, CPU)
+    for i in (2, 1, 0):
+        looped.gradient(None, xs[i], ys[i])
+    out = BatchedGradients(GradientComputer(b, CPU)).gradients(None, xs, ys)
+    for i in (2, 1, 0):
+        out[i].take()
+    out[0].take()  # a second take applies nothing more
+    bn = a.bn1
+    assert int(bn.num_batches_tracked) == 3
+    # hand-checked first layer: the reverse-order exponential average of the three batches' stats
+    for (key, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6, msg=key)
+    forward_order = copy.deepcopy(build_model("resnet20", shape, 10, seed=0))
+    fo = GradientComputer(forward_order, CPU)
+    for i in (0, 1, 2):
+        fo.gradient(None, xs[i], ys[i])
+    assert not torch.allclose(forward_order.bn1.running_mean, b.bn1.running_mean, atol=1e-7)  # order matters
+
+
+def test_momentum_none_is_a_cumulative_average() -> None:
+    shape, xs, ys = _inputs("resnet20", 2, 4, seed=3)
+    a = build_model("resnet20", shape, 10, seed=0)
+    for m in a.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.momentum = None
+    b = copy.deepcopy(a)
+    looped = GradientComputer(a, CPU)
+    for i in range(2):
+        looped.gradient(None, xs[i], ys[i])
+    for g in BatchedGradients(GradientComputer(b, CPU)).gradients(None, xs, ys):
+        g.take()
+    torch.testing.assert_close(b.bn1.running_var, a.bn1.running_var, rtol=1e-5, atol=1e-6)
+    # the cumulative average of two batches is their plain mean
+    x0 = xs[:, :, :].reshape(2, 4, *shape)
+    conv = torch.nn.functional.conv2d(x0.reshape(8, *shape), a.conv1.weight, a.conv1.bias, padding=1)
+    per_node = conv.reshape(2, 4, *conv.shape[1:]).mean(dim=(1, 3, 4))  # [2, C]
+    torch.testing.assert_close(b.bn1.running_mean, per_node.mean(dim=0), rtol=1e-4, atol=1e-6)
+
+
+def test_chunk_size_from_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = build_model("mlp", (1, 8, 8), 10, seed=0)
+    bg = BatchedGradients(GradientComputer(model, CPU))
+    # mlp: fc 200 -> fc 200 -> fc 10 outputs, fp32 = 1,640 B per sample
+    assert bg.activation_bytes((1, 8, 8)) == (200 + 200 + 10) * 4
+    params = sum(p.numel() for p in model.parameters()) * 4
+    per_node = batched_mod.ACTIVATION_FACTOR * 16 * 1640 + batched_mod.PARAM_FACTOR * params
+    monkeypatch.setattr(batched_mod, "CPU_BUDGET_BYTES", 5 * per_node + 1)
+    assert bg.chunk_size(100, (16, 1, 8, 8)) == 5
+    assert bg.chunk_size(3, (16, 1, 8, 8)) == 3  # never more than the nodes
+    monkeypatch.setattr(batched_mod, "CPU_BUDGET_BYTES", 1)
+    assert bg.chunk_size(100, (16, 1, 8, 8)) == 1  # at least one
+    assert BatchedGradients(bg.computer, chunk=7).chunk_size(100, (16, 1, 8, 8)) == 7
+
+
+def test_option() -> None:
+    assert use_batched(True, CPU) and not use_batched(False, CPU)
+    assert not use_batched("auto", CPU)  # looped wins on the CPU (benchmarks/batched.py)
+    assert use_batched("auto", torch.device("cuda"))
+    with pytest.raises(ConfigError, match="'auto', true or false"):
+        use_batched("yes", CPU)
+    computer = GradientComputer(build_model("mlp", (1, 8, 8), 10), CPU)
+    assert node_batcher(computer, "auto") is None and node_batcher(computer, True) is not None
+    with pytest.raises(ConfigError, match=r"nodes\.batched: must be 'auto', true or false, got 'yes'"):
+        _scenario("sync", "none", batched="yes")
+    with pytest.raises(ConfigError, match=r"nodes\.batch_chunk: must be in \[0"):
+        _scenario("sync", "none", batch_chunk=-1)
+
+
+# ---- whole runs ------------------------------------------------------------------------------
+def _scenario(mode: str, codec: str, model: str = "mlp", **nodes: Any):
+    data: dict[str, Any] = {"dataset": "digits", "batch_size": 16}
+    if model != "mlp":
+        data = {"dataset": "synthetic", "batch_size": 8, "synthetic_shape": [3, 8, 8], "synthetic_train_size": 400}
+    return scenario_from_dict(
+        {
+            "scenario": {"name": "b", "seed": 4, "iterations": 6},
+            "data": data,
+            "model": {"name": model},
+            "training": {"lr": 0.05, "momentum": 0.9, "momentum_at": "nodes", "eval_every": 3, "mode": mode},
+            "compressor": {"name": codec},
+            "nodes": {"count": 4, "device": "rpi4", "compute_model": "flops", **nodes},
+            "network": {"uplink_mbps": 1.0, "downlink_mbps": 1.0, "latency_ms": 10.0, "server_mbps": 100.0},
+        }
+    )
+
+
+def _run(sc, monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[Cluster, MemorySink, int]:
+    cluster = Cluster(sc, device="cpu")
+    calls = [0]
+    if cluster.learning.batched is not None:
+        inner = cluster.learning.batched.gradients
+
+        def counted(*args: Any) -> Any:
+            out = inner(*args)
+            calls[0] += len(out)
+            return out
+
+        cluster.learning.batched.gradients = counted  # type: ignore[method-assign]
+    sink = MemorySink()
+    run_cluster(cluster, sink)
+    return cluster, sink, calls[0]
+
+
+@pytest.mark.parametrize(
+    ("mode", "codec", "model"),
+    [("sync", "none", "mlp"), ("sync", "topk", "mlp"), ("partial", "topk", "mlp"), ("sync", "none", "resnet20")],
+)
+def test_whole_run_batched_matches_looped(mode: str, codec: str, model: str) -> None:
+    looped, lsink, lcalls = _run(_scenario(mode, codec, model, batched=False))
+    batched, bsink, bcalls = _run(_scenario(mode, codec, model, batched=True, batch_chunk=3))
+    assert lcalls == 0
+    if mode == "sync":
+        assert bcalls == 4 * 6  # every node's gradient of every round
+    else:  # partial: rounds of the idle nodes (>= 2 at once); a lone late node runs looped
+        assert 0 < bcalls < 4 * 6
+    assert len(lsink.rows) == len(bsink.rows) == 6
+    for a, b in zip(lsink.rows, bsink.rows):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3)
+        assert b["sim_time_s"] == pytest.approx(a["sim_time_s"], rel=1e-9)  # flops: timing unchanged
+        if codec == "none":
+            assert b["bytes_up"] == a["bytes_up"]
+    # state tolerance: float rounding differs between the passes and six momentum steps amplify it
+    # (resnet20 on noise: worst tensor, a BN bias, 1.5e-3 relative); a wrong node, batch or BN
+    # update moves whole tensors by O(1)
+    ref, got = looped.learning.model.state_dict(), batched.learning.model.state_dict()
+    for key, p in ref.items():
+        q = got[key].float()
+        assert float((q - p.float()).norm()) <= 1e-2 * float(p.float().norm()) + 1e-6, key
+    flat = [torch.cat([t.float().reshape(-1) for t in sd.values()]) for sd in (ref, got)]
+    assert float((flat[1] - flat[0]).norm()) <= 1e-3 * float(flat[0].norm())
+    for a, b in zip(lsink.evals, bsink.evals):
+        assert b["accuracy"] == pytest.approx(a["accuracy"], abs=0.02)
+
+
+def test_default_on_cpu_is_looped() -> None:
+    _, _, calls = _run(_scenario("sync", "none"))
+    assert calls == 0
+
+
+@needs_cuda
+def test_batched_on_cuda_matches_cpu_looped() -> None:
+    shape, xs, ys = _inputs("resnet20", 4, 4)
+    model = build_model("resnet20", shape, 10, seed=1)
+    cpu = GradientComputer(copy.deepcopy(model), CPU)
+    ref = [cpu.gradient(None, xs[i], ys[i]) for i in range(4)]
+    dev = torch.device("cuda")
+    gpu_model = copy.deepcopy(model).to(dev)
+    out = BatchedGradients(GradientComputer(gpu_model, dev)).gradients(None, xs.to(dev), ys.to(dev))
+    for r, g in zip(ref, out):
+        res = g.take()
+        assert all(t.device.type == "cuda" for t in res.grads)
+        _assert_grads_close(r.grads, [t.cpu() for t in res.grads])
