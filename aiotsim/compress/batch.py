@@ -1,0 +1,251 @@
+"""Batched encoding: one layer of many nodes encoded as a ``[nodes, n]`` tensor, byte-identical to
+encoding each node on its own.
+
+:func:`encode_batch` runs :meth:`Codec.encode`'s template (error feedback around the codec's own
+``_encode``) for every node at once: the accumulations ``grad + residual`` are one ``[nodes, n]``
+tensor, the codec's element-wise work (magnitudes, comparisons, codes, stochastic rounding) runs
+once over it, codes are bit-packed in one pass when every node's codes fill whole bytes, and the new
+residuals are rows of one tensor. What cannot be vectorized stays per node: each node's random
+draws come from its own generator (so the draws are the same as looped), and a sparse message's
+index coding (plain, delta or bitmap) is chosen per message.
+
+Byte-identity with the per-node path is the contract (tests/test_compress_batch.py checks payload
+bytes, residuals and generator states for random inputs): every element-wise operation is the one
+the codec applies, in the same order. Per-node scalar reductions (norms, means, maxima) are taken
+over ``dim=1`` of the ``[nodes, n]`` tensor on the CPU, where torch reduces a contiguous row exactly
+as it reduces the same values as a 1-D tensor (checked by the tests); on other devices they run row
+by row, since a GPU may split a long 1-D reduction differently from a row reduction.
+
+Batched: ``topk``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngrad`` and ``qsgd`` (fixed-width
+codes). Every other codec (and ``qsgd`` with ``elias``, an empty layer, a codec subclass) falls
+back to the per-node loop, so :func:`encode_batch` is always correct to call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.packing import pack_bits, pack_f32
+from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit, _round_stochastic_, _signed_to_f32, pack_fixed
+from aiotsim.compress.sign import EFSignSGD, SignSGD
+from aiotsim.compress.sparse import sparse_payload
+from aiotsim.compress.sparsify import TopK, k_of, round_values
+
+_U8 = torch.uint8
+
+# What a batched encoder returns: the payloads and, with error feedback, what each node sent:
+# ("dense", [nodes, n] fp32) or ("sparse", ([nodes, k] int64 indices, [nodes, k] fp32 values)).
+SentRows = tuple[str, object] | None
+BatchEncoder = Callable[[Codec, torch.Tensor, LayerInfo, list[CodecState]], tuple[list[Payload], SentRows]]
+
+
+def encode_batch(
+    codec: Codec, grads: Sequence[torch.Tensor] | torch.Tensor, layer: LayerInfo, states: Sequence[CodecState]
+) -> list[Payload]:
+    """Encode one layer's gradients of several nodes; the same payloads and state changes as
+    ``[codec.encode(g, layer, s) for g, s in zip(grads, states)]``.
+
+    Parameters
+    ----------
+    codec : Codec
+        The codec (its hyperparameters; one instance serves every node).
+    grads : list of torch.Tensor or torch.Tensor
+        Per node a gradient of ``layer.shape`` (or one ``[nodes, *layer.shape]`` tensor).
+    layer : LayerInfo
+        The layer all of them belong to.
+    states : list of CodecState
+        Per node its state of this layer (residual, generator, step), updated as ``encode`` would.
+
+    Returns
+    -------
+    list of Payload
+        One per node, in order.
+    """
+    nodes = len(states)
+    if len(grads) != nodes:
+        raise ValueError(f"{len(grads)} gradients for {nodes} states")
+    fn = _BATCHED.get(type(codec))
+    if fn is None or nodes == 0 or layer.numel == 0 or (isinstance(codec, QSGD) and codec.params.elias):
+        return [codec.encode(g, layer, s) for g, s in zip(grads, states)]
+    typed = [codec.typed_state(s) for s in states]
+    x = grads if isinstance(grads, torch.Tensor) else torch.stack(list(grads))
+    x = x.reshape(nodes, -1)  # [nodes, n], the gradient's dtype
+    acc = _compensate(x, typed) if codec.error_feedback else x if x.dtype == torch.float32 else x.float()
+    payloads, sent = fn(codec, acc, layer, typed)
+    if codec.error_feedback:
+        _remember(acc, sent, typed, layer)
+    for s in typed:
+        s.step += 1
+    return payloads
+
+
+def batched_codecs() -> list[str]:
+    """Names of the codecs with a batched path."""
+    return sorted(c.name for c in _BATCHED)
+
+
+# ---- the error-feedback role, for [nodes, n] -----------------------------------------------------
+def _compensate(x: torch.Tensor, states: list[CodecState]) -> torch.Tensor:
+    """``grad + residual`` per row in fp32 (a fresh tensor; :func:`memory.compensate` adds the same
+    two fp32 values, and fp32 addition is commutative)."""
+    acc = x.float().clone() if x.dtype == torch.float32 else x.float()
+    with_res = [i for i, s in enumerate(states) if s.residual is not None]
+    if with_res:
+        res = torch.stack([states[i].residual.reshape(-1).float() for i in with_res])  # type: ignore[union-attr]
+        rows = torch.tensor(with_res, device=acc.device)
+        acc.index_copy_(0, rows, acc.index_select(0, rows).add_(res))
+    for s in states:
+        s.residual = None  # consumed, as in Codec.encode
+    return acc
+
+
+def _remember(acc: torch.Tensor, sent: SentRows, states: list[CodecState], layer: LayerInfo) -> None:
+    """New residual rows ``acc - sent`` (:func:`memory.remember`'s arithmetic), one row per node."""
+    if sent is None:
+        raise ValueError("a codec with error feedback must report what it sent")
+    kind, value = sent
+    if kind == "dense":
+        acc.sub_(value)  # type: ignore[arg-type]
+    else:
+        idx, vals = value  # type: ignore[misc]
+        n = acc.shape[1]
+        flat = (idx + n * torch.arange(acc.shape[0], device=acc.device).unsqueeze(1)).reshape(-1)
+        acc.view(-1).index_put_((flat,), -vals.reshape(-1).to(acc.dtype), accumulate=True)
+    for i, s in enumerate(states):
+        s.residual = acc[i].view(layer.shape)
+
+
+# ---- shared helpers ------------------------------------------------------------------------------
+def _rows(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, batched: Callable[[torch.Tensor], torch.Tensor]):
+    """Per-row scalar reduction: ``batched(x)`` on the CPU (bit-identical to the 1-D reductions
+    there), else ``fn`` row by row. Returns ``[nodes]``."""
+    if x.device.type == "cpu":
+        return batched(x)
+    return torch.stack([fn(r) for r in x])
+
+
+def _pack_rows(codes: torch.Tensor, pack: Callable[[torch.Tensor], torch.Tensor], per_byte_aligned: bool) -> list:
+    """Pack each row of ``codes`` ``[nodes, n]``: in one pass when rows end on whole packing
+    words (``per_byte_aligned``: the flat stream splits exactly at row boundaries), else per row."""
+    if per_byte_aligned:
+        return list(pack(codes.reshape(-1)).view(codes.shape[0], -1))
+    return [pack(r) for r in codes]
+
+
+def _uniform_rows(states: list[CodecState], nodes: int, n: int, device: torch.device) -> torch.Tensor:
+    """``[nodes, n]`` U[0, 1): row ``i`` drawn from node ``i``'s generator, as ``_uniform`` does."""
+    q = torch.empty((nodes, n), dtype=torch.float32, device=device)
+    for i, s in enumerate(states):
+        q[i].uniform_(generator=s.generator)
+    return q
+
+
+# ---- the codecs ----------------------------------------------------------------------------------
+def _topk(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    nodes, n = acc.shape
+    k = k_of(codec.params.ratio, n)
+    mag = acc.abs()  # [nodes, n]
+    if k >= n:
+        idx = torch.arange(n, device=acc.device).expand(nodes, n)
+    else:
+        kth = torch.topk(mag, k, dim=1, sorted=False).values.min(dim=1, keepdim=True).values  # [nodes, 1]
+        above = mag > kth
+        need = k - above.sum(dim=1, keepdim=True)  # ties at the k-th magnitude that still fit
+        ties = mag == kth
+        mask = above | (ties & (torch.cumsum(ties, dim=1, dtype=torch.int64) <= need))  # k per row
+        idx = torch.nonzero(mask)[:, 1].view(nodes, k)  # ascending per row (lower index wins ties)
+    values = round_values(acc.gather(1, idx), codec.params.value_dtype)  # [nodes, k]
+    vdt = codec.params.value_dtype
+    payloads = [sparse_payload(idx[i], values[i], n, vdt) for i in range(nodes)]
+    return payloads, ("sparse", (idx, values))
+
+
+def _twobit(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    t = float(codec.params.threshold)
+    pos, neg = acc >= t, acc <= -t  # [nodes, n]
+    codes = (pos | neg).view(_U8).bitwise_left_shift_(1).bitwise_or_(pos.view(_U8))
+    step = pos.view(torch.int8).sub_(neg.view(torch.int8))
+    sent = _signed_to_f32(step).mul_(t)
+    packed = _pack_rows(codes, lambda c: pack_bits(c, 2), acc.shape[1] % 8 == 0)
+    return [Payload({"codes": p}) for p in packed], ("dense", sent)
+
+
+def _signsgd(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    signs = _pack_rows((acc < 0).view(_U8), lambda c: pack_bits(c, 1), acc.shape[1] % 8 == 0)
+    if codec.params.scale != "mean":
+        return [Payload({"signs": s}) for s in signs], None
+    scale = _rows(lambda r: r.abs().mean(), acc, lambda x: x.abs().mean(dim=1))  # [nodes]
+    return [Payload({"signs": s, "scale": pack_f32(scale[i].reshape(1))}) for i, s in enumerate(signs)], None
+
+
+def _efsignsgd(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    n = acc.shape[1]
+    norm1 = _rows(lambda r: torch.linalg.vector_norm(r, ord=1), acc, lambda x: torch.linalg.vector_norm(x, 1, dim=1))
+    scale = norm1 / max(n, 1)  # [nodes]
+    negative = (acc < 0).view(_U8)
+    signs = _pack_rows(negative, lambda c: pack_bits(c, 1), n % 8 == 0)
+    # unpack_signs(...) * scale: 1 - 2 bit as fp32, times the scale
+    delta = _signed_to_f32(negative.view(torch.int8).mul(-2).add_(1)).mul_(scale.unsqueeze(1))
+    payloads = [Payload({"scale": pack_f32(scale[i].reshape(1)), "signs": s}) for i, s in enumerate(signs)]
+    return payloads, ("dense", delta)
+
+
+def _terngrad(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    nodes, n = acc.shape
+    lo, hi = _rows(lambda r: torch.stack(torch.aminmax(r)), acc, lambda x: torch.stack(torch.aminmax(x, dim=1), 1)).T
+    s = torch.maximum(hi, -lo)  # [nodes]
+    if codec.params.clip:
+        total = _rows(lambda r: r.sum(), acc, lambda x: x.sum(dim=1))
+        sq = torch.stack([torch.dot(r, r) for r in acc])  # BLAS dot per row: no batched equal
+        mean = total / n
+        sigma = torch.sqrt(torch.clamp(sq / n - mean * mean, min=0.0))
+        bound = codec.params.clip_factor * sigma
+        s = torch.where(bound > 0, torch.minimum(s, bound), s)
+    inv = torch.where(s > 0, 1.0 / s, torch.zeros_like(s))
+    q = _uniform_rows(states, nodes, n, acc.device).addcmul_(acc, inv.unsqueeze(1))
+    codes = _round_stochastic_(q, 1.0).bitwise_and_(0b11).view(_U8)
+    packed = _pack_rows(codes, lambda c: pack_bits(c, 2), n % 8 == 0)
+    return [Payload({"scale": pack_f32(s[i].reshape(1)), "codes": p}) for i, p in enumerate(packed)], None
+
+
+def _qsgd(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    nodes, n = acc.shape
+    s, d = int(codec.params.levels), int(codec.params.bucket_size)
+    nf = n // d
+    norm = torch.linalg.vector_norm
+    parts = []  # [nodes, buckets] norms: full buckets, then the short tail
+    if nf:
+        full = acc[:, : nf * d].reshape(nodes, nf, d)
+        parts.append(_rows(lambda r: norm(r.view(nf, d), dim=1), full.reshape(nodes, -1), lambda x: norm(full, dim=2)))
+    if n > nf * d:
+        tail = acc[:, nf * d :]
+        parts.append(_rows(lambda r: norm(r), tail, lambda x: norm(x, dim=1)).reshape(nodes, 1))
+    norms = torch.cat(parts, dim=1)  # [nodes, nb]
+    factor = torch.where(norms > 0, s / norms, torch.zeros_like(norms))
+    q = _uniform_rows(states, nodes, n, acc.device)
+    if nf:
+        q[:, : nf * d].view(nodes, nf, d).addcmul_(acc[:, : nf * d].reshape(nodes, nf, d), factor[:, :nf, None])
+    if n > nf * d:
+        q[:, nf * d :].addcmul_(acc[:, nf * d :], factor[:, nf:])
+    q8 = _round_stochastic_(q, float(s))  # [nodes, n] int8
+    negative = (q8 < 0).view(_U8)
+    level = q8.abs_().view(_U8)
+    w = codec.level_bits
+    codes = level.bitwise_or_(negative.bitwise_left_shift_(w))
+    packed = _pack_rows(codes, lambda c: pack_fixed(c, w + 1), n % 8 == 0)
+    return [Payload({"norms": pack_f32(norms[i]), "codes": p}) for i, p in enumerate(packed)], None
+
+
+_BATCHED: dict[type[Codec], BatchEncoder] = {
+    TopK: _topk,
+    TwoBit: _twobit,
+    SignSGD: _signsgd,
+    EFSignSGD: _efsignsgd,
+    TernGrad: _terngrad,
+    QSGD: _qsgd,
+}
+
+__all__ = ["encode_batch", "batched_codecs"]

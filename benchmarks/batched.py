@@ -1,0 +1,139 @@
+"""Batched against looped node gradients and codecs: milliseconds per round (issue 13).
+
+For each node count (default 10, 100, 1000) and model (default ``lenet5`` on 1x28x28 at batch
+32, and ``resnet20``, a conv + batch-norm model, on 3x32x32 at batch 8):
+
+* ``looped ms``: one round's gradients one node after the other
+  (:meth:`aiotsim.learn.compute.GradientComputer.gradient`, what ``nodes.batched = false`` runs);
+* ``batched ms``: the same gradients from :class:`aiotsim.learn.batched.BatchedGradients`
+  (``nodes.batched = true``, chunk from the memory budget), including handing out every node's
+  result (:meth:`~aiotsim.learn.batched.NodeGradient.take`);
+
+and for every codec with a batched path, one round's encode of every layer of the model for every
+node, looped (``codec.encode`` per node and layer) against :func:`aiotsim.compress.batch.encode_batch`.
+
+Large rounds are timed on the first ``--max-timed`` nodes and scaled to the round (both paths are
+linear in the node count beyond one chunk); the ``timed`` column says how many nodes were timed.
+Inputs are random (timings do not depend on the values). The load average before and after is
+printed: the development machine is shared, so compare columns of one run only.
+
+    python benchmarks/batched.py [--nodes 10,100,1000] [--models lenet5,resnet20] [--max-timed 100]
+                                 [--device cpu|cuda] [--threads 1] [--codecs topk,qsgd,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+
+import torch
+
+from aiotsim.compress import build_codec
+from aiotsim.compress.batch import batched_codecs, encode_batch
+from aiotsim.learn.batched import BatchedGradients
+from aiotsim.learn.compute import GradientComputer
+from aiotsim.learn.models import build_model, layer_infos
+
+SETUPS = {"lenet5": ((1, 28, 28), 32), "resnet20": ((3, 32, 32), 8), "mlp": ((1, 28, 28), 32)}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], object], device: torch.device, repeats: int = 1) -> float:
+    """Best wall seconds of ``repeats`` calls of ``fn`` after one warm-up call."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def gradient_row(name: str, nodes: int, max_timed: int, device: torch.device) -> tuple[int, float, float]:
+    """``(nodes timed, looped ms, batched ms)`` per round of ``nodes`` gradients of ``name`` (best
+    of two after a warm-up)."""
+    shape, batch = SETUPS[name]
+    k = min(nodes, max_timed)
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn((k, batch, *shape), generator=g).to(device)
+    ys = torch.randint(0, 10, (k, batch), generator=g).to(device)
+    model = build_model(name, shape, 10, seed=0).to(device)
+    computer = GradientComputer(model, device)
+    batched = BatchedGradients(computer)
+
+    def looped() -> None:
+        for i in range(k):
+            computer.gradient(None, xs[i], ys[i])
+
+    def vectorized() -> None:
+        for r in batched.gradients(None, xs, ys):
+            r.take()
+
+    scale = nodes / k * 1e3
+    return k, timed(looped, device, 2) * scale, timed(vectorized, device, 2) * scale
+
+
+def codec_row(codec_name: str, model: str, nodes: int, max_timed: int, device: torch.device) -> tuple[float, float]:
+    """``(loop ms, batch ms)``: one round's encode of every layer of ``model`` for ``nodes`` nodes."""
+    shape, _ = SETUPS[model]
+    layers = layer_infos(build_model(model, shape, 10, seed=0))
+    codec = build_codec(codec_name, seed=0)
+    k = min(nodes, max_timed)
+    g = torch.Generator().manual_seed(1)
+    grads = [torch.randn((k, *L.shape), generator=g).to(device) for L in layers]  # [nodes, *shape]
+    loop_states = [[codec.init_state(L, device, i) for i in range(k)] for L in layers]
+    batch_states = [[codec.init_state(L, device, i) for i in range(k)] for L in layers]
+
+    def loop() -> None:
+        for L, gl, states in zip(layers, grads, loop_states):
+            for i in range(k):
+                codec.encode(gl[i], L, states[i])
+
+    def batch() -> None:
+        for L, gl, states in zip(layers, grads, batch_states):
+            encode_batch(codec, gl, L, states)
+
+    scale = nodes / k * 1e3
+    return timed(loop, device, 3) * scale, timed(batch, device, 3) * scale
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", default="10,100,1000")
+    ap.add_argument("--models", default="lenet5,resnet20")
+    ap.add_argument("--max-timed", type=int, default=100, help="nodes actually timed per round (scaled up)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--codecs", default=",".join(batched_codecs()))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    counts = [int(x) for x in args.nodes.split(",")]
+    models = args.models.split(",")
+    print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} thread(s), "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (1 min)")  # fmt: skip
+    print("\nnode gradients, ms per round")
+    print(f"{'model':<10} {'nodes':>6} {'timed':>6} {'looped ms':>11} {'batched ms':>11} {'batched/looped':>15}")
+    for name in models:
+        for n in counts:
+            k, lo, ba = gradient_row(name, n, args.max_timed, device)
+            print(f"{name:<10} {n:>6} {k:>6} {lo:>11.1f} {ba:>11.1f} {ba / lo:>15.2f}", flush=True)
+    print(f"\ncodecs, every layer of {models[0]}, ms per round")
+    print(f"{'codec':<10} {'nodes':>6} {'loop ms':>11} {'batch ms':>11} {'speed-up':>9}")
+    for codec_name in args.codecs.split(","):
+        for n in counts:
+            lo, ba = codec_row(codec_name, models[0], n, args.max_timed, device)
+            print(f"{codec_name:<10} {n:>6} {lo:>11.1f} {ba:>11.1f} {lo / ba:>8.2f}x", flush=True)
+    print(f"\nload average at the end {os.getloadavg()[0]:.2f} (1 min)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Batched encoding is byte-identical to the per-node path: payload bytes, residuals, generator
+states and step counts, for random inputs (with and without residuals), odd sizes and ties."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+from aiotsim.compress.base import LayerInfo
+from aiotsim.compress.batch import batched_codecs, encode_batch
+from aiotsim.compress.registry import build_codec, codec_names
+
+CPU = torch.device("cpu")
+CASES: list[tuple[str, dict[str, Any]]] = [
+    ("topk", {}),
+    ("topk", {"ratio": 0.3, "value_dtype": "fp16"}),
+    ("topk", {"ratio": 1.0}),
+    ("topk", {"error_feedback": False}),
+    ("2bit", {"threshold": 0.3}),
+    ("2bit", {"threshold": 0.3, "error_feedback": False}),
+    ("signsgd", {}),
+    ("signsgd", {"scale": "none"}),
+    ("efsignsgd", {}),
+    ("terngrad", {}),
+    ("terngrad", {"clip": False}),
+    ("qsgd", {}),
+    ("qsgd", {"levels": 3, "bucket_size": 7}),
+    ("qsgd", {"elias": True}),  # falls back to the loop
+    ("randomk", {}),  # no batched path: the loop
+    ("dgc", {}),
+]
+SHAPES = [(7,), (16, 8), (3, 5, 3, 3), (70_000,)]
+
+
+def _no_loop(*args: Any) -> None:
+    raise AssertionError("a batched codec fell back to the per-node loop")
+
+
+def _bytes(p) -> dict[str, bytes]:
+    return {k: v.cpu().numpy().tobytes() for k, v in p.buffers.items()}
+
+
+def _grads(nodes: int, shape: tuple[int, ...], seed: int, ties: bool) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    out = [torch.randn(shape, generator=g) for _ in range(nodes)]
+    if ties:  # many equal magnitudes: exercises top-k's lower-index tie rule and 2-bit's bounds
+        out = [(x * 4).round() / 4 for x in out]
+    return out
+
+
+@pytest.mark.parametrize(("name", "params"), CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_batch_is_byte_identical_to_the_loop(name: str, params: dict[str, Any], shape: tuple[int, ...]) -> None:
+    codec = build_codec(name, params, seed=11)
+    layer = LayerInfo("w", shape, kind="fc" if len(shape) == 2 else "conv", index=2)
+    nodes = 5
+    looped = [codec.init_state(layer, CPU, node=i) for i in range(nodes)]
+    batched = copy.deepcopy(looped)
+    for step in range(3):  # residuals build up from the second step
+        grads = _grads(nodes, shape, seed=step, ties=step == 1)
+        ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
+        if name in batched_codecs() and not params.get("elias"):  # the batched path, not the loop
+            codec.encode = _no_loop  # type: ignore[method-assign]
+        got = encode_batch(codec, torch.stack(grads) if step == 2 else grads, layer, batched)
+        vars(codec).pop("encode", None)
+        assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
+        for a, b in zip(looped, batched):
+            assert a.step == b.step == step + 1
+            assert (a.residual is None) == (b.residual is None)
+            if a.residual is not None:
+                assert b.residual.shape == a.residual.shape
+                assert a.residual.numpy().tobytes() == b.residual.numpy().tobytes()
+            assert torch.equal(a.generator.get_state(), b.generator.get_state())
+    for g in grads:  # the callers' gradients are not modified
+        assert g.abs().sum() > 0
+
+
+def test_a_node_without_residual_next_to_nodes_with_one() -> None:
+    codec = build_codec("topk", {"ratio": 0.25}, seed=1)
+    layer = LayerInfo("w", (40,))
+    states = [codec.init_state(layer, CPU, node=i) for i in range(3)]
+    encode_batch(codec, _grads(3, (40,), 0, False), layer, states)
+    states[1].residual = None  # e.g. reset on rejoin
+    looped = copy.deepcopy(states)
+    grads = _grads(3, (40,), 1, False)
+    ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
+    got = encode_batch(codec, grads, layer, states)
+    assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
+    # hand check: top-k sends 10 of 40, so the new residual holds exactly 30 non-zeros per node
+    assert all(int(torch.count_nonzero(s.residual)) == 30 for s in states)
+
+
+def test_topk_ties_lower_index_wins() -> None:
+    codec = build_codec("topk", {"ratio": 0.5, "error_feedback": False}, seed=0)
+    layer = LayerInfo("w", (4,))
+    states = [codec.init_state(layer, CPU, node=i) for i in range(2)]
+    grads = torch.tensor([[1.0, -1.0, 1.0, 0.5], [0.0, 2.0, -2.0, 2.0]])
+    got = [codec.decode(p, layer) for p in encode_batch(codec, grads, layer, states)]
+    assert got[0].tolist() == [1.0, -1.0, 0.0, 0.0]  # three ties at 1: indices 0 and 1 win
+    assert got[1].tolist() == [0.0, 2.0, -2.0, 0.0]
+
+
+def test_which_codecs_are_batched() -> None:
+    names = batched_codecs()
+    assert names == ["2bit", "efsignsgd", "qsgd", "signsgd", "terngrad", "topk"]
+    assert set(names) <= set(codec_names())
+
+
+def test_mismatched_lengths() -> None:
+    codec = build_codec("topk", seed=0)
+    layer = LayerInfo("w", (4,))
+    with pytest.raises(ValueError, match="2 gradients for 1 states"):
+        encode_batch(codec, [torch.zeros(4), torch.zeros(4)], layer, [codec.init_state(layer, CPU, 0)])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("name", ["topk", "2bit", "efsignsgd", "terngrad", "qsgd", "signsgd"])
+def test_batch_on_cuda_is_byte_identical(name: str) -> None:
+    dev = torch.device("cuda")
+    codec = build_codec(name, seed=3)
+    layer = LayerInfo("w", (1000, 33))
+    looped = [codec.init_state(layer, dev, node=i) for i in range(4)]
+    batched = copy.deepcopy(looped)
+    for step in range(2):
+        grads = [g.to(dev) for g in _grads(4, layer.shape, step, False)]
+        ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
+        got = encode_batch(codec, grads, layer, batched)
+        assert all(b.device.type == "cuda" for p in got for b in p.buffers.values())
+        assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
