@@ -44,22 +44,27 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed(fn: Callable[[], object], device: torch.device, repeats: int = 1) -> float:
-    """Best wall seconds of ``repeats`` calls of ``fn`` after one warm-up call."""
+def timed(fn: Callable[[], object], device: torch.device, repeats: int = 1) -> tuple[float, float]:
+    """``(wall s, CPU s)``: the best of ``repeats`` calls of ``fn`` after one warm-up call. CPU
+    seconds (``time.process_time``, all threads of this process) hardly depend on how many other
+    processes share the cores; wall seconds do."""
     fn()
-    best = float("inf")
+    wall = cpu = float("inf")
     for _ in range(repeats):
         _sync(device)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         _sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return best
+        wall = min(wall, time.perf_counter() - t0)
+        cpu = min(cpu, time.process_time() - c0)
+    return wall, cpu
 
 
-def gradient_row(name: str, nodes: int, max_timed: int, device: torch.device) -> tuple[int, float, float]:
-    """``(nodes timed, looped ms, batched ms)`` per round of ``nodes`` gradients of ``name`` (best
-    of two after a warm-up)."""
+def gradient_row(
+    name: str, nodes: int, max_timed: int, device: torch.device
+) -> tuple[int, tuple[float, float], tuple[float, float]]:
+    """``(nodes timed, looped (wall, CPU) ms, batched (wall, CPU) ms)`` per round of ``nodes``
+    gradients of ``name`` (best of two after a warm-up)."""
     shape, batch = SETUPS[name]
     k = min(nodes, max_timed)
     g = torch.Generator().manual_seed(0)
@@ -78,11 +83,15 @@ def gradient_row(name: str, nodes: int, max_timed: int, device: torch.device) ->
             r.take()
 
     scale = nodes / k * 1e3
-    return k, timed(looped, device, 2) * scale, timed(vectorized, device, 2) * scale
+    (lw, lc), (bw, bc) = timed(looped, device, 2), timed(vectorized, device, 2)
+    return k, (lw * scale, lc * scale), (bw * scale, bc * scale)
 
 
-def codec_row(codec_name: str, model: str, nodes: int, max_timed: int, device: torch.device) -> tuple[float, float]:
-    """``(loop ms, batch ms)``: one round's encode of every layer of ``model`` for ``nodes`` nodes."""
+def codec_row(
+    codec_name: str, model: str, nodes: int, max_timed: int, device: torch.device
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """``(loop (wall, CPU) ms, batch (wall, CPU) ms)``: one round's encode of every layer of
+    ``model`` for ``nodes`` nodes."""
     shape, _ = SETUPS[model]
     layers = layer_infos(build_model(model, shape, 10, seed=0))
     codec = build_codec(codec_name, seed=0)
@@ -102,7 +111,12 @@ def codec_row(codec_name: str, model: str, nodes: int, max_timed: int, device: t
             encode_batch(codec, gl, L, states)
 
     scale = nodes / k * 1e3
-    return timed(loop, device, 3) * scale, timed(batch, device, 3) * scale
+    (lw, lc), (bw, bc) = timed(loop, device, 3), timed(batch, device, 3)
+    return (lw * scale, lc * scale), (bw * scale, bc * scale)
+
+
+def _pair(ms: tuple[float, float]) -> str:
+    return f"{ms[0]:>8.1f} /{ms[1]:>7.1f}"
 
 
 def main() -> None:
@@ -120,18 +134,18 @@ def main() -> None:
     models = args.models.split(",")
     print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} thread(s), "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (1 min)")  # fmt: skip
-    print("\nnode gradients, ms per round")
-    print(f"{'model':<10} {'nodes':>6} {'timed':>6} {'looped ms':>11} {'batched ms':>11} {'batched/looped':>15}")
+    print("\nnode gradients, ms per round (wall / CPU)")
+    print(f"{'model':<10} {'nodes':>6} {'timed':>6} {'looped ms':>17} {'batched ms':>17} {'batched/looped CPU':>19}")
     for name in models:
         for n in counts:
             k, lo, ba = gradient_row(name, n, args.max_timed, device)
-            print(f"{name:<10} {n:>6} {k:>6} {lo:>11.1f} {ba:>11.1f} {ba / lo:>15.2f}", flush=True)
-    print(f"\ncodecs, every layer of {models[0]}, ms per round")
-    print(f"{'codec':<10} {'nodes':>6} {'loop ms':>11} {'batch ms':>11} {'speed-up':>9}")
+            print(f"{name:<10} {n:>6} {k:>6} {_pair(lo)} {_pair(ba)} {ba[1] / lo[1]:>19.2f}", flush=True)
+    print(f"\ncodecs, every layer of {models[0]}, ms per round (wall / CPU)")
+    print(f"{'codec':<10} {'nodes':>6} {'loop ms':>17} {'batch ms':>17} {'CPU speed-up':>13}")
     for codec_name in args.codecs.split(","):
         for n in counts:
             lo, ba = codec_row(codec_name, models[0], n, args.max_timed, device)
-            print(f"{codec_name:<10} {n:>6} {lo:>11.1f} {ba:>11.1f} {lo / ba:>8.2f}x", flush=True)
+            print(f"{codec_name:<10} {n:>6} {_pair(lo)} {_pair(ba)} {lo[1] / ba[1]:>12.2f}x", flush=True)
     print(f"\nload average at the end {os.getloadavg()[0]:.2f} (1 min)")
 
 

@@ -64,7 +64,7 @@ def test_batch_is_byte_identical_to_the_loop(name: str, params: dict[str, Any], 
         ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
         if name in batched_codecs() and not params.get("elias"):  # the batched path, not the loop
             codec.encode = _no_loop  # type: ignore[method-assign]
-        got = encode_batch(codec, torch.stack(grads) if step == 2 else grads, layer, batched)
+        got = encode_batch(codec, torch.stack(grads) if step == 2 else grads, layer, batched, always=True)
         vars(codec).pop("encode", None)
         assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
         for a, b in zip(looped, batched):
@@ -130,3 +130,17 @@ def test_batch_on_cuda_is_byte_identical(name: str) -> None:
         got = encode_batch(codec, grads, layer, batched)
         assert all(b.device.type == "cuda" for p in got for b in p.buffers.values())
         assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
+
+
+def test_large_topk_on_the_cpu_takes_the_loop() -> None:
+    """Top-k of >= 65,536 elements at ratio <= 1/4: the per-node bracketed selection is faster on
+    the CPU, so encode_batch loops (same bytes either way, checked above with ``always``)."""
+    codec = build_codec("topk", seed=0)
+    big, small = LayerInfo("w", (70_000,)), LayerInfo("w", (60_000,))
+    calls: list[int] = []
+    real = codec.encode
+    codec.encode = lambda g, layer, s: calls.append(1) or real(g, layer, s)  # type: ignore[method-assign]
+    encode_batch(codec, _grads(2, big.shape, 0, False), big, [codec.init_state(big, CPU, i) for i in range(2)])
+    assert len(calls) == 2
+    encode_batch(codec, _grads(2, small.shape, 0, False), small, [codec.init_state(small, CPU, i) for i in range(2)])
+    assert len(calls) == 2  # below the bracket's size: batched
