@@ -303,7 +303,7 @@ class NodesSection:
     batched: str | bool = opt(
         "auto",
         "compute the gradients of nodes on one model version (sync, partial) in one vectorized "
-        "pass: true, false, or 'auto' (batched on CUDA only: slower on the CPU)",
+        "pass: true, false, or 'auto' (batched on CUDA; looped on the CPU, as existing runs were)",
         auto_or_bool,
     )
     batch_chunk: int = opt(

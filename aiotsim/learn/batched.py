@@ -23,9 +23,10 @@ Batch normalization, per node, as in the looped path:
   running statistics see the same updates in the same order as looped, up to float rounding.
 
 Where it wins: on a GPU, where one pass over thousands of small batches replaces thousands of
-kernel launches. On the 2-core development CPU the looped path is as fast or faster (see
-``benchmarks/batched.py`` and :func:`use_batched`), so ``nodes.batched = "auto"`` batches only on
-CUDA.
+kernel launches. On the 2-core development CPU it depends on the model (``benchmarks/batched.py``,
+CPU seconds at one thread): lenet5 ~0.7x the looped time, resnet20 (conv + BN) ~1.3x. On the CPU
+``nodes.batched = "auto"`` stays looped: batching there changes every existing run's numbers by
+float rounding, and ``true`` opts in (see :func:`use_batched`).
 """
 
 from __future__ import annotations
@@ -60,9 +61,11 @@ PARAM_FACTOR = 3
 def use_batched(option: str | bool, device: torch.device) -> bool:
     """Whether ``nodes.batched = option`` batches the node gradients on ``device``.
 
-    ``True``/``False`` decide; ``"auto"`` batches on CUDA only: on the 2-core development CPU the
-    looped path measured as fast or faster at 10 to 1,000 nodes (``benchmarks/batched.py``; the
-    numbers are in the docs/ARCHITECTURE.md section on batched gradients).
+    ``True``/``False`` decide; ``"auto"`` batches on CUDA only. On the 2-core development CPU the
+    batched pass measured faster for lenet5 (about 0.7x the looped CPU time at 10 to 1,000 nodes)
+    but slower for resnet20 (about 1.3x; ``benchmarks/batched.py``, numbers in
+    docs/ARCHITECTURE.md), and batching by default would move every existing CPU run's results
+    by float rounding, so ``auto`` keeps the looped path there.
     """
     if option is True or option is False:
         return option
