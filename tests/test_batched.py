@@ -299,3 +299,14 @@ def test_batched_run_resumes_exactly(over: list[str], tiny_scenario, tmp_path) -
     # uninterrupted one in the looped path too, a checkpoint matter outside this file)
     ref, crash = killed_and_resumed(sc, tmp_path, every=2, kill=5 if len(over) == 4 else 7)
     assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
+
+
+def test_ring_batched_matches_looped() -> None:
+    """A ring computes every node's gradient every iteration at the one shared version."""
+    ring = {"network.topology": "ring"}
+    looped, lsink, _ = _run(_scenario("sync", "none", batched=False).replace(**ring))
+    batched, bsink, calls = _run(_scenario("sync", "none", batched=True).replace(**ring))
+    assert calls == 4 * 6
+    for a, b in zip(lsink.rows, bsink.rows):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4)
+        assert b["bytes_up"] == a["bytes_up"] and b["sim_time_s"] == pytest.approx(a["sim_time_s"], rel=1e-9)

@@ -1,7 +1,8 @@
 """Batched node gradients in a round: computed once at dispatch, handed to each node's process.
 
 In ``sync`` and ``partial`` rounds every node dispatched together works on the server's current
-version, so with ``nodes.batched`` on (:func:`aiotsim.learn.batched.use_batched`) :func:`prefetch`
+version (and in a ring every node does, every iteration), so with ``nodes.batched`` on
+(:func:`aiotsim.learn.batched.use_batched`) :func:`prefetch`
 draws each node's next batch from its own stream, computes all their gradients in vectorized
 passes (:class:`aiotsim.learn.batched.BatchedGradients`) and parks each result on the node's
 :class:`~aiotsim.sim.learning.LocalState`. The node's SimPy process asks for its gradient exactly
@@ -11,7 +12,7 @@ momentum, the divergence check and the simulated compute time all stay per node 
 path. Simulated time is unchanged with ``compute_model = "flops"`` (FLOPs per batch); with
 ``"measured"`` a node is charged its share of the pass's wall time (pass / nodes in the pass).
 
-Not batched (the looped path runs): other modes (a node's version is its own), a dispatch of one
+Not batched (the looped path runs): ``async`` (a node's version is its own), a dispatch of one
 node, codecs that need per-sample squared gradients (Gradient Variance), and nodes whose batch
 size differs from the rest (a shard smaller than ``batch_size``: grouped by batch size, groups of
 one run looped).

@@ -28,6 +28,7 @@ import torch
 from aiotsim.compress.base import LayerInfo, Payload
 from aiotsim.learn.partition import even_sizes
 from aiotsim.records import MetricsRow
+from aiotsim.sim.batching import prefetch
 from aiotsim.sim.observe import observe_global
 from aiotsim.sim.stops import Diverged, non_finite
 from aiotsim.sim.strategies.base import Strategy, register
@@ -105,6 +106,7 @@ class RingStrategy(Strategy):
         c = self.cluster
         flats: list[torch.Tensor] = []  # [P] per node
         losses, compute = [], []
+        prefetch(c, list(range(c.n)))  # batched gradients, when nodes.batched is on
         for i in range(c.n):
             grads, loss, compute_s, _ = c.gradient(i, None)
             flats.append(torch.cat([g.reshape(-1).float() for g in grads]))
