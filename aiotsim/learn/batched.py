@@ -49,9 +49,10 @@ from aiotsim.learn.compute import GradientComputer, GradResult, batch_stats_only
 CUDA_BUDGET_FRACTION = 0.5
 # ... and on the CPU a fixed budget, B (the process shares the host with everything else).
 CPU_BUDGET_BYTES = 1 << 30
-# Bytes a node's pass holds per activation value saved for backward, relative to fp32 storage of
-# the forward's outputs: the saved output, its gradient, and vmap's own copies (measured on lenet5
-# and resnet20 with torch 2.13 CPU: peak RSS about 3x the forward outputs; 4 leaves a margin).
+# Memory a node's pass holds, relative to the bytes of its batch's forward outputs (every module's
+# output): the saved outputs, their gradients and vmap's own copies. Measured with torch 2.13 on the
+# CPU (peak RSS growth of one pass, minus one copy of the parameters, per node): lenet5 at batch 32
+# 3.2x, resnet20 at batch 8 2.4x; 4 leaves a margin.
 ACTIVATION_FACTOR = 4
 # Copies of the parameters a node's pass holds: its gradient, and the per-node weight-gradient
 # intermediates of the backward.
