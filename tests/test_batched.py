@@ -310,3 +310,25 @@ def test_ring_batched_matches_looped() -> None:
     for a, b in zip(lsink.rows, bsink.rows):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4)
         assert b["bytes_up"] == a["bytes_up"] and b["sim_time_s"] == pytest.approx(a["sim_time_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("codec", ["topk", "qsgd", "efsignsgd", "powersgd"])
+def test_sync_without_node_momentum_encodes_the_batch_at_dispatch(codec: str, monkeypatch) -> None:
+    """Without node momentum a sync round's batch is also encoded at dispatch with encode_batch
+    (powersgd: its per-node loop inside encode_batch): the same bytes on the wire as the looped run."""
+    import aiotsim.sim.batching as batching
+
+    calls: list[int] = []
+    real = batching.encode_batch
+    monkeypatch.setattr(batching, "encode_batch", lambda *a, **k: calls.append(len(a[3])) or real(*a, **k))
+    server = {"training.momentum_at": "server"}
+    looped, lsink, _ = _run(_scenario("sync", codec, batched=False).replace(**server))
+    assert not calls
+    batched, bsink, _ = _run(_scenario("sync", codec, batched=True).replace(**server))
+    layers = len(batched.learning.layers)
+    assert calls == [4] * (layers * 6)  # every layer of the 4 nodes, every round
+    for a, b in zip(lsink.rows, bsink.rows):
+        assert b["bytes_up"] == a["bytes_up"] and b["wire_bytes_up"] == a["wire_bytes_up"]
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4)
+    with_momentum, _, _ = _run(_scenario("sync", codec, batched=True))  # node momentum: looped encode
+    assert len(calls) == layers * 6

@@ -12,6 +12,11 @@ momentum, the divergence check and the simulated compute time all stay per node 
 path. Simulated time is unchanged with ``compute_model = "flops"`` (FLOPs per batch); with
 ``"measured"`` a node is charged its share of the pass's wall time (pass / nodes in the pass).
 
+In ``sync`` rounds without node momentum the batch is also encoded at dispatch
+(:func:`encode_group`): every layer of every node in one :func:`~aiotsim.compress.batch.encode_batch`
+call, the same bytes as each node's own encode; the node's process sends the parked payloads
+at its own simulated time (an encode share of the wall time, as above, in ``measured`` mode).
+
 Not batched (the looped path runs): ``async`` (a node's version is its own), a dispatch of one
 node, codecs that need per-sample squared gradients (Gradient Variance), and nodes whose batch
 size differs from the rest (a shard smaller than ``batch_size``: grouped by batch size, groups of
@@ -20,8 +25,15 @@ one run looped).
 
 from __future__ import annotations
 
+import math
+import time
+
 import torch
 
+from aiotsim.compress.base import Payload
+from aiotsim.compress.batch import encode_batch
+from aiotsim.learn.batched import NodeGradient
+from aiotsim.sim.learning import sync_device
 from aiotsim.sim.world import Cluster
 
 BATCHED_MODES = ("sync", "partial")  # modes whose dispatched nodes all hold the current version
@@ -45,10 +57,39 @@ def prefetch(c: Cluster, nodes: list[int]) -> int:
         batches = [c.nodes[i].local.stream.next() for i in members]
         xs = torch.stack([x for x, _ in batches])  # [nodes, B, C, H, W]
         ys = torch.stack([y for _, y in batches])  # [nodes, B]
-        for i, g in zip(members, batched.gradients(None, xs, ys)):
+        results = batched.gradients(None, xs, ys)
+        for i, g in zip(members, results):
             c.nodes[i].local.pending = g
+        if c.mode == "sync" and not c.learning.node_momentum:
+            encode_group(c, members, results)
         done += len(members)
     return done
 
 
-__all__ = ["prefetch", "BATCHED_MODES"]
+def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) -> None:
+    """Encode the batched gradients of ``members`` now, every layer as ``[nodes, n]``
+    (:func:`aiotsim.compress.batch.encode_batch`, byte-identical to each node's own encode), and
+    park each node's payloads with its gradient (its process sends them instead of encoding).
+
+    Only in ``sync`` rounds without node momentum, where what a node encodes is exactly its
+    gradient and nothing touches its codec state between dispatch and its encode (the server
+    steps, and codecs observe the step, only once every upload is in). A group with a
+    non-finite loss is left to the looped encode, after the divergence check that stops the run.
+    """
+    if any(not math.isfinite(g.loss) for g in results):
+        return
+    learning = c.learning
+    sync_device(learning.device)
+    t0 = time.perf_counter()
+    per_node: list[list[Payload]] = [[] for _ in members]
+    for j, (codec, layer) in enumerate(zip(learning.layer_codecs, learning.layers)):
+        states = [c.nodes[i].local.states[j] for i in members]
+        for out, p in zip(per_node, encode_batch(codec, [g.grads[j] for g in results], layer, states)):
+            out.append(p)
+    sync_device(learning.device)
+    wall = (time.perf_counter() - t0) / len(members)  # each node's share, s
+    for i, payloads in zip(members, per_node):
+        c.nodes[i].local.encoded = (payloads, wall)
+
+
+__all__ = ["prefetch", "encode_group", "BATCHED_MODES"]

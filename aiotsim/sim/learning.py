@@ -49,6 +49,7 @@ class LocalState:
     states: list[CodecState]  # codec state per layer (residuals, ...)
     velocity: list[torch.Tensor] | None = None  # momentum_at = "nodes": momentum buffer per layer
     pending: NodeGradient | None = None  # its next gradient, from a batched pass (sim/batching.py)
+    encoded: tuple[list[Payload], float] | None = None  # its pending gradient's payloads, wall s
 
 
 @dataclass

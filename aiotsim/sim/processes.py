@@ -39,7 +39,8 @@ def node_round(c: Cluster, i: int, version: int, download: simpy.Event | None, w
     grads, loss, compute_s, sq = c.gradient(i, params)
     yield env.timeout(compute_s)
     c.trace.span(name, "compute", t0, compute_s, version=version)
-    payloads, wall = learning.encode(grads, st.local.states, sq)
+    encoded, st.local.encoded = st.local.encoded, None  # encoded in a batch at dispatch, if so
+    payloads, wall = encoded or learning.encode(grads, st.local.states, sq)
     wall += learning.mask_momentum(st.local, payloads)
     encode_s = st.compute.codec_time(wall, learning.elements, learning.codec.encode_flops_per_element)
     t1 = env.now
