@@ -301,11 +301,14 @@ def test_batched_run_resumes_exactly(over: list[str], tiny_scenario, tmp_path) -
     assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
 
 
-def test_ring_batched_matches_looped() -> None:
-    """A ring computes every node's gradient every iteration at the one shared version."""
-    ring = {"network.topology": "ring"}
+@pytest.mark.parametrize("over", [{}, {"compressor.name": "topk", "training.momentum_at": "server"}])
+def test_ring_batched_matches_looped(over: dict[str, Any]) -> None:
+    """A ring computes every node's gradient every iteration at the one shared version (and
+    encodes its chunks itself: the batch is not encoded at dispatch, codec states untouched)."""
+    ring = {"network.topology": "ring", **over}
     looped, lsink, _ = _run(_scenario("sync", "none", batched=False).replace(**ring))
     batched, bsink, calls = _run(_scenario("sync", "none", batched=True).replace(**ring))
+    assert all(st.local.encoded is None for st in batched.nodes)
     assert calls == 4 * 6
     for a, b in zip(lsink.rows, bsink.rows):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4)

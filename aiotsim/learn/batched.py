@@ -210,7 +210,9 @@ class BatchedGradients:
         nodes = int(xs.shape[0])
         if ys.shape[:1] != xs.shape[:1]:
             raise ValueError(f"xs has {nodes} node batches, ys {int(ys.shape[0])}")
-        leaves = self.computer._leaves(params)
+        leaves = list(self.model.parameters()) if params is None else list(params)
+        if len(leaves) != len(self.computer.names):
+            raise ValueError(f"got {len(leaves)} parameter tensors, the model has {len(self.computer.names)}")
         pdict = {n: p.detach() for n, p in zip(self.computer.names, leaves)}
         step = self.chunk_size(nodes, tuple(xs.shape[1:]))
         out: list[NodeGradient] = []

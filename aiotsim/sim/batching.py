@@ -39,9 +39,10 @@ from aiotsim.sim.world import Cluster
 BATCHED_MODES = ("sync", "partial")  # modes whose dispatched nodes all hold the current version
 
 
-def prefetch(c: Cluster, nodes: list[int]) -> int:
+def prefetch(c: Cluster, nodes: list[int], encode: bool = True) -> int:
     """Compute the gradients of the dispatched ``nodes`` in batched passes, when on; returns how
-    many nodes got one (0 when the looped path runs)."""
+    many nodes got one (0 when the looped path runs). ``encode``: also encode them at once where
+    that is exact (:func:`encode_group`); the ring, which encodes chunks of its own, passes False."""
     batched = c.learning.batched
     if batched is None or c.mode not in BATCHED_MODES or c.learning.codec.needs_sq_grad or len(nodes) < 2:
         return 0
@@ -60,7 +61,7 @@ def prefetch(c: Cluster, nodes: list[int]) -> int:
         results = batched.gradients(None, xs, ys)
         for i, g in zip(members, results):
             c.nodes[i].local.pending = g
-        if c.mode == "sync" and not c.learning.node_momentum:
+        if encode and c.mode == "sync" and not c.learning.node_momentum:
             encode_group(c, members, results)
         done += len(members)
     return done

@@ -106,7 +106,7 @@ class RingStrategy(Strategy):
         c = self.cluster
         flats: list[torch.Tensor] = []  # [P] per node
         losses, compute = [], []
-        prefetch(c, list(range(c.n)))  # batched gradients, when nodes.batched is on
+        prefetch(c, list(range(c.n)), encode=False)  # batched gradients, when nodes.batched is on
         for i in range(c.n):
             grads, loss, compute_s, _ = c.gradient(i, None)
             flats.append(torch.cat([g.reshape(-1).float() for g in grads]))
