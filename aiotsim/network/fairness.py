@@ -45,8 +45,12 @@ class _Flow:
     comp: _Component
 
 
+_ids = iter(range(1 << 62))
+
+
 @dataclass(eq=False)
 class _Component:
+    cid: int = field(default_factory=lambda: next(_ids))  # label in the allocator's slot array
     members: dict[Hashable, None] = field(default_factory=dict)  # flow keys, ordered (determinism)
     links: set[int] = field(default_factory=set)  # link indices (a superset after removals)
     removed: int = 0  # flows removed since the last exact split
@@ -69,8 +73,8 @@ class MaxMinAllocator:
     Examples
     --------
     >>> alloc = MaxMinAllocator({"a": 10.0, "b": 4.0})
-    >>> alloc.add_flow("x", ["a"], [1]); alloc.add_flow("y", ["a", "b"], [1, 1])
-    >>> alloc.add_flow("z", ["b"], [1])
+    >>> for key, links in [("x", ["a"]), ("y", ["a", "b"]), ("z", ["b"])]:
+    ...     _ = alloc.add_flow(key, links)
     >>> alloc.update() == {"x": 8.0, "y": 2.0, "z": 2.0}
     True
     >>> alloc.remove_flow("z"); alloc.update() == {"x": 6.0, "y": 4.0}
@@ -93,6 +97,8 @@ class MaxMinAllocator:
         self._mult = np.zeros((0, 1))
         self._fcap = np.zeros(0)  # per-flow cap (inf: none)
         self._rate = np.zeros(0)
+        self._comp_of = np.zeros(0, dtype=np.int64)  # component label of each slot (-1: free)
+        self._key_of: list[Hashable] = []  # flow key of each slot
         self._free: list[int] = []
         self.recomputed = 0  # flows whose rate was recomputed so far (a cost counter)
 
@@ -100,7 +106,7 @@ class MaxMinAllocator:
     def add_flow(
         self, key: Hashable, links: Iterable[Hashable], mults: Iterable[float] | None = None,
         cap: float = math.inf,
-    ) -> None:  # fmt: skip
+    ) -> int:  # fmt: skip
         """Start a flow.
 
         Parameters
@@ -114,6 +120,13 @@ class MaxMinAllocator:
             How many times the flow crosses each link (default 1 each), > 0.
         cap : float
             Per-flow rate cap, in the unit of the capacities (``inf``: none), > 0.
+
+        Returns
+        -------
+        int
+            The flow's slot: its index in the arrays :meth:`update_slots` returns, stable while
+            the flow is active (a caller may index its own per-flow arrays with it, growing them
+            to :attr:`n_slots`).
         """
         if key in self._flows:
             raise ConfigError(f"flow {key!r} is already active")
@@ -139,7 +152,10 @@ class MaxMinAllocator:
             self._link_comp[i] = comp
             self._users[i] += 1
         self._flows[key] = _Flow(slot, idx, comp)
+        self._comp_of[slot] = comp.cid
+        self._key_of[slot] = key
         self._dirty.add(comp)
+        return slot
 
     def remove_flow(self, key: Hashable) -> None:
         """Finish flow ``key``; the rates of its component are recomputed at the next update."""
@@ -150,6 +166,7 @@ class MaxMinAllocator:
         for i in flow.links:
             self._users[i] -= 1
         self._rate[flow.slot] = 0.0
+        self._comp_of[flow.slot] = -1
         self._free.append(flow.slot)
         if comp.members:
             self._dirty.add(comp)
@@ -178,15 +195,40 @@ class MaxMinAllocator:
             ``{key: new rate}`` of every flow whose rate changed (new flows included); flows not
             listed keep their rate.
         """
-        changed: dict[Hashable, float] = {}
+        slots, rates = self.update_slots()
+        return {self._key_of[s]: r for s, r in zip(slots.tolist(), rates.tolist(), strict=True)}
+
+    def update_slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`update` as arrays, with no Python work per changed flow.
+
+        Returns
+        -------
+        slots : ndarray of int, shape [changed]
+            Slots (see :meth:`add_flow`) of the flows whose rate changed, new flows included.
+        rates : ndarray of float, shape [changed]
+            Their new rates.
+        """
+        out: list[np.ndarray] = []
         dirty, self._dirty = self._dirty, set()
-        for comp in dirty:
+        for comp in sorted(dirty, key=lambda c: c.cid):  # a fixed order: deterministic runs
             if not comp.members:
                 continue
             parts = self._split(comp) if self._should_split(comp) else [comp]
             for part in parts:
-                self._recompute(part, changed)
-        return changed
+                out.append(self._recompute(part))
+        if not out:
+            return np.zeros(0, dtype=np.intp), np.zeros(0)
+        slots = np.concatenate(out)
+        return slots, self._rate[slots]
+
+    @property
+    def n_slots(self) -> int:
+        """Number of slots allocated so far (every slot returned by :meth:`add_flow` is below it)."""
+        return len(self._rate)
+
+    def slot(self, key: Hashable) -> int:
+        """Slot of active flow ``key``."""
+        return self._flows[key].slot
 
     def rate(self, key: Hashable) -> float:
         """Current rate of flow ``key`` (as of the last :meth:`update`)."""
@@ -228,6 +270,8 @@ class MaxMinAllocator:
             self._mult = np.vstack([self._mult, np.zeros((grow, self._mult.shape[1]))])
             self._fcap = np.append(self._fcap, np.full(grow, math.inf))
             self._rate = np.append(self._rate, np.zeros(grow))
+            self._comp_of = np.append(self._comp_of, np.full(grow, -1, dtype=np.int64))
+            self._key_of.extend([None] * grow)
         return self._free.pop()
 
     def _merge(self, comps: set[_Component]) -> _Component:
@@ -238,7 +282,9 @@ class MaxMinAllocator:
         big = ordered[0]
         for small in ordered[1:]:
             for key in small.members:
-                self._flows[key].comp = big
+                flow = self._flows[key]
+                flow.comp = big
+                self._comp_of[flow.slot] = big.cid
             for i in small.links:
                 if self._link_comp.get(i) is small:
                     self._link_comp[i] = big
@@ -278,34 +324,37 @@ class MaxMinAllocator:
                             part.members[other] = None
                             stack.append(other)
             for key in part.members:
-                self._flows[key].comp = part
+                flow = self._flows[key]
+                flow.comp = part
+                self._comp_of[flow.slot] = part.cid
             parts.append(part)
         for i in comp.links:
             if self._link_comp.get(i) is comp:  # a link no active flow crosses any more
                 del self._link_comp[i]
         return parts
 
-    def _recompute(self, comp: _Component, changed: dict[Hashable, float]) -> None:
-        """Progressive filling over one component; record the flows whose rate changed."""
-        keys = list(comp.members)
-        slots = np.fromiter((self._flows[k].slot for k in keys), dtype=np.intp, count=len(keys))
-        self.recomputed += len(keys)
-        if len(keys) == 1:  # alone: the tightest of its links and its cap
-            slot = int(slots[0])
-            width = len(self._flows[keys[0]].links)
+    def _recompute(self, comp: _Component) -> np.ndarray:
+        """Progressive filling over one component; return the slots whose rate changed."""
+        self.recomputed += len(comp.members)
+        if len(comp.members) == 1:  # alone: the tightest of its links and its cap (no numpy scan)
+            flow = self._flows[next(iter(comp.members))]
+            slot, width = flow.slot, len(flow.links)
             fill = self._cap[self._hops[slot, :width]] / self._mult[slot, :width]
-            new = np.array([min(float(fill.min(initial=math.inf)), float(self._fcap[slot]))])
-        else:
-            hops, mult, cap = self._hops[slots], self._mult[slots], self._cap
-            fcap = self._fcap[slots]
-            if np.isfinite(fcap).any():  # caps as private links, numbered after the dummy
-                private = np.arange(len(keys)) + len(cap)
-                capped = np.isfinite(fcap)
-                hops = np.hstack([hops, np.where(capped, private, self._dummy)[:, None]])
-                mult = np.hstack([mult, capped[:, None].astype(float)])
-                cap = np.concatenate([cap, fcap])
-            new = progressive_filling(cap, hops, mult)
-        old = self._rate[slots]
+            new_rate = min(float(fill.min(initial=math.inf)), float(self._fcap[slot]))
+            if new_rate == self._rate[slot]:
+                return np.zeros(0, dtype=np.intp)
+            self._rate[slot] = new_rate
+            return np.array([slot], dtype=np.intp)
+        slots = np.flatnonzero(self._comp_of == comp.cid)  # in slot order
+        hops, mult, cap = self._hops[slots], self._mult[slots], self._cap
+        fcap = self._fcap[slots]
+        capped = np.isfinite(fcap)
+        if capped.any():  # caps as private links, numbered after the dummy
+            private = np.arange(len(slots)) + len(cap)
+            hops = np.hstack([hops, np.where(capped, private, self._dummy)[:, None]])
+            mult = np.hstack([mult, capped[:, None].astype(float)])
+            cap = np.concatenate([cap, fcap])
+        new = progressive_filling(cap, hops, mult)
+        moved = new != self._rate[slots]
         self._rate[slots] = new
-        for j in np.flatnonzero(new != old):
-            changed[keys[j]] = float(new[j])
+        return slots[moved]
