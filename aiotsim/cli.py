@@ -200,6 +200,12 @@ def _run_new(
     if scenario is None:
         raise ConfigError("give a scenario file (e.g. scenarios/iot10.toml) or --resume RUN_DIR")
     sc = load_validated(scenario, set_ or [], compressor=compressor, iterations=iterations)
+    if not quiet:  # before anything is allocated: a big fleet says what it will take
+        from aiotsim.validate import world_size
+
+        size = world_size(sc)
+        if size is not None:
+            err.print(f"memory estimate: {size.describe()}", highlight=False, soft_wrap=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out_dir or Path("runs") / f"{slug(sc.scenario.name)}-{slug(sc.compressor.name)}-{stamp}"
     name = f"{sc.scenario.name}/{sc.compressor.name}"
