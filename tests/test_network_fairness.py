@@ -154,11 +154,23 @@ def scenario(draw: st.DrawFn) -> tuple[list[float], list[tuple]]:
     return caps, ops
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(scenario())
 def test_matches_progressive_filling_over_all_flows(case: tuple[list[float], list[tuple]]) -> None:
     """After every update: same rates as filling over all flows, and `changed` lists exactly the
     flows whose rate moved (new flows included)."""
+    check_sequence(case)
+
+
+@pytest.mark.slow
+@settings(max_examples=1500, deadline=None)
+@given(scenario())
+def test_matches_progressive_filling_many_sequences(case: tuple[list[float], list[tuple]]) -> None:
+    check_sequence(case)
+
+
+def check_sequence(case: tuple[list[float], list[tuple]]) -> None:
+    """Replay ``case``'s operations on the allocator and on a dict; compare at every update."""
     caps, ops = case
     alloc = MaxMinAllocator(dict(enumerate(caps)))
     flows: dict = {}
