@@ -12,7 +12,7 @@ from aiotsim.api import run_scenario
 from aiotsim.compress.base import CodecState
 from aiotsim.config import load_scenario
 from aiotsim.sim.storage import narrow_states, step_velocity, widen_states
-from aiotsim.validate import NODE_OVERHEAD_BYTES, world_size
+from aiotsim.validate import IN_FLIGHT_BUFFERS, NODE_OVERHEAD_BYTES, world_size
 
 P = 55_210  # parameters of tests/tiny.toml's MLP on the 8x8 digits
 
@@ -30,8 +30,8 @@ P = 55_210  # parameters of tests/tiny.toml's MLP on the 8x8 digits
 def test_estimate_counts_what_a_node_keeps(tiny_scenario, sets, stored, state_bytes) -> None:
     sc = load_scenario(tiny_scenario, ["training.momentum=0.9", "nodes.count=100", *sets])
     size = world_size(sc)
-    # kept state + one dense fp32 message in flight + fixed overhead
-    per_node = P * stored * state_bytes + P * 4 + NODE_OVERHEAD_BYTES
+    # kept state + the dense fp32 buffers of a sync aggregation + fixed overhead
+    per_node = P * stored * state_bytes + IN_FLIGHT_BUFFERS * P * 4 + NODE_OVERHEAD_BYTES
     assert size.per_node_bytes == per_node
     assert size.nodes_bytes == 100 * per_node
     assert f"state {sc.nodes.state_dtype}" in size.describe()
