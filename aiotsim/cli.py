@@ -155,7 +155,10 @@ def run(
     """
     from aiotsim.cpus import resolve_threads
 
-    threads = str(resolve_threads(threads))  # a bad value is exit 2 before anything starts
+    count = resolve_threads(threads)  # a bad value is exit 2 before anything starts
+    if threads.strip().lower() == "auto" and not quiet:
+        err.print(f"threads: auto -> {count} (CPU affinity and cgroup quota)", highlight=False)
+    threads = str(count)
     if resume is not None:
         if scenario is not None or compressor or iterations or set_ or out_dir:
             raise ConfigError("--resume RUN_DIR takes the scenario from RUN_DIR: give no scenario, -c, -n, --set or -o")
