@@ -7,6 +7,10 @@ model-sized fp32 tensors per node, the bulk of a large fleet's memory (LeNet-5: 
 for the arithmetic of one step (one node at a time), so a step computes exactly as in fp32 from the
 rounded state; only the rounding of what is kept differs. ``"float32"`` (the default) changes
 nothing: no conversion is made.
+
+Measured (``aiotsim run scenarios/iot10.toml -c CODEC --set nodes.state_dtype=...``, 300
+iterations, final accuracy fp32 -> fp16): topk 96.2% -> 96.1%; dgc 94.7% -> 93.1% (DGC's
+residual accumulates small velocity terms that fp16 rounds away: prefer fp32 for it).
 """
 
 from __future__ import annotations
