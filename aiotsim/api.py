@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from aiotsim.config import Scenario, apply_overrides, load_scenario, read_toml, scenario_from_dict
+from aiotsim.cpus import resolve_threads
 from aiotsim.errors import ConfigError
 from aiotsim.learn.datasets import Dataset
 from aiotsim.records import Progress, RunSummary
@@ -36,7 +37,7 @@ def run_scenario(
     out_dir: str | Path,
     device: str = "auto",
     on_progress: Callable[[Progress], None] | None = None,
-    threads: int = 1,
+    threads: int | str = 1,
     *,
     model: torch.nn.Module | None = None,
     data: Dataset | None = None,
@@ -54,8 +55,10 @@ def run_scenario(
         ``"auto"``, ``"cpu"`` or ``"cuda"``: where the real learning runs.
     on_progress : callable, optional
         Called with a :class:`~aiotsim.records.Progress` after every iteration.
-    threads : int
-        torch intra-op threads for the run (``torch.set_num_threads``), restored afterwards.
+    threads : int or "auto"
+        torch intra-op threads for the run (``torch.set_num_threads``), restored afterwards;
+        ``"auto"``: the CPUs this process may use (affinity mask capped by the cgroup v2
+        ``cpu.max`` quota, see :func:`aiotsim.cpus.auto_threads`).
         Results depend on this count (the reductions of LeNet's convolutions are split
         differently), so a fixed count makes a scenario and seed give the same numbers whether
         run alone, in ``compare`` workers or in a sweep. The default, 1, is the setting the
@@ -87,7 +90,7 @@ def resume_run(
     run_dir: str | Path,
     device: str = "auto",
     on_progress: Callable[[Progress], None] | None = None,
-    threads: int = 1,
+    threads: int | str = 1,
     *,
     model: torch.nn.Module | None = None,
     data: Dataset | None = None,
@@ -138,12 +141,12 @@ def _rows_before(lines: list[str], iteration: int) -> list[str]:
 
 
 @contextmanager
-def _threads(threads: int) -> Iterator[None]:
-    """torch intra-op threads set to ``threads`` for the block, restored afterwards."""
-    if threads < 1:
-        raise ValueError(f"threads(={threads}) must be >= 1")
+def _threads(threads: int | str) -> Iterator[None]:
+    """torch intra-op threads set to ``threads`` (a count or ``"auto"``) for the block, restored
+    afterwards."""
+    count = resolve_threads(threads)
     before = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(count)
     try:
         yield
     finally:
@@ -213,7 +216,7 @@ def run(
     overrides: dict[str, Any] | None = None,
     out_dir: str | Path | None = None,
     device: str = "auto",
-    threads: int = 1,
+    threads: int | str = 1,
     *,
     num_classes: int | None = None,
     on_progress: Callable[[Progress], None] | None = None,
@@ -241,8 +244,9 @@ def run(
         kept after the run (its path is ``Result.run_dir``; delete it when done).
     device : str
         ``"auto"``, ``"cpu"`` or ``"cuda"``.
-    threads : int
-        torch intra-op threads for the run (results depend on it; 1 is the reproducible default).
+    threads : int or "auto"
+        torch intra-op threads for the run (results depend on it; 1 is the reproducible default;
+        ``"auto"``: the process's CPU quota, see :func:`aiotsim.cpus.auto_threads`).
     num_classes : int, optional
         Classes of ``dataset`` (default: the largest label + 1).
     on_progress : callable, optional
@@ -271,7 +275,7 @@ def resume(
     model: torch.nn.Module | None = None,
     dataset: tuple[Split, Split] | None = None,
     device: str = "auto",
-    threads: int = 1,
+    threads: int | str = 1,
     *,
     num_classes: int | None = None,
     on_progress: Callable[[Progress], None] | None = None,

@@ -83,14 +83,14 @@ def _progress(quiet: bool) -> Progress:
     )
 
 
-def _run_scenario(sc: Any, out_dir: Path, device: str, on_progress: Any, threads: int, every: int) -> dict[str, Any]:
+def _run_scenario(sc: Any, out_dir: Path, device: str, on_progress: Any, threads: str, every: int) -> dict[str, Any]:
     """The library call that runs one scenario into ``out_dir`` and returns its summary."""
     from aiotsim.api import run_scenario
 
     return run_scenario(sc, out_dir, device=device, on_progress=on_progress, threads=threads, checkpoint_every=every)
 
 
-def _resume_run(run_dir: Path, device: str, on_progress: Any, threads: int, every: int) -> dict[str, Any]:
+def _resume_run(run_dir: Path, device: str, on_progress: Any, threads: str, every: int) -> dict[str, Any]:
     """The library call that continues the run in ``run_dir`` from its checkpoint."""
     from aiotsim.api import resume_run
 
@@ -114,9 +114,11 @@ def _simulate(name: str, total: int, out_dir: Path, quiet: bool, call: Any) -> d
 
 
 ThreadsOpt = Annotated[
-    int,
+    str,
     typer.Option(
-        "--threads", min=1, max=1024, help="torch threads for the run (results depend on it: 1 everywhere by default)"
+        "--threads",
+        help="torch threads for the run, or 'auto' (the CPUs this process may use: affinity and cgroup"
+        " cpu.max quota); results depend on it: 1 everywhere by default",
     ),
 ]
 EveryOpt = Annotated[
@@ -138,7 +140,7 @@ def run(
     ] = None,
     device: DeviceOpt = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
-    threads: ThreadsOpt = 1,
+    threads: ThreadsOpt = "1",
     checkpoint_every: EveryOpt = 0,
     resume: Annotated[
         Path | None, typer.Option("--resume", help="continue the run in this directory from its checkpoint.pt")
@@ -151,6 +153,12 @@ def run(
     and trace.json. `--resume RUN_DIR` continues such a run from its last checkpoint
     (`--checkpoint-every N`); in flops mode the result equals an uninterrupted run's.
     """
+    from aiotsim.cpus import resolve_threads
+
+    count = resolve_threads(threads)  # a bad value is exit 2 before anything starts
+    if threads.strip().lower() == "auto" and not quiet:
+        err.print(f"threads: auto -> {count} (CPU affinity and cgroup quota)", highlight=False)
+    threads = str(count)
     if resume is not None:
         if scenario is not None or compressor or iterations or set_ or out_dir:
             raise ConfigError("--resume RUN_DIR takes the scenario from RUN_DIR: give no scenario, -c, -n, --set or -o")
@@ -186,7 +194,7 @@ def _run_new(
     out_dir: Path | None,
     device: str,
     quiet: bool,
-    threads: int,
+    threads: str,
     every: int,
 ) -> tuple[Path, dict[str, Any]]:
     """Validate and run a scenario file: ``(run directory, summary)``."""
@@ -195,6 +203,12 @@ def _run_new(
     if scenario is None:
         raise ConfigError("give a scenario file (e.g. scenarios/iot10.toml) or --resume RUN_DIR")
     sc = load_validated(scenario, set_ or [], compressor=compressor, iterations=iterations)
+    if not quiet:  # before anything is allocated: a big fleet says what it will take
+        from aiotsim.validate import world_size
+
+        size = world_size(sc)
+        if size is not None:
+            err.print(f"memory estimate: {size.describe()}", highlight=False, soft_wrap=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = out_dir or Path("runs") / f"{slug(sc.scenario.name)}-{slug(sc.compressor.name)}-{stamp}"
     name = f"{sc.scenario.name}/{sc.compressor.name}"

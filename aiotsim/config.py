@@ -290,6 +290,12 @@ class NodesSection:
     )
     dropout_prob: float = opt(0.0, "chance that an online node is offline at its next dispatch, [0, 1)", fraction)
     rejoin_prob: float = opt(0.5, "chance that an offline node is back at its next dispatch, (0, 1]", unit_interval)
+    state_dtype: str = opt(
+        "float32",
+        "storage of per-node residuals and velocities between rounds: 'float32', or 'float16' (half the"
+        " memory; each step still computes in fp32, from the rounded state)",
+        choices=("float32", "float16"),
+    )
     residual_on_rejoin: str = opt(
         "keep",
         "a rejoining node's error-feedback residuals: 'keep' (sent later) or 'reset' (dropped)",

@@ -28,9 +28,15 @@ from aiotsim.errors import ConfigError
 # MNIST; digits: scikit-learn's 8x8 digits).
 REAL_DATA = {"mnist": ((1, 28, 28), 10, 5000), "digits": ((1, 8, 8), 10, 1797)}
 BYTES_PER_VALUE = 4  # fp32
-# fp32 tensors of the model's size that one node holds: gradient, error-feedback residual, velocity
-# (momentum on the nodes) and codec state (e.g. PowerSGD's Q, DGC's accumulators).
-BUFFERS_PER_NODE = 4
+STATE_BYTES = {"float32": 4, "float16": 2}  # nodes.state_dtype
+# Python objects, per-layer seeded generators (about 2.6 KB each) and batch stream of one node, B
+# (measured: LeNet-5 on MNIST, 1,000 nodes)
+NODE_OVERHEAD_BYTES = 64_000
+# Model-sized fp32 buffers per node while a sync round is aggregated: its message (the dense size
+# bounds every codec's), its decoded gradient and its row of the stacked copy the mean is taken
+# from. (Measured peak, LeNet-5, 1,000 nodes, none, sync: 1.5 MB per node, of which the allocator
+# keeps some freed memory; the estimate is about 1.05 MB.)
+IN_FLIGHT_BUFFERS = 3
 SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode scratch ...
 MEMORY_ENV = "AIOTSIM_MAX_MEMORY_GB"
 
@@ -43,6 +49,8 @@ class WorldSize:
     nodes_bytes: int  # per-node buffers, all nodes
     server_bytes: int
     data_bytes: int
+    per_node_bytes: int = 0  # one node's state and in-flight message, B
+    state_dtype: str = "float32"
 
     @property
     def total(self) -> int:
@@ -50,9 +58,10 @@ class WorldSize:
         return self.nodes_bytes + self.server_bytes + self.data_bytes
 
     def describe(self) -> str:
-        """``~12.3 MB (61,706 parameters; nodes 9.9 MB, data 2.1 MB)``."""
+        """``~12.3 MB (61,706 parameters; nodes 9.9 MB = 987.0 KB per node, state float32; ...)``."""
         return (
-            f"~{fmt_bytes(self.total)} ({self.params:,} parameters; nodes {fmt_bytes(self.nodes_bytes)}, "
+            f"~{fmt_bytes(self.total)} ({self.params:,} parameters; nodes {fmt_bytes(self.nodes_bytes)}"
+            f" = {fmt_bytes(self.per_node_bytes)} per node, state {self.state_dtype}; "
             f"server {fmt_bytes(self.server_bytes)}, data {fmt_bytes(self.data_bytes)})"
         )
 
@@ -102,12 +111,41 @@ def world_size(s: Scenario) -> WorldSize | None:
         return None
     shape, _, train, test = known
     per_model = params * BYTES_PER_VALUE
+    stored, extra = node_state_buffers(s)
+    # kept between rounds (residual, velocity: at state_dtype; other codec state: fp32) + what a
+    # sync aggregation holds per node (see IN_FLIGHT_BUFFERS) + fixed overhead
+    per_node = params * (stored * STATE_BYTES[s.nodes.state_dtype] + extra * BYTES_PER_VALUE)
+    per_node += IN_FLIGHT_BUFFERS * per_model + NODE_OVERHEAD_BYTES
     return WorldSize(
         params=params,
-        nodes_bytes=s.nodes.count * BUFFERS_PER_NODE * per_model,
+        nodes_bytes=s.nodes.count * per_node,
         server_bytes=SERVER_BUFFERS * per_model,
         data_bytes=(train + test) * math.prod(shape) * BYTES_PER_VALUE,
+        per_node_bytes=per_node,
+        state_dtype=s.nodes.state_dtype,
     )
+
+
+def node_state_buffers(s: Scenario) -> tuple[int, int]:
+    """Model-sized tensors one node keeps between rounds: ``(stored at nodes.state_dtype, fp32)``.
+
+    At ``state_dtype``: the error-feedback residual (codecs with error feedback on) and the
+    velocity (momentum on the nodes, or the codec's own, DGC/PGC). In fp32: any other tensor field
+    of the codec's state (Gradient Variance's variance and scratch, PowerSGD's Q counted as
+    model-sized: an upper bound).
+    """
+    import dataclasses
+
+    from aiotsim.compress.registry import build_codec
+    from aiotsim.sim.storage import STATE_FIELDS
+
+    codec = build_codec(s.compressor.name, s.compressor.params)
+    t = s.training
+    node_momentum = t.momentum > 0 and t.momentum_at == "nodes"
+    stored = int(codec.error_feedback) + int(codec.absorbs_momentum or node_momentum)
+    skip = {*STATE_FIELDS, "generator", "sq_grad"}
+    extra = sum(1 for f in dataclasses.fields(codec.State) if f.name not in skip and "Tensor" in str(f.type))
+    return stored, extra
 
 
 def memory_limit() -> int:

@@ -111,7 +111,8 @@ def pack_uint(values: torch.Tensor, width: int) -> torch.Tensor:
     if width in (8, 16, 32):
         # Byte-aligned widths: the integers' own little-endian bytes are the packing.
         dtype = {8: torch.uint8, 16: torch.int16, 32: torch.int32}[width]
-        return values.to(dtype).contiguous().view(_U8).reshape(-1).clone()
+        # `values` is int64 here, so `.to(dtype)` is already a fresh tensor: no copy needed
+        return values.to(dtype).contiguous().view(_U8).reshape(-1)
     shifts = torch.arange(width, device=values.device, dtype=torch.int64)
     bitplanes = ((values.unsqueeze(1) >> shifts) & 1).to(_U8)  # [k, width], LSB first
     return pack_bits(bitplanes.reshape(-1), 1)
@@ -124,7 +125,7 @@ def unpack_uint(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
     if width in (8, 16, 32):
         dtype = {8: torch.uint8, 16: torch.int16, 32: torch.int32}[width]
         nbytes = count * width // 8
-        raw = buf[:nbytes].clone().view(dtype).to(torch.int64)
+        raw = _aligned(buf[:nbytes], width // 8).view(dtype).to(torch.int64)  # `.to` copies
         if width == 16:
             raw &= 0xFFFF  # int16 view is signed; the packed values are unsigned
         elif width == 32:
@@ -237,7 +238,8 @@ def _index_header(buf: torch.Tensor) -> tuple[int, int, int]:
     """``(mode, width, count)`` of an encoded index set."""
     if buf.numel() < _IDX_HEADER:
         raise CodecError(f"index buffer of {buf.numel()} bytes is shorter than its header")
-    return int(buf[0]), int(buf[1]), int(unpack_u32(buf[2:6])[0])
+    head = buf[:_IDX_HEADER].tolist()  # one host read; the count is 4 little-endian bytes
+    return head[0], head[1], int.from_bytes(bytes(head[2:6]), "little")
 
 
 def index_count(buf: torch.Tensor) -> int:
@@ -277,24 +279,44 @@ def _as_tensor(
     return torch.tensor(values, dtype=dtype, device=device)
 
 
+def _own_bytes(packed: torch.Tensor, values: torch.Tensor | list[float]) -> torch.Tensor:
+    """``packed`` (a byte view), copied only when it still shares storage with the caller's
+    ``values``: a payload must never alias state that is modified later (a residual, a velocity),
+    but a freshly converted or gathered tensor needs no second copy."""
+    if isinstance(values, torch.Tensor) and packed.untyped_storage().data_ptr() == values.untyped_storage().data_ptr():
+        return packed.clone()
+    return packed
+
+
+def _aligned(buf: torch.Tensor, size: int) -> torch.Tensor:
+    """``buf`` (bytes), copied only when its start is not a multiple of ``size`` bytes, so that it
+    can be viewed as a ``size``-byte dtype."""
+    return buf.clone() if buf.storage_offset() % size else buf
+
+
 def pack_f32(values: torch.Tensor | list[float], device: torch.device | None = None) -> torch.Tensor:
     """fp32 values as their 4 little-endian bytes each."""
-    return _as_tensor(values, torch.float32, device).contiguous().view(_U8).clone()
+    return _own_bytes(_as_tensor(values, torch.float32, device).contiguous().view(_U8), values)
 
 
 def unpack_f32(buf: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`pack_f32`."""
+    """Inverse of :func:`pack_f32` (a new tensor: the caller may modify it)."""
     return buf.clone().view(torch.float32)
+
+
+def view_f32(buf: torch.Tensor) -> torch.Tensor:
+    """:func:`unpack_f32` without a copy when ``buf`` is aligned: a read-only view of the payload."""
+    return _aligned(buf, 4).view(torch.float32)
 
 
 def pack_f16(values: torch.Tensor | list[float], device: torch.device | None = None) -> torch.Tensor:
     """fp16 values as their 2 bytes each (values outside fp16's range saturate to +-inf)."""
-    return _as_tensor(values, torch.float16, device).contiguous().view(_U8).clone()
+    return _own_bytes(_as_tensor(values, torch.float16, device).contiguous().view(_U8), values)
 
 
 def unpack_f16(buf: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`pack_f16`, returned as fp32."""
-    return buf.clone().view(torch.float16).float()
+    """Inverse of :func:`pack_f16`, returned as fp32 (``.float()`` makes the copy)."""
+    return _aligned(buf, 2).view(torch.float16).float()
 
 
 def pack_values(values: torch.Tensor, value_dtype: str) -> torch.Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from aiotsim.compress.base import LayerInfo, Payload
-from aiotsim.compress.packing import decode_bitmap, decode_indices, encode_indices, pack_values, unpack_values
+from aiotsim.compress.packing import decode_bitmap, decode_indices, encode_indices, pack_values, unpack_values, view_f32
 from aiotsim.errors import CodecError
 
 
@@ -55,7 +55,9 @@ def scatter_sparse(index_buf: torch.Tensor, values: torch.Tensor, layer: LayerIn
 
 def decode_sparse(payload: Payload, layer: LayerInfo, value_dtype: str = "fp32") -> torch.Tensor:
     """Dense gradient of ``layer`` with the payload's values scattered at its indices."""
-    vals = unpack_values(payload.buffers["values"], value_dtype)
+    buf = payload.buffers["values"]
+    # the values are only read (scattered into a new tensor): an fp32 view of the payload will do
+    vals = view_f32(buf) if value_dtype == "fp32" else unpack_values(buf, value_dtype)
     return scatter_sparse(payload.buffers["indices"], vals, layer).view(layer.shape).to(layer.dtype)
 
 

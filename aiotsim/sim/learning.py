@@ -33,6 +33,7 @@ from aiotsim.learn.datasets import Dataset, SyntheticSpec, load_dataset
 from aiotsim.learn.models import build_model, layer_infos
 from aiotsim.learn.partition import partition
 from aiotsim.sim.stops import Diverged
+from aiotsim.sim.storage import DTYPES, narrow_states, step_velocity, widen_states
 
 
 def sync_device(device: torch.device) -> None:
@@ -133,6 +134,7 @@ class Learning:
         self.dense: Codec = build_codec("none", seed=seed)
         self.layer_codecs = [self.codec if L.numel >= s.compressor.min_size else self.dense for L in self.layers]
         self.server_states = self.new_states(-1)  # compressed (bidirectional) downlink
+        self.state_dtype = DTYPES[s.nodes.state_dtype]  # storage of residuals and velocities
         # momentum lives on the server optimizer, unless the codec applies it itself (DGC) or the
         # scenario puts it on the nodes
         self.node_momentum = (
@@ -176,12 +178,7 @@ class Learning:
         grads = res.grads
         if self.node_momentum:
             # momentum correction: the node accumulates u = m u + g and sends (a compression of) u
-            if local.velocity is None:
-                local.velocity = [g.detach().clone() for g in grads]
-            else:  # one batched op per step for all layers
-                torch._foreach_mul_(local.velocity, self.node_momentum)
-                torch._foreach_add_(local.velocity, grads)
-            grads = local.velocity
+            grads, local.velocity = step_velocity(local.velocity, grads, self.node_momentum, self.state_dtype)
         return Gradient(grads, res.loss, res.wall_s, self.flops_per_batch, res.sq_grads)
 
     def encode(
@@ -196,10 +193,12 @@ class Learning:
         sync_device(self.device)
         t0 = time.perf_counter()
         payloads = []
+        widen_states(states)
         for j, (codec, layer, g) in enumerate(zip(codecs, self.layers, grads)):
             if sq is not None:
                 states[j].sq_grad = sq[j]
             payloads.append(codec.encode(g, layer, states[j]))
+        narrow_states(states, self.state_dtype)
         sync_device(self.device)
         return payloads, time.perf_counter() - t0
 

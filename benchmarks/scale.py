@@ -1,0 +1,202 @@
+"""Benchmark: fleet scale. Wall time per iteration, peak memory, network-engine share, and the
+ratio of wall time to the bare work of the same run.
+
+For each case (nodes x codec x topology; LeNet-5, sync) one subprocess (so that its peak resident
+memory, ``ru_maxrss``, is its own):
+
+1. builds the cluster from the scenario (``scenarios/iot10.toml``, ``iot100``, ``iot1000``,
+   ``iot10k``; hierarchical: ``hierarchical.toml`` with ``max(2, nodes // 100)`` gateways, or
+   ``iot10k_hier``), with ``--iterations`` iterations and no evaluation before the end;
+2. runs it, timing the network engine (:meth:`Network.send` and its controller step) and counting
+   the node gradients, codec encodes and decodes the run made;
+3. reads the peak memory, then does the *bare work* in the same process: the same number of
+   single-node batch gradients (one node's batch, the same :class:`GradientComputer`) and the same
+   numbers of encodes and decodes with the same codecs, in a plain loop;
+4. prints one JSON line.
+
+Columns: ``s/it`` wall seconds per iteration of the run (setup excluded, shown apart); ``peak MB``
+the subprocess's peak resident memory; ``KB/node`` (peak - resident memory before the cluster was
+built) / nodes; ``net %`` the network engine's share of the run's wall time; ``ratio`` run wall /
+bare-work wall (the issue's target: <= 1.2).
+
+Run: ``python benchmarks/scale.py [--nodes 10 100 1000] [--codecs none topk]
+[--topologies star hierarchical] [--iterations 3]``. One torch thread per case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+STAR_FILES = {10: "iot10.toml", 100: "iot100.toml", 1000: "iot1000.toml", 10_000: "iot10k.toml"}
+
+
+def scenario_for(nodes: int, codec: str, topology: str, iterations: int) -> Any:
+    """The case's scenario (see the module docstring)."""
+    from aiotsim.api import as_scenario
+
+    over: dict[str, Any] = {
+        "scenario.iterations": iterations,
+        "compressor.name": codec,
+        "training.eval_every": 10**6,  # evaluation is not the subject here
+        "data.eval_samples": 100,
+    }
+    if topology == "star":
+        path = STAR_FILES.get(nodes, "iot1000.toml")
+    else:
+        path = "iot10k_hier.toml" if nodes >= 10_000 else "hierarchical.toml"
+        over["network.gateways"] = max(2, nodes // 100)
+    over["nodes.count"] = nodes
+    return as_scenario(ROOT / "scenarios" / path, over)
+
+
+def rss_mb() -> float:
+    """Peak resident memory of this process so far, MB (Linux reports KB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_case(nodes: int, codec: str, topology: str, iterations: int) -> dict[str, Any]:
+    """One case in this process; returns its row."""
+    import torch
+
+    from aiotsim.network.flows import Network
+    from aiotsim.results.store import RunWriter
+    from aiotsim.sim.runner import run_cluster
+    from aiotsim.sim.world import Cluster
+
+    torch.set_num_threads(1)
+    sc = scenario_for(nodes, codec, topology, iterations)
+    net_s = [0.0]
+
+    def timed(fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                net_s[0] += time.perf_counter() - t0
+
+        return wrapper
+
+    Network.send = timed(Network.send)  # type: ignore[method-assign]
+    Network._step = timed(Network._step)  # type: ignore[method-assign]
+    base_mb = rss_mb()
+    t0 = time.perf_counter()
+    cluster = Cluster(sc, device="cpu")
+    setup_s = time.perf_counter() - t0
+    counts = count_work(cluster.learning)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        summary = run_cluster(cluster, RunWriter(tmp, sc.to_toml()))
+        wall = time.perf_counter() - t0
+    peak_mb = rss_mb()
+    bare = bare_work(cluster.learning, counts)
+    return {
+        "nodes": nodes, "codec": codec, "topology": topology, "iterations": iterations,
+        "status": summary.get("status", "complete"), "setup_s": setup_s, "wall_s": wall,
+        "s_per_it": wall / iterations, "peak_mb": peak_mb, "kb_per_node": (peak_mb - base_mb) * 1024 / nodes,
+        "net_share": net_s[0] / wall, "bare_s": bare, "ratio": wall / bare, **counts,
+    }  # fmt: skip
+
+
+def count_work(learning: Any) -> dict[str, int]:
+    """Count the gradients, encodes and decodes the run makes (wrappers on the instances)."""
+    counts = {"gradients": 0, "encodes": 0, "decodes": 0}
+
+    def counting(key: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counts[key] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    learning.computer.gradient = counting("gradients", learning.computer.gradient)
+    for codec in {id(c): c for c in (learning.codec, learning.dense)}.values():
+        codec.encode = counting("encodes", codec.encode)
+        codec.decode = counting("decodes", codec.decode)
+    return counts
+
+
+def bare_work(learning: Any, counts: dict[str, int]) -> float:
+    """Wall seconds of the same numbers of gradients, encodes and decodes in a plain loop, with
+    one node's batch, the run's gradient computer and codecs (one node's fresh codec states)."""
+    layers, codecs = learning.layers, learning.layer_codecs
+    n_layers = len(layers)
+    local = learning.local_state(0)
+    x, y = local.stream.next()
+    for codec in (learning.codec, learning.dense):  # the counting wrappers off
+        for name in ("encode", "decode"):
+            codec.__dict__.pop(name, None)
+    learning.computer.__dict__.pop("gradient", None)
+    grads = learning.computer.gradient(None, x, y).grads
+    payloads = [c.encode(g, L, s) for c, g, L, s in zip(codecs, grads, layers, local.states)]
+    encodes, decodes = counts["encodes"], counts["decodes"]
+    rounds = max(counts["gradients"], -(-encodes // n_layers), -(-decodes // n_layers))
+    t0 = time.perf_counter()
+    for k in range(rounds):
+        if k < counts["gradients"]:
+            grads = learning.computer.gradient(None, x, y).grads
+        for j in range(n_layers):
+            if encodes > 0:
+                payloads[j] = codecs[j].encode(grads[j], layers[j], local.states[j])
+                encodes -= 1
+            if decodes > 0:
+                codecs[j].decode(payloads[j], layers[j])
+                decodes -= 1
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--codecs", nargs="+", default=["none", "topk"])
+    parser.add_argument("--topologies", nargs="+", default=["star", "hierarchical"])
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=1800.0, help="per case, s")
+    parser.add_argument("--case", nargs=4, metavar=("NODES", "CODEC", "TOPOLOGY", "ITERATIONS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.case:
+        n, codec, topo, its = args.case
+        print(json.dumps(run_case(int(n), codec, topo, int(its))))
+        return
+    print(f"LeNet-5, sync, {args.iterations} iterations per case, 1 torch thread; load average at start:"
+          f" {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")  # fmt: skip
+    header = (
+        f"{'topology':>12} {'nodes':>6} {'codec':>5} {'setup s':>8} {'s/it':>8} {'peak MB':>8}"
+        f" {'KB/node':>8} {'net %':>6} {'bare s':>7} {'ratio':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    for topo in args.topologies:
+        for n in args.nodes:
+            for codec in args.codecs:
+                cmd = [sys.executable, __file__, "--case", str(n), codec, topo, str(args.iterations)]
+                try:
+                    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+                except subprocess.TimeoutExpired:
+                    print(f"{topo:>12} {n:>6} {codec:>5} timed out after {args.timeout:.0f} s")
+                    continue
+                if out.returncode != 0:
+                    print(f"{topo:>12} {n:>6} {codec:>5} failed: {out.stderr.strip().splitlines()[-1:]}")
+                    continue
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                print(
+                    f"{topo:>12} {n:>6} {codec:>5} {r['setup_s']:>8.2f} {r['s_per_it']:>8.3f} {r['peak_mb']:>8.0f}"
+                    f" {r['kb_per_node']:>8.0f} {100 * r['net_share']:>5.1f}% {r['bare_s']:>7.2f} {r['ratio']:>6.2f}",
+                    flush=True,
+                )
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

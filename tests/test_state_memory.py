@@ -1,0 +1,76 @@
+"""Per-node state: the memory estimate by codec, momentum and nodes.state_dtype, and fp16 storage
+of residuals and velocities."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from aiotsim.api import run_scenario
+from aiotsim.compress.base import CodecState
+from aiotsim.config import load_scenario
+from aiotsim.sim.storage import narrow_states, step_velocity, widen_states
+from aiotsim.validate import IN_FLIGHT_BUFFERS, NODE_OVERHEAD_BYTES, world_size
+
+P = 55_210  # parameters of tests/tiny.toml's MLP on the 8x8 digits
+
+
+@pytest.mark.parametrize(
+    ("sets", "stored", "state_bytes"),
+    [
+        (["compressor.name=none", "training.momentum_at=server"], 0, 4),  # nothing kept on the node
+        (["compressor.name=none", "training.momentum_at=nodes"], 1, 4),  # velocity
+        (["compressor.name=topk", "training.momentum_at=nodes"], 2, 4),  # residual + velocity
+        (["compressor.name=topk", "training.momentum_at=nodes", "nodes.state_dtype=float16"], 2, 2),
+        (["compressor.name=dgc", "training.momentum_at=server"], 2, 4),  # DGC's own residual + momentum
+    ],
+)
+def test_estimate_counts_what_a_node_keeps(tiny_scenario, sets, stored, state_bytes) -> None:
+    sc = load_scenario(tiny_scenario, ["training.momentum=0.9", "nodes.count=100", *sets])
+    size = world_size(sc)
+    # kept state + the dense fp32 buffers of a sync aggregation + fixed overhead
+    per_node = P * stored * state_bytes + IN_FLIGHT_BUFFERS * P * 4 + NODE_OVERHEAD_BYTES
+    assert size.per_node_bytes == per_node
+    assert size.nodes_bytes == 100 * per_node
+    assert f"state {sc.nodes.state_dtype}" in size.describe()
+
+
+def test_fp16_velocity_steps_in_fp32_from_the_rounded_state() -> None:
+    g = [torch.tensor([1.0, -2.0]), torch.tensor([0.1])]
+    step, stored = step_velocity(None, g, 0.9, torch.float16)
+    assert [s.dtype for s in stored] == [torch.float16] * 2 and step[0].dtype == torch.float32
+    g2 = [torch.tensor([0.5, 0.25]), torch.tensor([1 / 3])]
+    step2, stored2 = step_velocity(stored, g2, 0.9, torch.float16)
+    for u, v, gg in zip(step2, stored, g2):
+        assert torch.equal(u, v.float() * 0.9 + gg)  # fp32 arithmetic on the fp16-rounded velocity
+    assert [s.dtype for s in stored2] == [torch.float16] * 2
+
+
+def test_fp32_velocity_is_updated_in_place_as_before() -> None:
+    v = [torch.tensor([1.0, 2.0])]
+    step, stored = step_velocity(v, [torch.tensor([1.0, 1.0])], 0.5, torch.float32)
+    assert step is v and stored is v and v[0].tolist() == [1.5, 2.0]
+
+
+def test_states_narrow_and_widen() -> None:
+    st = CodecState(generator=torch.Generator(), residual=torch.tensor([1.0, 1 / 3]))
+    narrow_states([st], torch.float32)
+    assert st.residual.dtype == torch.float32  # fp32 storage: untouched
+    narrow_states([st], torch.float16)
+    assert st.residual.dtype == torch.float16
+    widen_states([st])
+    assert st.residual.dtype == torch.float32
+    assert st.residual.tolist() == [1.0, float(torch.tensor(1 / 3).half())]
+
+
+def test_fp16_state_run_completes_close_to_fp32(tiny_scenario, tmp_path) -> None:
+    accs = {}
+    for dtype in ("float32", "float16"):
+        sc = load_scenario(tiny_scenario, ["compressor.name=topk", f"nodes.state_dtype={dtype}"])
+        run_scenario(sc, tmp_path / dtype, device="cpu")
+        summary = json.loads((tmp_path / dtype / "summary.json").read_text())
+        assert summary["status"] == "complete"
+        accs[dtype] = summary["final_accuracy"]
+    assert abs(accs["float16"] - accs["float32"]) < 0.1
