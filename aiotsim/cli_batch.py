@@ -140,6 +140,14 @@ def compare(
     baseline: Annotated[
         str | None, typer.Option("--baseline", help="codec the speed-up is relative to (default: none, else the first)")
     ] = None,
+    modes: Annotated[
+        str,
+        typer.Option(
+            "--modes",
+            help="comma-separated training modes to run each codec in, e.g. sync,federated (default: the "
+            "scenario's); rows become MODE/CODEC and modes_accuracy.png plots accuracy vs time and vs bytes",
+        ),
+    ] = "",
     device: DeviceOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
@@ -157,8 +165,16 @@ def compare(
         section = read_toml(scenario).get("scenario")
         name = section.get("name") if isinstance(section, dict) else None
         out_dir = Path("runs") / f"compare-{slug(name if isinstance(name, str) else scenario.stem)}"
-    planned = plan_comparison(scenario, names, seeds, out_dir, set_ or [], iterations, device)
-    if baseline is not None and baseline not in names:
+    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    planned = [
+        job
+        for m in mode_list or [None]
+        for job in plan_comparison(
+            scenario, names, seeds, out_dir / m if m else out_dir,
+            [*(set_ or []), *([f"training.mode={m}"] if m else [])], iterations, device,
+        )
+    ]  # fmt: skip
+    if baseline is not None and baseline.split("/")[-1] not in names:
         raise ResultsError(f"--baseline {baseline!r} is not among the compared codecs: {', '.join(names)}")
     to_run = [j for j in planned if not already_done(j)]
     ensure_dir(out_dir)
@@ -171,6 +187,10 @@ def compare(
             csv_path, md_path = write_comparison(c, out_dir, title)
             out.print(comparison_table(c, title))
             out.print(f"written: {csv_path}, {md_path}")
+            if len(mode_list) > 1:
+                from aiotsim.results.plots import load_run, plot_modes
+
+                out.print(f"written: {', '.join(map(str, plot_modes([load_run(d) for d in done], out_dir, ['png'])))}")
     report_failures(results)
 
 

@@ -316,3 +316,26 @@ def test_per_round_forms_and_errors() -> None:
         fed(training={"mode": "sync"}, nodes={"availability_trace": "x.csv"})
     with pytest.raises(ConfigError, match="server_optimizer"):
         fed(training={"server_optimizer": "sgd"})
+
+
+# ---- compare across modes -----------------------------------------------------------------------
+def test_compare_puts_sync_and_federated_runs_in_one_table_and_plot(tmp_path: Path) -> None:
+    from aiotsim.api import run_scenario
+    from aiotsim.results.compare import compare_runs
+    from aiotsim.results.plots import load_run, plot_modes
+
+    dirs = []
+    for mode in ("sync", "federated"):
+        for codec in ("none", "2bit"):
+            s = fed(2, training={"mode": mode}, compressor={"name": codec})
+            dirs.append(tmp_path / f"{mode}-{codec}")
+            run_scenario(s, dirs[-1], device="cpu")
+    c = compare_runs(dirs)
+    assert [r.compressor for r in c.rows] == ["sync/none", "federated/none", "sync/2bit", "federated/2bit"]
+    assert c.baseline == "sync/none"
+    # federated rounds of the same codec move the same bytes here (2 nodes, both each round)
+    by = {r.compressor: r for r in c.rows}
+    assert by["federated/2bit"].bytes_up == by["sync/2bit"].bytes_up
+    assert [p.name for p in plot_modes([load_run(d) for d in dirs], tmp_path, ["png"])] == ["modes_accuracy.png"]
+    single = compare_runs(dirs[2:])  # one mode: rows keep the plain codec names
+    assert [r.compressor for r in single.rows] == ["none", "2bit"]
