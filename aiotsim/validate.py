@@ -104,10 +104,21 @@ def world_size(s: Scenario) -> WorldSize | None:
     per_model = params * BYTES_PER_VALUE
     return WorldSize(
         params=params,
-        nodes_bytes=s.nodes.count * BUFFERS_PER_NODE * per_model,
+        nodes_bytes=stateful_nodes(s) * BUFFERS_PER_NODE * per_model,
         server_bytes=SERVER_BUFFERS * per_model,
         data_bytes=(train + test) * math.prod(shape) * BYTES_PER_VALUE,
     )
+
+
+def stateful_nodes(s: Scenario) -> int:
+    """Nodes that will hold per-node buffers: all of them, or in federated mode at most the nodes
+    selected over all rounds (node state is built when a node first takes part)."""
+    if s.training.mode != "federated":
+        return s.nodes.count
+    from aiotsim.config import per_round_count
+
+    want = math.ceil(per_round_count(s) * (1.0 + s.nodes.overcommit))
+    return min(s.nodes.count, want * s.scenario.iterations)
 
 
 def memory_limit() -> int:
@@ -135,10 +146,11 @@ def world_problems(s: Scenario) -> list[str]:
         return []
     out = []
     train = known[2]
-    if s.nodes.count > train:
+    if s.nodes.count > train and s.data.samples_per_node == 0:
         out.append(
             f"nodes.count: every node needs at least one training sample; {s.data.dataset} has about "
-            f"{train} training samples here, got {s.nodes.count} nodes"
+            f"{train} training samples here, got {s.nodes.count} nodes; set data.samples_per_node > 0 "
+            "(every node draws its own shard with replacement)"
         )
     limit = memory_limit()
     if size.total > limit:
