@@ -582,5 +582,6 @@ def _plot_runs(
 
 
 __all__ = [
-    "plot_all", "plot_modes", "collect", "load_run", "find_run_dirs", "load_trace", "plot_timeline", "plot_sweep", "Run",
+    "plot_all", "plot_modes", "collect", "load_run", "find_run_dirs", "load_trace", "plot_timeline", "plot_sweep",
+    "Run",
 ]  # fmt: skip
