@@ -339,3 +339,21 @@ def test_compare_puts_sync_and_federated_runs_in_one_table_and_plot(tmp_path: Pa
     assert [p.name for p in plot_modes([load_run(d) for d in dirs], tmp_path, ["png"])] == ["modes_accuracy.png"]
     single = compare_runs(dirs[2:])  # one mode: rows keep the plain codec names
     assert [r.compressor for r in single.rows] == ["none", "2bit"]
+
+
+@pytest.mark.parametrize("late", ["drop", "apply"])
+def test_deadline_before_every_upload_still_ends(late: str) -> None:
+    # both nodes miss every deadline; a round with nobody idle waits for the late answers
+    # instead of retrying forever, then selects whoever is free again
+    probe = Cluster(fed(1), "cpu")
+    deadline = HOP + batch_s(probe) / 2  # no node can have uploaded yet
+    _, sink, summary = run(fed(4, training={"local_steps": 1, "round_deadline_s": deadline, "late": late}))
+    assert len(sink.rows) == 4 and sink.rows[0]["contributors"] == 0
+    # no update is ever fresh: every row is empty (drop) or holds only stale updates (apply)
+    if late == "drop":
+        assert [r["contributors"] for r in sink.rows] == [0, 0, 0, 0]
+        assert summary["dropped_uploads"] >= 2
+    else:
+        assert summary["dropped_uploads"] == 0
+        assert sum(r["contributors"] for r in sink.rows) >= 2
+        assert all(r["staleness"] >= 1.0 for r in sink.rows if r["contributors"])

@@ -58,6 +58,7 @@ class FederatedStrategy(Strategy):
         )
         self.busy: set[int] = set()  # nodes whose latest round has not answered yet
         self.samples = 0  # training samples of the answers in the current row
+        self.late: list[Upload] = []  # late uploads waiting for the next aggregation (late = apply)
         self.box: simpy.Store | None = None
 
     def online(self, i: int) -> bool:
@@ -80,22 +81,31 @@ class FederatedStrategy(Strategy):
             c.totals.samples += self.samples - c.sc.data.batch_size * len(done.uploads)
             self.samples = 0
 
-    def choose(self) -> Proc:
-        """The round's nodes, waiting ``retry_s`` while nobody can be chosen."""
-        c = self.cluster
+    def choose(self, it: int) -> Proc:
+        """The round's nodes. While nobody can be chosen: wait ``retry_s`` (stall-checked) or,
+        when nodes are still busy with earlier rounds, for their answers (late: filed now)."""
+        c, box = self.cluster, self.box
+        assert box is not None
         while True:
             chosen = select(self.rng, c.n, self.want, lambda i: i not in self.busy and self.online(i))
             if chosen:
                 return chosen
             if not self.busy:
                 c.check_stall()
-            yield c.env.timeout(c.sc.nodes.retry_s)
+                yield c.env.timeout(c.sc.nodes.retry_s)
+                continue
+            get = box.get()
+            yield get | c.env.timeout(c.sc.nodes.retry_s)
+            if get.triggered:
+                self.receive(get.value, it, [])
+            else:
+                get.cancel()
 
     def round(self, it: int) -> Proc:
         """Select, start the nodes, and collect until the round closes; returns its uploads."""
         c, box = self.cluster, self.box
         assert box is not None
-        chosen = yield from self.choose()
+        chosen = yield from self.choose(it)
         c.last_activity_s = c.env.now
         start = c.learning.snapshot()  # the global model this round's nodes download
         for i in chosen:
@@ -104,7 +114,6 @@ class FederatedStrategy(Strategy):
             c.env.process(federated_node(c, i, it, start, box, self.trace))
         deadline = c.env.timeout(c.sc.training.round_deadline_s) if c.sc.training.round_deadline_s > 0 else None
         fresh: list[Upload] = []
-        late: list[Upload] = []
         pending = len(chosen)
         while len(fresh) < self.k and pending > 0:
             get = box.get()
@@ -117,11 +126,13 @@ class FederatedStrategy(Strategy):
                 yield get
             rep: Report = get.value
             pending -= rep.round == it
-            self.receive(rep, it, fresh, late)
+            self.receive(rep, it, fresh)
+        late, self.late = self.late, []
         return fresh + late
 
-    def receive(self, rep: Report, it: int, fresh: list[Upload], late: list[Upload]) -> None:
-        """File one answer: fresh, late (applied or dropped) or lost."""
+    def receive(self, rep: Report, it: int, fresh: list[Upload]) -> None:
+        """File one answer: fresh (round ``it``'s), late (kept for the next aggregation, or
+        dropped) or lost."""
         c = self.cluster
         self.busy.discard(rep.node)
         c.nodes[rep.node].busy = False
@@ -132,7 +143,7 @@ class FederatedStrategy(Strategy):
             fresh.append(rep.upload)
             self.samples += rep.samples
         elif c.sc.training.late == "apply":
-            late.append(rep.upload)
+            self.late.append(rep.upload)
             self.samples += rep.samples
         else:
             c.totals.dropped += 1
