@@ -31,6 +31,7 @@ BYTES_PER_VALUE = 4  # fp32
 # fp32 tensors of the model's size that one node holds: gradient, error-feedback residual, velocity
 # (momentum on the nodes) and codec state (e.g. PowerSGD's Q, DGC's accumulators).
 BUFFERS_PER_NODE = 4
+FEDERATED_BUFFERS = 1  # a federated node keeps only its residual between rounds (local steps are transient)
 SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode scratch ...
 MEMORY_ENV = "AIOTSIM_MAX_MEMORY_GB"
 
@@ -104,7 +105,8 @@ def world_size(s: Scenario) -> WorldSize | None:
     per_model = params * BYTES_PER_VALUE
     return WorldSize(
         params=params,
-        nodes_bytes=stateful_nodes(s) * BUFFERS_PER_NODE * per_model,
+        nodes_bytes=stateful_nodes(s) * (FEDERATED_BUFFERS if s.training.mode == "federated" else BUFFERS_PER_NODE)
+        * per_model,
         server_bytes=SERVER_BUFFERS * per_model,
         data_bytes=(train + test) * math.prod(shape) * BYTES_PER_VALUE,
     )
