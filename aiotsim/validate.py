@@ -31,7 +31,7 @@ BYTES_PER_VALUE = 4  # fp32
 # fp32 tensors of the model's size that one node holds: gradient, error-feedback residual, velocity
 # (momentum on the nodes) and codec state (e.g. PowerSGD's Q, DGC's accumulators).
 BUFFERS_PER_NODE = 4
-FEDERATED_BUFFERS = 1  # a federated node keeps only its residual between rounds (local steps are transient)
+FEDERATED_BUFFERS = 2  # federated: residual + codec state persist between rounds; local-step buffers do not
 SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode scratch ...
 MEMORY_ENV = "AIOTSIM_MAX_MEMORY_GB"
 
