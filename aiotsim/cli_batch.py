@@ -117,6 +117,16 @@ def comparison_table(c: Any, title: str) -> Table:
     return t
 
 
+ModesOpt = Annotated[
+    str,
+    typer.Option(
+        "--modes",
+        help="training modes to run each codec in, e.g. sync,federated (default: the scenario's); "
+        "rows become MODE/CODEC, modes_accuracy.png plots accuracy vs time and vs bytes",
+    ),
+]
+
+
 def compare(
     scenario: Annotated[Path, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)],
     compressor: Annotated[
@@ -140,6 +150,7 @@ def compare(
     baseline: Annotated[
         str | None, typer.Option("--baseline", help="codec the speed-up is relative to (default: none, else the first)")
     ] = None,
+    modes: ModesOpt = "",
     device: DeviceOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
@@ -157,8 +168,10 @@ def compare(
         section = read_toml(scenario).get("scenario")
         name = section.get("name") if isinstance(section, dict) else None
         out_dir = Path("runs") / f"compare-{slug(name if isinstance(name, str) else scenario.stem)}"
-    planned = plan_comparison(scenario, names, seeds, out_dir, set_ or [], iterations, device)
-    if baseline is not None and baseline not in names:
+    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    variants = [_mode_variant(out_dir, set_, m) for m in mode_list or [None]]
+    planned = [j for d, sets in variants for j in plan_comparison(scenario, names, seeds, d, sets, iterations, device)]
+    if baseline is not None and baseline.split("/")[-1] not in names:
         raise ResultsError(f"--baseline {baseline!r} is not among the compared codecs: {', '.join(names)}")
     to_run = [j for j in planned if not already_done(j)]
     ensure_dir(out_dir)
@@ -171,7 +184,23 @@ def compare(
             csv_path, md_path = write_comparison(c, out_dir, title)
             out.print(comparison_table(c, title))
             out.print(f"written: {csv_path}, {md_path}")
+            if len(mode_list) > 1:
+                out.print(f"written: {_plot_modes(done, out_dir)}")
     report_failures(results)
+
+
+def _mode_variant(out_dir: Path, set_: list[str] | None, mode: str | None) -> tuple[Path, list[str]]:
+    """Where a mode's runs go (``OUT/MODE``) and its overrides (``training.mode=MODE`` added)."""
+    if mode is None:
+        return out_dir, list(set_ or [])
+    return out_dir / mode, [*(set_ or []), f"training.mode={mode}"]
+
+
+def _plot_modes(run_dirs: list[Path], out_dir: Path) -> str:
+    """``modes_accuracy.png``: accuracy vs simulated time and vs bytes, one line per mode/codec."""
+    from aiotsim.results.plots import load_run, plot_modes
+
+    return ", ".join(str(p) for p in plot_modes([load_run(d) for d in run_dirs], out_dir, ["png"]))
 
 
 def sweep(

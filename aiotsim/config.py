@@ -19,6 +19,7 @@ the world) live one layer up, in :mod:`aiotsim.validate`: this module imports no
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import typing
 from collections.abc import Callable
@@ -60,6 +61,9 @@ MAX_MTU = 65_535
 MAX_FACTOR = 1e6  # straggler factor, group slowdown and share
 MAX_ALPHA = 1e6
 MAX_NAME = 100
+MAX_LOCAL_STEPS = 100_000
+MAX_LOCAL_EPOCHS = 1_000.0
+MAX_OVERCOMMIT = 10.0
 
 
 def link_rate(v: Any) -> str | None:
@@ -123,6 +127,13 @@ class DataSection:
         0.5, f"Dirichlet concentration for partition = 'dirichlet' (small = skewed), (0, {MAX_ALPHA:g}]",
         positive_at_most(MAX_ALPHA),
     )  # fmt: skip
+    samples_per_node: int = opt(
+        0,
+        f"0: split the training set across the nodes (partition); > 0: every node draws this many "
+        f"samples with replacement (seeded per node; dirichlet: label proportions from Dir(alpha)), "
+        f"for fleets larger than the data set, 0..{MAX_SAMPLES}",
+        between(0, MAX_SAMPLES),
+    )
     test_fraction: float = opt(
         0.2,
         "held-out fraction of the data set for evaluation, in (0, 1); only data sets without an official "
@@ -205,8 +216,9 @@ class TrainingSection:
     mode: str = opt(
         "sync",
         "'sync' (wait for every online node), 'partial' (aggregate the first partial_k uploads), "
-        "'async' (apply each gradient on arrival; an iteration is one server update)",
-        choices=("sync", "partial", "async"),
+        "'async' (apply each gradient on arrival; an iteration is one server update), 'federated' "
+        "(FedAvg rounds: nodes.per_round nodes run local_steps local SGD steps and upload model deltas)",
+        choices=("sync", "partial", "async", "federated"),
     )
     partial_k: int = opt(
         0,
@@ -215,8 +227,37 @@ class TrainingSection:
     )
     late: str = opt(
         "drop",
-        "partial mode: uploads that miss their iteration are 'drop'ped or 'apply'd late (stale)",
+        "partial mode: uploads that miss their iteration (federated: their round's deadline or quorum) "
+        "are 'drop'ped or 'apply'd late (stale, in the next aggregation)",
         choices=("drop", "apply"),
+    )
+    local_steps: int = opt(
+        1, f"federated: local SGD steps per node per round, 1..{MAX_LOCAL_STEPS}", between(1, MAX_LOCAL_STEPS)
+    )
+    local_epochs: float = opt(
+        0.0,
+        f"federated: local passes over the node's shard per round instead of local_steps "
+        f"(ceil(epochs x shard / batch_size) steps); 0 = use local_steps, 0..{MAX_LOCAL_EPOCHS:g}",
+        between(0, MAX_LOCAL_EPOCHS),
+    )
+    server_lr: float = opt(1.0, f"federated: server learning rate on the averaged delta, (0, {MAX_LR:g}]",
+                           positive_at_most(MAX_LR))  # fmt: skip
+    server_optimizer: str = opt(
+        "avg",
+        "federated: how the server applies the averaged delta: 'avg' (FedAvg), 'momentum' (server "
+        "momentum, FedAvgM) or 'adam' (FedAdam, Reddi et al. 2021)",
+        choices=("avg", "momentum", "adam"),
+    )
+    server_momentum: float = opt(0.9, "federated: server momentum / FedAdam beta1, [0, 1)", fraction)
+    server_beta2: float = opt(0.99, "federated: FedAdam beta2, [0, 1)", fraction)
+    server_tau: float = opt(
+        1e-3, "federated: FedAdam adaptivity tau (added to sqrt(v)), (0, 1]", positive_at_most(1.0)
+    )
+    round_deadline_s: float = opt(
+        0.0,
+        f"federated: a round closes this many simulated seconds after it opens; later uploads are "
+        f"late (see late); 0 = no deadline, 0..{MAX_SECONDS:g}",
+        between(0, MAX_SECONDS),
     )
 
 
@@ -300,6 +341,23 @@ class NodesSection:
         "keep",
         "a rejoining node's error-feedback residuals: 'keep' (sent later) or 'reset' (dropped)",
         choices=("keep", "reset"),
+    )
+    per_round: float = opt(
+        0.0,
+        "federated: nodes selected per round, a count (>= 1, whole) or a fraction of nodes.count "
+        "(< 1, rounded up); 0 = every node",
+        between(0, MAX_NODES),
+    )
+    overcommit: float = opt(
+        0.0,
+        f"federated: select ceil(per_round x (1 + overcommit)) nodes and close the round at the first "
+        f"per_round uploads (FedScale uses 0.3), 0..{MAX_OVERCOMMIT:g}",
+        between(0, MAX_OVERCOMMIT),
+    )
+    availability_trace: str = opt(
+        "",
+        "federated: CSV file of per-node online intervals (node,start_s,end_s); a listed node is online "
+        "only inside its intervals and loses an update when it goes offline before the upload arrives",
     )
     retry_s: float = opt(
         1.0, f"async mode: seconds before an offline node is tried again, {MIN_RETRY_S:g}..{MAX_SECONDS:g}",
@@ -658,11 +716,44 @@ def _training_problems(s: Scenario) -> list[str]:
             f"training.partial_k: must be in 1..nodes.count (={n}) for mode = 'partial' "
             f"(0 = half the nodes), got {s.training.partial_k}"
         )
+    out.extend(_federated_problems(s))
     if s.nodes.straggler_mode == "transient" and s.nodes.straggler_kind != "compute":
         out.append(
             "nodes.straggler_kind: transient stragglers slow compute only; use straggler_kind = 'compute' "
             "or straggler_mode = 'fixed'"
         )
+    return out
+
+
+def per_round_count(s: Scenario) -> int:
+    """Nodes a federated round wants (``nodes.per_round`` as a count, a fraction of the fleet
+    rounded up, or the whole fleet when 0)."""
+    k, n = s.nodes.per_round, s.nodes.count
+    if k == 0:
+        return n
+    return math.ceil(k * n) if k < 1 else int(k)
+
+
+def _federated_problems(s: Scenario) -> list[str]:
+    """Options that only mean something in federated mode, and its limits."""
+    t, nd, out = s.training, s.nodes, []
+    if t.mode != "federated":
+        if nd.availability_trace:
+            out.append("nodes.availability_trace: availability traces drive federated rounds; use "
+                       f"training.mode = 'federated' or the dropout_prob chain, got mode {t.mode!r}")  # fmt: skip
+        return out
+    k = nd.per_round
+    if k >= 1 and k != int(k):
+        out.append(f"nodes.per_round: a count must be whole (or a fraction < 1 of the fleet), got {k:g}")
+    elif k > nd.count:
+        out.append(f"nodes.per_round: must be at most nodes.count (={nd.count}); lower per_round or "
+                   f"give a fraction < 1, got {k:g}")  # fmt: skip
+    if s.network.topology not in ("star", "shared-medium"):
+        out.append("training.mode: federated rounds upload straight to the server; use network.topology = "
+                   f"'star' or 'shared-medium', got {s.network.topology!r}")  # fmt: skip
+    if s.compressor.downlink != "model":
+        out.append("compressor.downlink: a federated node downloads the current global model; use "
+                   f"downlink = 'model', got {s.compressor.downlink!r}")  # fmt: skip
     return out
 
 

@@ -118,7 +118,7 @@ def world_size(s: Scenario) -> WorldSize | None:
     per_node += IN_FLIGHT_BUFFERS * per_model + NODE_OVERHEAD_BYTES
     return WorldSize(
         params=params,
-        nodes_bytes=s.nodes.count * per_node,
+        nodes_bytes=stateful_nodes(s) * per_node,
         server_bytes=SERVER_BUFFERS * per_model,
         data_bytes=(train + test) * math.prod(shape) * BYTES_PER_VALUE,
         per_node_bytes=per_node,
@@ -148,6 +148,17 @@ def node_state_buffers(s: Scenario) -> tuple[int, int]:
     return stored, extra
 
 
+def stateful_nodes(s: Scenario) -> int:
+    """Nodes that will hold per-node buffers: all of them, or in federated mode at most the nodes
+    selected over all rounds (node state is built when a node first takes part)."""
+    if s.training.mode != "federated":
+        return s.nodes.count
+    from aiotsim.config import per_round_count
+
+    want = math.ceil(per_round_count(s) * (1.0 + s.nodes.overcommit))
+    return min(s.nodes.count, want * s.scenario.iterations)
+
+
 def memory_limit() -> int:
     """Bytes a run may take: ``$AIOTSIM_MAX_MEMORY_GB``, else 80% of the machine's memory."""
     env = os.environ.get(MEMORY_ENV)
@@ -173,10 +184,11 @@ def world_problems(s: Scenario) -> list[str]:
         return []
     out = []
     train = known[2]
-    if s.nodes.count > train:
+    if s.nodes.count > train and s.data.samples_per_node == 0:
         out.append(
             f"nodes.count: every node needs at least one training sample; {s.data.dataset} has about "
-            f"{train} training samples here, got {s.nodes.count} nodes"
+            f"{train} training samples here, got {s.nodes.count} nodes; set data.samples_per_node > 0 "
+            "(every node draws its own shard with replacement)"
         )
     limit = memory_limit()
     if size.total > limit:

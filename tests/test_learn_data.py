@@ -194,7 +194,7 @@ def test_dirichlet_fills_empty_nodes() -> None:
 
 
 def test_partition_errors() -> None:
-    with pytest.raises(DataError, match="n_nodes"):
+    with pytest.raises(ConfigError, match="data.samples_per_node"):
         partition(np.zeros(5, dtype=np.int64), 6)
     with pytest.raises(DataError, match="n_nodes"):
         partition(np.zeros(5, dtype=np.int64), 0)

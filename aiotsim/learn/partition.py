@@ -21,7 +21,18 @@ Every node gets at least one sample. For ``dirichlet`` an empty node takes one s
 currently largest node (the last index of its sorted shard); this is deterministic, changes the
 class proportions by at most one sample per empty node, and always terminates (unlike re-drawing
 until no node is empty, which can loop for a very long time at small ``alpha`` with many nodes).
-The parts are disjoint, cover every index exactly once and are returned sorted.
+The parts are disjoint, cover every index exactly once and are returned sorted. A fleet larger
+than the training set cannot be partitioned (some node would hold nothing): :func:`partition`
+refuses it and names the fix, :class:`SampledShards`.
+
+Fleets larger than the data set (``data.samples_per_node > 0``): :class:`SampledShards`
+    Every node draws its own shard of ``samples_per_node`` indices *with replacement* from the
+    whole training set, from a generator seeded by ``(seed, node)``, when the node first takes
+    part (so a 100,000-node fleet costs nothing for the nodes that never train). ``iid`` draws
+    uniformly; ``dirichlet`` first draws the node's label proportions ``p ~ Dir(alpha * 1)``
+    (Hsu et al.'s label skew, drawn per node instead of per class), then class counts
+    ``~ Multinomial(samples_per_node, p)``, then each class's samples uniformly from that class.
+    Shards overlap (two nodes may hold the same sample), as devices observing the same world do.
 """
 
 from __future__ import annotations
@@ -34,6 +45,10 @@ import torch
 from aiotsim.errors import ConfigError, DataError
 
 SCHEMES: tuple[str, ...] = ("iid", "dirichlet", "by-writer")
+_TOO_MANY = (
+    "nodes.count: {n_nodes} nodes but only {n} training samples, so a partition would leave nodes empty; "
+    "set data.samples_per_node > 0 (every node draws its own shard with replacement)"
+)
 
 
 def partition(
@@ -86,7 +101,7 @@ def partition(
     if n_nodes < 1:
         raise DataError(f"n_nodes(={n_nodes}) must be >= 1")
     if n_nodes > n:
-        raise DataError(f"n_nodes(={n_nodes}) exceeds the number of training samples (={n}); every node needs one")
+        raise ConfigError(_TOO_MANY.format(n_nodes=n_nodes, n=n))
     weights = _normalized_shares(shares, n_nodes)  # [n_nodes], sums to 1
     rng = np.random.default_rng(seed)
     if scheme == "iid":
@@ -184,3 +199,91 @@ def even_sizes(total: int, parts: int) -> list[int]:
         raise ValueError(f"parts(={parts}) must be >= 1")
     base, extra = divmod(total, parts)
     return [base + (1 if k < extra else 0) for k in range(parts)]
+
+
+class SampledShards:
+    """Per-node shards drawn with replacement, created on first use (see the module docstring).
+
+    Parameters
+    ----------
+    labels : torch.Tensor or numpy.ndarray
+        ``[N]`` integer class labels of the training set.
+    n_nodes : int
+        Fleet size (any number >= 1, also more than ``N``).
+    samples_per_node : int
+        Shard size, >= 1.
+    scheme : {"iid", "dirichlet"}
+        How a node's labels are drawn.
+    alpha : float
+        Dirichlet concentration (> 0); ``dirichlet`` only.
+    seed : int
+        Scenario seed; node ``i`` draws from ``default_rng([seed, 0x5A4D, i])``.
+    """
+
+    def __init__(
+        self,
+        labels: torch.Tensor | np.ndarray,
+        n_nodes: int,
+        samples_per_node: int,
+        scheme: str = "iid",
+        alpha: float = 0.5,
+        seed: int = 0,
+    ) -> None:
+        y = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+        if y.ndim != 1 or y.size == 0 or not np.issubdtype(y.dtype, np.integer):
+            raise DataError(f"labels must be a non-empty 1-D integer array, got shape {y.shape} dtype {y.dtype}")
+        if scheme not in ("iid", "dirichlet"):
+            raise ConfigError(
+                f"data.partition: {scheme!r} cannot be drawn with replacement; with data.samples_per_node "
+                "> 0 use 'iid' or 'dirichlet'"
+            )
+        if samples_per_node < 1 or n_nodes < 1:
+            raise ConfigError(f"samples_per_node(={samples_per_node}) and n_nodes(={n_nodes}) must be >= 1")
+        if scheme == "dirichlet" and not (math.isfinite(alpha) and alpha > 0):
+            raise ConfigError(f"alpha(={alpha}) must be a finite number > 0")
+        self.n_nodes, self.size, self.scheme, self.alpha, self.seed = n_nodes, samples_per_node, scheme, alpha, seed
+        self.n = int(y.size)
+        classes, inverse = np.unique(y, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")  # sample indices grouped by class
+        counts = np.bincount(inverse, minlength=classes.size)
+        self._by_class = np.split(order.astype(np.int64), np.cumsum(counts)[:-1])  # [C] index arrays
+        self._cache: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return self.n_nodes
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Node ``i``'s sorted int64 shard (drawn once, then cached)."""
+        if not 0 <= i < self.n_nodes:
+            raise IndexError(f"node {i} out of range 0..{self.n_nodes - 1}")
+        shard = self._cache.get(i)
+        if shard is None:
+            shard = self._cache[i] = np.sort(self._draw(np.random.default_rng([self.seed, 0x5A4D, i])))
+        return shard
+
+    def _draw(self, rng: np.random.Generator) -> np.ndarray:
+        if self.scheme == "iid":
+            return rng.integers(0, self.n, size=self.size, dtype=np.int64)
+        p = rng.dirichlet(np.full(len(self._by_class), self.alpha))  # [C] this node's label mix
+        if not np.isfinite(p).all() or p.sum() <= 0:  # underflow at tiny alpha: one class
+            p = np.eye(len(self._by_class))[rng.integers(len(self._by_class))]
+        per_class = rng.multinomial(self.size, p / p.sum())  # [C] samples of each class
+        parts = [pool[rng.integers(0, pool.size, size=k)] for pool, k in zip(self._by_class, per_class) if k]
+        return np.concatenate(parts).astype(np.int64)
+
+
+def node_shards(
+    labels: torch.Tensor | np.ndarray,
+    n_nodes: int,
+    scheme: str,
+    alpha: float,
+    seed: int,
+    samples_per_node: int = 0,
+    shares: list[float] | None = None,
+    writers: torch.Tensor | np.ndarray | None = None,
+) -> list[np.ndarray] | SampledShards:
+    """Every node's training indices: :func:`partition` (``samples_per_node == 0``) or lazily
+    drawn :class:`SampledShards` (``> 0``; ``shares`` do not apply: every shard has that size)."""
+    if samples_per_node > 0:
+        return SampledShards(labels, n_nodes, samples_per_node, scheme, alpha, seed)
+    return partition(labels, n_nodes, scheme, alpha, seed=seed, shares=shares, writers=writers)

@@ -1,4 +1,4 @@
-"""Comparisons: one scenario, several compressors and seeds, one table.
+"""Comparisons: one scenario, several compressors and seeds (and training modes), one table.
 
 A comparison has two halves that share nothing but files (pyperf style: comparison separate from
 storage):
@@ -10,6 +10,8 @@ storage):
    builds one :class:`ComparisonRow` per compressor: means (and the standard deviation of the final
    accuracy) over seeds, the speed-up over a baseline, and the time to reach a target accuracy,
    recomputed from ``evals.csv`` so that any target works, not only the one the runs were made with.
+   Runs of several training modes (sync-PS beside federated) get one row per mode and codec,
+   named ``mode/codec``.
 
 :func:`write_comparison` writes ``comparison.csv`` (raw numbers, SI units) and ``comparison.md``.
 """
@@ -228,12 +230,28 @@ def _load_groups(run_dirs: Sequence[str | Path], warn: Warn) -> dict[str, list[_
         except ResultsError as exc:
             problems.append(exc.message)
             continue
-        groups.setdefault(summary["compressor"], []).append(loaded)
+        groups.setdefault(run_label(summary, modes=False), []).append(loaded)
+    if len({s.get("mode") for runs in groups.values() for s, _, _ in runs}) > 1:  # sync-PS beside federated
+        groups = {run_label(runs[0][0], modes=True): runs for runs in _split_modes(groups)}
     if not groups:
         raise ResultsError("\n".join(["no usable run directory to compare:", *problems]))
     for p in problems:
         warn(f"skipped {p}")
     return groups
+
+
+def run_label(summary: dict[str, Any], modes: bool) -> str:
+    """A run's row name: its codec, or ``mode/codec`` when runs of several modes are compared."""
+    return f"{summary.get('mode')}/{summary['compressor']}" if modes else str(summary["compressor"])
+
+
+def _split_modes(groups: dict[str, list[_Loaded]]) -> list[list[_Loaded]]:
+    """The groups split by training mode (codec groups first, modes in order of appearance)."""
+    out: dict[tuple[str, Any], list[_Loaded]] = {}
+    for name, runs in groups.items():
+        for loaded in runs:
+            out.setdefault((name, loaded[0].get("mode")), []).append(loaded)
+    return list(out.values())
 
 
 def _used_dirs(groups: dict[str, list[_Loaded]]) -> set[Path]:
@@ -274,8 +292,8 @@ def _row(name: str, runs: list[_Loaded], target: float) -> ComparisonRow:
 def _set_speedups(rows: list[ComparisonRow], baseline: str | None) -> str:
     """Fill each row's speed-up relative to ``baseline`` (default: ``none``, else the first); returns it."""
     names = [r.compressor for r in rows]
-    if baseline is None:
-        baseline = "none" if "none" in names else names[0]
+    if baseline is None:  # the uncompressed codec (of the first mode, when modes are compared)
+        baseline = next((n for n in names if n.split("/")[-1] == "none"), names[0])
     elif baseline not in names:
         raise ResultsError(f"baseline {baseline!r} is not among the compared compressors: {', '.join(names)}")
     base_tp = rows[names.index(baseline)].throughput_samples_per_s
@@ -385,6 +403,7 @@ __all__ = [
     "already_done",
     "compare_runs",
     "time_to_accuracy",
+    "run_label",
     "Comparison",
     "ComparisonRow",
     "write_comparison",

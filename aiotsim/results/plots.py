@@ -193,8 +193,10 @@ def _collect_sweep(p: Path, got: _Inputs) -> None:
 
 def _assign_groups(runs: list[Run]) -> None:
     multi = len({r.summary.get("scenario") for r in runs}) > 1
+    modes = len({r.summary.get("mode") for r in runs}) > 1  # e.g. sync-PS beside federated
     for r in runs:
-        r.group = f"{r.summary.get('scenario')}/{r.summary['compressor']}" if multi else str(r.summary["compressor"])
+        name = f"{r.summary.get('mode')}/{r.summary['compressor']}" if modes else str(r.summary["compressor"])
+        r.group = f"{r.summary.get('scenario')}/{name}" if multi else name
 
 
 def _groups(runs: list[Run]) -> dict[str, list[Run]]:
@@ -328,6 +330,34 @@ def plot_convergence(runs: list[Run], out_dir: Path, formats: Sequence[str], x: 
     fig.suptitle(f"Convergence against {what}: {_title_suffix(runs)}")
     fig.tight_layout()
     return _save(fig, out_dir, f"convergence_{x}", formats)
+
+
+def plot_modes(runs: list[Run], out_dir: Path, formats: Sequence[str]) -> list[Path]:
+    """One figure for runs of several training modes: test accuracy against simulated time and
+    against bytes on the wire (up + down), one line per ``mode/codec``."""
+    _assign_groups(runs)
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    styles = {m: ls for m, ls in zip(dict.fromkeys(r.summary.get("mode") for r in runs), ("-", "--", ":", "-."))}
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    codecs = list(dict.fromkeys(str(r.summary["compressor"]) for r in runs))
+    for name, members in _groups(runs).items():
+        for ri, r in enumerate(members):
+            cum = _cumulative_wire_mb(r)
+            acc = [row["accuracy"] * 100 for row in r.evals]
+            kw = {"color": colors[codecs.index(str(r.summary["compressor"])) % len(colors)], "marker": "o", "ms": 3,
+                  "ls": styles.get(r.summary.get("mode"), "-"), "label": name if ri == 0 else None}  # fmt: skip
+            ax_t.plot([row["sim_time_s"] for row in r.evals], acc, **kw)
+            ax_b.plot([cum.get(int(row["iteration"]), float("nan")) for row in r.evals], acc, **kw)
+    ax_t.set_xlabel("simulated time (s)")
+    ax_b.set_xlabel("bytes on the wire, up + down (MB)")
+    ax_b.set_xscale("log")
+    for ax in (ax_t, ax_b):
+        ax.set_ylabel("test accuracy (%)")
+        ax.grid(alpha=0.3)
+    ax_t.legend(title="mode/codec", fontsize=8)
+    fig.suptitle(f"Accuracy by training mode: {_title_suffix(runs)}")
+    fig.tight_layout()
+    return _save(fig, out_dir, "modes_accuracy", formats)
 
 
 def plot_time_to_accuracy(runs: list[Run], out_dir: Path, formats: Sequence[str], target: float) -> list[Path]:
@@ -539,6 +569,8 @@ def _plot_runs(
     for x in ("time", "iterations", "bytes"):
         written += plot_convergence(runs, out, formats, x)
     written += plot_time_to_accuracy(runs, out, formats, target)
+    if len({r.summary.get("mode") for r in runs}) > 1:
+        written += plot_modes(runs, out, formats)
     for members in _groups(runs).values():
         try:
             written += plot_timeline(members[0], out, formats)
@@ -549,4 +581,7 @@ def _plot_runs(
     return written
 
 
-__all__ = ["plot_all", "collect", "load_run", "find_run_dirs", "load_trace", "plot_timeline", "plot_sweep", "Run"]
+__all__ = [
+    "plot_all", "plot_modes", "collect", "load_run", "find_run_dirs", "load_trace", "plot_timeline", "plot_sweep",
+    "Run",
+]  # fmt: skip

@@ -31,7 +31,7 @@ from aiotsim.learn.compute import BatchStream, GradientComputer
 from aiotsim.learn.data.transforms import augmentation
 from aiotsim.learn.datasets import Dataset, SyntheticSpec, load_dataset
 from aiotsim.learn.models import build_model, layer_infos
-from aiotsim.learn.partition import partition
+from aiotsim.learn.partition import node_shards
 from aiotsim.sim.stops import Diverged
 from aiotsim.sim.storage import DTYPES, narrow_states, step_velocity, widen_states
 
@@ -112,12 +112,13 @@ class Learning:
         self.model = model.to(device)
         self.layers: list[LayerInfo] = layer_infos(self.model)
         self.params = list(self.model.parameters())
-        self.shards = partition(
+        self.shards = node_shards(
             self.data.train_y,
             len(shares),
             s.data.partition,
             s.data.alpha,
-            seed=seed,
+            seed,
+            s.data.samples_per_node,  # > 0: drawn with replacement, per node, on first use
             shares=shares,
             writers=self.data.train_writers,
         )

@@ -34,6 +34,7 @@ from aiotsim.network.flows import Network
 from aiotsim.records import EvalRow, MetricsRow, Progress, RunSummary
 from aiotsim.sim.accounting import RunFacts, RunSink, Totals, Window, mean, summarize
 from aiotsim.sim.energy import EnergyMeter, get_radio
+from aiotsim.sim.fleet import NodeTable
 from aiotsim.sim.learning import Learning, LocalState
 from aiotsim.sim.observe import before_step, observe_global
 from aiotsim.sim.stops import Diverged, Stalled, non_finite
@@ -116,7 +117,7 @@ class Cluster:
         self.learning = Learning(s, self.device, [spec.share for spec in self.layout], model, data)
         self.model_name = s.model.name if model is None else type(model).__name__
         self.dataset_name = s.data.dataset if data is None else data.name
-        self.nodes = [self._node_state(spec) for spec in self.layout]
+        self.nodes = NodeTable(self.n, lambda i: self._node_state(self.layout[i]), eager=self.mode != "federated")
         self.server_compute = ComputeModel(s.nodes.compute_model, get_profile(s.nodes.server_device))
         self.gateway_compute = ComputeModel(s.nodes.compute_model, get_profile(s.nodes.gateway_device))
         self.topology = build_topology(s, self.layout)

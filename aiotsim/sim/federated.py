@@ -1,0 +1,143 @@
+"""What a node does in a federated round, apart from who is chosen and when the round closes.
+
+A selected node downloads the current global model ``x``, runs ``local_steps`` SGD steps on its
+own shard (learning rate ``training.lr``, momentum ``training.momentum`` in a buffer that starts at
+zero every round, weight decay ``training.weight_decay``) to reach ``x_i``, and uploads the
+pseudo-gradient ``d_i = x - x_i`` encoded with the codec and the node's own codec states (so a
+codec's error-feedback residual carries what one round did not send into the node's next round).
+Simulated time: the download, ``local_steps`` x the compute model's time of one batch
+(``compute_time`` is linear in FLOPs and in wall time), the encode, the upload.
+
+:func:`local_update` is the real computation (torch, no SimPy); :func:`federated_node` is the
+SimPy process around it. With ``local_steps = 1`` and no momentum, ``d_i = lr * g_i`` and FedAvg
+with ``server_lr = 1`` takes the sync step ``x - lr * mean(g_i)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import simpy
+import torch
+
+from aiotsim.sim.availability import AvailabilityTrace
+from aiotsim.sim.learning import Learning, LocalState
+from aiotsim.sim.stops import Diverged, non_finite
+from aiotsim.sim.topologies import SERVER, node_name
+from aiotsim.sim.world import Cluster, Proc, Upload
+
+
+@dataclass
+class LocalResult:
+    """A node's local training in one round and what it cost."""
+
+    delta: list[torch.Tensor]  # per layer, x - x_i (descend it like a gradient)
+    loss: float  # mean training loss over the local steps
+    wall_s: float  # host seconds of the forward + backward passes
+    flops: float  # FLOPs of all local steps
+    sq: list[torch.Tensor] | None  # last step's mean squared per-sample gradients (codecs that need them)
+
+
+@dataclass
+class Report:
+    """A node's answer to a round: its upload, or ``None`` when it went offline and lost it."""
+
+    node: int
+    round: int
+    upload: Upload | None
+    samples: int  # training samples it processed (local steps x batch)
+
+
+def local_steps(learning: Learning, local: LocalState) -> int:
+    """SGD steps a node runs per round: ``local_steps``, or ``ceil(local_epochs x shard / batch)``."""
+    t, batch = learning.sc.training, learning.sc.data.batch_size
+    if t.local_epochs > 0:
+        return max(1, math.ceil(t.local_epochs * local.stream.n / batch))
+    return t.local_steps
+
+
+def local_update(learning: Learning, local: LocalState, start: list[torch.Tensor], steps: int) -> LocalResult:
+    """``steps`` local SGD steps from the parameters ``start`` (not modified) on the node's batches."""
+    t = learning.sc.training
+    w = [p.detach().clone() for p in start]
+    buf: list[torch.Tensor] | None = None
+    losses, wall, sq = [], 0.0, None
+    for _ in range(steps):
+        x, y = local.stream.next()
+        res = learning.computer.gradient(w, x, y, per_sample_sq=learning.codec.needs_sq_grad)
+        g, sq = [gi.detach() for gi in res.grads], res.sq_grads
+        losses.append(res.loss)
+        wall += res.wall_s
+        if not math.isfinite(res.loss):
+            raise Diverged(f"a node's local loss is {res.loss}")
+        if t.weight_decay:
+            torch._foreach_add_(g, w, alpha=t.weight_decay)
+        if t.momentum:
+            if buf is None:
+                buf = [gi.clone() for gi in g]
+            else:
+                torch._foreach_mul_(buf, t.momentum)
+                torch._foreach_add_(buf, g)
+            g = buf
+        torch._foreach_add_(w, g, alpha=-t.lr)
+    delta = torch._foreach_sub([p.detach() for p in start], w)
+    return LocalResult(delta, sum(losses) / steps, wall, learning.flops_per_batch * steps, sq)
+
+
+def federated_node(
+    c: Cluster,
+    i: int,
+    rnd: int,
+    start: list[torch.Tensor],
+    box: simpy.Store,
+    trace: AvailabilityTrace | None,
+) -> Proc:
+    """SimPy process: node ``i`` downloads the round's model ``start``, trains, encodes, uploads;
+    puts a :class:`Report` in ``box``."""
+    env, st, name, learning = c.env, c.nodes[i], node_name(i), c.learning
+    t0 = env.now
+    tr = yield c.send(SERVER, name, learning.dense_model_bytes, "down", f"down r{rnd}")
+    c.trace.transfer(tr, "download", version=rnd)
+    st.held_version = rnd
+    steps = local_steps(learning, st.local)
+    res = local_update(learning, st.local, start, steps)
+    compute_s = _compute_time(c, i, res)
+    t1 = env.now
+    yield env.timeout(compute_s)
+    c.trace.span(name, "compute", t1, compute_s, version=rnd)
+    bad = non_finite([res.loss], res.delta)
+    if bad:
+        raise Diverged(f"round {rnd}: node {i}'s {bad}")
+    payloads, wall = learning.encode(res.delta, st.local.states, res.sq)
+    encode_s = st.compute.codec_time(wall, learning.elements, learning.codec.encode_flops_per_element)
+    t2 = env.now
+    yield env.timeout(encode_s)
+    c.trace.span(name, "encode", t2, encode_s, version=rnd)
+    c.window.energy_j += st.energy.busy(compute_s + encode_s)
+    samples = steps * learning.sc.data.batch_size
+    if trace is not None and not trace.online_through(i, t0, env.now):  # gone before it could upload
+        yield box.put(Report(i, rnd, None, samples))
+        return
+    nbytes = sum(p.nbytes for p in payloads)
+    c.totals.node_bytes_up += nbytes
+    c.totals.dense_up += learning.dense_model_bytes
+    tr = yield c.send(name, SERVER, nbytes, "up", f"up r{rnd}")
+    c.trace.transfer(tr, "upload", version=rnd)
+    if trace is not None and not trace.online_through(i, t0, env.now):  # dropped mid-upload
+        yield box.put(Report(i, rnd, None, samples))
+        return
+    yield box.put(Report(i, rnd, Upload(name, [i], rnd, payloads, [res.loss], [compute_s], [encode_s]), samples))
+
+
+def _compute_time(c: Cluster, i: int, res: LocalResult) -> float:
+    """Simulated seconds of the local steps on node ``i`` (a transient straggler is slow for the
+    whole round)."""
+    st, nd = c.nodes[i], c.sc.nodes
+    t = st.compute.compute_time(res.wall_s, res.flops)
+    if nd.straggler_mode == "transient" and nd.straggler_fraction > 0 and st.rng.random() < nd.straggler_fraction:
+        t *= nd.straggler_factor
+    return t
+
+
+__all__ = ["LocalResult", "Report", "local_steps", "local_update", "federated_node"]
