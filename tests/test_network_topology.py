@@ -167,3 +167,45 @@ def test_builder_validation_messages() -> None:
         Topology.hierarchical([2, 0], 1e6, 1e6, 0.0, 1e6, 1e6, 0.0)
     with pytest.raises(TopologyError, match=r"role\(='boss'\)"):
         Topology().add_node("x", "boss")
+
+
+
+def _reference_route(topo: Topology, src: str, dst: str) -> list[str]:
+    """Shortest path in hops by a plain full breadth-first search, ties to the first edge added."""
+    from collections import deque
+
+    parent: dict[str, str | None] = {src: None}
+    queue = deque([src])
+    while queue:
+        v = queue.popleft()
+        for w in topo.neighbours(v):
+            if w not in parent:
+                parent[w] = v
+                queue.append(w)
+    path = [dst]
+    while path[-1] != src:
+        prev = parent[path[-1]]
+        assert prev is not None
+        path.append(prev)
+    return path[::-1]
+
+
+def test_routes_from_stopped_searches_and_kept_trees_equal_a_full_search() -> None:
+    """A first route from a vertex stops its search at the destination; later ones keep the whole
+    tree. Every pair, both ways, must give the full search's path (ties to the first edge)."""
+    import itertools
+
+    def build() -> Topology:
+        return Topology.hierarchical([3, 2], 10e6, 10e6, 0.01, 20e6, 20e6, 0.02, server_bps=50e6)
+
+    ref = build()
+    warm = build()
+    for a, b in itertools.permutations(ref.vertices, 2):
+        want = _reference_route(ref, a, b)
+        cold = build()  # nothing cached: its search stops at b
+        for topo in (cold, warm):
+            nodes = topo.route_nodes(a, b)
+            assert nodes == want
+            assert [lk.name for lk in topo.route(a, b)] == [
+                next(lk.name for d, lk in topo._out[u].items() if d == v) for u, v in zip(nodes, nodes[1:])
+            ]
