@@ -101,6 +101,7 @@ class Connection:
     cwnd: float
     ssthresh: float = math.inf
     w_max: float = 0.0  # CUBIC: window before the last reduction, segments
+    k_s: float = 0.0  # CUBIC: time from the reduction until the window is back at w_max, s
     epoch_s: float = 0.0  # CUBIC: time of the last reduction, s
     last_active_s: float = 0.0  # when its last transfer was drained, s
     busy: bool = False
@@ -190,8 +191,8 @@ def grow(conn: Connection, params: TcpParams, now_s: float, rtt_s: float, bdp_se
     cwnd = conn.cwnd
     if cwnd < conn.ssthresh:
         if params.hystart and cwnd >= HYSTART_LOW_WINDOW and cwnd >= 0.5 * bdp_segments:
-            conn.ssthresh = cwnd  # HyStart: leave slow start, CUBIC from here (epoch now)
-            conn.w_max, conn.epoch_s = cwnd, now_s
+            conn.ssthresh = cwnd  # HyStart: leave slow start, CUBIC from here (epoch now, K = 0)
+            conn.w_max, conn.epoch_s, conn.k_s = cwnd, now_s, 0.0
         else:
             conn.cwnd = min(2.0 * cwnd, conn.ssthresh) if math.isfinite(conn.ssthresh) else 2.0 * cwnd
             return
@@ -199,10 +200,9 @@ def grow(conn: Connection, params: TcpParams, now_s: float, rtt_s: float, bdp_se
         conn.cwnd = cwnd + 1.0
         return
     t = now_s - conn.epoch_s  # s since the last reduction
-    k = (max(conn.w_max - conn.cwnd, 0.0) / CUBIC_C) ** (1.0 / 3.0) if conn.w_max > conn.cwnd else 0.0
-    w_cubic = CUBIC_C * (t + rtt_s - k) ** 3 + max(conn.w_max, cwnd)
+    w_cubic = CUBIC_C * (t + rtt_s - conn.k_s) ** 3 + conn.w_max  # RFC 9438 eq. 1, one RTT ahead
     beta = CUBIC_BETA
-    w_reno = conn.w_max * beta + 3.0 * (1.0 - beta) / (1.0 + beta) * (t + rtt_s) / rtt_s
+    w_reno = conn.w_max * beta + 3.0 * (1.0 - beta) / (1.0 + beta) * t / rtt_s  # RFC 9438 eq. 4
     # Linux bounds CUBIC's growth at 1.5x per round trip (cnt >= 2)
     conn.cwnd = min(max(w_cubic, w_reno, cwnd + 1.0 / max(cwnd, 1.0)), 1.5 * cwnd)
 
@@ -210,6 +210,7 @@ def grow(conn: Connection, params: TcpParams, now_s: float, rtt_s: float, bdp_se
 def cut(conn: Connection, params: TcpParams, now_s: float, timeout: bool) -> None:
     """The window after a loss: fast retransmit (x beta) or a timeout (1 segment), in place."""
     conn.w_max = conn.cwnd
+    conn.k_s = (conn.w_max * (1.0 - params.beta) / CUBIC_C) ** (1.0 / 3.0)  # RFC 9438 eq. 2
     conn.ssthresh = max(params.beta * conn.cwnd, MIN_WINDOW)
     conn.cwnd = 1.0 if timeout else conn.ssthresh
     conn.epoch_s = now_s
