@@ -233,3 +233,18 @@ def test_transport_config() -> None:
     with pytest.raises(ConfigError, match="tcp_initial_window"):
         s.replace(**{"network.tcp_initial_window": 0})
     assert math.isinf(Connection(cwnd=10).ssthresh)
+
+
+def test_radio_presets_give_links_when_asked() -> None:
+    from aiotsim.sim.energy import RADIOS
+    from aiotsim.sim.topologies import node_layout
+
+    for name in ("wifi", "802.15.4", "lora", "ethernet", "lte-m", "nb-iot", "4g", "5g"):
+        r = RADIOS[name]
+        assert r.up_mbps > 0 and r.down_mbps > 0 and r.latency_ms >= 0 and 0 <= r.loss < 1 and r.link_source
+    s = Scenario().replace(**{"nodes.radio": "lte-m", "network.link_defaults": "radio", "nodes.count": 2})
+    spec = node_layout(s)[0]
+    assert (spec.uplink_bps, spec.downlink_bps, spec.latency_s, spec.loss) == (375e3, 300e3, 0.075, 0.005)
+    # default: the [network] keys, whatever the radio
+    spec = node_layout(s.replace(**{"network.link_defaults": "network"}))[0]
+    assert (spec.uplink_bps, spec.latency_s) == (10e6, 0.005)

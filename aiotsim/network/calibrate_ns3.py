@@ -2,13 +2,16 @@
 
 ``aiotsim calibrate --against ns3`` (needs the optional extra ``aiotsim[ns3]``: the ``ns3`` package,
 official Python bindings of ns-3.44) builds, for every case, the same topology in ns-3 and in
-:class:`~aiotsim.network.flows.Network` and compares the flows' mean completion time:
+:class:`~aiotsim.network.flows.Network` and compares the time until the last flow's last byte has
+arrived (the makespan: what a synchronous round waits for; TCP flows that start together finish
+at different times -- ns-3's shares are not max-min fair over short spans -- but the bottleneck
+is busy until the last byte either way, which the fluid model's total time captures):
 
 * ``flows`` clients, each on its own point-to-point link (``rate``, one-way ``latency``, a drop-tail
   queue of ``queue_packets``, random packet loss ``loss`` on the data direction by a
   ``RateErrorModel``; queue 1,000 packets, Linux's default txqueuelen: with 100, a SYN dropped at a
-  full queue under a synchronized start backs off for tens of seconds) to a hub, and one shared link (``server`` rate, no latency) from the hub to
-  the server: aiotsim's ``star``;
+  full queue under a synchronized start backs off for tens of seconds) to a hub, and one shared
+  link (``server`` rate, no latency) from the hub to the server: aiotsim's ``star``;
 * TCP CUBIC (ns-3's default; HyStart on), initial window 10, 1,448-byte segments (1,500-byte
   packets with TCP timestamps: ``header_bytes = 52``; the point-to-point header adds 2 bytes of
   framing), 4 MiB socket buffers, delayed ACKs (2 segments), SACK, minimum RTO 200 ms (Linux's;
@@ -109,7 +112,7 @@ def grid(quick: bool = False, realisations: int = 3) -> list[Ns3Case]:
 
 
 def model_time(case: Ns3Case, transport: str = "tcp", seed: int = 1) -> float:
-    """Mean completion time (s) of the case's flows in aiotsim's network model."""
+    """Completion time of the case's last flow (s) in aiotsim's network model."""
     topo = Topology.star(
         case.flows, case.rate_mbps * 1e6, case.rate_mbps * 1e6, case.latency_ms * 1e-3, case.server_mbps * 1e6,
         mtu=1500, header_bytes=HEADER_BYTES, loss=case.loss,
@@ -126,27 +129,35 @@ def model_time(case: Ns3Case, transport: str = "tcp", seed: int = 1) -> float:
     for i in range(case.flows):
         env.process(send(i))
     env.run()
-    return statistics.fmean(ends)
+    return max(ends)
 
 
-def run_ns3(cases: Sequence[Ns3Case]) -> list[float]:
-    """Mean completion time (s) of each case in ns-3 (NaN where a flow did not finish)."""
+def run_ns3(cases: Sequence[Ns3Case], progress: str | None = None) -> list[list[list[float]]]:
+    """Completion time (s) of every flow of every realisation of each case in ns-3, ``[case][run]
+    [flow]`` (-1 where a flow did not finish); ``progress``: a file the worker appends each case to."""
     if not ns3_available():
         raise AiotsimError("ns-3 is not installed: pip install 'aiotsim[ns3]' (the ns3 package, ns-3.44)")
     payload = json.dumps([asdict(c) for c in cases])
-    proc = subprocess.run(
-        [sys.executable, "-m", "aiotsim.network.calibrate_ns3"], input=payload, capture_output=True, text=True
-    )
+    cmd = [sys.executable, "-m", "aiotsim.network.calibrate_ns3", *([progress] if progress else [])]
+    proc = subprocess.run(cmd, input=payload, capture_output=True, text=True)
     if proc.returncode != 0:
         raise AiotsimError(f"the ns-3 worker failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    return [float(x) for x in json.loads(proc.stdout.strip().splitlines()[-1])]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def makespan(runs: Sequence[Sequence[float]]) -> float:
+    """Mean over realisations of the last flow's completion, s (NaN if a flow did not finish)."""
+    if any(t < 0 for run in runs for t in run):
+        return float("nan")
+    return statistics.fmean(max(run) for run in runs)
 
 
 def compare(cases: Sequence[Ns3Case]) -> list[Ns3Row]:
     """ns-3 against the model (TCP, and the ideal fluid model) for every case."""
     measured = run_ns3(cases)
     rows = []
-    for case, ns3_s in zip(cases, measured, strict=True):
+    for case, runs in zip(cases, measured, strict=True):
+        ns3_s = makespan(runs)
         seeds = range(1, case.realisations + 1)
         model = statistics.fmean(model_time(case, "tcp", seed) for seed in seeds)
         rows.append(Ns3Row(case, ns3_s, model, model_time(case, "ideal")))
@@ -276,7 +287,7 @@ std::vector<double> run_case(int flows, uint64_t size, double rate_bps, double s
 
 
 def _worker() -> None:  # pragma: no cover - runs in the ns-3 subprocess
-    """Read cases (JSON) on stdin, run each in ns-3, print the mean completion times (JSON)."""
+    """Read cases (JSON) on stdin, run each in ns-3, print every flow's completion time (JSON)."""
     import cppyy
     from ns import ns  # noqa: F401  (loads the ns-3 libraries and headers into cppyy)
 
@@ -284,7 +295,7 @@ def _worker() -> None:  # pragma: no cover - runs in the ns-3 subprocess
     out = []
     for raw in json.loads(sys.stdin.read()):
         c = Ns3Case(**raw)
-        times = []
+        runs = []
         for run in range(1, c.realisations + 1):
             done = list(
                 cppyy.gbl.aiotsim_ns3.run_case(
@@ -292,9 +303,11 @@ def _worker() -> None:  # pragma: no cover - runs in the ns-3 subprocess
                     c.queue_packets, run, c.stop_s,
                 )
             )  # fmt: skip
-            times.extend(done)
-        out.append(statistics.fmean(times) if min(times) >= 0 else float("nan"))
-        print(json.dumps({"case": raw, "ns3_s": out[-1]}), file=sys.stderr, flush=True)
+            runs.append([float(t) for t in done])
+        out.append(runs)
+        if len(sys.argv) > 1:
+            with open(sys.argv[1], "a") as f:
+                f.write(json.dumps({"case": raw, "runs": runs}) + "\n")
     print(json.dumps(out), flush=True)
 
 

@@ -187,6 +187,7 @@ class _Path:
     mult: np.ndarray  # [hops] times each is crossed
     fmt: PathFormat
     bottleneck_Bps: float  # smallest capacity / times crossed along the path, bytes/s
+    inv_cap_sum: float  # s/byte: sum over the path's hops of 1 / capacity (store and forward)
 
 
 @dataclass
@@ -392,6 +393,7 @@ class Network:
                 mult=np.array(list(counts.values()), dtype=float),
                 fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
                 bottleneck_Bps=min((self._cap[self._link_index[n]] / c for n, c in counts.items()), default=np.inf),
+                inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
             )
             self._paths[key] = path
         return path
@@ -511,9 +513,13 @@ class Network:
             restart_window(conn, now - conn.last_active_s, p.rto(rtt), float(p.initial_window))
         assert conn is not None
         conn.busy = True
+        # store and forward: the last packet is also serialized on every hop but the bottleneck,
+        # whose time the fluid drain already counts (s)
+        last = min(seg_wire, self._remaining[slot])  # wire bytes
+        pipeline = last * (path.inv_cap_sum - 1.0 / path.bottleneck_Bps)
         self._tcp_flows[slot] = _TcpFlow(
             conn, rtt, seg_wire, path.bottleneck_Bps * rtt / seg_wire,
-            max(p.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0), fmt.loss,
+            max(p.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0), fmt.loss, extra_delay=max(pipeline, 0.0),
         )  # fmt: skip
         self._round_end[slot] = now + rtt if fresh else now  # SYN, SYN-ACK before the first data
         self._flow_cap[slot] = 0.0 if fresh else np.inf
