@@ -15,6 +15,12 @@ path's one-way latencies + the expected loss-recovery delay (:func:`overhead.ret
 from a ``numpy.random.Generator`` seeded by the network's ``seed``). A flow stops using bandwidth
 once drained; its latency does not hold capacity.
 
+With ``transport="tcp"`` each flow also has a congestion window (:mod:`aiotsim.network.tcp`): its
+rate is capped at one window per round trip, the caps take part in progressive filling (one
+extra link per capped flow), the controller also wakes at the round boundaries of window-limited
+or lossy flows, loss is drawn per round instead of charged as one RTT per expected lost packet,
+and the last packet pays its store-and-forward time on the path's non-bottleneck hops.
+
 Engine: one controller inside :class:`Network` (SimPy callbacks, no process per flow) keeps the
 active flows in a dict. A flow start asks for one zero-delay update (so flows starting at the same
 instant cost one recomputation); the controller then advances every flow to now, finishes the
