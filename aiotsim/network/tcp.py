@@ -163,7 +163,7 @@ def restart_window(conn: Connection, idle_s: float, rto_s: float, initial_window
     if idle_s <= rto_s:
         return
     restart = min(initial_window, conn.cwnd)
-    conn.ssthresh = max(conn.ssthresh, 0.75 * conn.cwnd) if math.isfinite(conn.ssthresh) else conn.ssthresh
+    conn.ssthresh = max(conn.ssthresh, 0.75 * conn.cwnd)  # Linux tcp_current_ssthresh
     cwnd = conn.cwnd
     delta = idle_s - rto_s
     while delta > 0 and cwnd > restart:
