@@ -31,6 +31,7 @@ the network: callers only ``yield`` the event that :meth:`Network.send` returns.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -360,6 +361,21 @@ class Network:
             self._update_pending = True
             self.env.timeout(0).callbacks.append(self._on_update)
         return event
+
+    def tcp_state(self) -> dict[str, object]:
+        """What a checkpoint must keep of the TCP transport at a quiescent point (no flow in
+        flight): each connection's window state and the loss generator's state."""
+        conns = {f"{src}\x00{dst}": dataclasses.asdict(c) for (src, dst), c in self._conns.items()}
+        return {"conns": conns, "loss_rng": self._loss.state}
+
+    def restore_tcp_state(self, state: Mapping[str, object] | None) -> None:
+        """Restore :meth:`tcp_state` (None: a checkpoint from before the TCP transport, kept as is)."""
+        if not state:
+            return
+        conns = state["conns"]
+        assert isinstance(conns, dict)
+        self._conns = {tuple(k.split("\x00", 1)): Connection(**v) for k, v in conns.items()}  # type: ignore[misc]
+        self._loss.state = state["loss_rng"]
 
     def wire_bytes_for(self, src: str, dst: str, nbytes: int) -> float:
         """Wire bytes a transfer of ``nbytes`` from ``src`` to ``dst`` would put on its path

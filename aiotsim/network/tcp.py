@@ -142,6 +142,15 @@ class LossSampler:
     def __init__(self, seed: int) -> None:
         self._rng = np.random.default_rng([seed, 0x1055])
 
+    @property
+    def state(self) -> dict[str, Any]:
+        """The generator's state (for checkpoints)."""
+        return self._rng.bit_generator.state
+
+    @state.setter
+    def state(self, value: dict[str, Any]) -> None:
+        self._rng.bit_generator.state = value
+
     def first_loss(self, loss: float, segments: int) -> int | None:
         """Index of the first lost segment among ``segments`` sent back to back, or None.
 
