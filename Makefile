@@ -22,7 +22,7 @@ setup: .setup-done
 	else \
 		$(PIP) install "torch==$(TORCH_VERSION)" --extra-index-url $(TORCH_CPU_INDEX); \
 	fi
-	$(PIP) install -e ".[test]"
+	$(PIP) install -e ".[test,ns3]"
 	@touch .setup-done
 
 run: setup

@@ -303,13 +303,26 @@ def calibrate(
     quick: Annotated[bool, typer.Option(help="a few cases only (about 10 s)")] = False,
     full: Annotated[bool, typer.Option(help="every case, up to 10 MB x 8 flows (several minutes)")] = False,
     repeats: Annotated[int, typer.Option(help="measurements per case (median kept)", min=1)] = 1,
+    against: Annotated[
+        str, typer.Option(help="'real': TCP through a shaped loopback; 'ns3': ns-3 packet-level TCP (aiotsim[ns3])")
+    ] = "real",
 ) -> None:
-    """Validate the network model against real TCP through a tc-shaped loopback (needs root).
+    """Validate the network model against real TCP through a tc-shaped loopback (needs root),
+    or against ns-3's packet-level TCP (`--against ns3`, needs `pip install aiotsim[ns3]`).
 
-    Creates a private network namespace, shapes its loopback with `tc tbf`, times real TCP
+    real: creates a private network namespace, shapes its loopback with `tc tbf`, times real TCP
     transfers of 1 KB..10 MB with 1, 2, 4 and 8 concurrent flows, and prints measured vs
     predicted completion times. Nothing leaves the namespace's loopback.
+    ns3: the same star (10 Mbit/s links, shared server link) in ns-3 and in the TCP flow model,
+    1 KB..10 MB x 1-16 flows x one-way latency 1-300 ms x loss 0-5% (`--quick`: 4 cases).
     """
+    if against not in ("real", "ns3"):
+        raise ConfigError(f"--against(={against!r}) must be 'real' or 'ns3'")
+    if against == "ns3":
+        from aiotsim.network import calibrate_ns3
+
+        out.print(calibrate_ns3.format_table(calibrate_ns3.compare(calibrate_ns3.grid(quick=quick))), highlight=False)
+        return
     from aiotsim.network.calibrate import format_table, run_calibration
 
     rows = run_calibration(

@@ -444,6 +444,32 @@ class NetworkSection:
         [], "custom: [[network.link]] from, to, mbps, latency_ms (+ loss, jitter_ms, mtu, directed)"
     )
     vertex: list[VertexSpec] = opt([], "custom: [[network.vertex]] name, role (server/gateway/relay/node), aggregator")
+    transport: str = opt(
+        "tcp",
+        "'tcp': congestion windows (slow start, loss response, idle restart) on top of max-min fair "
+        "sharing; 'ideal': the fluid model alone (each flow gets its fair share at once)",
+        choices=("tcp", "ideal"),
+    )
+    link_defaults: str = opt(
+        "network",
+        "where a node's link rate/latency/loss come from when its group does not set them: the "
+        "'network' keys above, or its 'radio' preset (see aiotsim/sim/energy.py)",
+        choices=("network", "radio"),
+    )
+    tcp_initial_window: int = opt(10, "tcp: initial congestion window, segments, 1..1000", between(1, 1000))
+    tcp_buffer_bytes: int = opt(
+        4_194_304, "tcp: socket buffer (largest window), bytes, 1500..1e9", between(1500, 1_000_000_000)
+    )
+    tcp_congestion: str = opt("cubic", "tcp: congestion avoidance, 'cubic' or 'reno'", choices=("cubic", "reno"))
+    tcp_hystart: bool = opt(True, "tcp: HyStart ends slow start at half the bandwidth-delay product")
+    tcp_idle_restart: bool = opt(True, "tcp: restart slow start after an idle RTO (Linux's default)")
+    tcp_connection: str = opt(
+        "reuse",
+        "tcp: 'reuse' one connection per node pair (one handshake), or 'per-transfer' (a handshake "
+        "and a fresh window for every transfer)",
+        choices=("reuse", "per-transfer"),
+    )
+    tcp_min_rto_ms: float = opt(200.0, "tcp: floor of the retransmission timeout, ms, 1..60000", between(1, 60_000))
 
 
 @dataclass(frozen=True)

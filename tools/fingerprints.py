@@ -37,10 +37,14 @@ SCENARIOS = {
     "scenarios/custom.toml": 3,
     "scenarios/hetero_async.toml": 8,
     "tests/tiny.toml": 4,
+    "scenarios/cellular.toml": 3,
 }
 SUBSET = ("none", "2bit", "topk", "agg-aware", "powersgd", "variance")
 # partial mode and late uploads are exercised on iot10 with a straggler (not a shipped file)
 EXTRA = {
+    # the fluid model without TCP windows: its fingerprints are those iot10 had before the TCP
+    # transport became the default
+    "iot10-ideal": ("scenarios/iot10.toml", 3, ["network.transport=ideal"]),
     "iot10-partial": (
         "scenarios/iot10.toml",
         6,

@@ -15,6 +15,12 @@ path's one-way latencies + the expected loss-recovery delay (:func:`overhead.ret
 from a ``numpy.random.Generator`` seeded by the network's ``seed``). A flow stops using bandwidth
 once drained; its latency does not hold capacity.
 
+With ``transport="tcp"`` each flow also has a congestion window (:mod:`aiotsim.network.tcp`): its
+rate is capped at one window per round trip, the caps take part in progressive filling (one
+extra link per capped flow), the controller also wakes at the round boundaries of window-limited
+or lossy flows, loss is drawn per round instead of charged as one RTT per expected lost packet,
+and the last packet pays its store-and-forward time on the path's non-bottleneck hops.
+
 Engine: one controller inside :class:`Network` (SimPy callbacks, no process per flow) keeps the
 active flows in a dict. A flow start asks for one zero-delay update (so flows starting at the same
 instant cost one recomputation); the controller then advances every flow to now, finishes the
@@ -25,6 +31,7 @@ the network: callers only ``yield`` the event that :meth:`Network.send` returns.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -36,12 +43,16 @@ import simpy
 from aiotsim.errors import ConfigError
 from aiotsim.network.link import Link
 from aiotsim.network.overhead import PathFormat, path_format, retransmission_delay, wire_bytes
+from aiotsim.network.tcp import Connection, LossSampler, TcpParams, plan_round, restart_window, transport_options
 from aiotsim.network.topology import Topology
 
 K = TypeVar("K", bound=Hashable)
+__all__ = ["FlowState", "Network", "Transfer", "max_min_rates", "progressive_filling", "transport_options"]
 
 # A flow is finished when fewer than this many wire bytes remain (guards float rounding).
 DONE_BYTES = 1e-9
+TRANSPORTS = ("tcp", "ideal")
+ROUND_EPS_S = 1e-9  # s; a round boundary this close to now is due (float rounding of timers)
 
 
 def max_min_rates(capacity: Mapping[str, float], usage: Mapping[K, Mapping[str, int]]) -> dict[K, float]:
@@ -182,6 +193,21 @@ class _Path:
     index: np.ndarray  # [hops] distinct link indices
     mult: np.ndarray  # [hops] times each is crossed
     fmt: PathFormat
+    bottleneck_Bps: float  # smallest capacity / times crossed along the path, bytes/s
+    inv_cap_sum: float  # s/byte: sum over the path's hops of 1 / capacity (store and forward)
+
+
+@dataclass
+class _TcpFlow:
+    """TCP state of one flow in flight (see :mod:`aiotsim.network.tcp`)."""
+
+    conn: Connection
+    rtt: float  # s, twice the path's one-way latency
+    seg_wire: float  # wire bytes of one full segment (MTU + framing + its ACK charge)
+    bdp: float  # segments, bottleneck rate x RTT
+    max_window: float  # segments, the socket buffer
+    loss: float  # end-to-end packet loss probability
+    extra_delay: float = 0.0  # s, loss recovery of the last round
 
 
 @dataclass
@@ -209,7 +235,14 @@ class Network:
     topology : Topology
         Nodes, links and routes.
     seed : int
-        Seed of the jitter generator (``numpy.random.default_rng(seed)``).
+        Seed of the jitter generator (``numpy.random.default_rng(seed)``) and of the TCP loss
+        draws (:class:`~aiotsim.network.tcp.LossSampler`).
+    transport : str
+        ``"ideal"``: the fluid model alone (a flow gets its fair share from its first byte, loss
+        costs expected extra bytes and one RTT per lost packet); ``"tcp"``: congestion windows on
+        top of it (:mod:`aiotsim.network.tcp`).
+    tcp : TcpParams, optional
+        TCP settings (default :class:`TcpParams()`), used with ``transport="tcp"``.
 
     Attributes
     ----------
@@ -226,8 +259,21 @@ class Network:
     costs a handful of numpy calls over the flows in flight, not Python loops over them.
     """
 
-    def __init__(self, env: simpy.Environment, topology: Topology, seed: int = 0) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        topology: Topology,
+        seed: int = 0,
+        transport: str = "ideal",
+        tcp: TcpParams | None = None,
+    ) -> None:
+        if transport not in TRANSPORTS:
+            raise ConfigError(f"transport(={transport!r}) must be one of {', '.join(TRANSPORTS)}")
         self.env = env
+        self.transport = transport
+        self.tcp = tcp or TcpParams()
+        self._loss = LossSampler(seed)
+        self._conns: dict[tuple[str, str], Connection] = {}  # TCP state per (src, dst)
         self.topology = topology
         self.seed = seed
         self._rng = np.random.default_rng(seed)
@@ -247,6 +293,9 @@ class Network:
         self._alive = np.zeros(0, dtype=bool)
         self._hops = np.zeros((0, 1), dtype=np.intp)
         self._mult = np.zeros((0, 1))
+        self._flow_cap = np.zeros(0)  # bytes/s, TCP window cap (inf: none; 0: waiting)
+        self._round_end = np.zeros(0)  # s, next round boundary of a window-limited flow (inf: none)
+        self._tcp_flows: list[_TcpFlow | None] = []
         self._last = env.now  # s, time `_remaining` refers to
         self._gen = 0  # generation of the pending completion timer
         self._update_pending = False
@@ -289,7 +338,7 @@ class Network:
         fmt = path.fmt
         wire = wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)  # bytes
         delay = fmt.latency_s  # s
-        if fmt.loss > 0:
+        if fmt.loss > 0 and self.transport == "ideal":  # TCP draws its losses round by round
             delay += retransmission_delay(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, 2.0 * fmt.latency_s)
         for link in path.links:
             if link.jitter_s > 0:
@@ -304,10 +353,29 @@ class Network:
         self._mult[slot] = 0.0
         self._hops[slot, : len(path.index)] = path.index
         self._mult[slot, : len(path.index)] = path.mult
+        self._flow_cap[slot] = np.inf
+        self._round_end[slot] = np.inf
+        if self.transport == "tcp":
+            self._tcp_start(slot, src, dst, path, now)
         if not self._update_pending:
             self._update_pending = True
             self.env.timeout(0).callbacks.append(self._on_update)
         return event
+
+    def tcp_state(self) -> dict[str, object]:
+        """What a checkpoint must keep of the TCP transport at a quiescent point (no flow in
+        flight): each connection's window state and the loss generator's state."""
+        conns = {f"{src}\x00{dst}": dataclasses.asdict(c) for (src, dst), c in self._conns.items()}
+        return {"conns": conns, "loss_rng": self._loss.state}
+
+    def restore_tcp_state(self, state: Mapping[str, object] | None) -> None:
+        """Restore :meth:`tcp_state` (None: a checkpoint from before the TCP transport, kept as is)."""
+        if not state:
+            return
+        conns = state["conns"]
+        assert isinstance(conns, dict)
+        self._conns = {tuple(k.split("\x00", 1)): Connection(**v) for k, v in conns.items()}  # type: ignore[misc]
+        self._loss.state = state["loss_rng"]
 
     def wire_bytes_for(self, src: str, dst: str, nbytes: int) -> float:
         """Wire bytes a transfer of ``nbytes`` from ``src`` to ``dst`` would put on its path
@@ -346,6 +414,8 @@ class Network:
                 index=np.array([self._link_index[n] for n in counts], dtype=np.intp),
                 mult=np.array(list(counts.values()), dtype=float),
                 fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
+                bottleneck_Bps=min((self._cap[self._link_index[n]] / c for n, c in counts.items()), default=np.inf),
+                inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
             )
             self._paths[key] = path
         return path
@@ -366,6 +436,9 @@ class Network:
             self._remaining = np.append(self._remaining, np.zeros(grow))
             self._rate = np.append(self._rate, np.zeros(grow))
             self._alive = np.append(self._alive, np.zeros(grow, dtype=bool))
+            self._flow_cap = np.append(self._flow_cap, np.full(grow, np.inf))
+            self._round_end = np.append(self._round_end, np.full(grow, np.inf))
+            self._tcp_flows.extend([None] * grow)
             dummy = len(self._link_names)
             pad_rows = np.full((grow, self._hops.shape[1]), dummy, np.intp)
             self._hops = np.vstack([self._hops, pad_rows])
@@ -405,10 +478,107 @@ class Network:
         self._gen += 1
         if live.size == 0:
             return
-        rates = progressive_filling(self._cap, self._hops[live], self._mult[live])
+        tcp = self.transport == "tcp"
+        if tcp:
+            self._tcp_rounds(live, now)
+        rates = self._fill(live)
         self._rate[live] = rates
-        next_dt = float(np.min(self._remaining[live] / rates))  # s
+        if not tcp:
+            next_dt = float(np.min(self._remaining[live] / rates))  # s
+        else:
+            self._tcp_settle(live, rates, now)
+            eta = np.divide(self._remaining[live], rates, out=np.full(live.size, np.inf), where=rates > 0)
+            next_dt = min(float(np.min(eta)), float(np.min(self._round_end[live])) - now)  # s
         self.env.timeout(max(next_dt, 0.0), value=self._gen).callbacks.append(self._on_timer)
+
+    def _fill(self, live: np.ndarray) -> np.ndarray:
+        """Max-min fair rates (bytes/s) of the flows in ``live`` slots, TCP window caps included.
+
+        The links the live flows cross are first renumbered 0..k-1 (k <= sum of their path
+        lengths), so the cost scales with the flows in flight, not with the topology's size. A
+        TCP window cap is one more link of the flow's own; a flow waiting (cap 0) gets rate 0.
+        """
+        hops = self._hops[live]  # [flows, hops] global link indices (dummy padding included)
+        used, compact = np.unique(hops, return_inverse=True)
+        links = compact.reshape(hops.shape)
+        cap = self._cap[used]  # [k] bytes/s; the dummy (if present) keeps its infinite capacity
+        if self.transport == "ideal":
+            return progressive_filling(cap, links, self._mult[live])
+        fcap = self._flow_cap[live]  # [flows] bytes/s
+        rates = np.zeros(live.size)
+        run = fcap > 0
+        if run.any():
+            own = len(used) + np.arange(int(run.sum()))[:, None]  # [running, 1] a cap link each
+            rates[run] = progressive_filling(
+                np.append(cap, fcap[run]),
+                np.hstack([links[run], own]),
+                np.hstack([self._mult[live][run], np.ones((own.shape[0], 1))]),
+            )
+        return rates
+
+    # ------------------------------------------------------------------ TCP
+    def _tcp_start(self, slot: int, src: str, dst: str, path: _Path, now: float) -> None:
+        """Attach TCP state to a new flow: its connection (fresh or reused, idle restart), and a
+        handshake round trip when the connection is new."""
+        p, fmt = self.tcp, path.fmt
+        rtt = 2.0 * fmt.latency_s  # s
+        if rtt <= 0:
+            return  # no round trip: the window never limits, the fluid model is exact
+        seg_wire = fmt.mtu + fmt.framing_bytes + (fmt.header_bytes + fmt.framing_bytes) * fmt.acks_per_packet
+        conn = self._conns.get((src, dst))
+        fresh = conn is None or conn.busy or p.connection == "per-transfer"
+        if fresh:
+            conn = Connection(cwnd=float(p.initial_window), last_active_s=now)
+            if (src, dst) not in self._conns or p.connection == "per-transfer":
+                self._conns[(src, dst)] = conn
+        elif p.idle_restart:
+            restart_window(conn, now - conn.last_active_s, p.rto(rtt), float(p.initial_window))
+        assert conn is not None
+        conn.busy = True
+        # store and forward: the last packet is also serialized on every hop but the bottleneck,
+        # whose time the fluid drain already counts (s)
+        last = min(seg_wire, self._remaining[slot])  # wire bytes
+        pipeline = last * (path.inv_cap_sum - 1.0 / path.bottleneck_Bps)
+        self._tcp_flows[slot] = _TcpFlow(
+            conn, rtt, seg_wire, path.bottleneck_Bps * rtt / seg_wire,
+            max(p.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0), fmt.loss, extra_delay=max(pipeline, 0.0),
+        )  # fmt: skip
+        self._round_end[slot] = now + rtt if fresh else now  # SYN, SYN-ACK before the first data
+        self._flow_cap[slot] = 0.0 if fresh else np.inf
+
+    def _tcp_rounds(self, live: np.ndarray, now: float) -> None:
+        """Start a new round trip for every live flow whose round ended (window -> rate cap)."""
+        for slot in live[self._round_end[live] <= now + ROUND_EPS_S]:
+            t = self._tcp_flows[slot]
+            assert t is not None
+            rd = plan_round(
+                t.conn, self.tcp, now, self._remaining[slot] / t.seg_wire, t.rtt, t.bdp, t.max_window,
+                lambda n, loss=t.loss: self._lose(loss, n),
+            )  # fmt: skip
+            if rd.final:  # the last window leaves in one burst, at the fair share
+                self._flow_cap[slot], self._round_end[slot] = np.inf, np.inf
+                t.extra_delay += rd.extra_delay_s
+            else:
+                self._flow_cap[slot] = rd.segments * t.seg_wire / rd.duration_s
+                self._round_end[slot] = now + rd.duration_s
+
+    def _lose(self, loss: float, segments: int) -> int | None:
+        """Index of the first segment lost among ``segments``, or None: the one random loss model
+        of the TCP transport (independent losses with the path's probability)."""
+        return self._loss.first_loss(loss, segments)
+
+    def _tcp_settle(self, live: np.ndarray, rates: np.ndarray, now: float) -> None:
+        """Per-RTT steps only where the window limits: a lossless flow whose window covers its
+        fair share goes fluid; a fluid flow held at its window cap steps again from now."""
+        cap, ends = self._flow_cap[live], self._round_end[live]
+        bound = rates >= cap * (1.0 - 1e-9)  # held at its window
+        for i in np.flatnonzero(np.isfinite(ends) & ~bound & (cap > 0)):
+            t = self._tcp_flows[live[i]]
+            if t is not None and t.loss == 0.0:
+                self._round_end[live[i]] = np.inf  # window no longer binds
+                self._flow_cap[live[i]] = t.conn.cwnd * t.seg_wire / t.rtt
+        for i in np.flatnonzero(~np.isfinite(ends) & bound & np.isfinite(cap)):
+            self._round_end[live[i]] = now  # the window binds again: step from now
 
     def _finish(self, slot: int) -> None:
         """Free a drained flow's slot, account its bytes, deliver its event after its delay."""
@@ -419,10 +589,16 @@ class Network:
         self._rate[slot] = 0.0
         self._remaining[slot] = 0.0
         self._free.append(slot)
+        delay = f.delay
+        t = self._tcp_flows[slot]
+        if t is not None:
+            self._tcp_flows[slot] = None
+            t.conn.busy, t.conn.last_active_s = False, self.env.now
+            delay += t.extra_delay
         np.add.at(self._carried, f.path.index, f.wire * f.path.mult)
         now = self.env.now
         record = Transfer(
-            f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + f.delay,
+            f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + delay,
             list(f.path.names), list(f.path.nodes),
         )  # fmt: skip
         event = f.event
@@ -431,7 +607,7 @@ class Network:
             self.transfers.append(record)
             event.succeed(record)
 
-        if f.delay > 0:
-            self.env.timeout(f.delay).callbacks.append(arrive)
+        if delay > 0:
+            self.env.timeout(delay).callbacks.append(arrive)
         else:
             arrive()

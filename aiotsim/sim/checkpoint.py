@@ -135,6 +135,7 @@ def capture(c: Cluster, it: int, done: Applied) -> dict[str, Any]:
         "nodes": [_node(st) for st in c.nodes],
         "net_rng": c.net._rng.bit_generator.state,
         "net_carried": c.net._carried.copy(),  # wire bytes per link
+        "net_tcp": c.net.tcp_state(),  # TCP connections' windows, loss generator
         "totals": dataclasses.asdict(c.totals),
         "window": dataclasses.asdict(c.window),
         "trace": c.trace.state(),
@@ -213,6 +214,7 @@ def restore(c: Cluster, state: dict[str, Any]) -> None:
     c.start_clock(state["now"])
     c.net._rng.bit_generator.state = state["net_rng"]
     c.net._carried[:] = state["net_carried"]
+    c.net.restore_tcp_state(state.get("net_tcp"))
     c.totals = Totals(**state["totals"])
     c.window = Window(**state["window"])
     c.trace.load_state(state["trace"])

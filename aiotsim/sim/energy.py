@@ -9,6 +9,11 @@ sent and received, plus (optionally) its idle power for the rest of the simulate
 Radio figures are energy per bit at the radio's nominal rate, derived from datasheet currents;
 each carries its source. They are per-bit costs of the radio itself, independent of the simulated
 link's bandwidth (a slower shared channel costs airtime, which the time terms already see).
+
+Each radio also carries a typical link: application-level rates up and down (Mbit/s), one-way
+latency (ms) and residual packet loss (after the link layer's own retransmissions), with their
+source. With ``network.link_defaults = "radio"`` a node's link takes these unless its group sets
+them (``scenarios/cellular.toml``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ class RadioProfile:
     tx_nj_per_bit: float
     rx_nj_per_bit: float
     description: str
+    up_mbps: float = 10.0  # typical application-level uplink rate, Mbit/s
+    down_mbps: float = 10.0  # downlink, Mbit/s
+    latency_ms: float = 5.0  # one-way, ms
+    loss: float = 0.0  # residual packet loss probability
+    link_source: str = ""
 
     def __post_init__(self) -> None:
         for key in ("tx_nj_per_bit", "rx_nj_per_bit"):
@@ -38,17 +48,116 @@ RADIOS: dict[str, RadioProfile] = {
     # TX 802.11n MCS7 at 13 dBm: 190 mA; RX 802.11n: 100 mA; 3.3 V supply -> 0.627 W TX,
     # 0.33 W RX. At ~20 Mbit/s of application throughput (a typical ESP32 TCP figure):
     # 0.627 / 20e6 = 31.4 nJ/bit TX, 0.33 / 20e6 = 16.5 nJ/bit RX.
-    "wifi": RadioProfile("wifi", 31.4, 16.5, "802.11n (ESP32-class), 20 Mbit/s effective"),
+    "wifi": RadioProfile(
+        "wifi",
+        31.4,
+        16.5,
+        "802.11n (ESP32-class), 20 Mbit/s effective",
+        20.0,
+        20.0,
+        2.0,
+        0.001,
+        "ESP32 iperf TCP ~20 Mbit/s (Espressif docs); WLAN RTT ~3-5 ms; residual loss after 802.11 MAC retries ~0.1%",
+    ),
     # TI CC2420 datasheet (SWRS041c): TX at 0 dBm 17.4 mA, RX 18.8 mA, 3.0 V (0.052 / 0.056 W),
     # 250 kbit/s -> 208.8 nJ/bit TX, 225.6 nJ/bit RX.
-    "802.15.4": RadioProfile("802.15.4", 208.8, 225.6, "IEEE 802.15.4 / Zigbee (CC2420-class), 250 kbit/s"),
+    "802.15.4": RadioProfile(
+        "802.15.4",
+        208.8,
+        225.6,
+        "IEEE 802.15.4 / Zigbee (CC2420-class), 250 kbit/s",
+        0.1,
+        0.1,
+        10.0,
+        0.01,
+        "250 kbit/s PHY, ~100 kbit/s after CSMA/CA and 6LoWPAN framing; ~10 ms per hop with backoff; "
+        "~1% residual loss (typical single-hop packet reception ratio 95-99%)",
+    ),
     # Semtech SX1276 datasheet (rev. 7): TX +20 dBm on PA_BOOST 120 mA, RX (LnaBoost off,
     # 125 kHz) 10.8 mA, 3.3 V (0.396 / 0.0356 W); LoRa SF7/BW125/CR4-5 bit rate 5,469 bit/s
     # -> 72,400 nJ/bit TX, 6,517 nJ/bit RX.
-    "lora": RadioProfile("lora", 72_400.0, 6_517.0, "LoRa (SX1276-class), SF7/125 kHz, 5.5 kbit/s"),
+    "lora": RadioProfile(
+        "lora",
+        72_400.0,
+        6_517.0,
+        "LoRa (SX1276-class), SF7/125 kHz, 5.5 kbit/s",
+        0.0055,
+        0.0055,
+        1000.0,
+        0.01,
+        "SF7/BW125 5,469 bit/s (SX1276 datasheet); LoRaWAN class A receive window 1 s after the uplink",
+    ),
     # Wired Ethernet NIC for gateways/servers: 100BASE-TX PHY ~0.25 W each way at 100 Mbit/s
     # (e.g. TI DP83848 datasheet: 264 mW typical at 3.3 V) -> 2.6 nJ/bit.
-    "ethernet": RadioProfile("ethernet", 2.64, 2.64, "100BASE-TX Ethernet PHY (DP83848-class)"),
+    "ethernet": RadioProfile(
+        "ethernet",
+        2.64,
+        2.64,
+        "100BASE-TX Ethernet PHY (DP83848-class)",
+        100.0,
+        100.0,
+        0.1,
+        0.0,
+        "100BASE-TX line rate; switched LAN, sub-ms latency, no loss",
+    ),
+    # Cellular IoT and broadband. Energy per bit: LTE from Huang et al., "A close examination of
+    # performance and power characteristics of 4G LTE networks", MobiSys 2012 (uplink power
+    # 438.39 mW per Mbit/s + 1,288 mW, downlink 51.97 mW per Mbit/s + 1,288 mW): at 8 Mbit/s up
+    # 4.80 W -> 600 nJ/bit, at 20 Mbit/s down 2.33 W -> 116 nJ/bit. LTE-M/NB-IoT from module
+    # datasheet currents (u-blox SARA-R4 / Quectel BG96 class: TX at 23 dBm ~ 250 mA, RX ~ 60 mA at
+    # 3.8 V): LTE-M 0.95 W / 375 kbit/s = 2,530 nJ/bit TX, 0.23 W / 300 kbit/s = 760 nJ/bit RX;
+    # NB-IoT 0.95 W / 62.5 kbit/s = 15,200 nJ/bit TX, 0.23 W / 27.2 kbit/s = 8,380 nJ/bit RX.
+    # 5G NR (sub-6 GHz): order of magnitude from Narayanan et al., "A variegated look at 5G in the
+    # wild", SIGCOMM 2021 (handset ~ 4 W active): 4 W / 150 Mbit/s = 27 nJ/bit RX, 4 W / 30 Mbit/s
+    # = 133 nJ/bit TX.
+    "lte-m": RadioProfile(
+        "lte-m",
+        2_530.0,
+        760.0,
+        "LTE-M / Cat-M1 (3GPP Rel-13, half-duplex)",
+        0.375,
+        0.3,
+        75.0,
+        0.005,
+        "3GPP Rel-13 Cat-M1 HD-FDD peak 375 kbit/s up, 300 kbit/s down; field RTTs 100-200 ms "
+        "(GSMA LTE-M deployment guide); ~0.5% residual loss after HARQ/RLC",
+    ),
+    "nb-iot": RadioProfile(
+        "nb-iot",
+        15_200.0,
+        8_380.0,
+        "NB-IoT / Cat-NB1 (3GPP Rel-13)",
+        0.0625,
+        0.0272,
+        800.0,
+        0.01,
+        "3GPP Rel-13 Cat-NB1 multi-tone peak 62.5 kbit/s up, 27.2 kbit/s down; 3GPP TR 45.820 latency "
+        "target < 10 s, field RTTs 1-3 s; ~1% residual loss",
+    ),
+    "4g": RadioProfile(
+        "4g",
+        600.0,
+        116.0,
+        "LTE Cat-4 (4G)",
+        8.0,
+        20.0,
+        25.0,
+        0.001,
+        "typical LTE throughput 20 Mbit/s down, 8 Mbit/s up and RTT ~50 ms (Huang et al. MobiSys 2012; "
+        "OpenSignal reports); ~0.1% residual loss",
+    ),
+    "5g": RadioProfile(
+        "5g",
+        133.0,
+        27.0,
+        "5G NR sub-6 GHz",
+        30.0,
+        150.0,
+        10.0,
+        0.0005,
+        "typical NR sub-6 throughput 150 Mbit/s down, 30 up, RTT ~20 ms (Narayanan et al. SIGCOMM 2021); "
+        "~0.05% residual loss",
+    ),
 }
 
 

@@ -21,6 +21,7 @@ from aiotsim.config import NodeGroup, Scenario, block_to_dict
 from aiotsim.errors import TopologyError
 from aiotsim.learn.partition import even_sizes
 from aiotsim.network.topology import Topology
+from aiotsim.sim.energy import get_radio
 
 SERVER = "server"  # the parameter server's vertex name
 MBPS = 1e6  # bits/s per Mbit/s
@@ -98,15 +99,21 @@ def _node_spec(i: int, k: int, g: NodeGroup, s: Scenario, strag: bool, slow_comp
     def pick(value: Any, default: Any) -> Any:
         return default if value is None else value
 
+    radio = str(pick(g.radio, nd.radio))
+    if nw.link_defaults == "radio":  # the radio's typical link (sim/energy.py) fills the gaps
+        r = get_radio(radio)
+        up, down, lat, loss = r.up_mbps, r.down_mbps, r.latency_ms, r.loss
+    else:
+        up, down, lat, loss = nw.uplink_mbps, nw.downlink_mbps, nw.latency_ms, nw.loss
     return NodeSpec(
         index=i,
         group=str(pick(g.name, f"group{k}")),
         device=str(pick(g.device, nd.device)),
-        radio=str(pick(g.radio, nd.radio)),
-        uplink_bps=float(pick(g.uplink_mbps, nw.uplink_mbps)) * MBPS,
-        downlink_bps=float(pick(g.downlink_mbps, nw.downlink_mbps)) * MBPS,
-        latency_s=float(pick(g.latency_ms, nw.latency_ms)) * MS,
-        loss=float(pick(g.loss, nw.loss)),
+        radio=radio,
+        uplink_bps=float(pick(g.uplink_mbps, up)) * MBPS,
+        downlink_bps=float(pick(g.downlink_mbps, down)) * MBPS,
+        latency_s=float(pick(g.latency_ms, lat)) * MS,
+        loss=float(pick(g.loss, loss)),
         jitter_s=float(pick(g.jitter_ms, nw.jitter_ms)) * MS,
         share=float(pick(g.share, 1.0)),
         compute_slowdown=float(pick(g.slowdown, 1.0)) * (nd.straggler_factor if strag and slow_compute else 1.0),

@@ -30,7 +30,7 @@ from aiotsim.compress.base import CodecState, Payload
 from aiotsim.config import Scenario
 from aiotsim.learn.compute import ComputeModel, get_profile, resolve_device
 from aiotsim.learn.datasets import Dataset
-from aiotsim.network.flows import Network
+from aiotsim.network.flows import Network, transport_options
 from aiotsim.records import EvalRow, MetricsRow, Progress, RunSummary
 from aiotsim.sim.accounting import RunFacts, RunSink, Totals, Window, mean, summarize
 from aiotsim.sim.energy import EnergyMeter, get_radio
@@ -147,7 +147,7 @@ class Cluster:
         """A fresh SimPy environment starting at ``now`` (s), with its network and mailboxes;
         nothing may be in flight (a new cluster, or a resumed one at a quiescent point)."""
         self.env = simpy.Environment(initial_time=now)
-        self.net = Network(self.env, self.topology, seed=self.sc.scenario.seed)
+        self.net = Network(self.env, self.topology, seed=self.sc.scenario.seed, **transport_options(self.sc.network))
         self.mailbox: dict[str, simpy.Store] = {v: simpy.Store(self.env) for v in [SERVER, *self.gateways]}
 
     def _node_state(self, spec: NodeSpec) -> NodeState:

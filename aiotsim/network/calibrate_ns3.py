@@ -1,0 +1,316 @@
+"""Calibration against ns-3: the TCP flow model vs packet-level TCP on the same star.
+
+``aiotsim calibrate --against ns3`` (needs the optional extra ``aiotsim[ns3]``: the ``ns3`` package,
+official Python bindings of ns-3.44) builds, for every case, the same topology in ns-3 and in
+:class:`~aiotsim.network.flows.Network` and compares the time until the last flow's last byte has
+arrived (the makespan: what a synchronous round waits for; TCP flows that start together finish
+at different times -- ns-3's shares are not max-min fair over short spans -- but the bottleneck
+is busy until the last byte either way, which the fluid model's total time captures):
+
+* ``flows`` clients, each on its own point-to-point link (``rate``, one-way ``latency``, a drop-tail
+  queue of ``queue_packets``, random packet loss ``loss`` on the data direction by a
+  ``RateErrorModel``; queue 1,000 packets, Linux's default txqueuelen: with 100, a SYN dropped at a
+  full queue under a synchronized start backs off for tens of seconds) to a hub, and one shared
+  link (``server`` rate, no latency) from the hub to the server: aiotsim's ``star``;
+* TCP CUBIC (ns-3's default; HyStart on), initial window 10, 1,448-byte segments (1,500-byte
+  packets with TCP timestamps: ``header_bytes = 52``; the point-to-point header adds 2 bytes of
+  framing), 4 MiB socket buffers, delayed ACKs (2 segments), SACK, minimum RTO 200 ms (Linux's;
+  ns-3's own default is 1 s), no queue disc (the device queue is the only buffer);
+* every client sends ``size`` bytes to the server at t = 0 over a new connection (``BulkSend``):
+  the handshake is included on both sides (``tcp_connection = "per-transfer"`` in the model);
+* with loss, both sides are averaged over ``realisations`` seeds (ns-3 ``RngRun`` 1..R, model seeds
+  1..R): one realisation of a lossy transfer is a random variable, the model is compared with its
+  mean.
+
+The ns-3 side runs in a subprocess (``python -m aiotsim.network.calibrate_ns3``: cases as JSON on
+stdin, completion times as JSON on stdout) so that cppyy's interpreter and ns-3's global simulator
+stay out of the caller's process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import simpy
+
+from aiotsim.errors import AiotsimError
+from aiotsim.network.flows import Network
+from aiotsim.network.tcp import TcpParams
+from aiotsim.network.topology import Topology
+
+HEADER_BYTES = 52  # bytes: IPv4 20 + TCP 20 + timestamps 12 -> 1,448-byte segments in 1,500
+P2P_FRAMING = 2  # bytes: ns-3's point-to-point (PPP) header
+SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)  # bytes
+FLOWS = (1, 4, 16)
+LATENCIES_MS = (1.0, 10.0, 50.0, 150.0, 300.0)  # one way
+LOSSES = (0.0, 0.01, 0.05)
+QUICK = (  # (size, flows, latency_ms, loss): a few regimes, seconds of ns-3 time
+    (246_824, 1, 50.0, 0.0),
+    (246_824, 1, 150.0, 0.0),
+    (1_000_000, 4, 10.0, 0.0),
+    (100_000, 16, 50.0, 0.0),
+)
+
+
+@dataclass(frozen=True)
+class Ns3Case:
+    """One case of the grid (bytes, Mbit/s, ms)."""
+
+    size: int
+    flows: int
+    latency_ms: float
+    loss: float
+    rate_mbps: float = 10.0
+    server_mbps: float = 10.0
+    queue_packets: int = 1000  # Linux default txqueuelen
+    realisations: int = 1
+
+    @property
+    def stop_s(self) -> float:
+        """Simulated time after which ns-3 gives up (a generous multiple of the lossless time)."""
+        ideal = 8.0 * self.size * self.flows / (min(self.rate_mbps * self.flows, self.server_mbps) * 1e6)
+        return 100.0 + 50.0 * ideal / max(1.0 - 20 * self.loss, 0.05) + 200.0 * self.latency_ms * 1e-3
+
+
+@dataclass(frozen=True)
+class Ns3Row:
+    """A case with ns-3's and the model's mean flow completion time, s."""
+
+    case: Ns3Case
+    ns3_s: float
+    model_s: float
+    ideal_s: float  # the fluid model without TCP ("ideal" transport), for comparison
+
+    @property
+    def error(self) -> float:
+        """Relative error of the TCP model, (model - ns3) / ns3."""
+        return (self.model_s - self.ns3_s) / self.ns3_s
+
+
+def ns3_available() -> bool:
+    """Whether the ns-3 Python bindings (``pip install aiotsim[ns3]``) are importable."""
+    return importlib.util.find_spec("ns") is not None and importlib.util.find_spec("cppyy") is not None
+
+
+def grid(quick: bool = False, realisations: int = 3) -> list[Ns3Case]:
+    """The cases: the quick few, or sizes x flows x latencies x losses (225 cases)."""
+    if quick:
+        return [Ns3Case(s, f, lat, p, realisations=realisations if p > 0 else 1) for s, f, lat, p in QUICK]
+    return [
+        Ns3Case(s, f, lat, p, realisations=realisations if p > 0 else 1)
+        for p in LOSSES
+        for lat in LATENCIES_MS
+        for f in FLOWS
+        for s in SIZES
+    ]
+
+
+def model_time(case: Ns3Case, transport: str = "tcp", seed: int = 1) -> float:
+    """Completion time of the case's last flow (s) in aiotsim's network model."""
+    topo = Topology.star(
+        case.flows, case.rate_mbps * 1e6, case.rate_mbps * 1e6, case.latency_ms * 1e-3, case.server_mbps * 1e6,
+        mtu=1500, header_bytes=HEADER_BYTES, loss=case.loss,
+        per_node=[{"framing_bytes": P2P_FRAMING}] * case.flows,
+    )  # fmt: skip
+    env = simpy.Environment()
+    net = Network(env, topo, seed=seed, transport=transport, tcp=TcpParams(connection="per-transfer"))
+    ends: list[float] = []
+
+    def send(i: int):  # type: ignore[no-untyped-def]
+        t = yield net.send(f"node{i}", "server", case.size)
+        ends.append(t.end_s)
+
+    for i in range(case.flows):
+        env.process(send(i))
+    env.run()
+    return max(ends)
+
+
+def run_ns3(cases: Sequence[Ns3Case], progress: str | None = None) -> list[list[list[float]]]:
+    """Completion time (s) of every flow of every realisation of each case in ns-3, ``[case][run]
+    [flow]`` (-1 where a flow did not finish); ``progress``: a file the worker appends each case to."""
+    if not ns3_available():
+        raise AiotsimError("ns-3 is not installed: pip install 'aiotsim[ns3]' (the ns3 package, ns-3.44)")
+    payload = json.dumps([asdict(c) for c in cases])
+    cmd = [sys.executable, "-m", "aiotsim.network.calibrate_ns3", *([progress] if progress else [])]
+    proc = subprocess.run(cmd, input=payload, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AiotsimError(f"the ns-3 worker failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def makespan(runs: Sequence[Sequence[float]]) -> float:
+    """Mean over realisations of the last flow's completion, s (NaN if a flow did not finish)."""
+    if any(t < 0 for run in runs for t in run):
+        return float("nan")
+    return statistics.fmean(max(run) for run in runs)
+
+
+def compare(cases: Sequence[Ns3Case]) -> list[Ns3Row]:
+    """ns-3 against the model (TCP, and the ideal fluid model) for every case."""
+    measured = run_ns3(cases)
+    rows = []
+    for case, runs in zip(cases, measured, strict=True):
+        ns3_s = makespan(runs)
+        seeds = range(1, case.realisations + 1)
+        model = statistics.fmean(model_time(case, "tcp", seed) for seed in seeds)
+        rows.append(Ns3Row(case, ns3_s, model, model_time(case, "ideal")))
+    return rows
+
+
+def format_table(rows: Sequence[Ns3Row]) -> str:
+    """The comparison as a text table, then median and worst absolute error (TCP and ideal)."""
+    lines = [
+        f"{'size':>10} {'flows':>5} {'lat ms':>6} {'loss':>5} {'ns-3 s':>10} {'tcp s':>10} {'err':>7} "
+        f"{'ideal s':>10} {'err':>7}"
+    ]
+    for r in rows:
+        c = r.case
+        ideal_err = (r.ideal_s - r.ns3_s) / r.ns3_s
+        lines.append(
+            f"{c.size:>10,} {c.flows:>5} {c.latency_ms:>6g} {c.loss:>5g} {r.ns3_s:>10.4g} {r.model_s:>10.4g} "
+            f"{r.error:>+7.1%} {r.ideal_s:>10.4g} {ideal_err:>+7.1%}"
+        )
+    ok = [r for r in rows if r.ns3_s == r.ns3_s]  # NaN: ns-3 did not finish
+    if ok:
+        errs = [abs(r.error) for r in ok]
+        ideal = [abs((r.ideal_s - r.ns3_s) / r.ns3_s) for r in ok]
+        lines.append(
+            f"tcp model: median |error| {statistics.median(errs):.1%}, worst {max(errs):.1%}; "
+            f"ideal model: median {statistics.median(ideal):.1%}, worst {max(ideal):.1%} ({len(ok)} cases)"
+        )
+    if len(ok) < len(rows):
+        lines.append(f"{len(rows) - len(ok)} case(s) did not finish in ns-3 within the time limit")
+    return "\n".join(lines)
+
+
+NS3_SOURCE = r"""
+#include "ns3/core-module.h"
+#include "ns3/network-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/point-to-point-module.h"
+#include "ns3/applications-module.h"
+#include "ns3/traffic-control-module.h"
+#include <vector>
+#include <map>
+
+namespace aiotsim_ns3 {
+using namespace ns3;
+
+struct Sink {
+  std::vector<double> done;
+  std::vector<uint64_t> got;
+  uint64_t size;
+  std::map<uint32_t, int> which;  // peer IPv4 -> flow
+  void OnRx(Ptr<const Packet> p, const Address& from) {
+    uint32_t ip = InetSocketAddress::ConvertFrom(from).GetIpv4().Get();
+    int i = which[ip];
+    got[i] += p->GetSize();
+    if (got[i] >= size && done[i] < 0) done[i] = Simulator::Now().GetSeconds();
+  }
+};
+
+// Star: `flows` clients -- (rate_bps, latency_s; loss on the data direction) -- hub -- (server_bps, 0 s)
+// -- server. Every client sends `size` bytes to the server at t = 0 over a fresh connection.
+// Returns each flow's completion time (s; -1 if it did not finish before `stop_s`).
+std::vector<double> run_case(int flows, uint64_t size, double rate_bps, double server_bps, double latency_s,
+                             double loss, int queue_packets, uint32_t run, double stop_s) {
+  RngSeedManager::SetSeed(1);
+  RngSeedManager::SetRun(run);
+  Config::SetDefault("ns3::TcpL4Protocol::SocketType", StringValue("ns3::TcpCubic"));
+  Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(1448));
+  Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
+  Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(4194304));
+  Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(4194304));
+  Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(200)));
+  std::string q = std::to_string(queue_packets) + "p";
+  NodeContainer clients; clients.Create(flows);
+  NodeContainer hub; hub.Create(1);
+  NodeContainer server; server.Create(1);
+  InternetStackHelper stack; stack.Install(clients); stack.Install(hub); stack.Install(server);
+  PointToPointHelper edge;
+  edge.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(rate_bps))));
+  edge.SetChannelAttribute("Delay", TimeValue(Seconds(latency_s)));
+  edge.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(q));
+  PointToPointHelper core;
+  core.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(server_bps))));
+  core.SetChannelAttribute("Delay", TimeValue(Seconds(0)));
+  core.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(q));
+  Ipv4AddressHelper addr;
+  TrafficControlHelper tch;
+  NetDeviceContainer sd = core.Install(hub.Get(0), server.Get(0));
+  addr.SetBase("10.0.0.0", "255.255.255.0");
+  Ipv4InterfaceContainer si = addr.Assign(sd);
+  tch.Uninstall(sd);  // no queue disc: the device's drop-tail queue is the only buffer
+  Sink* sink = new Sink();
+  sink->size = size; sink->done.assign(flows, -1.0); sink->got.assign(flows, 0);
+  uint16_t port = 9000;
+  for (int i = 0; i < flows; ++i) {
+    NetDeviceContainer d = edge.Install(clients.Get(i), hub.Get(0));
+    if (loss > 0) {
+      Ptr<RateErrorModel> em = CreateObject<RateErrorModel>();
+      em->SetAttribute("ErrorRate", DoubleValue(loss));
+      em->SetAttribute("ErrorUnit", StringValue("ERROR_UNIT_PACKET"));
+      em->AssignStreams(i);  // the same draws for this flow whatever ran before in the process
+      d.Get(1)->SetAttribute("ReceiveErrorModel", PointerValue(em));  // data direction: client -> hub
+    }
+    std::string base = "10.1." + std::to_string(i + 1) + ".0";
+    addr.SetBase(base.c_str(), "255.255.255.0");
+    Ipv4InterfaceContainer ci = addr.Assign(d);
+    tch.Uninstall(d);
+    sink->which[ci.GetAddress(0).Get()] = i;
+    BulkSendHelper bulk("ns3::TcpSocketFactory", InetSocketAddress(si.GetAddress(1), port));
+    bulk.SetAttribute("MaxBytes", UintegerValue(size));
+    bulk.SetAttribute("SendSize", UintegerValue(1448));
+    ApplicationContainer a = bulk.Install(clients.Get(i));
+    a.Start(Seconds(0.0));
+  }
+  Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+  PacketSinkHelper ps("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), port));
+  ApplicationContainer sa = ps.Install(server.Get(0));
+  sa.Start(Seconds(0.0));
+  sa.Get(0)->TraceConnectWithoutContext("Rx", MakeCallback(&Sink::OnRx, sink));
+  Simulator::Stop(Seconds(stop_s));
+  Simulator::Run();
+  std::vector<double> out = sink->done;
+  Simulator::Destroy();
+  delete sink;
+  return out;
+}
+}  // namespace aiotsim_ns3
+"""
+
+
+def _worker() -> None:  # pragma: no cover - runs in the ns-3 subprocess
+    """Read cases (JSON) on stdin, run each in ns-3, print every flow's completion time (JSON)."""
+    import cppyy
+    from ns import ns  # noqa: F401  (loads the ns-3 libraries and headers into cppyy)
+
+    cppyy.cppdef(NS3_SOURCE)
+    out = []
+    for raw in json.loads(sys.stdin.read()):
+        c = Ns3Case(**raw)
+        runs = []
+        for run in range(1, c.realisations + 1):
+            done = list(
+                cppyy.gbl.aiotsim_ns3.run_case(
+                    c.flows, c.size, c.rate_mbps * 1e6, c.server_mbps * 1e6, c.latency_ms * 1e-3, c.loss,
+                    c.queue_packets, run, c.stop_s,
+                )
+            )  # fmt: skip
+            runs.append([float(t) for t in done])
+        out.append(runs)
+        if len(sys.argv) > 1:
+            with open(sys.argv[1], "a") as f:
+                f.write(json.dumps({"case": raw, "runs": runs}) + "\n")
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _worker()

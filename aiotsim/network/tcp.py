@@ -1,0 +1,298 @@
+"""TCP window dynamics for the fluid flow model: slow start, congestion avoidance, loss, idle.
+
+The fluid model (:mod:`aiotsim.network.flows`) gives every flow its max-min fair share. A real TCP
+flow cannot use that share until its congestion window covers the path's bandwidth-delay product:
+a flow may send at most one window per round trip. Here each flow carries a window ``cwnd``
+(segments) and its rate is capped at ``cwnd x segment wire bytes / RTT``; progressive filling then
+shares the bottlenecks among the flows with those caps (a capped flow leaves its unused share to
+the others, so bottlenecks stay max-min fair).
+
+Per round trip (one :func:`plan_round` per window-limited flow and round):
+
+* **slow start** (``cwnd < ssthresh``): the window doubles every round (one segment per ACK,
+  RFC 5681; Linux and ns-3 both count segments, not ACKs, so delayed ACKs still double it), from
+  the initial window (RFC 6928: 10 segments). HyStart (on by default in Linux and in ns-3's
+  CUBIC) ends slow start once the window covers half the path's bandwidth-delay product
+  (its ACK-train test, from 16 segments up);
+* **congestion avoidance**: CUBIC (RFC 9438; Linux's and ns-3's default, C = 0.4, beta = 0.7) with
+  its Reno-friendly region, or Reno (+1 segment per round, beta = 0.5);
+* **loss**: each round's segments are lost independently with the path's loss probability (one
+  seeded draw per round: the position of the first loss, :meth:`LossSampler.first_loss`).
+  A loss with >= 3 segments behind it is repaired by fast retransmit: the window is cut by beta
+  (multiple losses in one round are one congestion event, as with SACK/NewReno), and when it hits
+  the transfer's last round the retransmission costs one more RTT. Fewer than 3 segments behind it
+  (a tiny window, or the tail of a transfer) gets no duplicate ACKs: a retransmission timeout,
+  ``RTO = max(min_rto, 2 x RTT)`` (Linux: 200 ms floor; 2 x RTT is srtt + 4 x rttvar with
+  rttvar = RTT / 4), after which the window restarts at 1 segment;
+* **the last window** of a transfer leaves in one burst, limited by the fair share only;
+* **idle restart** (RFC 5681 sec. 4.1, Linux ``tcp_slow_start_after_idle = 1``): a connection idle
+  for longer than one RTO halves its window per RTO idle, down to the initial window
+  (:func:`restart_window`, Linux's ``tcp_cwnd_restart``);
+* **connections**: ``reuse`` keeps one connection per (src, dst) pair (one handshake, the first
+  time; the window carries over), ``per-transfer`` opens a fresh one per transfer: one round trip
+  of handshake (SYN, SYN-ACK; the data leaves with the ACK) and the initial window every time.
+
+A flow whose capped rate is above its fair share (the window already covers its share of the
+bottleneck) and whose path is lossless is left to the fluid model: no per-RTT events until its
+share rises above its window again. Everything is in segments and seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+CUBIC_C = 0.4  # segments / s^3 (RFC 9438)
+CUBIC_BETA = 0.7  # window kept after a loss (RFC 9438)
+RENO_BETA = 0.5
+HYSTART_LOW_WINDOW = 16  # segments: HyStart is active from this window up (Linux, ns-3)
+FAST_RETRANSMIT_DUPACKS = 3
+MIN_WINDOW = 2.0  # segments, the smallest window after a fast-retransmit cut
+
+
+@dataclass(frozen=True)
+class TcpParams:
+    """TCP settings of a network (see the module docstring).
+
+    Attributes
+    ----------
+    initial_window : int
+        Initial congestion window, segments (RFC 6928: 10).
+    buffer_bytes : float
+        Socket buffer, bytes: the window never exceeds ``buffer_bytes`` worth of segments.
+    congestion : str
+        ``"cubic"`` or ``"reno"``.
+    idle_restart : bool
+        Restart slow start after an idle period longer than one RTO (Linux's default).
+    connection : str
+        ``"reuse"`` (one connection per pair) or ``"per-transfer"`` (a handshake every time).
+    min_rto_s : float
+        Floor of the retransmission timeout, s (Linux: 0.2).
+    hystart : bool
+        End slow start at half the bandwidth-delay product (Linux's and ns-3's CUBIC default).
+    """
+
+    initial_window: int = 10
+    buffer_bytes: float = 4e6
+    congestion: str = "cubic"
+    idle_restart: bool = True
+    connection: str = "reuse"
+    min_rto_s: float = 0.2
+    hystart: bool = True
+
+    @property
+    def beta(self) -> float:
+        """Fraction of the window kept after a loss."""
+        return CUBIC_BETA if self.congestion == "cubic" else RENO_BETA
+
+    def rto(self, rtt_s: float) -> float:
+        """Retransmission timeout of a path with round trip ``rtt_s``, s."""
+        return max(self.min_rto_s, 2.0 * rtt_s)
+
+
+@dataclass
+class Connection:
+    """The congestion state of one (src, dst) connection, segments and s."""
+
+    cwnd: float
+    ssthresh: float = math.inf
+    w_max: float = 0.0  # CUBIC: window before the last reduction, segments
+    k_s: float = 0.0  # CUBIC: time from the reduction until the window is back at w_max, s
+    epoch_s: float = 0.0  # CUBIC: time of the last reduction, s
+    last_active_s: float = 0.0  # when its last transfer was drained, s
+    busy: bool = False
+
+
+@dataclass
+class Round:
+    """What one round trip of a flow looks like (the output of :func:`plan_round`).
+
+    Attributes
+    ----------
+    segments : float
+        Segments the flow may send this round (its window, or what is left if less).
+    duration_s : float
+        Length of the round, s: one RTT, or the RTO when the round ends in a timeout.
+    final : bool
+        The transfer's last window: it leaves at the fair share, no cap.
+    extra_delay_s : float
+        Extra delay of the transfer's last byte, s (recovering a loss in the last round).
+    """
+
+    segments: float
+    duration_s: float
+    final: bool
+    extra_delay_s: float = 0.0
+
+
+class LossSampler:
+    """Random packet loss, seeded: the one place where loss events are drawn.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the generator (``numpy.random.default_rng([seed, 0x1055])``, a stream of its own
+        so that the jitter draws of the fluid model stay as they were).
+    """
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng([seed, 0x1055])
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The generator's state (for checkpoints)."""
+        return self._rng.bit_generator.state
+
+    @state.setter
+    def state(self, value: dict[str, Any]) -> None:
+        self._rng.bit_generator.state = value
+
+    def first_loss(self, loss: float, segments: int) -> int | None:
+        """Index of the first lost segment among ``segments`` sent back to back, or None.
+
+        Each segment is lost independently with probability ``loss``: the index of the first
+        loss is geometric; one draw per round.
+        """
+        if loss <= 0.0 or segments <= 0:
+            return None
+        first = int(self._rng.geometric(loss)) - 1
+        return first if first < segments else None
+
+
+def restart_window(conn: Connection, idle_s: float, rto_s: float, initial_window: float) -> None:
+    """Slow-start restart after idle (Linux ``tcp_cwnd_restart``), in place.
+
+    The window is halved once per RTO of idle time beyond the first, but never below
+    ``min(initial_window, cwnd)``; ssthresh keeps at least 3/4 of the old window.
+    """
+    if idle_s <= rto_s:
+        return
+    restart = min(initial_window, conn.cwnd)
+    conn.ssthresh = max(conn.ssthresh, 0.75 * conn.cwnd)  # Linux tcp_current_ssthresh
+    cwnd = conn.cwnd
+    delta = idle_s - rto_s
+    while delta > 0 and cwnd > restart:
+        cwnd /= 2.0
+        delta -= rto_s
+    conn.cwnd = max(cwnd, restart)
+
+
+def grow(conn: Connection, params: TcpParams, now_s: float, rtt_s: float, bdp_segments: float) -> None:
+    """The window after one loss-free round trip (slow start, HyStart, CUBIC or Reno), in place.
+
+    Parameters
+    ----------
+    conn : Connection
+        State to update.
+    params : TcpParams
+        Congestion control settings.
+    now_s : float
+        Time at the end of the round, s (CUBIC's window is a function of time).
+    rtt_s : float
+        Round trip, s.
+    bdp_segments : float
+        The path's bandwidth-delay product in segments (HyStart's yardstick).
+    """
+    cwnd = conn.cwnd
+    if cwnd < conn.ssthresh:
+        if params.hystart and cwnd >= HYSTART_LOW_WINDOW and cwnd >= 0.5 * bdp_segments:
+            conn.ssthresh = cwnd  # HyStart: leave slow start, CUBIC from here (epoch now, K = 0)
+            conn.w_max, conn.epoch_s, conn.k_s = cwnd, now_s, 0.0
+        else:
+            conn.cwnd = min(2.0 * cwnd, conn.ssthresh) if math.isfinite(conn.ssthresh) else 2.0 * cwnd
+            return
+    if params.congestion == "reno":
+        conn.cwnd = cwnd + 1.0
+        return
+    t = now_s - conn.epoch_s  # s since the last reduction
+    w_cubic = CUBIC_C * (t + rtt_s - conn.k_s) ** 3 + conn.w_max  # RFC 9438 eq. 1, one RTT ahead
+    beta = CUBIC_BETA
+    w_reno = conn.w_max * beta + 3.0 * (1.0 - beta) / (1.0 + beta) * t / rtt_s  # RFC 9438 eq. 4
+    # Linux bounds CUBIC's growth at 1.5x per round trip (cnt >= 2)
+    conn.cwnd = min(max(w_cubic, w_reno, cwnd + 1.0 / max(cwnd, 1.0)), 1.5 * cwnd)
+
+
+def cut(conn: Connection, params: TcpParams, now_s: float, timeout: bool) -> None:
+    """The window after a loss: fast retransmit (x beta) or a timeout (1 segment), in place."""
+    conn.w_max = conn.cwnd
+    conn.k_s = (conn.w_max * (1.0 - params.beta) / CUBIC_C) ** (1.0 / 3.0)  # RFC 9438 eq. 2
+    conn.ssthresh = max(params.beta * conn.cwnd, MIN_WINDOW)
+    conn.cwnd = 1.0 if timeout else conn.ssthresh
+    conn.epoch_s = now_s
+
+
+def plan_round(
+    conn: Connection,
+    params: TcpParams,
+    now_s: float,
+    left_segments: float,
+    rtt_s: float,
+    bdp_segments: float,
+    max_window: float,
+    lose: Callable[[int], int | None],
+) -> Round:
+    """One round trip of a window-limited flow: what it sends, how long it takes, the new window.
+
+    Parameters
+    ----------
+    conn : Connection
+        The flow's connection; its window is updated for the next round.
+    params : TcpParams
+        TCP settings.
+    now_s : float
+        Start of the round, s.
+    left_segments : float
+        Segments of the transfer not yet sent.
+    rtt_s : float
+        Round trip of the path, s.
+    bdp_segments : float
+        Bandwidth-delay product of the path, segments.
+    max_window : float
+        The socket buffer in segments: the window never exceeds it.
+    lose : callable
+        ``lose(segments)``: index of the first of ``segments`` lost this round, or None (e.g.
+        :meth:`LossSampler.first_loss` bound to the path's loss).
+
+    Returns
+    -------
+    Round
+    """
+    conn.cwnd = min(conn.cwnd, max_window)
+    window = max(math.floor(conn.cwnd), 1)  # whole segments in flight
+    sent = min(window, left_segments)
+    first_loss = lose(math.ceil(sent))
+    final = left_segments <= window
+    rto = params.rto(rtt_s)
+    if first_loss is None or first_loss >= sent:
+        if not final:
+            grow(conn, params, now_s + rtt_s, rtt_s, bdp_segments)
+        return Round(sent, rtt_s, final)
+    # segments behind the lost one that can raise duplicate ACKs: the rest of this round and, if
+    # the transfer goes on, the next round's new data
+    behind = (sent - first_loss - 1) + (0.0 if final else min(window, left_segments - sent))
+    timeout = behind < FAST_RETRANSMIT_DUPACKS
+    cut(conn, params, now_s + (rto if timeout else rtt_s), timeout)
+    if final:
+        return Round(sent, rtt_s, True, extra_delay_s=rto if timeout else rtt_s)
+    return Round(sent, rto if timeout else rtt_s, False)
+
+
+def transport_options(network: Any) -> dict[str, Any]:
+    """``transport=`` and ``tcp=`` keyword arguments of :class:`~aiotsim.network.flows.Network`
+    from a scenario's ``[network]`` section (:class:`aiotsim.config.NetworkSection`)."""
+    return {
+        "transport": network.transport,
+        "tcp": TcpParams(
+            initial_window=int(network.tcp_initial_window),
+            buffer_bytes=float(network.tcp_buffer_bytes),
+            congestion=network.tcp_congestion,
+            idle_restart=bool(network.tcp_idle_restart),
+            connection=network.tcp_connection,
+            min_rto_s=float(network.tcp_min_rto_ms) * 1e-3,
+            hystart=bool(network.tcp_hystart),
+        ),
+    }

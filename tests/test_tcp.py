@@ -1,0 +1,250 @@
+"""TCP transport: each mechanism against a hand-computed case.
+
+Common setting: one 100 Mbit/s link, one-way latency 100 ms (RTT 0.2 s), MTU 1500, 40-byte
+headers: a segment carries 1,460 payload bytes and is 1,500 wire bytes, i.e. 120 us on the link.
+The bandwidth-delay product is 1,667 segments, so the window, not the link, limits these transfers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import simpy
+
+from aiotsim.config import ConfigError, Scenario
+from aiotsim.network import Link, Network, Topology
+from aiotsim.network.tcp import Connection, TcpParams, cut, grow, plan_round, restart_window
+
+RATE = 100e6  # bits/s
+LAT = 0.1  # s one way
+RTT = 2 * LAT
+SEG_S = 1500 * 8 / RATE  # s, one segment on the link
+SEGS = 1460  # payload bytes per segment
+
+
+def star2() -> Topology:
+    topo = Topology()
+    topo.add_node("a", "node")
+    topo.add_node("b", "server")
+    topo.add_link("a", "b", Link("l", RATE, LAT))
+    return topo
+
+
+def transfers(sends: list[tuple[float, int]], topo: Topology | None = None, **tcp: object) -> list[float]:
+    """Send (at_s, nbytes) from a to b one after another; return each transfer's duration, s."""
+    env = simpy.Environment()
+    net = Network(env, topo or star2(), seed=1, transport="tcp", tcp=TcpParams(**tcp))  # type: ignore[arg-type]
+    out: list[float] = []
+
+    def run():  # type: ignore[no-untyped-def]
+        for at, n in sends:
+            if at > env.now:
+                yield env.timeout(at - env.now)
+            t = yield net.send("a", "b", n)
+            out.append(t.duration_s)
+
+    env.process(run())
+    env.run()
+    return out
+
+
+def test_slow_start_rounds_by_hand() -> None:
+    # 100 segments: handshake (1 RTT), rounds of 10, 20, 40 segments (3 RTT), then the last 30
+    # leave in one burst (30 x 120 us) and arrive one latency later.
+    [d] = transfers([(0.0, 100 * SEGS)])
+    assert d == pytest.approx(RTT + 3 * RTT + 30 * SEG_S + LAT, rel=1e-9)
+    # a transfer that fits the initial window: handshake + one burst
+    [d] = transfers([(0.0, 10 * SEGS)])
+    assert d == pytest.approx(RTT + 10 * SEG_S + LAT, rel=1e-9)
+
+
+def test_initial_window_is_a_parameter() -> None:
+    # IW 4: rounds 4, 8, 16, 32 (60 segments, 4 RTT), then 40 in the last burst
+    [d] = transfers([(0.0, 100 * SEGS)], initial_window=4)
+    assert d == pytest.approx(RTT + 4 * RTT + 40 * SEG_S + LAT, rel=1e-9)
+
+
+def test_reused_connection_keeps_its_window_and_skips_the_handshake() -> None:
+    # after the first transfer the window is 80 (10 -> 20 -> 40 -> 80; the last round does not
+    # grow it): the second is one round of 80 + a burst of 20, no handshake.
+    first, second = transfers([(0.0, 100 * SEGS), (0.0, 100 * SEGS)])
+    assert second == pytest.approx(RTT + 20 * SEG_S + LAT, rel=1e-9)
+    # a handshake and the initial window for every transfer: both take as long as the first
+    again = transfers([(0.0, 100 * SEGS), (0.0, 100 * SEGS)], connection="per-transfer")
+    assert again[1] == pytest.approx(first, rel=1e-9) and again[0] == pytest.approx(first, rel=1e-9)
+
+
+def test_idle_restart_halves_the_window_per_rto() -> None:
+    # first transfer ends (last byte drained) at 4 RTT + 30 x 120 us; wait until 2.0 s: idle
+    # 1.1964 s, RTO = max(0.2, 2 x RTT) = 0.4 s -> halved twice (80 -> 40 -> 20; a third halving
+    # would need 1.2 s). Second transfer: rounds 20, 40, then a burst of 40.
+    drained = 4 * RTT + 30 * SEG_S
+    assert 2 * 0.4 < 2.0 - drained <= 3 * 0.4
+    _, second = transfers([(0.0, 100 * SEGS), (2.0, 100 * SEGS)])
+    assert second == pytest.approx(2 * RTT + 40 * SEG_S + LAT, rel=1e-9)
+    # without restart the window stays at 80
+    _, warm = transfers([(0.0, 100 * SEGS), (2.0, 100 * SEGS)], idle_restart=False)
+    assert warm == pytest.approx(RTT + 20 * SEG_S + LAT, rel=1e-9)
+
+
+def test_restart_window_is_linux_tcp_cwnd_restart() -> None:
+    conn = Connection(cwnd=64.0)
+    restart_window(conn, idle_s=0.3, rto_s=0.4, initial_window=10)  # under one RTO: unchanged
+    assert conn.cwnd == 64.0
+    restart_window(conn, idle_s=10.0, rto_s=0.4, initial_window=10)  # 64 -> 32 -> 16 -> 10 (floor)
+    assert conn.cwnd == 10.0
+
+
+def never(_n: int) -> int | None:
+    return None
+
+
+def test_loss_response_fast_retransmit_cubic_and_reno() -> None:
+    # window 40, first loss at segment 5 of 40, 1000 segments left: 34 segments behind it raise
+    # duplicate ACKs -> fast retransmit: the window is cut by beta, the round lasts one RTT.
+    for cc, kept in (("cubic", 28.0), ("reno", 20.0)):
+        conn = Connection(cwnd=40.0, ssthresh=40.0)
+        rd = plan_round(conn, TcpParams(congestion=cc), 0.0, 1000, RTT, 1e4, 1e4, lambda n: 5)
+        assert (rd.segments, rd.duration_s, rd.final) == (40, RTT, False)
+        assert conn.cwnd == pytest.approx(kept) and conn.ssthresh == pytest.approx(kept)
+
+
+def test_loss_at_the_tail_costs_a_timeout_and_in_the_last_round_an_rtt() -> None:
+    p = TcpParams()
+    # last round of 30 segments, loss at segment 10: 19 behind -> fast retransmit, +1 RTT
+    conn = Connection(cwnd=40.0)
+    rd = plan_round(conn, p, 0.0, 30, RTT, 1e4, 1e4, lambda n: 10)
+    assert rd.final and rd.extra_delay_s == pytest.approx(RTT)
+    # loss of the second-to-last segment: one segment behind, no 3 duplicate ACKs -> RTO
+    # = max(200 ms, 2 x RTT) = 0.4 s, and the window falls to 1 segment
+    conn = Connection(cwnd=40.0)
+    rd = plan_round(conn, p, 0.0, 30, RTT, 1e4, 1e4, lambda n: 28)
+    assert rd.final and rd.extra_delay_s == pytest.approx(0.4) and conn.cwnd == 1.0
+    # a 3-segment window in the middle of a transfer: loss of its first segment, 2 behind + 3 of
+    # the next round -> fast retransmit; a 1-segment window with 1 left after it -> timeout
+    conn = Connection(cwnd=3.0, ssthresh=3.0)
+    assert plan_round(conn, p, 0.0, 100, RTT, 1e4, 1e4, lambda n: 0).duration_s == RTT
+    conn = Connection(cwnd=1.0, ssthresh=2.0)
+    rd = plan_round(conn, p, 0.0, 2, 0.05, 1e4, 1e4, lambda n: 0)
+    assert rd.duration_s == pytest.approx(0.2)  # min RTO 200 ms > 2 x 50 ms
+
+
+def test_cubic_returns_to_w_max_after_k_seconds() -> None:
+    # cut from 100 at t = 0: K = cbrt(100 x 0.3 / 0.4) = 4.217 s; at the round ending K - RTT the
+    # target one RTT ahead is exactly w_max = 100 (Reno-friendly estimate 70 + 0.529 x 20.1 < 100)
+    conn = Connection(cwnd=100.0)
+    cut(conn, TcpParams(), 0.0, timeout=False)
+    k = (100 * 0.3 / 0.4) ** (1 / 3)
+    assert conn.cwnd == pytest.approx(70.0) and conn.k_s == pytest.approx(k)
+    conn.cwnd = 95.0
+    grow(conn, TcpParams(), k - RTT, RTT, 1e4)
+    assert conn.cwnd == pytest.approx(100.0)
+    # Reno: +1 segment per round in congestion avoidance
+    conn = Connection(cwnd=30.0, ssthresh=20.0)
+    grow(conn, TcpParams(congestion="reno"), 1.0, RTT, 1e4)
+    assert conn.cwnd == 31.0
+
+
+def test_hystart_leaves_slow_start_at_half_the_bdp() -> None:
+    conn = Connection(cwnd=32.0)
+    grow(conn, TcpParams(), 1.0, RTT, bdp_segments=60.0)  # 32 >= 16 and >= 30: leave slow start
+    assert conn.ssthresh == 32.0 and conn.cwnd < 64.0
+    conn = Connection(cwnd=32.0)
+    grow(conn, TcpParams(hystart=False), 1.0, RTT, bdp_segments=60.0)
+    assert conn.cwnd == 64.0
+
+
+def test_socket_buffer_caps_the_window() -> None:
+    # 16 KiB buffer: 16384 / 1460 = 11.2 segments -> at most 11 per round. 100 segments:
+    # handshake, 10, then 11 x 8 = 88 (98 after 9 rounds), the last 2 in a burst.
+    [d] = transfers([(0.0, 100 * SEGS)], buffer_bytes=16384)
+    assert d == pytest.approx(RTT + 9 * RTT + 2 * SEG_S + LAT, rel=1e-9)
+
+
+def test_window_limited_flow_leaves_its_share_to_the_others() -> None:
+    # a (RTT 0.2 s, window-limited) and c (no latency) share link s of 100 Mbit/s; c is never
+    # window-limited and takes what a's window leaves: max-min fairness with a cap per flow.
+    topo = Topology()
+    for v, role in (("a", "node"), ("c", "node"), ("h", "relay"), ("b", "server")):
+        topo.add_node(v, role)
+    topo.add_link("a", "h", Link("la", RATE, LAT))
+    topo.add_link("c", "h", Link("lc", RATE, 0.0))
+    topo.add_link("h", "b", Link("s", RATE, 0.0))
+    env = simpy.Environment()
+    net = Network(env, topo, seed=1, transport="tcp")
+    net.send("a", "b", 10_000_000)
+    net.send("c", "b", 10_000_000)
+    env.run(until=RTT + 1e-6)  # a's handshake is over, its first round (10 segments) runs
+    rates = {f.src: f.rate_bps for f in net.active_flows}
+    assert rates["a"] == pytest.approx(10 * 1500 * 8 / RTT)  # 600 kbit/s: its window
+    assert rates["c"] == pytest.approx(RATE - rates["a"])
+
+
+def test_step_cost_does_not_depend_on_topology_size() -> None:
+    # the same two flows in a 2-node and a 5,000-node star take the same time (the live flows'
+    # links are renumbered compactly; here we check the result is the same)
+    def run(n: int) -> list[float]:
+        topo = Topology.star(n, 10e6, 10e6, 0.05, 10e6)
+        env = simpy.Environment()
+        net = Network(env, topo, seed=3, transport="tcp")
+        ev = [net.send("node0", "server", 300_000), net.send("node1", "server", 50_000)]
+        env.run()
+        return [e.value.end_s for e in ev]
+
+    assert run(2) == run(5000)
+
+
+def test_zero_latency_path_is_the_fluid_model() -> None:
+    topo = Topology()
+    topo.add_node("a", "node")
+    topo.add_node("b", "server")
+    topo.add_link("a", "b", Link("l", 1e6, 0.0))
+    [d] = transfers([(0.0, 10_000)], topo=topo)
+    assert d == pytest.approx(10_280 * 8 / 1e6, rel=1e-12)
+
+
+def test_lossy_transfer_is_slower_and_seeded() -> None:
+    # 1% loss: the mean over seeds of a 1 MB transfer is slower than lossless; equal seeds agree
+    topo = Topology()
+    topo.add_node("a", "node")
+    topo.add_node("b", "server")
+    topo.add_link("a", "b", Link("l", 10e6, 0.05, loss=0.01))
+
+    def one(seed: int) -> float:
+        env = simpy.Environment()
+        ev = Network(env, topo, seed=seed, transport="tcp").send("a", "b", 1_000_000)
+        env.run()
+        return ev.value.duration_s
+
+    assert one(4) == one(4)
+    times = [one(s) for s in range(20)]
+    assert len(set(times)) > 1
+    lossless_bound = 0.1 + 1_000_000 * 8 / 10e6  # s: handshake + line rate, no window at all
+    assert sum(times) / len(times) > lossless_bound
+
+
+def test_transport_config() -> None:
+    s = Scenario()
+    assert s.network.transport == "tcp" and s.network.tcp_initial_window == 10
+    assert s.replace(**{"network.transport": "ideal"}).network.transport == "ideal"
+    with pytest.raises(ConfigError, match="transport"):
+        s.replace(**{"network.transport": "udp"})
+    with pytest.raises(ConfigError, match="tcp_initial_window"):
+        s.replace(**{"network.tcp_initial_window": 0})
+    assert math.isinf(Connection(cwnd=10).ssthresh)
+
+
+def test_radio_presets_give_links_when_asked() -> None:
+    from aiotsim.sim.energy import RADIOS
+    from aiotsim.sim.topologies import node_layout
+
+    for name in ("wifi", "802.15.4", "lora", "ethernet", "lte-m", "nb-iot", "4g", "5g"):
+        r = RADIOS[name]
+        assert r.up_mbps > 0 and r.down_mbps > 0 and r.latency_ms >= 0 and 0 <= r.loss < 1 and r.link_source
+    s = Scenario().replace(**{"nodes.radio": "lte-m", "network.link_defaults": "radio", "nodes.count": 2})
+    spec = node_layout(s)[0]
+    assert (spec.uplink_bps, spec.downlink_bps, spec.latency_s, spec.loss) == (375e3, 300e3, 0.075, 0.005)
+    # default: the [network] keys, whatever the radio
+    spec = node_layout(s.replace(**{"network.link_defaults": "network"}))[0]
+    assert (spec.uplink_bps, spec.latency_s) == (10e6, 0.005)
