@@ -4,7 +4,8 @@ sampled shards for fleets larger than the data set, and the options' validation.
 
 Timing cases use the MLP on the 8x8 digits (220,840 B dense model), the ``none`` codec (encode
 and decode take 0 s) and ``flops`` compute on ``rpi4`` over 1 Mbit/s, 10 ms node links and a
-100 Mbit/s server link (never the bottleneck): a dense message takes ``HOP`` s each way.
+100 Mbit/s server link (never the bottleneck): a dense message takes ``HOP`` s each way on the fluid transport
+(``network.transport = "ideal"``: the hand computation has no congestion window).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def fed(iterations: int = 2, **sections: dict[str, Any]) -> Scenario:
         "training": {"lr": 0.1, "momentum": 0.0, "eval_every": iterations, "mode": "federated"},
         "compressor": {"name": "none"},
         "nodes": {"count": 2, "device": "rpi4", "compute_model": "flops"},
-        "network": {"uplink_mbps": 1.0, "downlink_mbps": 1.0, "latency_ms": 10.0, "server_mbps": 100.0},
+        "network": {"uplink_mbps": 1.0, "downlink_mbps": 1.0, "latency_ms": 10.0, "server_mbps": 100.0,
+                    "transport": "ideal"},
     }
     for name, values in sections.items():
         base[name] = {**base.get(name, {}), **values}
