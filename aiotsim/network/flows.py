@@ -21,6 +21,14 @@ instant cost one recomputation); the controller then advances every flow to now,
 drained ones, recomputes the rates (O(sum of path lengths x log links)) and schedules a single
 timer at the next completion; a timer made stale by a later recomputation is ignored. Time lives in
 the network: callers only ``yield`` the event that :meth:`Network.send` returns.
+
+Time-varying links (a :class:`~aiotsim.network.traces.RateTrace` on a link): capacities are
+piecewise constant, so the controller also wakes at the next capacity change of every traced link
+carrying a live flow, reads the new capacities and recomputes the rates; between two events every
+rate is constant and flows still drain linearly, so a transfer ends exactly when the integral of
+its rate reaches its bytes. Links with a Gilbert-Elliott ``loss_model`` get the number of lost
+packets of each transfer sampled per packet (from a generator seeded by ``[seed, 0x6E55]``, apart
+from the jitter's): the wire bytes grow by the lost packets and the delay by one RTT per loss.
 """
 
 from __future__ import annotations
@@ -35,8 +43,9 @@ import simpy
 
 from aiotsim.errors import ConfigError
 from aiotsim.network.link import Link
-from aiotsim.network.overhead import PathFormat, path_format, retransmission_delay, wire_bytes
+from aiotsim.network.overhead import PathFormat, packets, path_format, retransmission_delay, wire_bytes
 from aiotsim.network.topology import Topology
+from aiotsim.network.traces import GilbertElliott, retransmitted_packets
 
 K = TypeVar("K", bound=Hashable)
 
@@ -182,6 +191,7 @@ class _Path:
     index: np.ndarray  # [hops] distinct link indices
     mult: np.ndarray  # [hops] times each is crossed
     fmt: PathFormat
+    bursty: tuple[GilbertElliott, ...] = ()  # loss models sampled per transfer (empty: expected loss)
 
 
 @dataclass
@@ -250,6 +260,7 @@ class Network:
         self._last = env.now  # s, time `_remaining` refers to
         self._gen = 0  # generation of the pending completion timer
         self._update_pending = False
+        self._init_time_varying(all_links)
 
     # ------------------------------------------------------------------ public
     @property
@@ -291,6 +302,8 @@ class Network:
         delay = fmt.latency_s  # s
         if fmt.loss > 0:
             delay += retransmission_delay(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, 2.0 * fmt.latency_s)
+        if path.bursty:  # Gilbert-Elliott links: this transfer's own losses instead of the expectation
+            wire, delay = self._sampled_loss(path, nbytes)
         for link in path.links:
             if link.jitter_s > 0:
                 delay += float(self._rng.exponential(link.jitter_s))
@@ -311,12 +324,15 @@ class Network:
 
     def wire_bytes_for(self, src: str, dst: str, nbytes: int) -> float:
         """Wire bytes a transfer of ``nbytes`` from ``src`` to ``dst`` would put on its path
-        (the same figure :meth:`send` charges), without sending anything."""
+        (the same figure :meth:`send` charges), without sending anything. On a path with
+        Gilbert-Elliott links this is the expected figure (at the models' mean loss); :meth:`send`
+        samples the transfer's own losses."""
         path = self._path(src, dst)
         if not path.links:
             return 0.0
         fmt = path.fmt
-        return wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)
+        loss = 1.0 - (1.0 - fmt.loss) * np.prod([1.0 - m.mean_loss for m in path.bursty]) if path.bursty else fmt.loss
+        return wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, loss, fmt.framing_bytes, fmt.acks_per_packet)
 
     @property
     def active_flows(self) -> list[FlowState]:
@@ -346,6 +362,7 @@ class Network:
                 index=np.array([self._link_index[n] for n in counts], dtype=np.intp),
                 mult=np.array(list(counts.values()), dtype=float),
                 fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
+                bursty=tuple(link.loss_model for link in links if link.loss_model is not None),
             )
             self._paths[key] = path
         return path
@@ -405,9 +422,14 @@ class Network:
         self._gen += 1
         if live.size == 0:
             return
+        if self._traces:
+            self._refresh_capacity(live)
         rates = progressive_filling(self._cap, self._hops[live], self._mult[live])
         self._rate[live] = rates
-        next_dt = float(np.min(self._remaining[live] / rates))  # s
+        if self._traces:
+            next_dt = self._next_event_dt(live, rates)  # s
+        else:
+            next_dt = float(np.min(self._remaining[live] / rates))  # s
         self.env.timeout(max(next_dt, 0.0), value=self._gen).callbacks.append(self._on_timer)
 
     def _finish(self, slot: int) -> None:
@@ -435,3 +457,39 @@ class Network:
             self.env.timeout(f.delay).callbacks.append(arrive)
         else:
             arrive()
+
+    # ------------------------------------------------------------------ time-varying links
+    def _init_time_varying(self, links: Mapping[str, Link]) -> None:
+        """Index the links with a capacity trace; a separate generator for sampled losses."""
+        self._traces = {self._link_index[n]: lk.trace for n, lk in links.items() if lk.trace is not None}
+        self._traced_live: list[int] = []  # traced links carrying a live flow, as of the last step
+        self._loss_rng = np.random.default_rng([self.seed, 0x6E55])
+
+    def _refresh_capacity(self, live: np.ndarray) -> None:
+        """Set the capacity (bytes/s) of every traced link that carries a live flow to its rate now."""
+        now = self.env.now
+        used = np.unique(self._hops[live]).tolist()
+        self._traced_live = [i for i in used if i in self._traces]
+        for i in self._traced_live:
+            self._cap[i] = self._traces[i].rate_at(now)
+
+    def _next_event_dt(self, live: np.ndarray, rates: np.ndarray) -> float:
+        """Seconds to the next completion or capacity change of a traced link in use (a flow on a
+        link at capacity 0 has no completion of its own)."""
+        now = self.env.now
+        eta = np.divide(self._remaining[live], rates, out=np.full(live.size, np.inf), where=rates > 0)  # s
+        change = min((self._traces[i].next_change(now) for i in self._traced_live), default=np.inf)  # s
+        return min(float(eta.min()), change - now)
+
+    def _sampled_loss(self, path: _Path, nbytes: int) -> tuple[float, float]:
+        """Wire bytes and delay (s) of one transfer with its lost packets sampled: every packet of
+        the lossless wire size, plus one more packet's worth per loss; one RTT of delay per loss.
+        Bernoulli links on the same path are sampled too (a chain whose states lose alike)."""
+        fmt = path.fmt
+        n = packets(nbytes, fmt.mtu, fmt.header_bytes)
+        base = wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, 0.0, fmt.framing_bytes, fmt.acks_per_packet)  # bytes
+        models = list(path.bursty)
+        if fmt.loss > 0:
+            models.append(GilbertElliott(0.5, 0.5, fmt.loss, fmt.loss))
+        lost = retransmitted_packets(models, n, self._loss_rng)
+        return base * (n + lost) / n, fmt.latency_s + lost * 2.0 * fmt.latency_s
