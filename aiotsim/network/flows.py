@@ -33,6 +33,7 @@ from the jitter's): the wire bytes grow by the lost packets and the delay by one
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ from aiotsim.errors import ConfigError
 from aiotsim.network.link import Link
 from aiotsim.network.overhead import PathFormat, packets, path_format, retransmission_delay, wire_bytes
 from aiotsim.network.topology import Topology
-from aiotsim.network.traces import GilbertElliott, retransmitted_packets
+from aiotsim.network.traces import SNAP_S, GilbertElliott, retransmitted_packets
 
 K = TypeVar("K", bound=Hashable)
 
@@ -462,23 +463,32 @@ class Network:
     def _init_time_varying(self, links: Mapping[str, Link]) -> None:
         """Index the links with a capacity trace; a separate generator for sampled losses."""
         self._traces = {self._link_index[n]: lk.trace for n, lk in links.items() if lk.trace is not None}
-        self._traced_live: list[int] = []  # traced links carrying a live flow, as of the last step
+        self._is_traced = np.zeros(len(self._link_names) + 1, dtype=bool)  # [links + 1]
+        self._is_traced[list(self._traces)] = True
+        # [links + 1] s: when each traced link's capacity next changes, as of its last refresh (it
+        # goes stale, i.e. into the past, while the link is idle); -inf: never read
+        self._due = np.full(len(self._link_names) + 1, -np.inf)
+        self._traced_live = np.zeros(0, dtype=np.intp)  # traced links carrying a live flow
         self._loss_rng = np.random.default_rng([self.seed, 0x6E55])
 
     def _refresh_capacity(self, live: np.ndarray) -> None:
-        """Set the capacity (bytes/s) of every traced link that carries a live flow to its rate now."""
+        """Set the capacity (bytes/s) of every traced link that carries a live flow and whose
+        capacity changed since it was last read (only those: one trace lookup per change)."""
         now = self.env.now
-        used = np.unique(self._hops[live]).tolist()
-        self._traced_live = [i for i in used if i in self._traces]
-        for i in self._traced_live:
-            self._cap[i] = self._traces[i].rate_at(now)
+        used = np.unique(self._hops[live])
+        self._traced_live = used[self._is_traced[used]]
+        snap = max(SNAP_S, 4.0 * math.ulp(now))  # a timer may land a few ulps short of a change
+        for i in self._traced_live[self._due[self._traced_live] <= now + snap].tolist():
+            trace = self._traces[i]
+            self._cap[i] = trace.rate_at(now)
+            self._due[i] = trace.next_change(now)
 
     def _next_event_dt(self, live: np.ndarray, rates: np.ndarray) -> float:
         """Seconds to the next completion or capacity change of a traced link in use (a flow on a
         link at capacity 0 has no completion of its own)."""
         now = self.env.now
         eta = np.divide(self._remaining[live], rates, out=np.full(live.size, np.inf), where=rates > 0)  # s
-        change = min((self._traces[i].next_change(now) for i in self._traced_live), default=np.inf)  # s
+        change = float(self._due[self._traced_live].min()) if self._traced_live.size else math.inf  # s
         return min(float(eta.min()), change - now)
 
     def _sampled_loss(self, path: _Path, nbytes: int) -> tuple[float, float]:
