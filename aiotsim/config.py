@@ -389,6 +389,12 @@ class NetworkSection:
         "so nodes do not move in lockstep; 'none': all start at trace_offset_s",
         choices=("random", "none"),
     )
+    trace_resolution_ms: float = opt(
+        0.0,
+        f"average every trace over windows of this many ms, 0..{MAX_MS:g} (0 = as written: 1 ms for Mahimahi); "
+        "each window keeps its bytes, the engine wakes at most once per window and traced link",
+        between(0, MAX_MS),
+    )
     loss_model: str = opt(
         "bernoulli",
         "packet loss of the node links (every link of a custom topology): 'bernoulli' (independent, the "
@@ -669,6 +675,8 @@ def _trace_problems(s: Scenario) -> list[str]:
             f"{node_traces[0]}: node link traces need topology = 'star', 'hierarchical' or 'ring' (got "
             f"{nw.topology!r}); a custom topology takes a trace per [[network.link]]"
         )
+    if nw.topology == "ring" and any(key.endswith("downlink_trace") for key in node_traces):
+        out.append("downlink_trace: a ring's links take the sending node's uplink_trace; remove downlink_trace")
     if nw.loss_model == "gilbert-elliott":
         losses = [("network.loss", nw.loss)] + [(f"nodes.group[{k}].loss", g.loss) for k, g in enumerate(s.nodes.group)]
         losses += [(f"network.link[{k}].loss", link.loss) for k, link in enumerate(nw.link)]

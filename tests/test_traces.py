@@ -238,3 +238,15 @@ def test_sampled_loss_on_a_link_costs_packets_and_rtts() -> None:
     # transmissions lost / transmissions ~ the mean loss
     assert sum(losses) / (sum(losses) + 40_000) == pytest.approx(ge.mean_loss, abs=0.01)
     assert len(set(losses)) > 1  # sampled, not the expectation
+
+
+def test_coarsened_trace_keeps_each_windows_bytes() -> None:
+    tr = step_trace().shifted(0.25)
+    c = tr.coarsened(2.0)  # windows [0, 2) and [2, 3): 3e6 B over 2 s, 2e6 B over 1 s
+    assert list(c.starts) == [0.0, 2.0] and list(c.rates) == [1.5e6, 2e6]
+    assert c.offset_s == 0.25 and c.period_bytes == tr.period_bytes
+    for t in (4.75, 5.75, 7.75):  # window edges in absolute time (local = t + 0.25), from 2.75 (local 0)
+        assert c.bytes_between(2.75, t) == pytest.approx(tr.bytes_between(2.75, t))
+    assert c.bytes_between(2.75, 3.75) != pytest.approx(tr.bytes_between(2.75, 3.75))  # inside a window: averaged
+    m = parse_mahimahi(MAHI, "m.trace").coarsened(0.002)  # 3 packets in ms 0..2, 1 in ms 2..4
+    assert list(m.rates) == [pytest.approx(4500 / 0.002), pytest.approx(1500 / 0.002)]

@@ -128,3 +128,21 @@ def test_shipped_cellular_scenario_uses_its_traces() -> None:
     down = load_trace(s.network.downlink_trace)
     assert down.mean_rate * 8 / 1e6 == pytest.approx(s.network.downlink_mbps, abs=5e-4)
     assert up.period_s == down.period_s == 20.0
+
+
+def test_hierarchical_traces_on_the_sensor_tier_and_ring_on_uplinks(tmp_path: Path) -> None:
+    net = 'topology = "hierarchical"\ngateways = 1\nuplink_trace = "traces/step.csv"\n'
+    topo = build_topology(load_scenario(scenario_file(tmp_path, net)))
+    assert topo.links["node0.up"].trace is not None and topo.links["node1.up"].trace is not None
+    assert topo.links["gw0.up"].trace is None  # the backhaul keeps its constant rate
+    ring_net = 'topology = "ring"\nuplink_trace = "traces/step.csv"\n'
+    ring = build_topology(load_scenario(scenario_file(tmp_path, ring_net)))
+    assert ring.links["node0->node1"].trace == topo.links["node0.up"].trace  # the same seeded offset of node 0
+    with pytest.raises(ConfigError, match="a ring's links take the sending node's uplink_trace"):
+        load_scenario(scenario_file(tmp_path, 'topology = "ring"\ndownlink_trace = "traces/step.csv"\n'))
+
+
+def test_trace_resolution_averages_the_files_trace(tmp_path: Path) -> None:
+    net = 'uplink_trace = "traces/m.trace"\ntrace_resolution_ms = 2.0\ntrace_stagger = "none"\n'
+    tr = build_topology(load_scenario(scenario_file(tmp_path, net))).links["node0.up"].trace
+    assert list(tr.rates) == [pytest.approx(4500 / 0.002), pytest.approx(1500 / 0.002)]  # 3 then 1 packets per 2 ms

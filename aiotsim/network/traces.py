@@ -32,6 +32,7 @@ transfer's chain starting from the stationary distribution.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Sequence
@@ -93,14 +94,33 @@ class RateTrace:
 
     # ---------------------------------------------------------------- derived traces
     def shifted(self, offset_s: float) -> RateTrace:
-        """The same trace seen from local time ``offset_s`` at absolute time 0."""
-        return RateTrace(self.starts, self.rates, self.period_s, offset_s, self.source)
+        """The same trace seen from local time ``offset_s`` at absolute time 0 (shares the
+        segment arrays: a fleet replaying one trace holds it once)."""
+        if not math.isfinite(offset_s):
+            raise ConfigError(f"RateTrace {self.source}: offset_s(={offset_s}) must be finite")
+        out = copy.copy(self)
+        out.offset_s = float(offset_s) % self.period_s
+        return out
 
     def scaled(self, factor: float) -> RateTrace:
         """The trace with every rate multiplied by ``factor`` (> 0), same offset."""
         if not factor > 0 or not math.isfinite(factor):
             raise ConfigError(f"RateTrace {self.source}: scale factor(={factor}) must be > 0")
         return RateTrace(self.starts, self.rates * factor, self.period_s, self.offset_s, self.source)
+
+    def coarsened(self, window_s: float) -> RateTrace:
+        """The trace averaged over windows of ``window_s`` (local time from 0; the last window
+        may be shorter): each window carries exactly the bytes it carried before, so transfers
+        spanning whole windows end as before, and the engine wakes at most once per window."""
+        if not window_s > 0 or not math.isfinite(window_s):
+            raise ConfigError(f"RateTrace {self.source}: window_s(={window_s}) must be > 0")
+        n = max(1, math.ceil(self.period_s / window_s - 1e-9))
+        edges = np.minimum(np.arange(n + 1) * window_s, self.period_s)  # [windows + 1] s
+        edges[-1] = self.period_s
+        k = np.clip(np.searchsorted(self.starts, edges, side="right") - 1, 0, self.starts.size - 1)
+        cum = self._cum[k] + self.rates[k] * (edges - self.starts[k])  # [windows + 1] bytes
+        cum[-1] = self.period_bytes
+        return RateTrace(edges[:-1], np.diff(cum) / np.diff(edges), self.period_s, self.offset_s, self.source)
 
     @property
     def mean_rate(self) -> float:
@@ -182,11 +202,12 @@ class RateTrace:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RateTrace):
             return NotImplemented
+        same_segments = self.starts is other.starts and self.rates is other.rates
         return (
             self.period_s == other.period_s
             and self.offset_s == other.offset_s
-            and np.array_equal(self.starts, other.starts)
-            and np.array_equal(self.rates, other.rates)
+            and (same_segments or np.array_equal(self.starts, other.starts))
+            and (same_segments or np.array_equal(self.rates, other.rates))
         )
 
     def __hash__(self) -> int:
@@ -323,10 +344,12 @@ def _csv_row_problem(t: float, m: float, times: list[float]) -> str | None:
     return None
 
 
-def load_trace(path: str | Path) -> RateTrace:
+def load_trace(path: str | Path, resolution_s: float = 0.0) -> RateTrace:
     """Read a trace file: ``*.csv`` as ``time_s, mbps`` rows, anything else as Mahimahi.
 
-    Parsed traces are cached per process by resolved path, size and modification time.
+    With ``resolution_s`` > 0 the trace is averaged over windows of that length
+    (:meth:`RateTrace.coarsened`). Parsed traces are cached per process by resolved path, size,
+    modification time and resolution.
 
     Raises
     ------
@@ -340,11 +363,13 @@ def load_trace(path: str | Path) -> RateTrace:
         raise ConfigError(f"{p}: no such trace file (paths are relative to the scenario file)") from None
     if not p.is_file():
         raise ConfigError(f"{p}: not a file; a trace is a Mahimahi file (ms per line) or a 'time_s, mbps' .csv")
-    return _load_cached(str(p.resolve()), st.st_size, st.st_mtime_ns)
+    return _load_cached(str(p.resolve()), st.st_size, st.st_mtime_ns, float(resolution_s))
 
 
 @functools.lru_cache(maxsize=64)
-def _load_cached(path: str, _size: int, _mtime_ns: int) -> RateTrace:
+def _load_cached(path: str, size: int, mtime_ns: int, resolution_s: float) -> RateTrace:
+    if resolution_s > 0:
+        return _load_cached(path, size, mtime_ns, 0.0).coarsened(resolution_s)
     p = Path(path)
     try:
         lines = p.read_text(encoding="utf-8").splitlines()

@@ -133,8 +133,9 @@ def _with_time_varying(spec: NodeSpec, g: NodeGroup, s: Scenario) -> NodeSpec:
     nw = s.network
     up_path = g.uplink_trace if g.uplink_trace is not None else nw.uplink_trace
     down_path = g.downlink_trace if g.downlink_trace is not None else nw.downlink_trace
-    up = load_trace(up_path) if up_path else None
-    down = load_trace(down_path) if down_path else None
+    res = nw.trace_resolution_ms * MS  # s
+    up = load_trace(up_path, res) if up_path else None
+    down = load_trace(down_path, res) if down_path else None
     model = loss_model(s)
     if up is None and down is None:
         return spec if model is None else dataclasses.replace(spec, loss_model=model)
@@ -248,7 +249,7 @@ def _custom_link(s: Scenario, k: int, link: Any) -> dict[str, Any]:
     path = spec.pop("trace", "")
     offset = spec.pop("trace_offset_s", 0.0)
     if path:
-        trace = load_trace(path)
+        trace = load_trace(path, s.network.trace_resolution_ms * MS)
         spec["trace"] = trace.shifted(offset + stagger(s, LINK_STAGGER_KEY + k, trace.period_s))
     model = loss_model(s)
     if model is not None:
