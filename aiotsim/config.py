@@ -837,7 +837,8 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML file; a missing file or a syntax error is a ConfigError naming the file."""
+    """Parse a TOML file; a missing file or a syntax error is a ConfigError naming the file.
+    Trace file paths in it are made absolute from the file's directory (:func:`resolve_trace_paths`)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: no such scenario file (see scenarios/ for examples)")
@@ -848,7 +849,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not a UTF-8 text file (invalid byte at offset {exc.start}); TOML is UTF-8") from None
     try:
-        return tomllib.loads(text)
+        return resolve_trace_paths(tomllib.loads(text), p.parent)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from None
     except RecursionError:
@@ -870,7 +871,7 @@ def load_scenario(
     overrides : ``SECTION.KEY=VALUE`` strings (the CLI's repeatable ``--set``).
     compressor, iterations : shortcuts for ``compressor.name`` and ``scenario.iterations``.
     """
-    data = resolve_trace_paths(read_toml(path), Path(path).parent)
+    data = read_toml(path)
     parsed = parse_overrides(overrides or [])
     if compressor is not None:
         if compressor != data.get("compressor", {}).get("name"):

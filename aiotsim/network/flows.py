@@ -475,10 +475,10 @@ class Network:
         """Set the capacity (bytes/s) of every traced link that carries a live flow and whose
         capacity changed since it was last read (only those: one trace lookup per change)."""
         now = self.env.now
-        used = np.unique(self._hops[live])
-        self._traced_live = used[self._is_traced[used]]
+        hops = self._hops[live].ravel()
+        self._traced_live = hops[self._is_traced[hops]]  # may repeat a link shared by flows
         snap = max(SNAP_S, 4.0 * math.ulp(now))  # a timer may land a few ulps short of a change
-        for i in self._traced_live[self._due[self._traced_live] <= now + snap].tolist():
+        for i in set(self._traced_live[self._due[self._traced_live] <= now + snap].tolist()):
             trace = self._traces[i]
             self._cap[i] = trace.rate_at(now)
             self._due[i] = trace.next_change(now)
