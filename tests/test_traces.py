@@ -250,3 +250,18 @@ def test_coarsened_trace_keeps_each_windows_bytes() -> None:
     assert c.bytes_between(2.75, 3.75) != pytest.approx(tr.bytes_between(2.75, 3.75))  # inside a window: averaged
     m = parse_mahimahi(MAHI, "m.trace").coarsened(0.002)  # 3 packets in ms 0..2, 1 in ms 2..4
     assert list(m.rates) == [pytest.approx(4500 / 0.002), pytest.approx(1500 / 0.002)]
+
+
+def test_times_a_rounding_error_short_of_a_boundary_count_as_on_it() -> None:
+    tr = step_trace()
+    for boundary, after in ((1.0, 2e6), (3.0, 1e6), (30.0, 1e6), (1e5 + 1.0, 2e6)):
+        t = boundary - 4 * np.spacing(boundary)  # where now + (boundary - now) can land
+        assert tr.rate_at(t) == after
+        assert tr.next_change(t) > boundary  # the change at `boundary` is not "next" again
+    assert tr.next_change(1e5) == pytest.approx(1e5 + 2.0)  # 1e5 s = 33,333 loops + 1 s: local 1, next at 3
+
+
+def test_loop_boundary_without_a_change_is_not_a_change() -> None:
+    tr = parse_csv(["0, 8", "1, 16", "2, 8", "3, 0"], "wrap.csv")  # 8 | 16 | 8, then 8 again at the loop
+    assert tr.next_change(2.5) == pytest.approx(4.0)
+    assert tr.rate_at(3.0) == 1e6 and tr.next_change(3.0) == pytest.approx(4.0)

@@ -133,31 +133,35 @@ class RateTrace:
         loops, u = divmod(t + self.offset_s, self.period_s)
         return loops, u
 
-    def _segment(self, u: float, t: float) -> int:
-        """Segment holding local time ``u`` (a time just short of a boundary counts as on it)."""
-        snap = max(SNAP_S, 4.0 * math.ulp(abs(t) + self.period_s))
-        return int(np.searchsorted(self.starts, u + snap, side="right")) - 1
+    def _snap(self, t: float) -> float:
+        """How close (s) below a boundary a time ``t`` counts as on it: 1 ns, or a few ulps."""
+        return max(SNAP_S, 4.0 * math.ulp(abs(t) + self.period_s))
+
+    def _segment(self, t: float) -> tuple[int, float]:
+        """``(segment, absolute time of its loop's local 0)`` at time ``t``; a time just short of
+        a boundary counts as on it (the engine's timers land there up to rounding)."""
+        _, u = self._local(t)
+        base = t - u
+        snap = self._snap(t)
+        if u + snap >= self.period_s:  # on the loop boundary: the next loop's first segment
+            return 0, base + self.period_s
+        return int(np.searchsorted(self.starts, u + snap, side="right")) - 1, base
 
     def rate_at(self, t: float) -> float:
         """Rate at absolute time ``t`` (s), bytes/s (right-continuous: a boundary takes the new rate)."""
-        loops, u = self._local(t)
-        k = self._segment(u, t)
-        if k == self.starts.size - 1 and u + max(SNAP_S, 4.0 * math.ulp(abs(t))) >= self.period_s:
-            k = 0  # on the loop boundary: the next period's first segment
-        return float(self.rates[k])
+        return float(self.rates[self._segment(t)[0]])
 
     def next_change(self, t: float) -> float:
-        """The first absolute time after ``t`` (s) at which the rate changes."""
-        loops, u = self._local(t)
-        k = self._segment(u, t)
-        base = t - u  # absolute time of this loop's local 0
+        """The first absolute time after ``t`` (s, by more than the snapping tolerance) at which
+        the rate changes; inf for a constant trace."""
+        k, base = self._segment(t)
         n = self.starts.size
-        for step in range(1, n + 2):  # at most one loop ahead; the loop boundary may not change
-            j = k + step
+        later = t + self._snap(t)
+        for j in range(k + 1, k + n + 2):  # at most one loop ahead; the loop boundary may not change
             boundary = base + (j // n) * self.period_s + self.starts[j % n]
-            if self.rates[j % n] != self.rates[(j - 1) % n] and boundary > t:
+            if self.rates[j % n] != self.rates[(j - 1) % n] and boundary > later:
                 return float(boundary)
-        return math.inf  # a constant trace never changes
+        return math.inf
 
     def _integral(self, t: float) -> float:
         """Bytes carried from local time 0 of loop 0 to absolute time ``t``."""
