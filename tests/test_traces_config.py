@@ -146,3 +146,24 @@ def test_trace_resolution_averages_the_files_trace(tmp_path: Path) -> None:
     net = 'uplink_trace = "traces/m.trace"\ntrace_resolution_ms = 2.0\ntrace_stagger = "none"\n'
     tr = build_topology(load_scenario(scenario_file(tmp_path, net))).links["node0.up"].trace
     assert list(tr.rates) == [pytest.approx(4500 / 0.002), pytest.approx(1500 / 0.002)]  # 3 then 1 packets per 2 ms
+
+
+@pytest.mark.slow  # four short runs: ~3 s each on a shared 2-core machine
+def test_a_constant_trace_runs_byte_identical_to_the_constant_link(tmp_path: Path) -> None:
+    from aiotsim.api import run_scenario
+    from aiotsim.results.fingerprint import fingerprint_run_dir
+
+    (tmp_path / "one.csv").write_text("0, 1\n5, 0\n")  # 1 Mbit/s, tiny.toml's uplink and downlink rate
+    plain = load_scenario(ROOT / "tests" / "tiny.toml", iterations=2)
+    traced = load_scenario(
+        ROOT / "tests" / "tiny.toml",
+        [f'network.uplink_trace="{tmp_path / "one.csv"}"', f'network.downlink_trace="{tmp_path / "one.csv"}"'],
+        iterations=2,
+    )
+    run_scenario(plain, tmp_path / "plain")
+    run_scenario(traced, tmp_path / "traced")
+    assert fingerprint_run_dir(tmp_path / "plain") == fingerprint_run_dir(tmp_path / "traced")
+    (tmp_path / "half.csv").write_text("0, 0.5\n5, 0\n")  # half the rate: the same run takes longer
+    half = [f'network.uplink_trace="{tmp_path / "half.csv"}"']
+    slow = load_scenario(ROOT / "tests" / "tiny.toml", half, iterations=2)
+    assert run_scenario(slow, tmp_path / "slow")["sim_time_s"] > run_scenario(plain, tmp_path / "p2")["sim_time_s"]
