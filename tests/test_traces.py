@@ -265,3 +265,12 @@ def test_loop_boundary_without_a_change_is_not_a_change() -> None:
     tr = parse_csv(["0, 8", "1, 16", "2, 8", "3, 0"], "wrap.csv")  # 8 | 16 | 8, then 8 again at the loop
     assert tr.next_change(2.5) == pytest.approx(4.0)
     assert tr.rate_at(3.0) == 1e6 and tr.next_change(3.0) == pytest.approx(4.0)
+
+
+def test_a_transfer_ending_where_a_zero_rate_gap_starts_does_not_wait_it_out() -> None:
+    # 800 Mbit/s (1e8 B/s) for 0.7 s, then nothing for 10 s; 49e6 B from 30% into the busy segment
+    # end exactly where the gap starts (the float residue of draining must not wait out the gap)
+    tr = parse_csv(["0, 800", "0.7, 0", "10.7, 0"], "gap.csv")
+    for loops in (1, 13):
+        start = loops * 10.7 + 0.21
+        assert run_sends(one_link(tr), [(start, "a", 49_000_000)]) == [pytest.approx(loops * 10.7 + 0.7, abs=1e-9)]

@@ -416,6 +416,8 @@ class Network:
         # finished: under DONE_BYTES left, or so little that no float time step can drain it
         eta = np.divide(rem, rate, out=np.full(live.size, np.inf), where=started)  # s
         done = started & ((rem < DONE_BYTES) | (now + eta <= now))
+        if self._traces:  # a rounding residue must not wait out a zero-rate gap of a trace
+            done |= started & (eta <= SNAP_S)
         if done.any():
             for slot in live[done]:
                 self._finish(int(slot))
