@@ -274,3 +274,20 @@ def test_a_transfer_ending_where_a_zero_rate_gap_starts_does_not_wait_it_out() -
     for loops in (1, 13):
         start = loops * 10.7 + 0.21
         assert run_sends(one_link(tr), [(start, "a", 49_000_000)]) == [pytest.approx(loops * 10.7 + 0.7, abs=1e-9)]
+
+
+def test_wire_bytes_for_and_send_see_the_same_sampled_losses() -> None:
+    topo = one_link(None, loss_model=GilbertElliott(0.2, 0.2, 0.0, 0.5), latency_s=0.01)
+    env = simpy.Environment()
+    net = Network(env, topo, seed=2)
+    counted = [net.wire_bytes_for("a", "b", 150_000) for _ in range(5)]  # accounted at dispatch ...
+    assert len(set(counted)) > 1  # sampled: transfers differ
+
+    def proc():
+        for _ in range(5):
+            yield net.send("a", "b", 150_000)  # ... sent later: the same bytes, in order
+
+    env.process(proc())
+    env.run()
+    assert [t.wire_bytes for t in net.transfers] == counted
+    assert net.link_bytes["ab"] == pytest.approx(sum(counted))

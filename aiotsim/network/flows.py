@@ -34,7 +34,7 @@ from the jitter's): the wire bytes grow by the lost packets and the delay by one
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -304,7 +304,7 @@ class Network:
         if fmt.loss > 0:
             delay += retransmission_delay(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, 2.0 * fmt.latency_s)
         if path.bursty:  # Gilbert-Elliott links: this transfer's own losses instead of the expectation
-            wire, delay = self._sampled_loss(path, nbytes)
+            wire, delay = self._take_sampled_loss(src, dst, path, nbytes)
         for link in path.links:
             if link.jitter_s > 0:
                 delay += float(self._rng.exponential(link.jitter_s))
@@ -326,14 +326,17 @@ class Network:
     def wire_bytes_for(self, src: str, dst: str, nbytes: int) -> float:
         """Wire bytes a transfer of ``nbytes`` from ``src`` to ``dst`` would put on its path
         (the same figure :meth:`send` charges), without sending anything. On a path with
-        Gilbert-Elliott links this is the expected figure (at the models' mean loss); :meth:`send`
-        samples the transfer's own losses."""
+        Gilbert-Elliott links this samples the losses of the next :meth:`send` of the same
+        ``(src, dst, nbytes)`` (kept for it, first in first out), so both see the same bytes."""
         path = self._path(src, dst)
         if not path.links:
             return 0.0
+        if path.bursty:
+            sample = self._sampled_loss(path, nbytes)
+            self._presampled.setdefault((src, dst, nbytes), deque()).append(sample)
+            return sample[0]
         fmt = path.fmt
-        loss = 1.0 - (1.0 - fmt.loss) * np.prod([1.0 - m.mean_loss for m in path.bursty]) if path.bursty else fmt.loss
-        return wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, loss, fmt.framing_bytes, fmt.acks_per_packet)
+        return wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)
 
     @property
     def active_flows(self) -> list[FlowState]:
@@ -472,6 +475,8 @@ class Network:
         self._due = np.full(len(self._link_names) + 1, -np.inf)
         self._traced_live = np.zeros(0, dtype=np.intp)  # traced links carrying a live flow
         self._loss_rng = np.random.default_rng([self.seed, 0x6E55])
+        # (src, dst, nbytes) -> (wire bytes, delay s) sampled by wire_bytes_for, not yet sent
+        self._presampled: dict[tuple[str, str, int], deque[tuple[float, float]]] = {}
 
     def _refresh_capacity(self, live: np.ndarray) -> None:
         """Set the capacity (bytes/s) of every traced link that carries a live flow and whose
@@ -492,6 +497,11 @@ class Network:
         eta = np.divide(self._remaining[live], rates, out=np.full(live.size, np.inf), where=rates > 0)  # s
         change = float(self._due[self._traced_live].min()) if self._traced_live.size else math.inf  # s
         return min(float(eta.min()), change - now)
+
+    def _take_sampled_loss(self, src: str, dst: str, path: _Path, nbytes: int) -> tuple[float, float]:
+        """The losses :meth:`wire_bytes_for` sampled for this transfer, else a fresh sample."""
+        queue = self._presampled.get((src, dst, nbytes))
+        return queue.popleft() if queue else self._sampled_loss(path, nbytes)
 
     def _sampled_loss(self, path: _Path, nbytes: int) -> tuple[float, float]:
         """Wire bytes and delay (s) of one transfer with its lost packets sampled: every packet of
