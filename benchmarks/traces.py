@@ -39,7 +39,9 @@ def star(n: int, traced: bool, resolution_s: float, seed: int = 0) -> Topology:
     topo.add_link("switch", "server", Link("server.in", SERVER_BPS))
     for i in range(n):
         topo.add_node(f"node{i}", "node", aggregator="server")
-        up = trace.shifted(float(rng.random()) * trace.period_s) if traced else None
+        # a whole number of trace windows (1 ms, or the resolution), as sim.topologies.stagger does
+        grid = resolution_s or 1e-3
+        up = trace.shifted(int(rng.integers(int(trace.period_s / grid))) * grid) if traced else None
         topo.add_link(f"node{i}", "switch", Link(f"node{i}.up", trace.mean_rate * 8, 0.03, trace=up))
     return topo
 

@@ -291,3 +291,34 @@ def test_wire_bytes_for_and_send_see_the_same_sampled_losses() -> None:
     env.run()
     assert [t.wire_bytes for t in net.transfers] == counted
     assert net.link_bytes["ab"] == pytest.approx(sum(counted))
+
+
+def test_links_with_offsets_on_the_trace_grid_change_together() -> None:
+    tr = parse_mahimahi([str(ms) for ms in range(1, 101, 2)] + ["100"], "alt.trace")  # 1 packet every other ms
+    assert tr.next_change(0.0025) == pytest.approx(0.003)  # the rate changes every ms (ms 0 and 1: the loop)
+
+    def steps(offsets: list[float]) -> int:
+        topo = Topology()
+        topo.add_node("b", "server")
+        for k, off in enumerate(offsets):
+            topo.add_node(f"n{k}", "node", aggregator="b")
+            topo.add_link(f"n{k}", "b", Link(f"n{k}.up", 6e6, trace=tr.shifted(off)))
+        env = simpy.Environment()
+        net = Network(env, topo)
+        count = [0]
+        step = net._step
+
+        def counted() -> None:
+            count[0] += 1
+            step()
+
+        net._step = counted
+        for k in range(len(offsets)):
+            net.send(f"n{k}", "b", 30_000)  # 20 packets' worth: ~40 ms, ~40 changes
+        env.run()
+        return count[0]
+
+    one = steps([0.003])
+    assert one >= 40
+    assert steps([0.003, 0.005, 0.010]) <= one + 3  # shared instants: one wake-up for all three links
+    assert steps([0.0031, 0.0052, 0.0103]) >= 2 * one  # off the grid: a wake-up per link and change

@@ -42,6 +42,7 @@ def test_nodes_get_staggered_seeded_offsets(tmp_path: Path) -> None:
     assert all(t is not None for t in ups)
     offsets = [t.offset_s for t in ups]
     assert offsets[0] != offsets[1] and all(0 <= o < 3 for o in offsets)
+    assert all(abs(o * 1000 - round(o * 1000)) < 1e-6 for o in offsets)  # whole ms: the trace grid
     again = build_topology(load_scenario(p))  # seeded: the same offsets every time
     assert [again.links[f"node{i}.up"].trace.offset_s for i in range(2)] == offsets
     assert topo.links["node0.down"].trace is None  # no downlink trace: constant downlink_mbps

@@ -121,11 +121,17 @@ def loss_model(s: Scenario) -> GilbertElliott | None:
 
 
 def stagger(s: Scenario, key: int, period_s: float) -> float:
-    """Seeded extra trace offset (s) of node (or custom link) ``key``: uniform in [0, period_s)
-    with ``trace_stagger = 'random'``, else 0."""
+    """Seeded extra trace offset (s) of node (or custom link) ``key``: uniform over the whole
+    steps of the trace grid in [0, period_s) with ``trace_stagger = 'random'``, else 0.
+
+    The grid is ``trace_resolution_ms`` (1 ms when 0, Mahimahi's resolution): offsets on it keep
+    every link's rate changes on common instants, so the flow engine wakes once per grid step
+    for all links together instead of once per link."""
     if s.network.trace_stagger != "random":
         return 0.0
-    return float(np.random.default_rng([s.scenario.seed, 0x7ACE, key]).random()) * period_s
+    grid = (s.network.trace_resolution_ms or 1.0) * MS  # s
+    steps = max(1, int(period_s / grid))  # whole grid steps in a period
+    return int(np.random.default_rng([s.scenario.seed, 0x7ACE, key]).integers(steps)) * grid
 
 
 def _with_time_varying(spec: NodeSpec, g: NodeGroup, s: Scenario) -> NodeSpec:
