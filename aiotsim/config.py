@@ -295,6 +295,12 @@ class NodeGroup:
     share: float | None = opt(None, f"relative data share of each node, (0, {MAX_FACTOR:g}]",
                               positive_at_most(MAX_FACTOR))  # fmt: skip
     slowdown: float | None = opt(None, f"compute slowdown factor, 1..{MAX_FACTOR:g}", between(1, MAX_FACTOR))
+    uplink_trace: str | None = opt(None, "bandwidth trace of the group's uplinks (see network.uplink_trace)")
+    downlink_trace: str | None = opt(None, "bandwidth trace of the group's downlinks (see network.downlink_trace)")
+    trace_offset_s: float | None = opt(
+        None, f"the group's trace start offset, s, 0..{MAX_SECONDS:g} (see network.trace_offset_s)",
+        between(0, MAX_SECONDS),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -401,6 +407,11 @@ class LinkSpec:
     framing_bytes: int = opt(0, "link-layer framing bytes per packet", between(0, MAX_MTU))
     acks_per_packet: float = opt(0.0, "ACK packets per data packet charged to this link, 0..100", between(0, 100))
     directed: bool = opt(False, "one direction only (default: two links, a->b and b->a)")
+    trace: str = opt("", "bandwidth trace file replacing mbps (see network.uplink_trace); '' = constant mbps")
+    trace_offset_s: float = opt(
+        0.0, f"the trace's start offset, s, 0..{MAX_SECONDS:g} (plus the seeded stagger, see network.trace_stagger)",
+        between(0, MAX_SECONDS),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -440,8 +451,42 @@ class NetworkSection:
         10.0, f"shared-medium: capacity of the one channel all nodes share, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}",
         RATE,
     )  # fmt: skip
+    uplink_trace: str = opt(
+        "",
+        "bandwidth trace of every node's uplink instead of uplink_mbps (star, hierarchical sensor tier, "
+        "ring): a Mahimahi file (one line per 1,500-byte delivery opportunity, in ms; loops with the last "
+        "timestamp as period) or a .csv of 'time_s, mbps' rows (piecewise constant, loops); relative to the "
+        "scenario file; '' = constant",
+    )
+    downlink_trace: str = opt("", "bandwidth trace of every node's downlink instead of downlink_mbps (as uplink_trace)")
+    trace_offset_s: float = opt(
+        0.0, f"where in its trace every node starts at time 0, s, 0..{MAX_SECONDS:g}", between(0, MAX_SECONDS)
+    )
+    trace_stagger: str = opt(
+        "random",
+        "'random': each node (each traced custom link) also starts at a seeded uniform offset in [0, period) "
+        "so nodes do not move in lockstep; 'none': all start at trace_offset_s",
+        choices=("random", "none"),
+    )
+    trace_resolution_ms: float = opt(
+        0.0,
+        f"average every trace over windows of this many ms, 0..{MAX_MS:g} (0 = as written: 1 ms for Mahimahi); "
+        "each window keeps its bytes, the engine wakes at most once per window and traced link",
+        between(0, MAX_MS),
+    )
+    loss_model: str = opt(
+        "bernoulli",
+        "packet loss of the node links (every link of a custom topology): 'bernoulli' (independent, the "
+        "expected cost of `loss`) or 'gilbert-elliott' (bursty two-state chain of the ge_* keys, lost "
+        "packets sampled per transfer, seeded; then every loss key must be 0)",
+        choices=("bernoulli", "gilbert-elliott"),
+    )
+    ge_p_good_bad: float = opt(0.01, "gilbert-elliott: chance per packet of going good -> bad, (0, 1]", unit_interval)
+    ge_p_bad_good: float = opt(0.3, "gilbert-elliott: chance per packet of going bad -> good, (0, 1]", unit_interval)
+    ge_loss_good: float = opt(0.0, "gilbert-elliott: loss probability in the good state, [0, 1)", fraction)
+    ge_loss_bad: float = opt(0.5, "gilbert-elliott: loss probability in the bad state, [0, 1)", fraction)
     link: list[LinkSpec] = opt(
-        [], "custom: [[network.link]] from, to, mbps, latency_ms (+ loss, jitter_ms, mtu, directed)"
+        [], "custom: [[network.link]] from, to, mbps, latency_ms (+ loss, jitter_ms, mtu, directed, trace)"
     )
     vertex: list[VertexSpec] = opt([], "custom: [[network.vertex]] name, role (server/gateway/relay/node), aggregator")
     transport: str = opt(
@@ -702,7 +747,50 @@ def cross_checks(s: Scenario) -> list[str]:
         *_topology_problems(s),
         *_codec_downlink_problems(s),
         *_data_file_problems(s),
+        *_trace_problems(s),
     ]
+
+
+def trace_paths(s: Scenario) -> list[tuple[str, str]]:
+    """``(key, path)`` of every trace file the scenario names."""
+    nw = s.network
+    out = [(f"network.{k}", getattr(nw, k)) for k in ("uplink_trace", "downlink_trace") if getattr(nw, k)]
+    for k, g in enumerate(s.nodes.group):
+        out += [(f"nodes.group[{k}].{key}", getattr(g, key)) for key in ("uplink_trace", "downlink_trace")
+                if getattr(g, key)]  # fmt: skip
+    out += [(f"network.link[{k}].trace", link.trace) for k, link in enumerate(nw.link) if link.trace]
+    return out
+
+
+def _trace_problems(s: Scenario) -> list[str]:
+    """Trace files that cannot be read, traces where the topology cannot use them, loss keys
+    that a Gilbert-Elliott model would silently override."""
+    from aiotsim.network.traces import load_trace
+
+    out = []
+    for key, path in trace_paths(s):
+        try:
+            load_trace(path)
+        except ConfigError as exc:
+            out.extend(f"{key}: {p}" for p in exc.problems)
+    nw = s.network
+    node_traces = [key for key, _ in trace_paths(s) if not key.startswith("network.link")]
+    if node_traces and nw.topology in ("shared-medium", "custom"):
+        out.append(
+            f"{node_traces[0]}: node link traces need topology = 'star', 'hierarchical' or 'ring' (got "
+            f"{nw.topology!r}); a custom topology takes a trace per [[network.link]]"
+        )
+    if nw.topology == "ring" and any(key.endswith("downlink_trace") for key in node_traces):
+        out.append("downlink_trace: a ring's links take the sending node's uplink_trace; remove downlink_trace")
+    if nw.loss_model == "gilbert-elliott":
+        losses = [("network.loss", nw.loss)] + [(f"nodes.group[{k}].loss", g.loss) for k, g in enumerate(s.nodes.group)]
+        losses += [(f"network.link[{k}].loss", link.loss) for k, link in enumerate(nw.link)]
+        out.extend(
+            f"{key}: loss_model = 'gilbert-elliott' takes its loss from the ge_* keys; set {key.split('.')[-1]} = 0"
+            for key, v in losses
+            if v
+        )
+    return out
 
 
 def _data_file_problems(s: Scenario) -> list[str]:
@@ -887,7 +975,8 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML file; a missing file or a syntax error is a ConfigError naming the file."""
+    """Parse a TOML file; a missing file or a syntax error is a ConfigError naming the file.
+    Trace file paths in it are made absolute from the file's directory (:func:`resolve_trace_paths`)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: no such scenario file (see scenarios/ for examples)")
@@ -898,7 +987,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not a UTF-8 text file (invalid byte at offset {exc.start}); TOML is UTF-8") from None
     try:
-        return tomllib.loads(text)
+        return resolve_trace_paths(tomllib.loads(text), p.parent)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from None
     except RecursionError:
@@ -933,6 +1022,32 @@ def load_scenario(
     if iterations is not None:
         parsed["scenario.iterations"] = iterations
     return scenario_from_dict(apply_overrides(data, parsed), source=str(path))
+
+
+def resolve_trace_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """``data`` with every relative trace path made absolute from ``base`` (the scenario file's
+    directory), so the resolved scenario written into a run directory still finds its traces."""
+
+    def fix(table: Any, keys: tuple[str, ...]) -> Any:
+        if not isinstance(table, dict):
+            return table
+        out = dict(table)
+        for key in keys:
+            v = out.get(key)
+            if isinstance(v, str) and v and not Path(v).expanduser().is_absolute():
+                out[key] = str((base / v).resolve())
+        return out
+
+    net, nodes = data.get("network"), data.get("nodes")
+    if isinstance(net, dict):
+        net = fix(net, ("uplink_trace", "downlink_trace"))
+        if isinstance(net.get("link"), list):
+            net["link"] = [fix(link, ("trace",)) for link in net["link"]]
+        data = {**data, "network": net}
+    if isinstance(nodes, dict) and isinstance(nodes.get("group"), list):
+        groups = [fix(g, ("uplink_trace", "downlink_trace")) for g in nodes["group"]]
+        data = {**data, "nodes": {**nodes, "group": groups}}
+    return data
 
 
 _COMPRESSOR_KEYS = {f.name for f in dataclasses.fields(CompressorSection)} - {"params"}

@@ -27,12 +27,21 @@ instant cost one recomputation); the controller then advances every flow to now,
 drained ones, recomputes the rates (O(sum of path lengths x log links)) and schedules a single
 timer at the next completion; a timer made stale by a later recomputation is ignored. Time lives in
 the network: callers only ``yield`` the event that :meth:`Network.send` returns.
+
+Time-varying links (a :class:`~aiotsim.network.traces.RateTrace` on a link): capacities are
+piecewise constant, so the controller also wakes at the next capacity change of every traced link
+carrying a live flow, reads the new capacities and recomputes the rates; between two events every
+rate is constant and flows still drain linearly, so a transfer ends exactly when the integral of
+its rate reaches its bytes. Links with a Gilbert-Elliott ``loss_model`` get the number of lost
+packets of each transfer sampled per packet (from a generator seeded by ``[seed, 0x6E55]``, apart
+from the jitter's): the wire bytes grow by the lost packets and the delay by one RTT per loss.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
+import math
+from collections import Counter, deque
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -42,9 +51,10 @@ import simpy
 
 from aiotsim.errors import ConfigError
 from aiotsim.network.link import Link
-from aiotsim.network.overhead import PathFormat, path_format, retransmission_delay, wire_bytes
+from aiotsim.network.overhead import PathFormat, packets, path_format, retransmission_delay, wire_bytes
 from aiotsim.network.tcp import Connection, LossSampler, TcpParams, plan_round, restart_window, transport_options
 from aiotsim.network.topology import Topology
+from aiotsim.network.traces import SNAP_S, GilbertElliott, retransmitted_packets
 
 K = TypeVar("K", bound=Hashable)
 __all__ = ["FlowState", "Network", "Transfer", "max_min_rates", "progressive_filling", "transport_options"]
@@ -196,6 +206,8 @@ class _Path:
     bottleneck_Bps: float  # smallest capacity / times crossed along the path, bytes/s
     inv_cap_sum: float  # s/byte: sum over the path's hops of 1 / capacity (store and forward)
 
+    bursty: tuple[GilbertElliott, ...] = ()  # loss models sampled per transfer (empty: expected loss)
+
 
 @dataclass
 class _TcpFlow:
@@ -208,6 +220,7 @@ class _TcpFlow:
     max_window: float  # segments, the socket buffer
     loss: float  # end-to-end packet loss probability
     extra_delay: float = 0.0  # s, loss recovery of the last round
+    bursty: tuple[GilbertElliott, ...] = ()  # Gilbert-Elliott links of the path (their losses too)
 
 
 @dataclass
@@ -299,6 +312,7 @@ class Network:
         self._last = env.now  # s, time `_remaining` refers to
         self._gen = 0  # generation of the pending completion timer
         self._update_pending = False
+        self._init_time_varying(all_links)
 
     # ------------------------------------------------------------------ public
     @property
@@ -340,6 +354,10 @@ class Network:
         delay = fmt.latency_s  # s
         if fmt.loss > 0 and self.transport == "ideal":  # TCP draws its losses round by round
             delay += retransmission_delay(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, 2.0 * fmt.latency_s)
+        if path.bursty:  # Gilbert-Elliott links: this transfer's own losses instead of the expectation
+            wire, sampled_delay = self._take_sampled_loss(src, dst, path, nbytes)
+            if self.transport == "ideal":  # TCP's rounds time the recovery of their own draws
+                delay = sampled_delay
         for link in path.links:
             if link.jitter_s > 0:
                 delay += float(self._rng.exponential(link.jitter_s))
@@ -379,10 +397,16 @@ class Network:
 
     def wire_bytes_for(self, src: str, dst: str, nbytes: int) -> float:
         """Wire bytes a transfer of ``nbytes`` from ``src`` to ``dst`` would put on its path
-        (the same figure :meth:`send` charges), without sending anything."""
+        (the same figure :meth:`send` charges), without sending anything. On a path with
+        Gilbert-Elliott links this samples the losses of the next :meth:`send` of the same
+        ``(src, dst, nbytes)`` (kept for it, first in first out), so both see the same bytes."""
         path = self._path(src, dst)
         if not path.links:
             return 0.0
+        if path.bursty:
+            sample = self._sampled_loss(path, nbytes)
+            self._presampled.setdefault((src, dst, nbytes), deque()).append(sample)
+            return sample[0]
         fmt = path.fmt
         return wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)
 
@@ -416,6 +440,7 @@ class Network:
                 fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
                 bottleneck_Bps=min((self._cap[self._link_index[n]] / c for n, c in counts.items()), default=np.inf),
                 inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
+                bursty=tuple(link.loss_model for link in links if link.loss_model is not None),
             )
             self._paths[key] = path
         return path
@@ -471,6 +496,8 @@ class Network:
         # finished: under DONE_BYTES left, or so little that no float time step can drain it
         eta = np.divide(rem, rate, out=np.full(live.size, np.inf), where=started)  # s
         done = started & ((rem < DONE_BYTES) | (now + eta <= now))
+        if self._traces:  # a rounding residue must not wait out a zero-rate gap of a trace
+            done |= started & (eta <= SNAP_S)
         if done.any():
             for slot in live[done]:
                 self._finish(int(slot))
@@ -479,16 +506,15 @@ class Network:
         if live.size == 0:
             return
         tcp = self.transport == "tcp"
+        if self._traces:
+            self._refresh_capacity(live)
         if tcp:
             self._tcp_rounds(live, now)
         rates = self._fill(live)
         self._rate[live] = rates
-        if not tcp:
-            next_dt = float(np.min(self._remaining[live] / rates))  # s
-        else:
+        if tcp:
             self._tcp_settle(live, rates, now)
-            eta = np.divide(self._remaining[live], rates, out=np.full(live.size, np.inf), where=rates > 0)
-            next_dt = min(float(np.min(eta)), float(np.min(self._round_end[live])) - now)  # s
+        next_dt = self._next_event_dt(live, rates, now)  # s
         self.env.timeout(max(next_dt, 0.0), value=self._gen).callbacks.append(self._on_timer)
 
     def _fill(self, live: np.ndarray) -> np.ndarray:
@@ -542,6 +568,7 @@ class Network:
         self._tcp_flows[slot] = _TcpFlow(
             conn, rtt, seg_wire, path.bottleneck_Bps * rtt / seg_wire,
             max(p.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0), fmt.loss, extra_delay=max(pipeline, 0.0),
+            bursty=path.bursty,
         )  # fmt: skip
         self._round_end[slot] = now + rtt if fresh else now  # SYN, SYN-ACK before the first data
         self._flow_cap[slot] = 0.0 if fresh else np.inf
@@ -553,7 +580,7 @@ class Network:
             assert t is not None
             rd = plan_round(
                 t.conn, self.tcp, now, self._remaining[slot] / t.seg_wire, t.rtt, t.bdp, t.max_window,
-                lambda n, loss=t.loss: self._lose(loss, n),
+                lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty),
             )  # fmt: skip
             if rd.final:  # the last window leaves in one burst, at the fair share
                 self._flow_cap[slot], self._round_end[slot] = np.inf, np.inf
@@ -562,10 +589,19 @@ class Network:
                 self._flow_cap[slot] = rd.segments * t.seg_wire / rd.duration_s
                 self._round_end[slot] = now + rd.duration_s
 
-    def _lose(self, loss: float, segments: int) -> int | None:
+    def _lose(self, loss: float, segments: int, bursty: tuple[GilbertElliott, ...] = ()) -> int | None:
         """Index of the first segment lost among ``segments``, or None: the one random loss model
-        of the TCP transport (independent losses with the path's probability)."""
-        return self._loss.first_loss(loss, segments)
+        of the TCP transport (independent losses with the path's probability; on a path with
+        Gilbert-Elliott links, the first loss of their chains over this round's segments)."""
+        first = self._loss.first_loss(loss, segments)
+        if bursty and segments > 0:
+            lost = np.zeros(segments, dtype=bool)
+            for model in bursty:
+                lost |= model.mask(segments, self._loss_rng)
+            hits = np.flatnonzero(lost)
+            if hits.size and (first is None or hits[0] < first):
+                first = int(hits[0])
+        return first
 
     def _tcp_settle(self, live: np.ndarray, rates: np.ndarray, now: float) -> None:
         """Per-RTT steps only where the window limits: a lossless flow whose window covers its
@@ -611,3 +647,59 @@ class Network:
             self.env.timeout(delay).callbacks.append(arrive)
         else:
             arrive()
+
+    # ------------------------------------------------------------------ time-varying links
+    def _init_time_varying(self, links: Mapping[str, Link]) -> None:
+        """Index the links with a capacity trace; a separate generator for sampled losses."""
+        self._traces = {self._link_index[n]: lk.trace for n, lk in links.items() if lk.trace is not None}
+        self._is_traced = np.zeros(len(self._link_names) + 1, dtype=bool)  # [links + 1]
+        self._is_traced[list(self._traces)] = True
+        # [links + 1] s: when each traced link's capacity next changes, as of its last refresh (it
+        # goes stale, i.e. into the past, while the link is idle); -inf: never read
+        self._due = np.full(len(self._link_names) + 1, -np.inf)
+        self._traced_live = np.zeros(0, dtype=np.intp)  # traced links carrying a live flow
+        self._loss_rng = np.random.default_rng([self.seed, 0x6E55])
+        # (src, dst, nbytes) -> (wire bytes, delay s) sampled by wire_bytes_for, not yet sent
+        self._presampled: dict[tuple[str, str, int], deque[tuple[float, float]]] = {}
+
+    def _refresh_capacity(self, live: np.ndarray) -> None:
+        """Set the capacity (bytes/s) of every traced link that carries a live flow and whose
+        capacity changed since it was last read (only those: one trace lookup per change)."""
+        now = self.env.now
+        hops = self._hops[live].ravel()
+        self._traced_live = hops[self._is_traced[hops]]  # may repeat a link shared by flows
+        snap = max(SNAP_S, 4.0 * math.ulp(now))  # a timer may land a few ulps short of a change
+        for i in set(self._traced_live[self._due[self._traced_live] <= now + snap].tolist()):
+            trace = self._traces[i]
+            self._cap[i] = trace.rate_at(now)
+            self._due[i] = trace.next_change(now)
+
+    def _next_event_dt(self, live: np.ndarray, rates: np.ndarray, now: float) -> float:
+        """Seconds to the next event of the live flows: a completion, the end of a TCP round of a
+        window-limited flow, or a capacity change of a traced link in use (a flow on a link at
+        capacity 0, or a TCP flow waiting out a handshake or timeout, has no completion of its own)."""
+        eta = np.divide(self._remaining[live], rates, out=np.full(live.size, np.inf), where=rates > 0)  # s
+        dt = float(eta.min())
+        if self.transport == "tcp":
+            dt = min(dt, float(np.min(self._round_end[live])) - now)
+        if self._traced_live.size:
+            dt = min(dt, float(self._due[self._traced_live].min()) - now)
+        return dt
+
+    def _take_sampled_loss(self, src: str, dst: str, path: _Path, nbytes: int) -> tuple[float, float]:
+        """The losses :meth:`wire_bytes_for` sampled for this transfer, else a fresh sample."""
+        queue = self._presampled.get((src, dst, nbytes))
+        return queue.popleft() if queue else self._sampled_loss(path, nbytes)
+
+    def _sampled_loss(self, path: _Path, nbytes: int) -> tuple[float, float]:
+        """Wire bytes and delay (s) of one transfer with its lost packets sampled: every packet of
+        the lossless wire size, plus one more packet's worth per loss; one RTT of delay per loss.
+        Bernoulli links on the same path are sampled too (a chain whose states lose alike)."""
+        fmt = path.fmt
+        n = packets(nbytes, fmt.mtu, fmt.header_bytes)
+        base = wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, 0.0, fmt.framing_bytes, fmt.acks_per_packet)  # bytes
+        models = list(path.bursty)
+        if fmt.loss > 0:
+            models.append(GilbertElliott(0.5, 0.5, fmt.loss, fmt.loss))
+        lost = retransmitted_packets(models, n, self._loss_rng)
+        return base * (n + lost) / n, fmt.latency_s + lost * 2.0 * fmt.latency_s

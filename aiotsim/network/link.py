@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 from aiotsim.errors import ConfigError
+from aiotsim.network.traces import GilbertElliott, RateTrace
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ class Link:
     acks_per_packet : float
         ACK packets (each ``header_bytes + framing_bytes`` long) that cross this same link per data
         packet, >= 0: 0 for full-duplex links, 0.5 for delayed ACKs on a half-duplex channel.
+    trace : RateTrace, optional
+        Time-varying capacity (bytes/s, looped, with its offset); None: constant
+        ``bandwidth_bps``. With a trace, ``bandwidth_bps`` is only its nominal (mean) rate.
+    loss_model : GilbertElliott, optional
+        Bursty loss sampled per transfer instead of the expected-value ``loss`` (which must be 0).
     """
 
     name: str
@@ -61,6 +67,8 @@ class Link:
     jitter_s: float = 0.0
     framing_bytes: int = 0
     acks_per_packet: float = 0.0
+    trace: RateTrace | None = None
+    loss_model: GilbertElliott | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -82,6 +90,10 @@ class Link:
             problems.append(f"framing_bytes(={self.framing_bytes}) must be an integer >= 0")
         if not _finite(self.acks_per_packet) or self.acks_per_packet < 0:
             problems.append(f"acks_per_packet(={self.acks_per_packet}) must be >= 0")
+        if self.trace is not None and not isinstance(self.trace, RateTrace):
+            problems.append(f"trace(={self.trace!r}) must be a RateTrace or None")
+        if self.loss_model is not None and (not isinstance(self.loss_model, GilbertElliott) or self.loss > 0):
+            problems.append(f"loss_model(={self.loss_model!r}) must be a GilbertElliott, with loss = 0")
         if problems:
             raise ConfigError([f"Link {self.name!r}: {p}" for p in problems])
 

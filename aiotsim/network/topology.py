@@ -23,6 +23,7 @@ from typing import Any
 
 from aiotsim.errors import ConfigError, TopologyError
 from aiotsim.network.link import Link
+from aiotsim.network.traces import GilbertElliott
 
 ROLES = ("node", "server", "gateway", "relay")
 
@@ -38,6 +39,9 @@ _PER_NODE_KEYS = frozenset(
         "header_bytes",
         "framing_bytes",
         "acks_per_packet",
+        "uplink_trace",  # RateTrace of the node's up link (time-varying capacity)
+        "downlink_trace",
+        "loss_model",  # GilbertElliott of both node links
     }
 )
 
@@ -415,7 +419,7 @@ class Topology:
                 st = settings[a]
                 link = Link(
                     f"node{a}->node{b}", st["uplink_bps"], st["latency_s"], st["mtu"], st["header_bytes"],
-                    st["loss"], st["jitter_s"],
+                    st["loss"], st["jitter_s"], trace=st.get("uplink_trace"), loss_model=st.get("loss_model"),
                 )  # fmt: skip
                 topo.add_link(f"node{a}", f"node{b}", link)
         return topo
@@ -432,6 +436,7 @@ class Topology:
         loss: float = 0.0,
         jitter_s: float = 0.0,
         acks_per_packet: float = 0.0,
+        loss_model: GilbertElliott | None = None,
     ) -> Topology:
         """One cell: every node's up *and* down traffic shares one channel's airtime.
 
@@ -454,6 +459,8 @@ class Topology:
         mtu, header_bytes, loss, jitter_s, acks_per_packet
             Channel settings (see :class:`Link`); ``acks_per_packet`` charges the receivers'
             ACKs to the shared airtime.
+        loss_model : GilbertElliott, optional
+            Bursty loss of the channel (then ``loss`` must be 0).
         """
         _check_count("n_nodes", n_nodes)
         topo = cls("shared_medium")
@@ -463,7 +470,7 @@ class Topology:
         _server_links(topo, "ap", backbone, mtu, header_bytes)
         channel = Link(
             "channel", channel_bps, latency_s, mtu, header_bytes, loss, jitter_s,
-            acks_per_packet=acks_per_packet,
+            acks_per_packet=acks_per_packet, loss_model=loss_model,
         )  # fmt: skip
         for i in range(n_nodes):
             node = f"node{i}"
@@ -484,8 +491,11 @@ class Topology:
         links : list of dict
             ``{"from": str, "to": str, "mbps": float, "latency_ms": float}`` plus optional
             ``"name"``, ``"loss"``, ``"jitter_ms"``, ``"mtu"``, ``"header_bytes"``,
-            ``"framing_bytes"``, ``"acks_per_packet"`` and ``"directed": bool``. An undirected
-            entry (the default) adds two links, ``a->b`` and ``b->a``, each of ``mbps``.
+            ``"framing_bytes"``, ``"acks_per_packet"``, ``"directed": bool``, ``"trace"`` (a
+            :class:`~aiotsim.network.traces.RateTrace` giving the capacity over time; ``mbps``
+            stays the nominal rate) and ``"loss_model"`` (a :class:`GilbertElliott`). An
+            undirected entry (the default) adds two links, ``a->b`` and ``b->a``, each of ``mbps``
+            (and of the same trace).
 
         Raises
         ------
@@ -538,6 +548,8 @@ class Topology:
                     jitter_s=float(spec.get("jitter_ms", 0.0)) / 1e3,
                     framing_bytes=int(spec.get("framing_bytes", 0)),
                     acks_per_packet=float(spec.get("acks_per_packet", 0.0)),
+                    trace=spec.get("trace"),
+                    loss_model=spec.get("loss_model"),
                 )
                 self.add_link(src, dst, link)
             except (TopologyError, ConfigError, ValueError, TypeError) as exc:
@@ -583,16 +595,16 @@ class Topology:
         common = dict(
             latency_s=s["latency_s"], mtu=s["mtu"], header_bytes=s["header_bytes"],
             loss=s["loss"], jitter_s=s["jitter_s"], framing_bytes=s.get("framing_bytes", 0),
-            acks_per_packet=s.get("acks_per_packet", 0.0),
+            acks_per_packet=s.get("acks_per_packet", 0.0), loss_model=s.get("loss_model"),
         )  # fmt: skip
-        self.add_link(name, hub, Link(f"{name}.up", s["uplink_bps"], **common))
-        self.add_link(hub, name, Link(f"{name}.down", s["downlink_bps"], **common))
+        self.add_link(name, hub, Link(f"{name}.up", s["uplink_bps"], trace=s.get("uplink_trace"), **common))
+        self.add_link(hub, name, Link(f"{name}.down", s["downlink_bps"], trace=s.get("downlink_trace"), **common))
 
 
 _LINK_KEYS = frozenset(
     {
         "from", "to", "mbps", "latency_ms", "name", "loss", "jitter_ms", "mtu",
-        "header_bytes", "framing_bytes", "acks_per_packet", "directed",
+        "header_bytes", "framing_bytes", "acks_per_packet", "directed", "trace", "loss_model",
     }
 )  # fmt: skip
 

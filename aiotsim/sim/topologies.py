@@ -8,10 +8,18 @@ are divided by ``straggler_factor``.
 
 :func:`build_topology` turns the layout into a :class:`~aiotsim.network.topology.Topology` for
 star, hierarchical, ring, shared-medium and custom networks. Nothing here imports torch.
+
+Time-varying links: a node's uplink/downlink trace (its group's, else ``[network]``'s) starts at
+``trace_offset_s`` plus, with ``trace_stagger = 'random'``, a uniform offset in [0, the longer of
+its two periods) drawn from a generator seeded by ``[seed, 0x7ACE, node index]`` (so a node's
+offset does not depend on the fleet's size). A link straggler's traces are scaled down like its
+constant rates. With ``loss_model = 'gilbert-elliott'`` the node links (every custom link) carry
+one :class:`~aiotsim.network.traces.GilbertElliott` built from the ``ge_*`` keys.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +29,13 @@ from aiotsim.config import NodeGroup, Scenario, block_to_dict
 from aiotsim.errors import TopologyError
 from aiotsim.learn.partition import even_sizes
 from aiotsim.network.topology import Topology
+from aiotsim.network.traces import GilbertElliott, RateTrace, load_trace
 from aiotsim.sim.energy import get_radio
 
 SERVER = "server"  # the parameter server's vertex name
 MBPS = 1e6  # bits/s per Mbit/s
 MS = 1e-3  # s per ms
+LINK_STAGGER_KEY = 1 << 20  # custom link k's stagger is seeded by this + k (node indices stay below)
 
 
 def node_name(i: int) -> str:
@@ -50,21 +60,32 @@ class NodeSpec:
     compute_slowdown: float  # multiplies compute and encode time (>= 1)
     link_slowdown: float  # divides the node's link rates (>= 1)
     straggler: bool
+    uplink_trace: RateTrace | None = None  # offset applied, not yet scaled by link_slowdown
+    downlink_trace: RateTrace | None = None
+    loss_model: GilbertElliott | None = None
 
     @property
     def name(self) -> str:
         """Network name, ``node{index}``."""
         return node_name(self.index)
 
-    def link_settings(self) -> dict[str, float]:
-        """The per-node overrides a topology builder takes."""
-        return {
+    def link_settings(self) -> dict[str, Any]:
+        """The per-node overrides a topology builder takes (traces and loss model only when set)."""
+        out: dict[str, Any] = {
             "uplink_bps": self.uplink_bps / self.link_slowdown,
             "downlink_bps": self.downlink_bps / self.link_slowdown,
             "latency_s": self.latency_s,
             "loss": self.loss,
             "jitter_s": self.jitter_s,
         }
+        for key, trace in (("uplink", self.uplink_trace), ("downlink", self.downlink_trace)):
+            if trace is not None:
+                trace = trace.scaled(1.0 / self.link_slowdown) if self.link_slowdown != 1.0 else trace
+                out[f"{key}_trace"] = trace
+                out[f"{key}_bps"] = trace.mean_rate * 8.0  # nominal rate, bits/s
+        if self.loss_model is not None:
+            out["loss_model"] = self.loss_model
+        return out
 
 
 def straggler_set(n: int, fraction: float, seed: int) -> set[int]:
@@ -88,8 +109,51 @@ def node_layout(s: Scenario) -> list[NodeSpec]:
         for _ in range(g.count):
             i = len(specs)
             strag = i in fixed
-            specs.append(_node_spec(i, k, g, s, strag, slow_compute, slow_link))
+            specs.append(_with_time_varying(_node_spec(i, k, g, s, strag, slow_compute, slow_link), g, s))
     return specs
+
+
+def loss_model(s: Scenario) -> GilbertElliott | None:
+    """The scenario's Gilbert-Elliott model, or None for the expected-value (Bernoulli) loss."""
+    nw = s.network
+    if nw.loss_model != "gilbert-elliott":
+        return None
+    return GilbertElliott(nw.ge_p_good_bad, nw.ge_p_bad_good, nw.ge_loss_good, nw.ge_loss_bad)
+
+
+def stagger(s: Scenario, key: int, period_s: float) -> float:
+    """Seeded extra trace offset (s) of node (or custom link) ``key``: uniform over the whole
+    steps of the trace grid in [0, period_s) with ``trace_stagger = 'random'``, else 0.
+
+    The grid is ``trace_resolution_ms`` (1 ms when 0, Mahimahi's resolution): offsets on it keep
+    every link's rate changes on common instants, so the flow engine wakes once per grid step
+    for all links together instead of once per link."""
+    if s.network.trace_stagger != "random":
+        return 0.0
+    grid = (s.network.trace_resolution_ms or 1.0) * MS  # s
+    steps = max(1, int(period_s / grid))  # whole grid steps in a period
+    return int(np.random.default_rng([s.scenario.seed, 0x7ACE, key]).integers(steps)) * grid
+
+
+def _with_time_varying(spec: NodeSpec, g: NodeGroup, s: Scenario) -> NodeSpec:
+    """``spec`` with its group's (else the network's) traces, offset, and the loss model."""
+    nw = s.network
+    up_path = g.uplink_trace if g.uplink_trace is not None else nw.uplink_trace
+    down_path = g.downlink_trace if g.downlink_trace is not None else nw.downlink_trace
+    res = nw.trace_resolution_ms * MS  # s
+    up = load_trace(up_path, res) if up_path else None
+    down = load_trace(down_path, res) if down_path else None
+    model = loss_model(s)
+    if up is None and down is None:
+        return spec if model is None else dataclasses.replace(spec, loss_model=model)
+    period = max(t.period_s for t in (up, down) if t is not None)
+    offset = (g.trace_offset_s if g.trace_offset_s is not None else nw.trace_offset_s) + stagger(s, spec.index, period)
+    return dataclasses.replace(
+        spec,
+        uplink_trace=None if up is None else up.shifted(offset),
+        downlink_trace=None if down is None else down.shifted(offset),
+        loss_model=model,
+    )
 
 
 def _node_spec(i: int, k: int, g: NodeGroup, s: Scenario, strag: bool, slow_compute: bool, slow_link: bool) -> NodeSpec:
@@ -169,6 +233,7 @@ def build_topology(s: Scenario, layout: list[NodeSpec] | None = None) -> Topolog
             server_bps=nw.server_mbps * MBPS,
             loss=nw.loss,
             jitter_s=nw.jitter_ms * MS,
+            loss_model=loss_model(s),
             **common,
         )
     if nw.topology == "ring":
@@ -187,7 +252,22 @@ def _custom(s: Scenario, n: int) -> Topology:
         if f"node{i}" not in names:
             vertices.append({"name": f"node{i}", "role": "node", "aggregator": "server"})
     vertices.extend(declared)
-    return Topology.from_links(vertices, [block_to_dict(link) for link in s.network.link])
+    return Topology.from_links(vertices, [_custom_link(s, k, link) for k, link in enumerate(s.network.link)])
+
+
+def _custom_link(s: Scenario, k: int, link: Any) -> dict[str, Any]:
+    """A ``[[network.link]]`` block as ``from_links`` takes it: its trace file loaded and offset
+    (stagger key ``LINK_STAGGER_KEY + k``, apart from the nodes'), the scenario's loss model attached."""
+    spec = block_to_dict(link)
+    path = spec.pop("trace", "")
+    offset = spec.pop("trace_offset_s", 0.0)
+    if path:
+        trace = load_trace(path, s.network.trace_resolution_ms * MS)
+        spec["trace"] = trace.shifted(offset + stagger(s, LINK_STAGGER_KEY + k, trace.period_s))
+    model = loss_model(s)
+    if model is not None:
+        spec["loss_model"] = model
+    return spec
 
 
 def topology_problems(s: Scenario) -> list[str]:
