@@ -366,3 +366,15 @@ def test_tcp_window_reacts_to_gilbert_elliott_bursts() -> None:
     extra_bytes_s = (lossy.wire_bytes - clean.wire_bytes) / 1e6  # s
     assert lossy.end_s - clean.end_s > extra_bytes_s + 0.04
     assert lossy.end_s == tcp_end(one_link(flat, loss_model=ge, latency_s=0.02), 0.0, 2_000_000, "tcp", seed=3)
+
+
+def test_tcp_on_a_ms_on_off_trace_uses_the_opportunities_it_misses() -> None:
+    """A 1 ms trace alternating 2e6 B/s and nothing (mean 1e6 B/s): a window is a byte budget
+    per round trip, so packets held up by an empty millisecond leave in the next one. 1 MB over
+    it takes ~1 s fluid; TCP adds the handshake (10 ms) and a few slow-start rounds, not the
+    doubling a window paced as a steady rate would cost."""
+    on_off = parse_csv(["time_s,mbps", "0,16", "0.001,0", "0.002,16"], "on_off.csv")
+    ideal = tcp_end(one_link(on_off, latency_s=0.005), 0.0, 1_000_000, "ideal")
+    tcp = tcp_end(one_link(on_off, latency_s=0.005), 0.0, 1_000_000, "tcp")
+    assert ideal == pytest.approx(1.0, abs=0.01)
+    assert ideal < tcp < ideal + 0.1

@@ -205,8 +205,8 @@ class _Path:
     fmt: PathFormat
     bottleneck_Bps: float  # smallest capacity / times crossed along the path, bytes/s
     inv_cap_sum: float  # s/byte: sum over the path's hops of 1 / capacity (store and forward)
-
     bursty: tuple[GilbertElliott, ...] = ()  # loss models sampled per transfer (empty: expected loss)
+    traced: bool = False  # a link of the path has a bandwidth trace that varies
 
 
 @dataclass
@@ -221,6 +221,9 @@ class _TcpFlow:
     loss: float  # end-to-end packet loss probability
     extra_delay: float = 0.0  # s, loss recovery of the last round
     bursty: tuple[GilbertElliott, ...] = ()  # Gilbert-Elliott links of the path (their losses too)
+    traced: bool = False  # on a traced path the window is a byte budget per round (see _pace_traced)
+    budget: float = 0.0  # wire bytes the window allows in the current round
+    rem0: float = 0.0  # wire bytes left when the current round began
 
 
 @dataclass
@@ -441,6 +444,7 @@ class Network:
                 bottleneck_Bps=min((self._cap[self._link_index[n]] / c for n, c in counts.items()), default=np.inf),
                 inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
                 bursty=tuple(link.loss_model for link in links if link.loss_model is not None),
+                traced=any(link.trace is not None and link.trace.rates.size > 1 for link in links),
             )
             self._paths[key] = path
         return path
@@ -510,6 +514,8 @@ class Network:
             self._refresh_capacity(live)
         if tcp:
             self._tcp_rounds(live, now)
+            if self._traces:
+                self._pace_traced(live, now)
         rates = self._fill(live)
         self._rate[live] = rates
         if tcp:
@@ -568,7 +574,7 @@ class Network:
         self._tcp_flows[slot] = _TcpFlow(
             conn, rtt, seg_wire, path.bottleneck_Bps * rtt / seg_wire,
             max(p.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0), fmt.loss, extra_delay=max(pipeline, 0.0),
-            bursty=path.bursty,
+            bursty=path.bursty, traced=path.traced,
         )  # fmt: skip
         self._round_end[slot] = now + rtt if fresh else now  # SYN, SYN-ACK before the first data
         self._flow_cap[slot] = 0.0 if fresh else np.inf
@@ -588,6 +594,24 @@ class Network:
             else:
                 self._flow_cap[slot] = rd.segments * t.seg_wire / rd.duration_s
                 self._round_end[slot] = now + rd.duration_s
+                t.budget, t.rem0 = rd.segments * t.seg_wire, self._remaining[slot]
+
+    def _pace_traced(self, live: np.ndarray, now: float) -> None:
+        """On a traced path the window is what it is in TCP: a byte budget per round trip, not a
+        rate. A trace at 1 ms resolution alternates delivery opportunities and empty
+        milliseconds; a window paced as a steady rate would lose every empty millisecond for
+        good. So the cap of a flow in a window-limited round is recomputed at every step as
+        (budget left) / (time left in the round): behind after an empty millisecond, it may use
+        the next opportunity in a burst, as packets queued at the bottleneck would. On a
+        constant link the flow always gets its cap and this leaves the cap unchanged."""
+        for slot in live[np.isfinite(self._round_end[live]) & (self._flow_cap[live] > 0)]:
+            t = self._tcp_flows[slot]
+            if t is None or not t.traced or t.budget <= 0:
+                continue
+            left = t.budget - (t.rem0 - self._remaining[slot])  # wire bytes
+            time_left = self._round_end[slot] - now  # s
+            if time_left > ROUND_EPS_S:
+                self._flow_cap[slot] = max(left, 0.0) / time_left
 
     def _lose(self, loss: float, segments: int, bursty: tuple[GilbertElliott, ...] = ()) -> int | None:
         """Index of the first segment lost among ``segments``, or None: the one random loss model
@@ -605,12 +629,14 @@ class Network:
 
     def _tcp_settle(self, live: np.ndarray, rates: np.ndarray, now: float) -> None:
         """Per-RTT steps only where the window limits: a lossless flow whose window covers its
-        fair share goes fluid; a fluid flow held at its window cap steps again from now."""
+        fair share goes fluid; a fluid flow held at its window cap steps again from now. Flows on
+        traced paths (capacity changing under them) or Gilbert-Elliott paths (losses drawn per
+        round) keep stepping round by round."""
         cap, ends = self._flow_cap[live], self._round_end[live]
         bound = rates >= cap * (1.0 - 1e-9)  # held at its window
         for i in np.flatnonzero(np.isfinite(ends) & ~bound & (cap > 0)):
             t = self._tcp_flows[live[i]]
-            if t is not None and t.loss == 0.0:
+            if t is not None and t.loss == 0.0 and not t.bursty and not t.traced:
                 self._round_end[live[i]] = np.inf  # window no longer binds
                 self._flow_cap[live[i]] = t.conn.cwnd * t.seg_wire / t.rtt
         for i in np.flatnonzero(~np.isfinite(ends) & bound & np.isfinite(cap)):
