@@ -26,3 +26,15 @@ def write_toml(tmp_path: Path):
         return p
 
     return _write
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch intra-op thread for a module's tests (results and timings are per thread count),
+    restored afterwards; modules opt in with ``pytestmark = pytest.mark.usefixtures(...)``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -28,12 +28,7 @@ IMAGENET_STYLE = {"resnet18", "resnet50", "mobilenetv2"}
 SLOW_MODELS = {"resnet50", "vgg16", "resnet56", "alexnet", "resnet18", "mobilenetv2"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _inputs(name: str, nodes: int, batch: int, seed: int = 0) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor]:

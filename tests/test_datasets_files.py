@@ -27,14 +27,7 @@ from aiotsim.learn.data.transforms import augmentation, crop_flip
 from aiotsim.learn.datasets import DATASETS, load_dataset
 from aiotsim.learn.partition import partition
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The test machine is shared: one torch thread (restored after)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ---------------------------------------------------------------------------------- builders

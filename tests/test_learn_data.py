@@ -12,14 +12,7 @@ from aiotsim.learn.datasets import SyntheticSpec, load_dataset
 from aiotsim.learn.models import build_model
 from aiotsim.learn.partition import partition
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest single-threaded, and the test machine is shared (restored after)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ------------------------------------------------------------------------------------- mnist

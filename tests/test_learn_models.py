@@ -13,12 +13,7 @@ from aiotsim.learn.models import MODELS, build_model, describe_models, layer_inf
 BN_MODELS = ("resnet20", "resnet32", "resnet56", "resnet18", "resnet50", "vgg16", "mobilenetv2")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _count(model: nn.Module) -> int:
