@@ -142,9 +142,11 @@ def _remember(acc: torch.Tensor, sent: SentRows, states: list[CodecState], layer
 
 # ---- shared helpers ------------------------------------------------------------------------------
 def _rows(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, batched: Callable[[torch.Tensor], torch.Tensor]):
-    """Per-row scalar reduction: ``batched(x)`` on the CPU (bit-identical to the 1-D reductions
-    there), else ``fn`` row by row. Returns ``[nodes]``."""
-    if x.device.type == "cpu":
+    """Per-row scalar reduction: ``batched(x)`` on the CPU at one intra-op thread (bit-identical
+    to the 1-D reductions there), else ``fn`` row by row (with several threads torch splits a long
+    1-D reduction across them, which sums in another order than a row of ``[nodes, n]``).
+    Returns ``[nodes]``."""
+    if x.device.type == "cpu" and torch.get_num_threads() == 1:
         return batched(x)
     return torch.stack([fn(r) for r in x])
 
