@@ -14,8 +14,17 @@ is busy until the last byte either way, which the fluid model's total time captu
   link (``server`` rate, no latency) from the hub to the server: aiotsim's ``star``;
 * TCP CUBIC (ns-3's default; HyStart on), initial window 10, 1,448-byte segments (1,500-byte
   packets with TCP timestamps: ``header_bytes = 52``; the point-to-point header adds 2 bytes of
-  framing), 4 MiB socket buffers, delayed ACKs (2 segments), SACK, minimum RTO 200 ms (Linux's;
-  ns-3's own default is 1 s), no queue disc (the device queue is the only buffer);
+  framing), 4 MiB socket buffers, no queue disc (the device queue is the only buffer), and Linux's
+  timers where ns-3's defaults differ: ``MinRto`` 200 ms (ns-3: 1 s), ``DelAckTimeout`` 40 ms
+  (Linux's ``TCP_DELACK_MIN``; ns-3: 200 ms -- equal to the RTO floor, so that after a timeout the
+  single segment in flight waits for a delayed ACK, the RTO fires first, and the connection crawls
+  at one segment per 200 ms: 10 MB at 1% loss took 1,304 s instead of 8.4 s), ``ConnTimeout`` 1 s
+  (a lost SYN is resent after RFC 6298's initial RTO, as in Linux; ns-3: 3 s); ``DelAckCount`` 2,
+  ``Sack`` on (PRR recovery, ns-3's default), ``ClockGranularity`` 1 ms, stated explicitly;
+* loss: the ``RateErrorModel`` (unit: packet) sits on the hub's receiving side of each client link,
+  so it drops data packets and the client's SYN and ACKs, never the server's ACKs or SYN-ACK: the
+  scenario's loss is data-direction packet loss, as in the model (``Topology.star(loss=...)``
+  draws for data segments and the SYN);
 * every client sends ``size`` bytes to the server at t = 0 over a new connection (``BulkSend``):
   the handshake is included on both sides (``tcp_connection = "per-transfer"`` in the model);
 * with loss, both sides are averaged over ``realisations`` seeds (ns-3 ``RngRun`` 1..R, model seeds
@@ -98,7 +107,7 @@ def ns3_available() -> bool:
     return importlib.util.find_spec("ns") is not None and importlib.util.find_spec("cppyy") is not None
 
 
-def grid(quick: bool = False, realisations: int = 3) -> list[Ns3Case]:
+def grid(quick: bool = False, realisations: int = 5) -> list[Ns3Case]:
     """The cases: the quick few, or sizes x flows x latencies x losses (225 cases)."""
     if quick:
         return [Ns3Case(s, f, lat, p, realisations=realisations if p > 0 else 1) for s, f, lat, p in QUICK]
@@ -228,7 +237,17 @@ std::vector<double> run_case(int flows, uint64_t size, double rate_bps, double s
   Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
   Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(4194304));
   Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(4194304));
+  // Linux's timers instead of ns-3's defaults (see the module docstring): RTO floor 200 ms (ns-3:
+  // 1 s); delayed-ACK timeout 40 ms (Linux's TCP_DELACK_MIN; ns-3: 200 ms, which equals the RTO
+  // floor: after a timeout the window of 1 segment waits for a delayed ACK that never comes before
+  // the next timeout, and the connection crawls at 1 segment per 200 ms for minutes); SYN
+  // retransmission after 1 s (RFC 6298's initial RTO, Linux's; ns-3: 3 s).
   Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(200)));
+  Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(MilliSeconds(40)));
+  Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(2));
+  Config::SetDefault("ns3::TcpSocket::ConnTimeout", TimeValue(Seconds(1)));
+  Config::SetDefault("ns3::TcpSocketBase::Sack", BooleanValue(true));
+  Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(1)));
   std::string q = std::to_string(queue_packets) + "p";
   NodeContainer clients; clients.Create(flows);
   NodeContainer hub; hub.Create(1);
