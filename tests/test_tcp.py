@@ -132,7 +132,8 @@ def test_loss_at_the_tail_costs_a_timeout_and_in_the_last_round_an_rtt() -> None
     rd = plan_round(conn, p, 0.0, 30, RTT, 1e4, 1e4, scripted(10))
     assert rd.final and rd.extra_delay_s == pytest.approx(RTT)
     # loss of the second-to-last segment: one segment behind, no 3 duplicate ACKs -> RTO; a fresh
-    # connection's RTO is the handshake's: srtt + 4 rttvar = 0.2 + 4 x 0.1 = 0.6 s; window -> 1
+    # connection's RTO is the handshake's: srtt + max(4 rttvar, 0.2) = 0.2 + 4 x 0.1 = 0.6 s;
+    # the window falls to 1 segment
     conn = Connection(cwnd=40.0)
     rd = plan_round(conn, p, 0.0, 30, RTT, 1e4, 1e4, scripted(28))
     assert rd.final and rd.extra_delay_s == pytest.approx(0.6) and conn.cwnd == 1.0
@@ -142,16 +143,18 @@ def test_loss_at_the_tail_costs_a_timeout_and_in_the_last_round_an_rtt() -> None
     assert plan_round(conn, p, 0.0, 100, RTT, 1e4, 1e4, scripted(0)).duration_s == RTT
     conn = Connection(cwnd=1.0, ssthresh=2.0, acked=100.0)
     rd = plan_round(conn, p, 0.0, 2, 0.05, 1e4, 1e4, scripted(0))
-    assert rd.duration_s == pytest.approx(0.2)  # min RTO 200 ms > 50 ms + 4 x (~0) rttvar
+    assert rd.duration_s == pytest.approx(0.25)  # 50 ms + max(4 x (~0) rttvar, 200 ms)
 
 
-def test_rto_estimate_decays_from_three_rtt_to_the_floor() -> None:
+def test_rto_estimate_decays_from_three_rtt_to_rtt_plus_the_floor() -> None:
     p = TcpParams()
-    # handshake sample only: srtt = 0.2, rttvar = 0.1 -> 0.6 s; after 8 segments (4 ACKs, 4
-    # samples at the same RTT) rttvar = 0.1 x 0.75^4 = 0.031640625 -> 0.2 + 0.1265625 s
+    # handshake sample only: srtt = 0.2, rttvar = 0.1 -> 0.2 + 0.4 s; after 4 segments (2 ACKs,
+    # 2 samples at the same RTT) rttvar = 0.1 x 0.75^2 = 0.05625 -> 0.2 + 0.225 s; after 8
+    # (rttvar 0.0316, 4 x = 0.127) Linux's floor of 200 ms on the variance term: 0.2 + 0.2 s
     assert p.loss_rto(RTT, 0.0) == pytest.approx(0.6)
-    assert p.loss_rto(RTT, 8.0) == pytest.approx(0.3265625)
-    assert p.loss_rto(0.01, 0.0) == pytest.approx(0.2)  # 3 x 10 ms under Linux's 200 ms floor
+    assert p.loss_rto(RTT, 4.0) == pytest.approx(0.425)
+    assert p.loss_rto(RTT, 8.0) == pytest.approx(0.4)
+    assert p.loss_rto(0.01, 0.0) == pytest.approx(0.21)  # 10 ms + 200 ms
 
 
 def test_lost_syn_waits_one_then_two_seconds() -> None:

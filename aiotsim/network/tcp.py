@@ -26,7 +26,8 @@ Per round trip (one :func:`plan_round` per window-limited flow and round):
   retransmission timeout, after which the window restarts at 1 segment. Each retransmission is
   lost again with the same probability: a lost fast retransmission is found by the RTO, and a lost
   timeout retransmission doubles the RTO (exponential backoff, RFC 6298 sec. 5.5);
-* **RTO**: ``max(min_rto, srtt + 4 x rttvar)`` (RFC 6298; Linux's and ns-3's floor 200 ms) with
+* **RTO**: ``srtt + max(4 x rttvar, min_rto)`` (RFC 6298 with Linux's floor of 200 ms on the
+  variance term) with
   the handshake's sample as the first (rttvar = RTT / 2: RTO = 3 RTT) and rttvar decaying by 3/4
   per ACK (one ACK per 2 segments) while the RTT stays constant;
 * **SYN loss**: a new connection's SYN is lost with the path's loss probability and resent after
@@ -109,10 +110,11 @@ class TcpParams:
         """Retransmission timeout after ``acked`` segments of the connection were acknowledged, s.
 
         RFC 6298 with the handshake's sample first (srtt = RTT, rttvar = RTT / 2) and one sample
-        per ACK (``acked / 2`` of them) at the same RTT: rttvar = RTT / 2 x (3/4)^samples.
+        per ACK (``acked / 2`` of them) at the same RTT: rttvar = RTT / 2 x (3/4)^samples; as in
+        Linux, the floor ``min_rto_s`` bounds the variance term: ``srtt + max(4 rttvar, min_rto)``.
         """
         rttvar = 0.5 * rtt_s * 0.75 ** (acked / SEGMENTS_PER_ACK)
-        return max(self.min_rto_s, rtt_s + 4.0 * rttvar)
+        return rtt_s + max(self.min_rto_s, 4.0 * rttvar)  # Linux: min_rto bounds rttvar's term
 
 
 def handshake_s(rtt_s: float, lose: Callable[[int], int | None]) -> float:
