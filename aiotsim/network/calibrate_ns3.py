@@ -101,6 +101,7 @@ class Ns3Row:
     ns3_s: float
     model_s: float
     ideal_s: float  # the fluid model without TCP ("ideal" transport), for comparison
+    ns3_se: float = 0.0  # standard error of ns-3's mean over its realisations, s (0 with one)
 
     @property
     def error(self) -> float:
@@ -174,29 +175,44 @@ def makespan(runs: Sequence[Sequence[float]]) -> float:
     return statistics.fmean(max(run) for run in runs)
 
 
+def makespan_se(runs: Sequence[Sequence[float]]) -> float:
+    """Standard error of :func:`makespan`'s mean, s (0 with one realisation)."""
+    if len(runs) < 2:
+        return 0.0
+    return statistics.stdev(max(run) for run in runs) / len(runs) ** 0.5
+
+
+def model_seeds(case: Ns3Case) -> int:
+    """Seeds the model averages over: as many as ns-3's realisations, at least 200 for a cheap lossy
+    case (the model costs little there, and its mean should carry no sampling noise of its own)."""
+    cheap = case.loss > 0 and case.size * case.flows <= 2_000_000
+    return max(case.realisations, 200) if cheap else case.realisations
+
+
 def compare(cases: Sequence[Ns3Case]) -> list[Ns3Row]:
     """ns-3 against the model (TCP, and the ideal fluid model) for every case."""
     measured = run_ns3(cases)
     rows = []
     for case, runs in zip(cases, measured, strict=True):
         ns3_s = makespan(runs)
-        seeds = range(1, case.realisations + 1)
+        seeds = range(1, model_seeds(case) + 1)
         model = statistics.fmean(model_time(case, "tcp", seed) for seed in seeds)
-        rows.append(Ns3Row(case, ns3_s, model, model_time(case, "ideal")))
+        rows.append(Ns3Row(case, ns3_s, model, model_time(case, "ideal"), makespan_se(runs)))
     return rows
 
 
 def format_table(rows: Sequence[Ns3Row]) -> str:
     """The comparison as a text table, then median and worst absolute error (TCP and ideal)."""
     lines = [
-        f"{'size':>10} {'flows':>5} {'lat ms':>6} {'loss':>5} {'ns-3 s':>10} {'tcp s':>10} {'err':>7} "
+        f"{'size':>10} {'flows':>5} {'lat ms':>6} {'loss':>5} {'ns-3 s':>10} {'+-se':>6} {'tcp s':>10} {'err':>7} "
         f"{'ideal s':>10} {'err':>7}"
     ]
     for r in rows:
         c = r.case
         ideal_err = (r.ideal_s - r.ns3_s) / r.ns3_s
         lines.append(
-            f"{c.size:>10,} {c.flows:>5} {c.latency_ms:>6g} {c.loss:>5g} {r.ns3_s:>10.4g} {r.model_s:>10.4g} "
+            f"{c.size:>10,} {c.flows:>5} {c.latency_ms:>6g} {c.loss:>5g} {r.ns3_s:>10.4g} "
+            f"{r.ns3_se / r.ns3_s:>6.1%} {r.model_s:>10.4g} "
             f"{r.error:>+7.1%} {r.ideal_s:>10.4g} {ideal_err:>+7.1%}"
         )
     ok = [r for r in rows if r.ns3_s == r.ns3_s]  # NaN: ns-3 did not finish
@@ -207,6 +223,10 @@ def format_table(rows: Sequence[Ns3Row]) -> str:
             f"tcp model: median |error| {statistics.median(errs):.1%}, worst {max(errs):.1%}; "
             f"ideal model: median {statistics.median(ideal):.1%}, worst {max(ideal):.1%} ({len(ok)} cases)"
         )
+        near = sum(abs(r.model_s - r.ns3_s) <= 2.0 * r.ns3_se for r in ok if r.ns3_se > 0)
+        lossy = sum(r.ns3_se > 0 for r in ok)
+        if lossy:
+            lines.append(f"lossy cases where the model is within 2 standard errors of ns-3's mean: {near} of {lossy}")
     if len(ok) < len(rows):
         lines.append(f"{len(rows) - len(ok)} case(s) did not finish in ns-3 within the time limit")
     return "\n".join(lines)
