@@ -303,13 +303,11 @@ def plan_round(
     max_window : float
         The socket buffer in segments: the window never exceeds it.
     lose : callable
-        ``lose(segments)``: index of the first of ``segments`` lost this round, or None (e.g.
-        :meth:`LossSampler.first_loss` bound to the path's loss).
+        ``lose(n)``: index of the first of ``n`` segments lost, or None (:meth:`LossSampler.first_loss`).
     share_segments : float
-        Segments per RTT that the flow's fair share carries, when that, not the window, limited
-        it last (else inf). A window above it queues at the bottleneck: the round stretches to
-        ``sent / share_segments`` RTTs (the queueing delay a real flow's RTT takes on), so that
-        losses are drawn for the segments sent per unit time, not for a window per base RTT.
+        Segments per RTT of the flow's fair share when that, not the window, limited it last (else
+        inf). A larger window queues: the round stretches to ``sent / share_segments`` RTTs, so
+        losses are drawn per segment sent, not per window and base RTT.
 
     Returns
     -------
@@ -330,18 +328,25 @@ def plan_round(
     # segments behind a loss that can raise duplicate ACKs / SACKs: the rest of this round and, if
     # the transfer goes on, the next round's new data
     more = 0.0 if final else min(window, left_segments - sent)
-    timeout = (sent - lost[0] - 1) + more < FAST_RETRANSMIT_DUPACKS  # no fast retransmit at all
-    timeout = timeout or (sent - lost[-1] - 1) + more < FAST_RETRANSMIT_DUPACKS  # unrevealed tail loss
-    if timeout:
-        delay = backed_off(rto, lose)  # the timeout retransmission, and its backoffs if lost
-    elif lose(len(lost)) is not None:  # a fast retransmission lost: found by the RTO, after the recovery RTT
-        delay, timeout = span + backed_off(rto, lose), True
-    else:
-        delay = span  # SACK recovery: every hole resent in one round trip
+    delay, timeout = _recovery(lost, sent + more, span, rto, lose)
     cut(conn, params, now_s + delay, timeout)
     if final:
         return Round(sent, rtt_s, True, extra_delay_s=delay)
     return Round(sent, delay, False)
+
+
+def _recovery(
+    lost: list[int], behind_end: float, span: float, rto: float, lose: Callable[[int], int | None]
+) -> tuple[float, bool]:
+    """How long repairing a round's ``lost`` segments takes (s) and whether it ends in a timeout;
+    ``behind_end``: segments sent up to the end of the next round (duplicate ACKs / SACKs)."""
+    timeout = behind_end - lost[0] - 1 < FAST_RETRANSMIT_DUPACKS  # no fast retransmit at all
+    timeout = timeout or behind_end - lost[-1] - 1 < FAST_RETRANSMIT_DUPACKS  # unrevealed tail loss
+    if timeout:
+        return backed_off(rto, lose), True  # the timeout retransmission, and its backoffs if lost
+    if lose(len(lost)) is not None:  # a fast retransmission lost: found by the RTO, after the recovery RTT
+        return span + backed_off(rto, lose), True
+    return span, False  # SACK recovery: every hole resent in one round trip
 
 
 def _losses(segments: int, lose: Callable[[int], int | None]) -> list[int]:
