@@ -14,13 +14,28 @@ import simpy
 
 from aiotsim.config import ConfigError, Scenario
 from aiotsim.network import Link, Network, Topology
-from aiotsim.network.tcp import Connection, TcpParams, cut, grow, plan_round, restart_window
+from aiotsim.network.tcp import (
+    Connection,
+    TcpParams,
+    backed_off,
+    cut,
+    grow,
+    handshake_s,
+    plan_round,
+    restart_window,
+)
 
 RATE = 100e6  # bits/s
 LAT = 0.1  # s one way
 RTT = 2 * LAT
 SEG_S = 1500 * 8 / RATE  # s, one segment on the link
 SEGS = 1460  # payload bytes per segment
+
+
+def scripted(*draws: int | None):  # type: ignore[no-untyped-def]
+    """A ``lose`` function that returns the given draws in order, then None (no more losses)."""
+    left = list(draws)
+    return lambda n: left.pop(0) if left else None
 
 
 def star2() -> Topology:
@@ -105,7 +120,7 @@ def test_loss_response_fast_retransmit_cubic_and_reno() -> None:
     # duplicate ACKs -> fast retransmit: the window is cut by beta, the round lasts one RTT.
     for cc, kept in (("cubic", 28.0), ("reno", 20.0)):
         conn = Connection(cwnd=40.0, ssthresh=40.0)
-        rd = plan_round(conn, TcpParams(congestion=cc), 0.0, 1000, RTT, 1e4, 1e4, lambda n: 5)
+        rd = plan_round(conn, TcpParams(congestion=cc), 0.0, 1000, RTT, 1e4, 1e4, scripted(5))
         assert (rd.segments, rd.duration_s, rd.final) == (40, RTT, False)
         assert conn.cwnd == pytest.approx(kept) and conn.ssthresh == pytest.approx(kept)
 
@@ -114,20 +129,93 @@ def test_loss_at_the_tail_costs_a_timeout_and_in_the_last_round_an_rtt() -> None
     p = TcpParams()
     # last round of 30 segments, loss at segment 10: 19 behind -> fast retransmit, +1 RTT
     conn = Connection(cwnd=40.0)
-    rd = plan_round(conn, p, 0.0, 30, RTT, 1e4, 1e4, lambda n: 10)
+    rd = plan_round(conn, p, 0.0, 30, RTT, 1e4, 1e4, scripted(10))
     assert rd.final and rd.extra_delay_s == pytest.approx(RTT)
-    # loss of the second-to-last segment: one segment behind, no 3 duplicate ACKs -> RTO
-    # = max(200 ms, 2 x RTT) = 0.4 s, and the window falls to 1 segment
+    # loss of the second-to-last segment: one segment behind, no 3 duplicate ACKs -> RTO; a fresh
+    # connection's RTO is the handshake's: srtt + max(4 rttvar, 0.2) = 0.2 + 4 x 0.1 = 0.6 s;
+    # the window falls to 1 segment
     conn = Connection(cwnd=40.0)
-    rd = plan_round(conn, p, 0.0, 30, RTT, 1e4, 1e4, lambda n: 28)
-    assert rd.final and rd.extra_delay_s == pytest.approx(0.4) and conn.cwnd == 1.0
+    rd = plan_round(conn, p, 0.0, 30, RTT, 1e4, 1e4, scripted(28))
+    assert rd.final and rd.extra_delay_s == pytest.approx(0.6) and conn.cwnd == 1.0
     # a 3-segment window in the middle of a transfer: loss of its first segment, 2 behind + 3 of
     # the next round -> fast retransmit; a 1-segment window with 1 left after it -> timeout
     conn = Connection(cwnd=3.0, ssthresh=3.0)
-    assert plan_round(conn, p, 0.0, 100, RTT, 1e4, 1e4, lambda n: 0).duration_s == RTT
-    conn = Connection(cwnd=1.0, ssthresh=2.0)
-    rd = plan_round(conn, p, 0.0, 2, 0.05, 1e4, 1e4, lambda n: 0)
-    assert rd.duration_s == pytest.approx(0.2)  # min RTO 200 ms > 2 x 50 ms
+    assert plan_round(conn, p, 0.0, 100, RTT, 1e4, 1e4, scripted(0)).duration_s == RTT
+    conn = Connection(cwnd=1.0, ssthresh=2.0, acked=100.0)
+    rd = plan_round(conn, p, 0.0, 2, 0.05, 1e4, 1e4, scripted(0))
+    assert rd.duration_s == pytest.approx(0.25)  # 50 ms + max(4 x (~0) rttvar, 200 ms)
+
+
+def test_rto_estimate_decays_from_three_rtt_to_rtt_plus_the_floor() -> None:
+    p = TcpParams()
+    # handshake sample only: srtt = 0.2, rttvar = 0.1 -> 0.2 + 0.4 s; after 4 segments (2 ACKs,
+    # 2 samples at the same RTT) rttvar = 0.1 x 0.75^2 = 0.05625 -> 0.2 + 0.225 s; after 8
+    # (rttvar 0.0316, 4 x = 0.127) Linux's floor of 200 ms on the variance term: 0.2 + 0.2 s
+    assert p.loss_rto(RTT, 0.0) == pytest.approx(0.6)
+    assert p.loss_rto(RTT, 4.0) == pytest.approx(0.425)
+    assert p.loss_rto(RTT, 8.0) == pytest.approx(0.4)
+    assert p.loss_rto(0.01, 0.0) == pytest.approx(0.21)  # 10 ms + 200 ms
+
+
+def test_lost_syn_waits_one_then_two_seconds() -> None:
+    assert handshake_s(RTT, scripted()) == pytest.approx(RTT)
+    assert handshake_s(RTT, scripted(0)) == pytest.approx(RTT + 1.0)
+    assert handshake_s(RTT, scripted(0, 0)) == pytest.approx(RTT + 1.0 + 2.0)
+    # on a network: a 1-segment transfer at 50% loss is a multiple of nothing but whole seconds
+    # of SYN backoff above its loss-free time (1 RTT handshake + 1 RTT-ish delivery)
+    topo = Topology()
+    topo.add_node("a", "node")
+    topo.add_node("b", "server")
+    topo.add_link("a", "b", Link("l", RATE, LAT, loss=0.5))
+    base = transfers([(0.0, 100)], star2(), connection="per-transfer")[0]
+    seen = set()
+    for seed in range(12):
+        env = simpy.Environment()
+        ev = Network(env, topo, seed=seed, transport="tcp", tcp=TcpParams(connection="per-transfer")).send(
+            "a", "b", 100
+        )
+        env.run()
+        extra = ev.value.duration_s - base
+        seen.add(round(extra, 6))
+    # each extra is a sum of distinct SYN backoffs (1, 2, 4 s ...) and/or data RTOs (0.6 s, 1.2 s ...)
+    # (the lossy link's 11 us of extra serialization aside)
+    assert any(abs(x) < 1e-4 for x in seen) and any(abs(x - 1.0) < 1e-4 for x in seen)
+
+
+def test_timeout_retransmission_lost_backs_off_exponentially() -> None:
+    assert backed_off(0.3, scripted()) == pytest.approx(0.3)
+    assert backed_off(0.3, scripted(0)) == pytest.approx(0.3 + 0.6)
+    assert backed_off(0.3, scripted(0, 0)) == pytest.approx(0.3 + 0.6 + 1.2)
+    # in a round: window 2 mid-transfer, the 2nd segment lost (0 + 2 behind < 3 -> timeout), its
+    # retransmission lost once: 0.6 + 1.2 = 1.8 s, window 1
+    conn = Connection(cwnd=2.0, ssthresh=2.0)
+    rd = plan_round(conn, TcpParams(), 0.0, 100, RTT, 1e4, 1e4, scripted(1, 0))
+    assert rd.duration_s == pytest.approx(1.8) and conn.cwnd == 1.0
+
+
+def test_several_losses_in_one_window_are_one_sack_recovery() -> None:
+    # window 40, losses at 5, 12 and 30 (gaps 5, 6, 17), 1000 left: one cut (x 0.7), one RTT
+    conn = Connection(cwnd=40.0, ssthresh=40.0)
+    rd = plan_round(conn, TcpParams(), 0.0, 1000, RTT, 1e4, 1e4, scripted(5, 6, 17, None, None))
+    assert rd.duration_s == pytest.approx(RTT) and conn.cwnd == pytest.approx(28.0)
+    # the same, one of the 3 retransmissions lost: found by the RTO (0.6 s, fresh connection)
+    # after the recovery RTT: 0.2 + 0.6 s, then the window restarts at 1 segment
+    conn = Connection(cwnd=40.0, ssthresh=40.0)
+    rd = plan_round(conn, TcpParams(), 0.0, 1000, RTT, 1e4, 1e4, scripted(5, 6, 17, None, 1, None))
+    assert rd.duration_s == pytest.approx(0.8) and conn.cwnd == 1.0
+    # the transfer's last round (30 segments): losses at 10 and 29: nothing behind 29 reveals it
+    # (no SACK above it) -> the tail costs an RTO (0.6 s) on top of the last byte's time
+    conn = Connection(cwnd=40.0)
+    rd = plan_round(conn, TcpParams(), 0.0, 30, RTT, 1e4, 1e4, scripted(10, 18, None))
+    assert rd.final and rd.extra_delay_s == pytest.approx(0.6) and conn.cwnd == 1.0
+
+
+def test_window_above_the_fair_share_stretches_the_round() -> None:
+    # 40 segments in flight, the fair share carries 10 per RTT: the round lasts 4 RTTs (queueing),
+    # so losses are drawn for 40 segments per 0.8 s, not per 0.2 s
+    conn = Connection(cwnd=40.0, ssthresh=40.0)
+    rd = plan_round(conn, TcpParams(congestion="reno"), 0.0, 1000, RTT, 1e4, 1e4, scripted(), 10.0)
+    assert rd.duration_s == pytest.approx(4 * RTT) and rd.segments == 40 and conn.cwnd == 41.0
 
 
 def test_cubic_returns_to_w_max_after_k_seconds() -> None:

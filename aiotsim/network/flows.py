@@ -52,7 +52,15 @@ import simpy
 from aiotsim.errors import ConfigError
 from aiotsim.network.link import Link
 from aiotsim.network.overhead import PathFormat, packets, path_format, retransmission_delay, wire_bytes
-from aiotsim.network.tcp import Connection, LossSampler, TcpParams, plan_round, restart_window, transport_options
+from aiotsim.network.tcp import (
+    Connection,
+    LossSampler,
+    TcpParams,
+    handshake_s,
+    plan_round,
+    restart_window,
+    transport_options,
+)
 from aiotsim.network.topology import Topology
 from aiotsim.network.traces import SNAP_S, GilbertElliott, retransmitted_packets
 
@@ -576,7 +584,8 @@ class Network:
             max(p.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0), fmt.loss, extra_delay=max(pipeline, 0.0),
             bursty=path.bursty, traced=path.traced,
         )  # fmt: skip
-        self._round_end[slot] = now + rtt if fresh else now  # SYN, SYN-ACK before the first data
+        # SYN, SYN-ACK before the first data (+ 1 s, 2 s, ... per lost SYN)
+        self._round_end[slot] = now + handshake_s(rtt, lambda n: self._lose(fmt.loss, n, path.bursty)) if fresh else now
         self._flow_cap[slot] = 0.0 if fresh else np.inf
 
     def _tcp_rounds(self, live: np.ndarray, now: float) -> None:
@@ -584,9 +593,12 @@ class Network:
         for slot in live[self._round_end[live] <= now + ROUND_EPS_S]:
             t = self._tcp_flows[slot]
             assert t is not None
+            rate = self._rate[slot]  # bytes/s; below the window's cap: the fair share limited it
+            held = (t.loss > 0 or t.bursty) and 0 < rate < self._flow_cap[slot] * (1 - 1e-9)
+            share = rate * t.rtt / t.seg_wire if held else np.inf  # segments per round trip
             rd = plan_round(
                 t.conn, self.tcp, now, self._remaining[slot] / t.seg_wire, t.rtt, t.bdp, t.max_window,
-                lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty),
+                lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty), share,
             )  # fmt: skip
             if rd.final:  # the last window leaves in one burst, at the fair share
                 self._flow_cap[slot], self._round_end[slot] = np.inf, np.inf

@@ -16,14 +16,22 @@ Per round trip (one :func:`plan_round` per window-limited flow and round):
   (its ACK-train test, from 16 segments up);
 * **congestion avoidance**: CUBIC (RFC 9438; Linux's and ns-3's default, C = 0.4, beta = 0.7) with
   its Reno-friendly region, or Reno (+1 segment per round, beta = 0.5);
-* **loss**: each round's segments are lost independently with the path's loss probability (one
-  seeded draw per round: the position of the first loss, :meth:`LossSampler.first_loss`).
-  A loss with >= 3 segments behind it is repaired by fast retransmit: the window is cut by beta
-  (multiple losses in one round are one congestion event, as with SACK/NewReno), and when it hits
-  the transfer's last round the retransmission costs one more RTT. Fewer than 3 segments behind it
-  (a tiny window, or the tail of a transfer) gets no duplicate ACKs: a retransmission timeout,
-  ``RTO = max(min_rto, 2 x RTT)`` (Linux: 200 ms floor; 2 x RTT is srtt + 4 x rttvar with
-  rttvar = RTT / 4), after which the window restarts at 1 segment;
+* **loss**: each round's segments are lost independently with the path's loss probability (seeded
+  geometric draws: the position of the first loss, then of each next one behind it,
+  :meth:`LossSampler.first_loss`). A first loss with >= 3 segments behind it is repaired by fast
+  retransmit with SACK (RFC 6675): every hole of the round is resent in one recovery round trip,
+  the window is cut once by beta (one congestion event), and in the transfer's last round the
+  recovery costs one more RTT. Fewer than 3 segments behind the first loss (a tiny window), or a
+  loss with nothing delivered behind it at the transfer's tail (no SACK to reveal it), gets a
+  retransmission timeout, after which the window restarts at 1 segment. Each retransmission is
+  lost again with the same probability: a lost fast retransmission is found by the RTO, and a lost
+  timeout retransmission doubles the RTO (exponential backoff, RFC 6298 sec. 5.5);
+* **RTO**: ``srtt + max(4 x rttvar, min_rto)`` (RFC 6298 with Linux's floor of 200 ms on the
+  variance term) with
+  the handshake's sample as the first (rttvar = RTT / 2: RTO = 3 RTT) and rttvar decaying by 3/4
+  per ACK (one ACK per 2 segments) while the RTT stays constant;
+* **SYN loss**: a new connection's SYN is lost with the path's loss probability and resent after
+  1 s, 2 s, ... (RFC 6298's initial RTO, Linux's);
 * **the last window** of a transfer leaves in one burst, limited by the fair share only;
 * **idle restart** (RFC 5681 sec. 4.1, Linux ``tcp_slow_start_after_idle = 1``): a connection idle
   for longer than one RTO halves its window per RTO idle, down to the initial window
@@ -51,6 +59,10 @@ CUBIC_BETA = 0.7  # window kept after a loss (RFC 9438)
 RENO_BETA = 0.5
 HYSTART_LOW_WINDOW = 16  # segments: HyStart is active from this window up (Linux, ns-3)
 FAST_RETRANSMIT_DUPACKS = 3
+SYN_RTO_S = 1.0  # s, first SYN retransmission timeout (RFC 6298 sec. 2.1, Linux, ns-3 ConnTimeout set so)
+SYN_RETRIES = 6  # SYN retransmissions before giving up (Linux tcp_syn_retries, ns-3 ConnCount)
+MAX_BACKOFFS = 6  # RTO doublings at most (beyond that the transfer's time is meaningless anyway)
+SEGMENTS_PER_ACK = 2.0  # delayed ACKs: one ACK (one RTT sample) per 2 segments
 MIN_WINDOW = 2.0  # segments, the smallest window after a fast-retransmit cut
 
 
@@ -90,8 +102,43 @@ class TcpParams:
         return CUBIC_BETA if self.congestion == "cubic" else RENO_BETA
 
     def rto(self, rtt_s: float) -> float:
-        """Retransmission timeout of a path with round trip ``rtt_s``, s."""
+        """Retransmission timeout of a path with round trip ``rtt_s``, s, for the idle test of
+        :func:`restart_window` (a long-lived connection's estimate)."""
         return max(self.min_rto_s, 2.0 * rtt_s)
+
+    def loss_rto(self, rtt_s: float, acked: float) -> float:
+        """Retransmission timeout after ``acked`` segments of the connection were acknowledged, s.
+
+        RFC 6298 with the handshake's sample first (srtt = RTT, rttvar = RTT / 2) and one sample
+        per ACK (``acked / 2`` of them) at the same RTT: rttvar = RTT / 2 x (3/4)^samples; as in
+        Linux, the floor ``min_rto_s`` bounds the variance term: ``srtt + max(4 rttvar, min_rto)``.
+        """
+        rttvar = 0.5 * rtt_s * 0.75 ** (acked / SEGMENTS_PER_ACK)
+        return rtt_s + max(self.min_rto_s, 4.0 * rttvar)  # Linux: min_rto bounds rttvar's term
+
+
+def handshake_s(rtt_s: float, lose: Callable[[int], int | None]) -> float:
+    """Time from a new connection's SYN until its first data leaves, s: one round trip, plus
+    1 s, 2 s, ... per lost SYN (``lose(1)`` not None: that SYN was lost)."""
+    wait, backoff = rtt_s, SYN_RTO_S
+    for _ in range(SYN_RETRIES):
+        if lose(1) is None:
+            break
+        wait += backoff
+        backoff *= 2.0
+    return wait
+
+
+def backed_off(rto_s: float, lose: Callable[[int], int | None]) -> float:
+    """Time from a timeout retransmission's first send until one copy gets through, s: ``rto_s``,
+    then ``2 rto_s``, ``4 rto_s`` ... more for each lost copy (``lose(1)`` not None)."""
+    wait, backoff = rto_s, 2.0 * rto_s
+    for _ in range(MAX_BACKOFFS):
+        if lose(1) is None:
+            break
+        wait += backoff
+        backoff *= 2.0
+    return wait
 
 
 @dataclass
@@ -104,6 +151,7 @@ class Connection:
     k_s: float = 0.0  # CUBIC: time from the reduction until the window is back at w_max, s
     epoch_s: float = 0.0  # CUBIC: time of the last reduction, s
     last_active_s: float = 0.0  # when its last transfer was drained, s
+    acked: float = 0.0  # segments acknowledged so far (RTT samples for the RTO), segments
     busy: bool = False
 
 
@@ -234,6 +282,7 @@ def plan_round(
     bdp_segments: float,
     max_window: float,
     lose: Callable[[int], int | None],
+    share_segments: float = math.inf,
 ) -> Round:
     """One round trip of a window-limited flow: what it sends, how long it takes, the new window.
 
@@ -254,8 +303,11 @@ def plan_round(
     max_window : float
         The socket buffer in segments: the window never exceeds it.
     lose : callable
-        ``lose(segments)``: index of the first of ``segments`` lost this round, or None (e.g.
-        :meth:`LossSampler.first_loss` bound to the path's loss).
+        ``lose(n)``: index of the first of ``n`` segments lost, or None (:meth:`LossSampler.first_loss`).
+    share_segments : float
+        Segments per RTT of the flow's fair share when that, not the window, limited it last (else
+        inf). A larger window queues: the round stretches to ``sent / share_segments`` RTTs, so
+        losses are drawn per segment sent, not per window and base RTT.
 
     Returns
     -------
@@ -264,21 +316,51 @@ def plan_round(
     conn.cwnd = min(conn.cwnd, max_window)
     window = max(math.floor(conn.cwnd), 1)  # whole segments in flight
     sent = min(window, left_segments)
-    first_loss = lose(math.ceil(sent))
     final = left_segments <= window
-    rto = params.rto(rtt_s)
-    if first_loss is None or first_loss >= sent:
+    span = rtt_s * max(1.0, sent / share_segments)  # s, this round's RTT with its queueing
+    rto = params.loss_rto(span, conn.acked)
+    lost = _losses(math.ceil(sent), lose)
+    conn.acked += sent
+    if not lost:
         if not final:
-            grow(conn, params, now_s + rtt_s, rtt_s, bdp_segments)
-        return Round(sent, rtt_s, final)
-    # segments behind the lost one that can raise duplicate ACKs: the rest of this round and, if
+            grow(conn, params, now_s + span, span, bdp_segments)
+        return Round(sent, span, final)
+    # segments behind a loss that can raise duplicate ACKs / SACKs: the rest of this round and, if
     # the transfer goes on, the next round's new data
-    behind = (sent - first_loss - 1) + (0.0 if final else min(window, left_segments - sent))
-    timeout = behind < FAST_RETRANSMIT_DUPACKS
-    cut(conn, params, now_s + (rto if timeout else rtt_s), timeout)
+    more = 0.0 if final else min(window, left_segments - sent)
+    delay, timeout = _recovery(lost, sent + more, span, rto, lose)
+    cut(conn, params, now_s + delay, timeout)
     if final:
-        return Round(sent, rtt_s, True, extra_delay_s=rto if timeout else rtt_s)
-    return Round(sent, rto if timeout else rtt_s, False)
+        return Round(sent, rtt_s, True, extra_delay_s=delay)
+    return Round(sent, delay, False)
+
+
+def _recovery(
+    lost: list[int], behind_end: float, span: float, rto: float, lose: Callable[[int], int | None]
+) -> tuple[float, bool]:
+    """How long repairing a round's ``lost`` segments takes (s) and whether it ends in a timeout;
+    ``behind_end``: segments sent up to the end of the next round (duplicate ACKs / SACKs)."""
+    timeout = behind_end - lost[0] - 1 < FAST_RETRANSMIT_DUPACKS  # no fast retransmit at all
+    timeout = timeout or behind_end - lost[-1] - 1 < FAST_RETRANSMIT_DUPACKS  # unrevealed tail loss
+    if timeout:
+        return backed_off(rto, lose), True  # the timeout retransmission, and its backoffs if lost
+    if lose(len(lost)) is not None:  # a fast retransmission lost: found by the RTO, after the recovery RTT
+        return span + backed_off(rto, lose), True
+    return span, False  # SACK recovery: every hole resent in one round trip
+
+
+def _losses(segments: int, lose: Callable[[int], int | None]) -> list[int]:
+    """Indices of the lost segments among ``segments`` sent back to back: the first loss, then
+    the next one behind it, and so on (independent losses: each gap is one geometric draw)."""
+    lost: list[int] = []
+    start = 0
+    while start < segments:
+        nxt = lose(segments - start)
+        if nxt is None or nxt >= segments - start:
+            break
+        lost.append(start + nxt)
+        start += nxt + 1
+    return lost
 
 
 def transport_options(network: Any) -> dict[str, Any]:
