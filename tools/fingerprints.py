@@ -87,12 +87,15 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="compare against the recorded fingerprints")
     ap.add_argument("--all-codecs", action="store_true", help="every registered codec, not the test's subset")
     ap.add_argument("--fixture", type=Path, default=FIXTURE)
+    ap.add_argument("--only", default="", help="only the cases whose key starts with this (e.g. a scenario path)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     recorded = json.loads(args.fixture.read_text()) if args.fixture.is_file() else {}
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         for k, (key, path, iters, codec, sets) in enumerate(cases(args.all_codecs)):
+            if not key.startswith(args.only):
+                continue
             fp = run_case(path, iters, codec, sets, Path(tmp) / str(k))
             if args.record:
                 recorded[key] = fp
