@@ -51,7 +51,8 @@ def main() -> None:
     ap.add_argument("--per-round", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    print(f"{'registered':>10} {'per round':>9} {'start-up s':>10} {'wall s/round':>12} {'built':>6} {'sim s':>8} {'bytes up':>12}")
+    head = ("registered", 10), ("per round", 9), ("start-up s", 10), ("wall s/round", 12), ("built", 6), ("sim s", 8)
+    print(" ".join(f"{name:>{width}}" for name, width in head), f"{'bytes up':>12}")
     for n in args.fleets:
         out = subprocess.run([sys.executable, "-c", CASE, str(n), str(args.per_round), str(args.rounds)],
                              cwd=ROOT, capture_output=True, text=True, check=True)  # fmt: skip

@@ -120,20 +120,19 @@ class TcpParams:
 def handshake_s(rtt_s: float, lose: Callable[[int], int | None]) -> float:
     """Time from a new connection's SYN until its first data leaves, s: one round trip, plus
     1 s, 2 s, ... per lost SYN (``lose(1)`` not None: that SYN was lost)."""
-    wait, backoff = rtt_s, SYN_RTO_S
-    for _ in range(SYN_RETRIES):
-        if lose(1) is None:
-            break
-        wait += backoff
-        backoff *= 2.0
-    return wait
+    return _doubling_wait(rtt_s, SYN_RTO_S, SYN_RETRIES, lose)
 
 
 def backed_off(rto_s: float, lose: Callable[[int], int | None]) -> float:
     """Time from a timeout retransmission's first send until one copy gets through, s: ``rto_s``,
     then ``2 rto_s``, ``4 rto_s`` ... more for each lost copy (``lose(1)`` not None)."""
-    wait, backoff = rto_s, 2.0 * rto_s
-    for _ in range(MAX_BACKOFFS):
+    return _doubling_wait(rto_s, 2.0 * rto_s, MAX_BACKOFFS, lose)
+
+
+def _doubling_wait(wait: float, backoff: float, tries: int, lose: Callable[[int], int | None]) -> float:
+    """``wait`` s, plus ``backoff``, ``2 backoff``, ... s while (at most ``tries`` times) the copy
+    sent is lost: exponential backoff of a retransmission timer."""
+    for _ in range(tries):
         if lose(1) is None:
             break
         wait += backoff
