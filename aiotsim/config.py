@@ -456,7 +456,7 @@ class NetworkSection:
         "bandwidth trace of every node's uplink instead of uplink_mbps (star, hierarchical sensor tier, "
         "ring): a Mahimahi file (one line per 1,500-byte delivery opportunity, in ms; loops with the last "
         "timestamp as period) or a .csv of 'time_s, mbps' rows (piecewise constant, loops); relative to the "
-        "scenario file; '' = constant",
+        "scenario file (given with --set: to the working directory); '' = constant",
     )
     downlink_trace: str = opt("", "bandwidth trace of every node's downlink instead of downlink_mbps (as uplink_trace)")
     trace_offset_s: float = opt(
@@ -964,14 +964,19 @@ def parse_overrides(texts: list[str]) -> dict[str, Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Nested copy of ``data`` with ``{"section.key": value}`` set (sections created as needed)."""
+    """Nested copy of ``data`` with ``{"section.key": value}`` set (sections created as needed).
+
+    A trace path still relative after this came from an override (a file's own paths were made
+    absolute by :func:`read_toml`): it is taken from the working directory, as a path typed on a
+    command line is, and made absolute here, so the scenario a run directory keeps finds it from
+    anywhere."""
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     for dotted, value in overrides.items():
         section, _, key = dotted.partition(".")
         sec = out.setdefault(section, {})
         if isinstance(sec, dict):
             sec[key] = value
-    return out
+    return resolve_trace_paths(out, Path.cwd()) if overrides else out
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

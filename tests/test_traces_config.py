@@ -168,3 +168,18 @@ def test_a_constant_trace_runs_byte_identical_to_the_constant_link(tmp_path: Pat
     half = [f'network.uplink_trace="{tmp_path / "half.csv"}"']
     slow = load_scenario(ROOT / "tests" / "tiny.toml", half, iterations=2)
     assert run_scenario(slow, tmp_path / "slow")["sim_time_s"] > run_scenario(plain, tmp_path / "p2")["sim_time_s"]
+
+
+def test_trace_paths_set_on_the_command_line_are_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch
+) -> None:
+    p = scenario_file(tmp_path)
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "cwd" / "mine.csv").write_text(STEP)
+    monkeypatch.chdir(tmp_path / "cwd")
+    s = load_scenario(p, ["network.uplink_trace=mine.csv"])
+    assert Path(s.network.uplink_trace) == (tmp_path / "cwd" / "mine.csv").resolve()
+    monkeypatch.chdir(tmp_path)  # the stored scenario still finds it from elsewhere
+    assert load_trace(s.network.uplink_trace).rates.tolist() == [1e6, 2e6]  # B/s; the 3 s row ends the loop
+    with pytest.raises(ConfigError, match="with --set to the working directory"):
+        load_trace("missing.csv")

@@ -364,7 +364,10 @@ def load_trace(path: str | Path, resolution_s: float = 0.0) -> RateTrace:
     try:
         st = p.resolve().stat()
     except OSError:
-        raise ConfigError(f"{p}: no such trace file (paths are relative to the scenario file)") from None
+        raise ConfigError(
+            f"{p}: no such trace file (a path in a scenario file is relative to that file's directory, "
+            "one given with --set to the working directory)"
+        ) from None
     if not p.is_file():
         raise ConfigError(f"{p}: not a file; a trace is a Mahimahi file (ms per line) or a 'time_s, mbps' .csv")
     return _load_cached(str(p.resolve()), st.st_size, st.st_mtime_ns, float(resolution_s))
