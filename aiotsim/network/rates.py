@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 PENDING, LEVELED, CAPPED, WAITING = 0, 1, 2, 3
 TIE = 1e-12  # relative: links filling this close to the level freeze together (progressive filling)
+NEAR = 1e-9  # relative: a leveled flow this close to its cap is reported as touched (see _near)
 SPARE_TOL = 1e-12  # relative: a link's spare capacity this close to 0 counts as exactly used
 
 
@@ -385,6 +386,7 @@ class RateClasses:
         moved: list[int] = []
         for g in comp:
             g.advance(now)
+            moved.extend(self._near(g))  # at their cap now: they may not be after the re-leveling
         for _ in range(4 * sum(g.n + g.capped for g in comp) + 8):  # bound: float ties cannot cycle
             if len(comp) == 1:
                 comp[0].lam = self._lone_level(comp[0])
@@ -397,11 +399,24 @@ class RateClasses:
         for g in comp:
             if g.n == 0 and g.capped == 0 and g.key in self._groups:
                 self._drop_group(g)
+            else:
+                moved.extend(self._near(g))
         return moved
+
+    def _near(self, g: _Group) -> list[int]:
+        """Leveled flows whose cap is within ``NEAR`` (relative) above the level: their rate is
+        their cap for a caller testing ``rate >= cap x (1 - NEAR)`` (TCP's window binding)."""
+        near = []
+        while self._clean(g.lev, LEVELED) and g.lev[0][0] * (1.0 - NEAR) <= g.lam:
+            near.append(heapq.heappop(g.lev))
+        for entry in near:
+            heapq.heappush(g.lev, entry)
+        return [entry[2] for entry in near]
 
     def _fix(self, comp: list[_Group], now: float, up: bool) -> list[int]:
         """``up``: capped flows whose cap exceeds the level become leveled; else leveled flows
-        whose cap is below the level become capped. Returns the fids moved."""
+        whose cap is below the level become capped (a tie stays leveled: the same rate, and a
+        group keeps a leveled flow to define its level). Returns the fids moved."""
         moved = []
         for g in comp:
             heap, mode = (g.cap, CAPPED) if up else (g.lev, LEVELED)
