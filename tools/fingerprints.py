@@ -10,8 +10,8 @@ A change that moves simulated times in the last bits on purpose (e.g. a new netw
 checked numerically: run ``--save DIR`` with the old code, then ``--check --rtol 1e-9
 --reference DIR`` with the new one: a run whose hash differs is compared value by value
 (``metrics.csv``, ``evals.csv``, ``summary.json``); the largest relative difference per column is
-printed, and the run passes only if every time-like column (``*_s``, ``*_j``: times and the
-energy they imply) is within ``rtol`` and every other column (loss, accuracy, bytes, counts) is
+printed, and the run passes only if every time-like column (``*_s``, ``*_j``, ``*_share``,
+throughput: times and what they imply) is within ``rtol`` and every other column (loss, accuracy, bytes, counts) is
 identical.
 
 A refactor that must not change results keeps every fingerprint equal (see
@@ -95,9 +95,10 @@ def run_case(path: str, iters: int, codec: str, sets: list[str], out_dir: Path) 
 
 
 def _is_time(column: str) -> bool:
-    """A column measured in simulated seconds (or the energy those seconds cost)."""
-    last = column.rsplit(".", 1)[-1]
-    return last.endswith(("_s", "_j")) or "time" in last or "energy" in last
+    """A column measured in simulated seconds or derived from them (energy, shares of the
+    iteration time, samples per simulated second)."""
+    last = column.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+    return last.endswith(("_s", "_j", "_share")) or any(w in last for w in ("time", "energy", "throughput"))
 
 
 def _flatten(value: object, prefix: str = "") -> dict[str, object]:
@@ -152,7 +153,7 @@ def numeric_diff(ref_dir: Path, new_dir: Path) -> tuple[dict[str, float], bool]:
         worst = math.inf if len(a) != len(b) else max((_rel(x, y) for x, y in zip(a, b, strict=True)), default=0.0)
         if worst > 0:
             diffs[col] = worst
-    exact = all(_is_time(col) is False and d == 0 or _is_time(col) for col, d in diffs.items())
+    exact = all(_is_time(col) for col in diffs)
     return diffs, exact
 
 
@@ -182,7 +183,7 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
     recorded = json.loads(args.fixture.read_text()) if args.fixture.is_file() else {}
-    bad = 0
+    bad = numeric = 0
     with tempfile.TemporaryDirectory() as tmp:
         for k, (key, path, iters, codec, sets) in enumerate(cases(args.all_codecs)):
             if not key.startswith(args.only):
@@ -205,12 +206,14 @@ def main() -> int:
                     close, report = compare_case(args.reference / safe, run_dir, args.rtol)
                     status = ("ok within rtol; " if close else "DIFFERS; ") + report
                     diff = [] if close else diff
+                    numeric += close
                 bad += bool(diff)
             print(f"{key:45s} {status}", flush=True)
     if args.record:
         args.fixture.write_text(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n")
         print(f"wrote {len(recorded)} fingerprints to {args.fixture}")
-    print(f"{bad} differ" if bad else "all identical")
+    within = f" ({numeric} of them within rtol={args.rtol} in times, identical elsewhere)" if numeric else ""
+    print(f"{bad} differ" if bad else f"all identical{within}")
     return 1 if bad else 0
 
 

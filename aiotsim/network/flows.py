@@ -627,9 +627,10 @@ class Network:
         traced paths (capacity changing under them) or Gilbert-Elliott paths (losses drawn per
         round) keep stepping round by round. Only flows whose rate class changed (``slots``) can
         switch: a level moving between two caps changes no flow's binding."""
+        changed: set[int] = set()  # each flow switches at most once per step (no ping-pong)
         while slots:
             relax = False
-            for slot in sorted(set(slots)):
+            for slot in sorted(set(slots) - changed):
                 t = self._tcp_flows[slot]
                 if t is None or slot not in self._rates.flows:
                     continue
@@ -638,10 +639,12 @@ class Network:
                 if stepping and not bound and t.cap > 0 and t.loss == 0.0 and not t.bursty and not t.traced:
                     self._set_round(slot, t, np.inf, t.conn.cwnd * t.seg_wire / t.rtt, now)  # window no longer binds
                     relax = True
+                    changed.add(slot)
                 elif not stepping and bound and math.isfinite(t.cap):
                     t.round_end = now  # the window binds again: step from now
                     self._seq += 1
                     heapq.heappush(self._rounds, (now, slot, self._seq, t))
+                    changed.add(slot)
             slots = self._rates.solve(now) if relax else []
 
     def _finish(self, slot: int) -> None:

@@ -55,10 +55,25 @@ class _Group:
     t: float = 0.0  # s
     n: int = 0  # leveled flows
     capped: int = 0  # capped flows
-    s: float = 0.0  # bytes/s, sum of the capped flows' caps
+    s: float = 0.0  # bytes/s, sum of the capped flows' caps (with s_err: compensated, see add_cap)
+    s_err: float = 0.0  # bytes/s, rounding error of s so far (Neumaier)
     thr: list[tuple[float, int, int]] = field(default_factory=list)  # (threshold, version, fid)
     lev: list[tuple[float, int, int]] = field(default_factory=list)  # (cap, version, fid), min first
     cap: list[tuple[float, int, int]] = field(default_factory=list)  # (-cap, version, fid), max first
+
+    def add_cap(self, x: float) -> None:
+        """``s += x`` with the rounding error kept (caps of very different sizes come and go:
+        a plain running sum would leave residues that a link at capacity 0 turns into rates)."""
+        t = self.s + x
+        self.s_err += (self.s - t) + x if abs(self.s) >= abs(x) else (x - t) + self.s
+        self.s = t
+        if not self.capped:
+            self.s = self.s_err = 0.0
+
+    @property
+    def used(self) -> float:
+        """Sum of the capped flows' caps, bytes/s."""
+        return self.s + self.s_err
 
     def advance(self, now: float) -> None:
         """Move the virtual clock to ``now`` at the current level."""
@@ -274,7 +289,7 @@ class RateClasses:
                 g.n -= 1
             else:
                 g.capped -= 1
-                g.s -= f.c
+                g.add_cap(-f.c)
             self._dirty[g] = None
             if g.n == 0 and g.capped == 0:
                 self._drop_group(g)
@@ -337,7 +352,7 @@ class RateClasses:
         heapq.heappush(self._fin, (now + f.rem / f.c if f.c > 0 else math.inf, f.ver, fid))
         if g is not None:
             g.capped += 1
-            g.s += f.c
+            g.add_cap(f.c)
             heapq.heappush(g.cap, (-f.c, f.ver, fid))
 
     def _move(self, fid: int, leveled: bool, now: float) -> None:
@@ -350,7 +365,7 @@ class RateClasses:
             g.n -= 1
         else:
             g.capped -= 1
-            g.s -= f.c
+            g.add_cap(-f.c)
         self._put(f, fid, g, leveled, now)
 
     def _alone(self, g: _Group) -> bool:
@@ -374,7 +389,7 @@ class RateClasses:
         """Level of a group whose shared links carry no other group (bytes/s)."""
         lam = math.inf
         for link, m in g.key:
-            spare = self.cap[link] - m * g.s
+            spare = self.cap[link] - m * g.used
             if g.n:
                 lam = min(lam, spare / (m * g.n))
             elif spare < -SPARE_TOL * self.cap[link]:
@@ -434,7 +449,7 @@ class RateClasses:
         weight: dict[int, float] = {}
         for g in comp:
             for link, m in g.key:
-                spare[link] = spare.get(link, self.cap[link]) - m * g.s
+                spare[link] = spare.get(link, self.cap[link]) - m * g.used
                 weight[link] = weight.get(link, 0.0) + m * g.n
         active = [g for g in comp if g.n]
         level, frozen = 0.0, {}
