@@ -313,7 +313,7 @@ class Network:
         self._link_index = {name: i for i, name in enumerate(self._link_names)}
         # bytes/s per link, plus a dummy link of infinite capacity (kept for indexing by path)
         self._cap = np.array([all_links[n].capacity_Bps for n in self._link_names] + [np.inf])
-        self._rates = RateClasses(self._cap[:-1].tolist())
+        self._rates = RateClasses(self._cap[:-1].tolist(), report_near=transport == "tcp")
         self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link
         self.transfers: list[Transfer] = []
         self._paths: dict[tuple[str, str], _Path] = {}
@@ -662,7 +662,9 @@ class Network:
             self._tcp_flows[slot] = None
             t.conn.busy, t.conn.last_active_s = False, now
             delay += t.extra_delay
-        np.add.at(self._carried, f.path.index, f.wire * f.path.mult)
+        carried = self._carried
+        for i, m in zip(f.path.links_t, f.path.mults_t, strict=True):  # a few hops: no numpy call
+            carried[i] += f.wire * m
         record = Transfer(
             f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + delay,
             list(f.path.names), list(f.path.nodes),

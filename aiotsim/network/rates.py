@@ -105,6 +105,9 @@ class RateClasses:
     ----------
     cap : list of float
         Capacity of each link, bytes/s (> 0, or 0 for a traced link momentarily off).
+    report_near : bool
+        :meth:`solve` also returns the leveled flows within ``NEAR`` of their cap before and after
+        a re-leveling (TCP needs them: its window binds at ``rate >= cap x (1 - NEAR)``).
 
     Notes
     -----
@@ -114,7 +117,8 @@ class RateClasses:
     rate; a new one has rate 0.
     """
 
-    def __init__(self, cap: list[float]) -> None:
+    def __init__(self, cap: list[float], report_near: bool = False) -> None:
+        self.report_near = report_near  # solve() also returns flows leveled within NEAR of their cap
         self.cap = [float(c) for c in cap]
         self.users = [0] * len(cap)  # live flows crossing each link
         self._on_link: dict[int, dict[int, None]] = {}  # link -> fids crossing it
@@ -401,7 +405,8 @@ class RateClasses:
         moved: list[int] = []
         for g in comp:
             g.advance(now)
-            moved.extend(self._near(g))  # at their cap now: they may not be after the re-leveling
+            if self.report_near:
+                moved.extend(self._near(g))  # at their cap now: they may not be after the re-leveling
         for _ in range(4 * sum(g.n + g.capped for g in comp) + 8):  # bound: float ties cannot cycle
             if len(comp) == 1:
                 comp[0].lam = self._lone_level(comp[0])
@@ -414,7 +419,7 @@ class RateClasses:
         for g in comp:
             if g.n == 0 and g.capped == 0 and g.key in self._groups:
                 self._drop_group(g)
-            else:
+            elif self.report_near:
                 moved.extend(self._near(g))
         return moved
 
