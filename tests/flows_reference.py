@@ -1,4 +1,8 @@
-"""Flows: transfers that share links max-min fairly, as a fluid (no packets, no per-byte events).
+"""TEST REFERENCE ONLY: the vectorized flow engine as it was before network/rates.py (progressive
+filling over every flow in flight at every event), kept verbatim so that tests/test_flows_engine.py
+can compare whole runs of the incremental engine against it. Not part of the product.
+
+Flows: transfers that share links max-min fairly, as a fluid (no packets, no per-byte events).
 
 A transfer of ``nbytes`` from ``src`` to ``dst`` becomes a *flow* of wire bytes (payload plus
 per-packet headers, framing, ACK charge and expected retransmissions, see

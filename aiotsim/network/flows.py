@@ -21,12 +21,19 @@ extra link per capped flow), the controller also wakes at the round boundaries o
 or lossy flows, loss is drawn per round instead of charged as one RTT per expected lost packet,
 and the last packet pays its store-and-forward time on the path's non-bottleneck hops.
 
-Engine: one controller inside :class:`Network` (SimPy callbacks, no process per flow) keeps the
-active flows in a dict. A flow start asks for one zero-delay update (so flows starting at the same
-instant cost one recomputation); the controller then advances every flow to now, finishes the
-drained ones, recomputes the rates (O(sum of path lengths x log links)) and schedules a single
-timer at the next completion; a timer made stale by a later recomputation is ignored. Time lives in
-the network: callers only ``yield`` the event that :meth:`Network.send` returns.
+Engine: one controller inside :class:`Network` (SimPy callbacks, no process per flow) over
+:class:`~aiotsim.network.rates.RateClasses`: flows grouped by the links they share with other
+flows (a link crossed by one flow only is a per-flow cap, as is a TCP window), each group draining
+its leveled flows by one virtual clock, capped flows timed on their own, completions, TCP round
+ends and trace changes in heaps. A flow start asks for one zero-delay update (flows starting at
+the same instant cost one re-leveling); the controller then finishes the flows drained now (in
+slot order), reads the traced capacities and plans the TCP rounds due now (in slot order: the
+order of the loss draws), re-levels only the groups touched and schedules a single timer at the
+next event; a timer made stale by a later update is ignored. An event costs O(log flows) per flow
+whose rate class changes plus O(groups sharing a link with a touched group), not work over every
+flow in flight. Rates equal progressive filling over all flows (:func:`progressive_filling`, kept
+as the reference) up to its 1e-12 tie tolerance. Time lives in the network: callers only
+``yield`` the event that :meth:`Network.send` returns.
 
 Time-varying links (a :class:`~aiotsim.network.traces.RateTrace` on a link): capacities are
 piecewise constant, so the controller also wakes at the next capacity change of every traced link
