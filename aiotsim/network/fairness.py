@@ -23,32 +23,13 @@ its component (per-node links, no shared link) costs a few Python operations. Ra
 progressive filling over all flows up to the relative tie tolerance (1e-12) that progressive
 filling uses to freeze links filling at the same level. When one shared link joins every flow in
 one component (a star's server link) every event still recomputes all of them: O(flows) per
-event, as today; only rate classes with virtual clocks would avoid that.
+event; :mod:`aiotsim.network.rates` avoids that with rate classes and virtual clocks.
 
-Wiring into :class:`aiotsim.network.flows.Network` (for the integrator)
------------------------------------------------------------------------
-``benchmarks/network.py`` (``IncrementalNetwork``) is a working sketch of this recipe; its arrival
-times match today's engine to 2e-15 relative on the star and own-link workloads.
-
-1. ``__init__``: ``self._alloc = MaxMinAllocator(dict(enumerate(self._cap[:-1])))`` (link names
-   are the engine's link indices, so a path's ``_Path.index`` can be passed as is).
-2. ``send``: ``slot = self._alloc.add_flow(key, path.index.tolist(), path.mult.tolist(),
-   cap=window_Bps)`` with ``key`` any unique id (a counter); use the returned ``slot`` as the
-   engine's slot (drop ``_slot``/``_free``: grow ``_remaining``, ``_rate``, ``_alive``,
-   ``_flows`` to ``self._alloc.n_slots`` when ``slot`` is beyond them; ``_hops``/``_mult`` are no
-   longer needed). Keep the zero-delay ``_on_update`` so flows starting at one instant cost one
-   update.
-3. ``_step``: ``_advance()`` and the done test as today; for each finished slot,
-   ``self._alloc.remove_flow(key)`` in ``_finish``; then, instead of ``progressive_filling``,
-   ``slots, rates = self._alloc.update_slots(); self._rate[slots] = rates`` (every other live flow
-   keeps its rate), and schedule the next completion from ``self._remaining[live] /
-   self._rate[live]`` as today.
-4. TCP windows: ``self._alloc.set_cap(key, window_bytes / rtt_s)`` when a flow's window changes
-   (``inf`` to lift it), then ask for a zero-delay update so ``_step`` applies it. A cap is a
-   private link of that capacity: the flow gets ``min(cap, its max-min share)`` and the capacity
-   it leaves goes to the others.
-5. Check ``python tools/fingerprints.py --check`` (rates agree to 1e-12 relative, so arrival
-   times move at most in the last bits; a tie broken differently would show there).
+Not the engine of :class:`aiotsim.network.flows.Network`: that is
+:class:`aiotsim.network.rates.RateClasses` (rate classes with virtual clocks), whose cost per event
+does not grow with the flows of a component. This allocator remains a small general-purpose
+API (named flows and links, rates of the changed flows per update), property tested against
+progressive filling.
 """
 
 from __future__ import annotations

@@ -21,12 +21,19 @@ extra link per capped flow), the controller also wakes at the round boundaries o
 or lossy flows, loss is drawn per round instead of charged as one RTT per expected lost packet,
 and the last packet pays its store-and-forward time on the path's non-bottleneck hops.
 
-Engine: one controller inside :class:`Network` (SimPy callbacks, no process per flow) keeps the
-active flows in a dict. A flow start asks for one zero-delay update (so flows starting at the same
-instant cost one recomputation); the controller then advances every flow to now, finishes the
-drained ones, recomputes the rates (O(sum of path lengths x log links)) and schedules a single
-timer at the next completion; a timer made stale by a later recomputation is ignored. Time lives in
-the network: callers only ``yield`` the event that :meth:`Network.send` returns.
+Engine: one controller inside :class:`Network` (SimPy callbacks, no process per flow) over
+:class:`~aiotsim.network.rates.RateClasses`: flows grouped by the links they share with other
+flows (a link crossed by one flow only is a per-flow cap, as is a TCP window), each group draining
+its leveled flows by one virtual clock, capped flows timed on their own, completions, TCP round
+ends and trace changes in heaps. A flow start asks for one zero-delay update (flows starting at
+the same instant cost one re-leveling); the controller then finishes the flows drained now (in
+slot order), reads the traced capacities and plans the TCP rounds due now (in slot order: the
+order of the loss draws), re-levels only the groups touched and schedules a single timer at the
+next event; a timer made stale by a later update is ignored. An event costs O(log flows) per flow
+whose rate class changes plus O(groups sharing a link with a touched group), not work over every
+flow in flight. Rates equal progressive filling over all flows (:func:`progressive_filling`, kept
+as the reference) up to its 1e-12 tie tolerance. Time lives in the network: callers only
+``yield`` the event that :meth:`Network.send` returns.
 
 Time-varying links (a :class:`~aiotsim.network.traces.RateTrace` on a link): capacities are
 piecewise constant, so the controller also wakes at the next capacity change of every traced link
@@ -40,6 +47,7 @@ from the jitter's): the wire bytes grow by the lost packets and the delay by one
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from collections import Counter, deque
 from collections.abc import Hashable, Mapping
@@ -52,6 +60,7 @@ import simpy
 from aiotsim.errors import ConfigError
 from aiotsim.network.link import Link
 from aiotsim.network.overhead import PathFormat, packets, path_format, retransmission_delay, wire_bytes
+from aiotsim.network.rates import RateClasses
 from aiotsim.network.tcp import (
     Connection,
     LossSampler,
@@ -215,6 +224,8 @@ class _Path:
     inv_cap_sum: float  # s/byte: sum over the path's hops of 1 / capacity (store and forward)
     bursty: tuple[GilbertElliott, ...] = ()  # loss models sampled per transfer (empty: expected loss)
     traced: bool = False  # a link of the path has a bandwidth trace that varies
+    links_t: tuple[int, ...] = ()  # the distinct link indices, as a tuple
+    mults_t: tuple[float, ...] = ()  # times each is crossed
 
 
 @dataclass
@@ -232,11 +243,13 @@ class _TcpFlow:
     traced: bool = False  # on a traced path the window is a byte budget per round (see _pace_traced)
     budget: float = 0.0  # wire bytes the window allows in the current round
     rem0: float = 0.0  # wire bytes left when the current round began
+    round_end: float = math.inf  # s, next round boundary of a window-limited flow (inf: none)
+    cap: float = math.inf  # bytes/s, window cap (inf: none; 0: waiting out a handshake or timeout)
 
 
 @dataclass
 class _Flow:
-    """Bookkeeping of one flow in flight; its remaining bytes and rate live in the slot arrays."""
+    """Bookkeeping of one flow in flight; its remaining bytes and rate live in the rate classes."""
 
     src: str
     dst: str
@@ -278,9 +291,10 @@ class Network:
 
     Notes
     -----
-    Flows in flight occupy *slots* of a few arrays (remaining wire bytes, rate, the links of the
-    path), so draining, finding finished flows and progressive filling are vectorized: one event
-    costs a handful of numpy calls over the flows in flight, not Python loops over them.
+    Flows in flight are numbered by *slots* (reused lowest first, so flows finishing at one instant
+    are delivered in slot order); their rates and bytes left live in a
+    :class:`~aiotsim.network.rates.RateClasses`, so an event costs O(log flows) per flow whose rate
+    class changes, not work over every flow in flight.
     """
 
     def __init__(
@@ -304,23 +318,18 @@ class Network:
         all_links = topology.links
         self._link_names = list(all_links)
         self._link_index = {name: i for i, name in enumerate(self._link_names)}
-        # bytes/s per link, plus a dummy link of infinite capacity that pads short paths
+        # bytes/s per link, plus a dummy link of infinite capacity (kept for indexing by path)
         self._cap = np.array([all_links[n].capacity_Bps for n in self._link_names] + [np.inf])
+        self._rates = RateClasses(self._cap[:-1].tolist(), report_near=transport == "tcp")
         self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link
         self.transfers: list[Transfer] = []
         self._paths: dict[tuple[str, str], _Path] = {}
-        # slot arrays: [slots] and [slots, hops]
-        self._flows: list[_Flow | None] = []
+        self._flows: list[_Flow | None] = []  # by slot
         self._free: list[int] = []
-        self._remaining = np.zeros(0)  # wire bytes left
-        self._rate = np.zeros(0)  # bytes/s (0 until the next recomputation)
-        self._alive = np.zeros(0, dtype=bool)
-        self._hops = np.zeros((0, 1), dtype=np.intp)
-        self._mult = np.zeros((0, 1))
-        self._flow_cap = np.zeros(0)  # bytes/s, TCP window cap (inf: none; 0: waiting)
-        self._round_end = np.zeros(0)  # s, next round boundary of a window-limited flow (inf: none)
-        self._tcp_flows: list[_TcpFlow | None] = []
-        self._last = env.now  # s, time `_remaining` refers to
+        self._tcp_flows: list[_TcpFlow | None] = []  # by slot
+        self._rounds: list[tuple[float, int, int, _TcpFlow]] = []  # (round end s, slot, seq, flow)
+        self._seq = 0
+        self._paced: dict[int, None] = {}  # slots of TCP flows on traced paths
         self._gen = 0  # generation of the pending completion timer
         self._update_pending = False
         self._init_time_varying(all_links)
@@ -372,20 +381,14 @@ class Network:
         for link in path.links:
             if link.jitter_s > 0:
                 delay += float(self._rng.exponential(link.jitter_s))
-        self._advance()
-        slot = self._slot(len(path.index))
+        slot = self._slot()
         self._flows[slot] = _Flow(src, dst, tag, nbytes, wire, now, delay, path, event)
-        self._remaining[slot] = wire
-        self._rate[slot] = 0.0
-        self._alive[slot] = True
-        self._hops[slot] = len(self._link_names)  # dummy padding
-        self._mult[slot] = 0.0
-        self._hops[slot, : len(path.index)] = path.index
-        self._mult[slot, : len(path.index)] = path.mult
-        self._flow_cap[slot] = np.inf
-        self._round_end[slot] = np.inf
+        self._rates.add(slot, path.links_t, path.mults_t, wire, np.inf, now)
+        for i in path.links_t:  # a traced link's capacity is read again when it carries a flow
+            if self._is_traced[i] and self._rates.users[i] == 1:
+                heapq.heappush(self._due_heap, (float(self._due[i]), i))
         if self.transport == "tcp":
-            self._tcp_start(slot, src, dst, path, now)
+            self._tcp_start(slot, src, dst, path, wire, now)
         if not self._update_pending:
             self._update_pending = True
             self.env.timeout(0).callbacks.append(self._on_update)
@@ -424,15 +427,11 @@ class Network:
     @property
     def active_flows(self) -> list[FlowState]:
         """Flows being drained now, with their current rates (bits/s) and remaining wire bytes."""
-        self._advance()
-        out = []
-        for slot in np.flatnonzero(self._alive):
-            f = self._flows[slot]
-            assert f is not None
-            out.append(
-                FlowState(f.src, f.dst, f.tag, float(self._rate[slot]) * 8.0,
-                          float(self._remaining[slot]))
-            )  # fmt: skip
+        now, out = self.env.now, []
+        for slot, f in enumerate(self._flows):
+            if f is not None:
+                rate, rem = self._rates.rate(slot), self._rates.remaining(slot, now)
+                out.append(FlowState(f.src, f.dst, f.tag, rate * 8.0, rem))
         return out
 
     # ------------------------------------------------------------------ controller
@@ -442,44 +441,32 @@ class Network:
         if path is None:
             links = self.topology.route(src, dst)
             counts = Counter(link.name for link in links)
+            index = [self._link_index[n] for n in counts]
             path = _Path(
                 links=links,
                 names=[link.name for link in links],
                 nodes=self.topology.route_nodes(src, dst),
-                index=np.array([self._link_index[n] for n in counts], dtype=np.intp),
+                index=np.array(index, dtype=np.intp),
                 mult=np.array(list(counts.values()), dtype=float),
                 fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
                 bottleneck_Bps=min((self._cap[self._link_index[n]] / c for n, c in counts.items()), default=np.inf),
                 inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
                 bursty=tuple(link.loss_model for link in links if link.loss_model is not None),
                 traced=any(link.trace is not None and link.trace.rates.size > 1 for link in links),
+                links_t=tuple(index),
+                mults_t=tuple(float(c) for c in counts.values()),
             )
             self._paths[key] = path
         return path
 
-    def _slot(self, hops: int) -> int:
-        """A free slot with room for ``hops`` distinct links (arrays grow by doubling)."""
-        if hops > self._hops.shape[1]:
-            pad = hops - self._hops.shape[1]
-            dummy = len(self._link_names)
-            self._hops = np.hstack([self._hops, np.full((len(self._flows), pad), dummy, np.intp)])
-            self._mult = np.hstack([self._mult, np.zeros((len(self._flows), pad))])
+    def _slot(self) -> int:
+        """A free slot, lowest first (the slot list grows by doubling, as the arrays once did)."""
         if not self._free:
             old = len(self._flows)
             new = max(8, 2 * old)
             self._flows.extend([None] * (new - old))
+            self._tcp_flows.extend([None] * (new - old))
             self._free.extend(range(new - 1, old - 1, -1))
-            grow = new - old
-            self._remaining = np.append(self._remaining, np.zeros(grow))
-            self._rate = np.append(self._rate, np.zeros(grow))
-            self._alive = np.append(self._alive, np.zeros(grow, dtype=bool))
-            self._flow_cap = np.append(self._flow_cap, np.full(grow, np.inf))
-            self._round_end = np.append(self._round_end, np.full(grow, np.inf))
-            self._tcp_flows.extend([None] * grow)
-            dummy = len(self._link_names)
-            pad_rows = np.full((grow, self._hops.shape[1]), dummy, np.intp)
-            self._hops = np.vstack([self._hops, pad_rows])
-            self._mult = np.vstack([self._mult, np.zeros((grow, self._mult.shape[1]))])
         return self._free.pop()
 
     def _on_update(self, _event: simpy.Event) -> None:
@@ -490,74 +477,52 @@ class Network:
         if event.value == self._gen:
             self._step()
 
-    def _advance(self) -> None:
-        """Drain every active flow at its rate from the last update to now."""
-        now = self.env.now
-        dt = now - self._last  # s
-        if dt > 0:
-            self._remaining -= self._rate * dt  # dead slots have rate 0
-        self._last = now
-
     def _step(self) -> None:
-        """Advance, finish drained flows, recompute rates, schedule the next completion."""
-        self._advance()
+        """Finish the drained flows, apply capacity changes and TCP rounds due now, re-level the
+        rate classes that changed, schedule one timer at the next event."""
         now = self.env.now
-        live = np.flatnonzero(self._alive)
-        rate, rem = self._rate[live], self._remaining[live]
-        started = rate > 0  # a flow added since the last step has no rate yet
-        # finished: under DONE_BYTES left, or so little that no float time step can drain it
-        eta = np.divide(rem, rate, out=np.full(live.size, np.inf), where=started)  # s
-        done = started & ((rem < DONE_BYTES) | (now + eta <= now))
-        if self._traces:  # a rounding residue must not wait out a zero-rate gap of a trace
-            done |= started & (eta <= SNAP_S)
-        if done.any():
-            for slot in live[done]:
-                self._finish(int(slot))
-            live = live[~done]
+        traced = bool(self._traces)
+
+        def done(rem: float, rate: float) -> bool:
+            # under DONE_BYTES left, or so little that no float time step can drain it; on a
+            # traced path a rounding residue must not wait out a zero-rate gap of a trace
+            eta = rem / rate  # s
+            return rem < DONE_BYTES or now + eta <= now or (traced and eta <= SNAP_S)
+
+        self._rates.advance(now)
+        for slot in sorted(self._rates.due(now, done)):
+            self._finish(slot)
         self._gen += 1
-        if live.size == 0:
+        if not self._rates.flows:
             return
-        tcp = self.transport == "tcp"
-        if self._traces:
-            self._refresh_capacity(live)
-        if tcp:
-            self._tcp_rounds(live, now)
-            if self._traces:
-                self._pace_traced(live, now)
-        rates = self._fill(live)
-        self._rate[live] = rates
-        if tcp:
-            self._tcp_settle(live, rates, now)
-        next_dt = self._next_event_dt(live, rates, now)  # s
+        if traced:
+            self._refresh_capacity(now)
+        planned = self._tcp_rounds(now) if self.transport == "tcp" else []
+        if self.transport == "tcp" and traced:
+            self._pace_traced(now)
+        touched = self._rates.solve(now)
+        if self.transport == "tcp":
+            self._tcp_settle(touched + planned, now)
+        next_dt = self._next_event_s(now) - now  # s
         self.env.timeout(max(next_dt, 0.0), value=self._gen).callbacks.append(self._on_timer)
 
-    def _fill(self, live: np.ndarray) -> np.ndarray:
-        """Max-min fair rates (bytes/s) of the flows in ``live`` slots, TCP window caps included.
-
-        The links the live flows cross are first renumbered 0..k-1 (k <= sum of their path
-        lengths), so the cost scales with the flows in flight, not with the topology's size. A
-        TCP window cap is one more link of the flow's own; a flow waiting (cap 0) gets rate 0.
-        """
-        hops = self._hops[live]  # [flows, hops] global link indices (dummy padding included)
-        used, compact = np.unique(hops, return_inverse=True)
-        links = compact.reshape(hops.shape)
-        cap = self._cap[used]  # [k] bytes/s; the dummy (if present) keeps its infinite capacity
-        if self.transport == "ideal":
-            return progressive_filling(cap, links, self._mult[live])
-        fcap = self._flow_cap[live]  # [flows] bytes/s
-        rates = np.zeros(live.size)
-        run = fcap > 0
-        if run.any():
-            own = len(used) + np.arange(int(run.sum()))[:, None]  # [running, 1] a cap link each
-            rates[run] = progressive_filling(
-                np.append(cap, fcap[run]),
-                np.hstack([links[run], own]),
-                np.hstack([self._mult[live][run], np.ones((own.shape[0], 1))]),
-            )
-        return rates
+    def _next_event_s(self, now: float) -> float:
+        """Time (s) of the next event: a completion, the end of a TCP round of a window-limited
+        flow, or a capacity change of a traced link in use (a flow on a link at capacity 0, or a
+        TCP flow waiting out a handshake or timeout, has no completion of its own)."""
+        at = self._rates.next_finish(now)
+        while self._rounds and not self._round_valid(self._rounds[0]):
+            heapq.heappop(self._rounds)
+        if self._rounds:
+            at = min(at, self._rounds[0][0])
+        while self._due_heap and not self._due_valid(self._due_heap[0]):
+            heapq.heappop(self._due_heap)
+        if self._due_heap:
+            at = min(at, self._due_heap[0][0])
+        return at
 
     # ------------------------------------------------------------------ TCP
-    def _tcp_start(self, slot: int, src: str, dst: str, path: _Path, now: float) -> None:
+    def _tcp_start(self, slot: int, src: str, dst: str, path: _Path, wire: float, now: float) -> None:
         """Attach TCP state to a new flow: its connection (fresh or reused, idle restart), and a
         handshake round trip when the connection is new."""
         p, fmt = self.tcp, path.fmt
@@ -577,38 +542,61 @@ class Network:
         conn.busy = True
         # store and forward: the last packet is also serialized on every hop but the bottleneck,
         # whose time the fluid drain already counts (s)
-        last = min(seg_wire, self._remaining[slot])  # wire bytes
+        last = min(seg_wire, wire)  # wire bytes
         pipeline = last * (path.inv_cap_sum - 1.0 / path.bottleneck_Bps)
-        self._tcp_flows[slot] = _TcpFlow(
+        t = _TcpFlow(
             conn, rtt, seg_wire, path.bottleneck_Bps * rtt / seg_wire,
             max(p.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0), fmt.loss, extra_delay=max(pipeline, 0.0),
             bursty=path.bursty, traced=path.traced,
         )  # fmt: skip
+        self._tcp_flows[slot] = t
+        if path.traced:
+            self._paced[slot] = None
         # SYN, SYN-ACK before the first data (+ 1 s, 2 s, ... per lost SYN)
-        self._round_end[slot] = now + handshake_s(rtt, lambda n: self._lose(fmt.loss, n, path.bursty)) if fresh else now
-        self._flow_cap[slot] = 0.0 if fresh else np.inf
+        end = now + handshake_s(rtt, lambda n: self._lose(fmt.loss, n, path.bursty)) if fresh else now
+        self._set_round(slot, t, end, 0.0 if fresh else np.inf, now)
 
-    def _tcp_rounds(self, live: np.ndarray, now: float) -> None:
-        """Start a new round trip for every live flow whose round ended (window -> rate cap)."""
-        for slot in live[self._round_end[live] <= now + ROUND_EPS_S]:
+    def _set_round(self, slot: int, t: _TcpFlow, end: float, cap: float, now: float) -> None:
+        """Set a TCP flow's next round boundary (s; inf: none) and window cap (bytes/s)."""
+        t.round_end, t.cap = end, cap
+        if math.isfinite(end):
+            self._seq += 1
+            heapq.heappush(self._rounds, (end, slot, self._seq, t))
+        self._rates.set_tcap(slot, cap, now)
+
+    def _round_valid(self, entry: tuple[float, int, int, _TcpFlow]) -> bool:
+        end, slot, _, t = entry
+        return self._tcp_flows[slot] is t and t.round_end == end
+
+    def _tcp_rounds(self, now: float) -> list[int]:
+        """Start a new round trip for every flow whose round ended (window -> rate cap), in slot
+        order (the order of the loss draws); return their slots."""
+        due = set()
+        while self._rounds and self._rounds[0][0] <= now + ROUND_EPS_S:
+            entry = heapq.heappop(self._rounds)
+            if self._round_valid(entry):
+                due.add(entry[1])
+        slots = sorted(due)
+        for slot in slots:
             t = self._tcp_flows[slot]
             assert t is not None
-            rate = self._rate[slot]  # bytes/s; below the window's cap: the fair share limited it
-            held = (t.loss > 0 or t.bursty) and 0 < rate < self._flow_cap[slot] * (1 - 1e-9)
+            rate = self._rates.rate(slot)  # bytes/s; below the window's cap: the fair share limited it
+            held = (t.loss > 0 or t.bursty) and 0 < rate < t.cap * (1 - 1e-9)
             share = rate * t.rtt / t.seg_wire if held else np.inf  # segments per round trip
+            left = self._rates.remaining(slot, now)  # wire bytes
             rd = plan_round(
-                t.conn, self.tcp, now, self._remaining[slot] / t.seg_wire, t.rtt, t.bdp, t.max_window,
+                t.conn, self.tcp, now, left / t.seg_wire, t.rtt, t.bdp, t.max_window,
                 lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty), share,
             )  # fmt: skip
             if rd.final:  # the last window leaves in one burst, at the fair share
-                self._flow_cap[slot], self._round_end[slot] = np.inf, np.inf
                 t.extra_delay += rd.extra_delay_s
+                self._set_round(slot, t, np.inf, np.inf, now)
             else:
-                self._flow_cap[slot] = rd.segments * t.seg_wire / rd.duration_s
-                self._round_end[slot] = now + rd.duration_s
-                t.budget, t.rem0 = rd.segments * t.seg_wire, self._remaining[slot]
+                t.budget, t.rem0 = rd.segments * t.seg_wire, left
+                self._set_round(slot, t, now + rd.duration_s, rd.segments * t.seg_wire / rd.duration_s, now)
+        return slots
 
-    def _pace_traced(self, live: np.ndarray, now: float) -> None:
+    def _pace_traced(self, now: float) -> None:
         """On a traced path the window is what it is in TCP: a byte budget per round trip, not a
         rate. A trace at 1 ms resolution alternates delivery opportunities and empty
         milliseconds; a window paced as a steady rate would lose every empty millisecond for
@@ -616,14 +604,15 @@ class Network:
         (budget left) / (time left in the round): behind after an empty millisecond, it may use
         the next opportunity in a burst, as packets queued at the bottleneck would. On a
         constant link the flow always gets its cap and this leaves the cap unchanged."""
-        for slot in live[np.isfinite(self._round_end[live]) & (self._flow_cap[live] > 0)]:
+        for slot in sorted(self._paced):
             t = self._tcp_flows[slot]
-            if t is None or not t.traced or t.budget <= 0:
+            if t is None or not math.isfinite(t.round_end) or not t.cap > 0 or t.budget <= 0:
                 continue
-            left = t.budget - (t.rem0 - self._remaining[slot])  # wire bytes
-            time_left = self._round_end[slot] - now  # s
+            left = t.budget - (t.rem0 - self._rates.remaining(slot, now))  # wire bytes
+            time_left = t.round_end - now  # s
             if time_left > ROUND_EPS_S:
-                self._flow_cap[slot] = max(left, 0.0) / time_left
+                t.cap = max(left, 0.0) / time_left
+                self._rates.set_tcap(slot, t.cap, now)
 
     def _lose(self, loss: float, segments: int, bursty: tuple[GilbertElliott, ...] = ()) -> int | None:
         """Index of the first segment lost among ``segments``, or None: the one random loss model
@@ -639,38 +628,50 @@ class Network:
                 first = int(hits[0])
         return first
 
-    def _tcp_settle(self, live: np.ndarray, rates: np.ndarray, now: float) -> None:
+    def _tcp_settle(self, slots: list[int], now: float) -> None:
         """Per-RTT steps only where the window limits: a lossless flow whose window covers its
         fair share goes fluid; a fluid flow held at its window cap steps again from now. Flows on
         traced paths (capacity changing under them) or Gilbert-Elliott paths (losses drawn per
-        round) keep stepping round by round."""
-        cap, ends = self._flow_cap[live], self._round_end[live]
-        bound = rates >= cap * (1.0 - 1e-9)  # held at its window
-        for i in np.flatnonzero(np.isfinite(ends) & ~bound & (cap > 0)):
-            t = self._tcp_flows[live[i]]
-            if t is not None and t.loss == 0.0 and not t.bursty and not t.traced:
-                self._round_end[live[i]] = np.inf  # window no longer binds
-                self._flow_cap[live[i]] = t.conn.cwnd * t.seg_wire / t.rtt
-        for i in np.flatnonzero(~np.isfinite(ends) & bound & np.isfinite(cap)):
-            self._round_end[live[i]] = now  # the window binds again: step from now
+        round) keep stepping round by round. Only flows whose rate class changed (``slots``) can
+        switch: a level moving between two caps changes no flow's binding."""
+        changed: set[int] = set()  # each flow switches at most once per step (no ping-pong)
+        while slots:
+            relax = False
+            for slot in sorted(set(slots) - changed):
+                t = self._tcp_flows[slot]
+                if t is None or slot not in self._rates.flows:
+                    continue
+                bound = self._rates.rate(slot) >= t.cap * (1.0 - 1e-9)  # held at its window
+                stepping = math.isfinite(t.round_end)
+                if stepping and not bound and t.cap > 0 and t.loss == 0.0 and not t.bursty and not t.traced:
+                    self._set_round(slot, t, np.inf, t.conn.cwnd * t.seg_wire / t.rtt, now)  # window no longer binds
+                    relax = True
+                    changed.add(slot)
+                elif not stepping and bound and math.isfinite(t.cap):
+                    t.round_end = now  # the window binds again: step from now
+                    self._seq += 1
+                    heapq.heappush(self._rounds, (now, slot, self._seq, t))
+                    changed.add(slot)
+            slots = self._rates.solve(now) if relax else []
 
     def _finish(self, slot: int) -> None:
         """Free a drained flow's slot, account its bytes, deliver its event after its delay."""
         f = self._flows[slot]
         assert f is not None
+        now = self.env.now
+        self._rates.remove(slot, now)
         self._flows[slot] = None
-        self._alive[slot] = False
-        self._rate[slot] = 0.0
-        self._remaining[slot] = 0.0
+        self._paced.pop(slot, None)
         self._free.append(slot)
         delay = f.delay
         t = self._tcp_flows[slot]
         if t is not None:
             self._tcp_flows[slot] = None
-            t.conn.busy, t.conn.last_active_s = False, self.env.now
+            t.conn.busy, t.conn.last_active_s = False, now
             delay += t.extra_delay
-        np.add.at(self._carried, f.path.index, f.wire * f.path.mult)
-        now = self.env.now
+        carried = self._carried
+        for i, m in zip(f.path.links_t, f.path.mults_t, strict=True):  # a few hops: no numpy call
+            carried[i] += f.wire * m
         record = Transfer(
             f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + delay,
             list(f.path.names), list(f.path.nodes),
@@ -695,34 +696,29 @@ class Network:
         # [links + 1] s: when each traced link's capacity next changes, as of its last refresh (it
         # goes stale, i.e. into the past, while the link is idle); -inf: never read
         self._due = np.full(len(self._link_names) + 1, -np.inf)
-        self._traced_live = np.zeros(0, dtype=np.intp)  # traced links carrying a live flow
+        self._due_heap: list[tuple[float, int]] = []  # (due s, link) of traced links in use
         self._loss_rng = np.random.default_rng([self.seed, 0x6E55])
         # (src, dst, nbytes) -> (wire bytes, delay s) sampled by wire_bytes_for, not yet sent
         self._presampled: dict[tuple[str, str, int], deque[tuple[float, float]]] = {}
 
-    def _refresh_capacity(self, live: np.ndarray) -> None:
+    def _due_valid(self, entry: tuple[float, int]) -> bool:
+        due, i = entry
+        return self._rates.users[i] > 0 and due == self._due[i]
+
+    def _refresh_capacity(self, now: float) -> None:
         """Set the capacity (bytes/s) of every traced link that carries a live flow and whose
         capacity changed since it was last read (only those: one trace lookup per change)."""
-        now = self.env.now
-        hops = self._hops[live].ravel()
-        self._traced_live = hops[self._is_traced[hops]]  # may repeat a link shared by flows
         snap = max(SNAP_S, 4.0 * math.ulp(now))  # a timer may land a few ulps short of a change
-        for i in set(self._traced_live[self._due[self._traced_live] <= now + snap].tolist()):
+        while self._due_heap and self._due_heap[0][0] <= now + snap:
+            entry = heapq.heappop(self._due_heap)
+            if not self._due_valid(entry):
+                continue
+            i = entry[1]
             trace = self._traces[i]
             self._cap[i] = trace.rate_at(now)
             self._due[i] = trace.next_change(now)
-
-    def _next_event_dt(self, live: np.ndarray, rates: np.ndarray, now: float) -> float:
-        """Seconds to the next event of the live flows: a completion, the end of a TCP round of a
-        window-limited flow, or a capacity change of a traced link in use (a flow on a link at
-        capacity 0, or a TCP flow waiting out a handshake or timeout, has no completion of its own)."""
-        eta = np.divide(self._remaining[live], rates, out=np.full(live.size, np.inf), where=rates > 0)  # s
-        dt = float(eta.min())
-        if self.transport == "tcp":
-            dt = min(dt, float(np.min(self._round_end[live])) - now)
-        if self._traced_live.size:
-            dt = min(dt, float(self._due[self._traced_live].min()) - now)
-        return dt
+            self._rates.set_link_cap(i, float(self._cap[i]), now)
+            heapq.heappush(self._due_heap, (float(self._due[i]), i))
 
     def _take_sampled_loss(self, src: str, dst: str, path: _Path, nbytes: int) -> tuple[float, float]:
         """The losses :meth:`wire_bytes_for` sampled for this transfer, else a fresh sample."""

@@ -1,0 +1,482 @@
+"""Max-min fair rates kept incrementally, as rate classes with virtual clocks.
+
+The engine of :class:`aiotsim.network.flows.Network`. Each flow is reduced to
+
+* its **shared links** (crossed by at least one other live flow), with how many times it crosses
+  each, and
+* its **cap** (bytes/s): the smallest of its TCP window cap and capacity / times crossed of its
+  *private* links (crossed by it alone): a link carried by one flow only is a per-flow cap.
+
+Flows with the same shared links form a **group** (one for a star's server link, one per gateway
+in a hierarchy, none when every link is private). In a max-min allocation a group's flows whose
+cap is below the group's water level ``lam`` are *capped* (rate = cap), the others are *leveled*
+(rate = ``lam``). A flow with no shared link runs at its cap.
+
+Draining is lazy: a group keeps a virtual clock ``V`` (bytes drained per leveled flow since the
+group was made; ``V += lam x dt``) and a min-heap of leveled flows' thresholds ``V at join +
+wire bytes left``; a capped flow keeps (bytes left, time) and sits in one heap of finish times.
+So the bytes left of any flow are O(1) to read, the next completion is a heap top, and a flow's
+rate changes only when it *moves*: a link it crosses goes from one user to two (or back), its
+cap changes (TCP window, trace), or its group's level crosses its cap. Heaps use lazy deletion
+(an entry is stale when its version differs from the flow's).
+
+Levels: a group whose shared links no other group uses has ``lam = min over its links of
+(capacity - capped use) / (times crossed x leveled flows)``; groups sharing links (gateways behind
+one server link) are filled progressively over the groups of that component, a group weighing its
+leveled flows (the same tie tolerance, 1e-12 relative, as
+:func:`aiotsim.network.flows.progressive_filling`). After a solve, capped flows whose cap exceeds
+the level become leveled and leveled flows below it become capped, until no flow moves; the
+result is the max-min fair allocation (every leveled flow's group is frozen at a saturated link
+where no flow is faster, every capped flow is below its level), so the rates equal progressive
+filling over all flows up to that tie tolerance. Cost of an event: O(log flows) per flow that
+moves, plus O(groups of the touched component x their links): it does not grow with the number
+of flows in flight for fleets of alike nodes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+PENDING, LEVELED, CAPPED, WAITING = 0, 1, 2, 3
+TIE = 1e-12  # relative: links filling this close to the level freeze together (progressive filling)
+NEAR = 1e-9  # relative: a leveled flow this close to its cap is reported as touched (see _near)
+SPARE_TOL = 1e-12  # relative: a link's spare capacity this close to 0 counts as exactly used
+
+
+@dataclass(eq=False)
+class _Group:
+    """Flows with one set of shared links; ``key``: ((link, times crossed), ...)."""
+
+    key: tuple[tuple[int, float], ...]
+    lam: float = 0.0  # bytes/s, the level of its leveled flows
+    v: float = 0.0  # bytes drained per leveled flow, as of time t
+    t: float = 0.0  # s
+    n: int = 0  # leveled flows
+    capped: int = 0  # capped flows
+    s: float = 0.0  # bytes/s, sum of the capped flows' caps (with s_err: compensated, see add_cap)
+    s_err: float = 0.0  # bytes/s, rounding error of s so far (Neumaier)
+    thr: list[tuple[float, int, int]] = field(default_factory=list)  # (threshold, version, fid)
+    lev: list[tuple[float, int, int]] = field(default_factory=list)  # (cap, version, fid), min first
+    cap: list[tuple[float, int, int]] = field(default_factory=list)  # (-cap, version, fid), max first
+
+    def add_cap(self, x: float) -> None:
+        """``s += x`` with the rounding error kept (caps of very different sizes come and go:
+        a plain running sum would leave residues that a link at capacity 0 turns into rates)."""
+        t = self.s + x
+        self.s_err += (self.s - t) + x if abs(self.s) >= abs(x) else (x - t) + self.s
+        self.s = t
+        if not self.capped:
+            self.s = self.s_err = 0.0
+
+    @property
+    def used(self) -> float:
+        """Sum of the capped flows' caps, bytes/s."""
+        return self.s + self.s_err
+
+    def advance(self, now: float) -> None:
+        """Move the virtual clock to ``now`` at the current level."""
+        if now > self.t:
+            if self.n and self.lam > 0:
+                self.v += self.lam * (now - self.t)
+            self.t = now
+
+
+@dataclass(eq=False)
+class _Flow:
+    links: tuple[int, ...]  # distinct link indices
+    mults: tuple[float, ...]  # times crossed
+    tcap: float  # bytes/s, the TCP window cap (inf: none; 0: waiting, rate 0)
+    rem: float  # wire bytes left as of t0 (PENDING, WAITING, CAPPED)
+    t0: float = 0.0  # s
+    mode: int = PENDING
+    group: _Group | None = None
+    c: float = math.inf  # bytes/s, effective cap when placed
+    thr: float = 0.0  # LEVELED: threshold on the group's clock
+    ver: int = 0
+    r: float = 0.0  # bytes/s, PENDING: the rate it had (it moves within the instant)
+
+
+class RateClasses:
+    """Max-min fair rates of flows over capacitated links, kept incrementally (module docstring).
+
+    Parameters
+    ----------
+    cap : list of float
+        Capacity of each link, bytes/s (> 0, or 0 for a traced link momentarily off).
+    report_near : bool
+        :meth:`solve` also returns the leveled flows within ``NEAR`` of their cap before and after
+        a re-leveling (TCP needs them: its window binds at ``rate >= cap x (1 - NEAR)``).
+
+    Notes
+    -----
+    Mutations (:meth:`add`, :meth:`remove`, :meth:`set_tcap`, :meth:`set_link_cap`) record what
+    changed; :meth:`solve` places the flows that moved and re-levels the touched groups once, so
+    flows starting at one instant cost one solve. Until then a moved flow keeps draining at its old
+    rate; a new one has rate 0.
+    """
+
+    def __init__(self, cap: list[float], report_near: bool = False) -> None:
+        self.report_near = report_near  # solve() also returns flows leveled within NEAR of their cap
+        self.cap = [float(c) for c in cap]
+        self.users = [0] * len(cap)  # live flows crossing each link
+        self._on_link: dict[int, dict[int, None]] = {}  # link -> fids crossing it
+        self._link_groups: dict[int, dict[_Group, None]] = {}
+        self._groups: dict[tuple[tuple[int, float], ...], _Group] = {}
+        self.flows: dict[int, _Flow] = {}
+        self._pending: dict[int, None] = {}
+        self._dirty: dict[_Group, None] = {}
+        self._fin: list[tuple[float, int, int]] = []  # capped flows: (finish s, version, fid)
+        self._ver = 0
+
+    # ------------------------------------------------------------------ mutations
+    def add(
+        self, fid: int, links: tuple[int, ...], mults: tuple[float, ...], nbytes: float, tcap: float, now: float
+    ) -> None:
+        """Start flow ``fid`` with ``nbytes`` wire bytes over ``links`` (crossed ``mults`` times)."""
+        f = _Flow(tuple(links), tuple(float(m) for m in mults), float(tcap), float(nbytes), now)
+        self.flows[fid] = f
+        for link in f.links:
+            users = self._on_link.setdefault(link, {})
+            if len(users) == 1:  # the link stops being private to its other flow
+                self._unplace(next(iter(users)), now)
+            users[fid] = None
+            self.users[link] += 1
+        self._pending[fid] = None
+
+    def remove(self, fid: int, now: float) -> None:
+        """Finish flow ``fid``."""
+        self._unplace(fid, now)
+        self._pending.pop(fid, None)
+        f = self.flows.pop(fid)
+        for link in f.links:
+            users = self._on_link[link]
+            del users[fid]
+            self.users[link] -= 1
+            if len(users) == 1:  # the link becomes private to its last flow
+                self._unplace(next(iter(users)), now)
+            elif not users:
+                del self._on_link[link]
+
+    def set_tcap(self, fid: int, tcap: float, now: float) -> None:
+        """Change flow ``fid``'s TCP cap (bytes/s; inf: none; 0: waiting)."""
+        f = self.flows[fid]
+        if f.tcap != tcap:
+            self._unplace(fid, now)
+            f.tcap = float(tcap)
+
+    def set_link_cap(self, link: int, cap: float, now: float) -> None:
+        """Change a link's capacity (bytes/s)."""
+        if self.cap[link] == cap:
+            return
+        self.cap[link] = float(cap)
+        users = self._on_link.get(link, {})
+        if len(users) == 1:
+            self._unplace(next(iter(users)), now)
+        for g in self._link_groups.get(link, {}):
+            self._dirty[g] = None
+
+    # ------------------------------------------------------------------ queries
+    def remaining(self, fid: int, now: float) -> float:
+        """Wire bytes flow ``fid`` has left at ``now``."""
+        f = self.flows[fid]
+        if f.mode == LEVELED:
+            g = f.group
+            assert g is not None
+            return f.thr - (g.v + g.lam * (now - g.t))
+        if f.mode == CAPPED:
+            return f.rem - f.c * (now - f.t0)
+        return f.rem
+
+    def rate(self, fid: int) -> float:
+        """Current rate of flow ``fid``, bytes/s (0 until placed, or while waiting)."""
+        f = self.flows[fid]
+        if f.mode == LEVELED:
+            assert f.group is not None
+            return max(f.group.lam, 0.0)
+        if f.mode == CAPPED:
+            return f.c
+        return f.r if f.mode == PENDING else 0.0
+
+    def is_leveled(self, fid: int) -> bool:
+        """Whether flow ``fid``'s rate is its group's level (its cap does not bind)."""
+        return self.flows[fid].mode == LEVELED
+
+    def cap_of(self, fid: int) -> float:
+        """Effective cap of a placed flow, bytes/s (TCP window and private links)."""
+        return self.flows[fid].c
+
+    def advance(self, now: float) -> None:
+        """Move every group's virtual clock to ``now``."""
+        for g in self._groups.values():
+            g.advance(now)
+
+    def due(self, now: float, done: object) -> list[int]:
+        """Flows whose drain is complete at ``now`` (``done(bytes left, rate)`` says), any order.
+
+        The groups must have been advanced to ``now``."""
+        out = [fid for fid in self._pending if self.flows[fid].r > 0 and done(self.flows[fid].rem, self.flows[fid].r)]  # type: ignore[operator]
+        for fid in out:
+            self._pending.pop(fid)
+        for g in self._groups.values():
+            while g.thr and g.n and g.lam > 0:
+                thr, ver, fid = g.thr[0]
+                f = self.flows.get(fid)
+                if f is None or f.ver != ver or f.mode != LEVELED:
+                    heapq.heappop(g.thr)
+                elif done(thr - g.v, g.lam):  # type: ignore[operator]
+                    heapq.heappop(g.thr)
+                    out.append(fid)
+                else:
+                    break
+        while self._fin:
+            _, ver, fid = self._fin[0]
+            f = self.flows.get(fid)
+            if f is None or f.ver != ver or f.mode != CAPPED:
+                heapq.heappop(self._fin)
+            elif f.c > 0 and done(f.rem - f.c * (now - f.t0), f.c):  # type: ignore[operator]
+                heapq.heappop(self._fin)
+                out.append(fid)
+            else:
+                break
+        return out
+
+    def next_finish(self, now: float) -> float:
+        """Earliest time (s) at which a flow could be drained at the current rates (inf: none)."""
+        best = math.inf
+        for g in self._groups.values():
+            if g.n and g.lam > 0 and self._clean(g.thr, LEVELED):
+                best = min(best, now + (g.thr[0][0] - g.v - g.lam * (now - g.t)) / g.lam)
+        if self._clean(self._fin, CAPPED):
+            best = min(best, self._fin[0][0])
+        return best
+
+    # ------------------------------------------------------------------ solve
+    def solve(self, now: float) -> list[int]:
+        """Place the flows that moved, re-level the touched groups; return the fids placed or moved
+        (in no particular order)."""
+        touched: list[int] = []
+        pending, self._pending = self._pending, {}
+        for fid in sorted(pending):
+            self._place(fid, now)
+            touched.append(fid)
+        while self._dirty:
+            g = next(iter(self._dirty))
+            comp = self._component(g)
+            for h in comp:
+                self._dirty.pop(h, None)
+            touched.extend(self._settle(comp, now))
+        return touched
+
+    # ------------------------------------------------------------------ internals
+    def _clean(self, heap: list[tuple[float, int, int]], mode: int) -> bool:
+        """Drop stale entries from the top of ``heap``; whether an entry is left."""
+        while heap:
+            f = self.flows.get(heap[0][2])
+            if f is not None and f.ver == heap[0][1] and f.mode == mode:
+                return True
+            heapq.heappop(heap)
+        return False
+
+    def _unplace(self, fid: int, now: float) -> None:
+        """Take a flow out of its class (its bytes left frozen at ``now``) until the next solve."""
+        f = self.flows[fid]
+        if f.mode == PENDING:
+            self._pending[fid] = None
+            return
+        f.rem, f.t0, f.r = self.remaining(fid, now), now, self.rate(fid)
+        g = f.group
+        if g is not None:
+            g.advance(now)
+            if f.mode == LEVELED:
+                g.n -= 1
+            else:
+                g.capped -= 1
+                g.add_cap(-f.c)
+            self._dirty[g] = None
+            if g.n == 0 and g.capped == 0:
+                self._drop_group(g)
+        f.mode, f.group = PENDING, None
+        self._ver += 1
+        f.ver = self._ver
+        self._pending[fid] = None
+
+    def _drop_group(self, g: _Group) -> None:
+        del self._groups[g.key]
+        self._dirty.pop(g, None)
+        for link, _ in g.key:
+            groups = self._link_groups[link]
+            del groups[g]
+            for h in groups:  # their links have room again
+                self._dirty[h] = None
+            if not groups:
+                del self._link_groups[link]
+
+    def _place(self, fid: int, now: float) -> None:
+        """Put a pending flow into its class: waiting, capped alone, or into its group."""
+        f = self.flows[fid]
+        f.r = 0.0
+        if f.tcap <= 0:
+            f.mode, f.c = WAITING, 0.0
+            return
+        shared, cap = [], f.tcap
+        for link, m in zip(f.links, f.mults, strict=True):
+            if self.users[link] > 1:
+                shared.append((link, m))
+            else:
+                cap = min(cap, self.cap[link] / m)
+        f.c = cap
+        if not shared:
+            self._put(f, fid, None, False, now)
+            return
+        key = tuple(shared)
+        g = self._groups.get(key)
+        if g is None:
+            g = self._groups[key] = _Group(key, t=now)
+            for link, _ in key:
+                self._link_groups.setdefault(link, {})[g] = None
+            g.lam = self._lone_level(g) if self._alone(g) else math.inf
+        g.advance(now)
+        self._put(f, fid, g, cap >= g.lam, now)
+        self._dirty[g] = None
+
+    def _put(self, f: _Flow, fid: int, g: _Group | None, leveled: bool, now: float) -> None:
+        """Enter ``f`` (bytes left ``f.rem`` at ``now``) as leveled or capped (group clock at now)."""
+        self._ver += 1
+        f.ver, f.group = self._ver, g
+        if leveled:
+            assert g is not None
+            f.mode, f.thr = LEVELED, g.v + f.rem
+            g.n += 1
+            heapq.heappush(g.thr, (f.thr, f.ver, fid))
+            heapq.heappush(g.lev, (f.c, f.ver, fid))
+            return
+        f.mode, f.t0 = CAPPED, now
+        heapq.heappush(self._fin, (now + f.rem / f.c if f.c > 0 else math.inf, f.ver, fid))
+        if g is not None:
+            g.capped += 1
+            g.add_cap(f.c)
+            heapq.heappush(g.cap, (-f.c, f.ver, fid))
+
+    def _move(self, fid: int, leveled: bool, now: float) -> None:
+        """Switch a placed flow between leveled and capped within its group."""
+        f = self.flows[fid]
+        g = f.group
+        assert g is not None
+        f.rem = self.remaining(fid, now)
+        if f.mode == LEVELED:
+            g.n -= 1
+        else:
+            g.capped -= 1
+            g.add_cap(-f.c)
+        self._put(f, fid, g, leveled, now)
+
+    def _alone(self, g: _Group) -> bool:
+        return all(len(self._link_groups[link]) == 1 for link, _ in g.key)
+
+    def _component(self, g: _Group) -> list[_Group]:
+        """The groups connected to ``g`` through shared links, in creation order of discovery."""
+        if self._alone(g):
+            return [g]
+        seen: dict[_Group, None] = {g: None}
+        stack = [g]
+        while stack:
+            for link, _ in stack.pop().key:
+                for h in self._link_groups[link]:
+                    if h not in seen:
+                        seen[h] = None
+                        stack.append(h)
+        return list(seen)
+
+    def _lone_level(self, g: _Group) -> float:
+        """Level of a group whose shared links carry no other group (bytes/s)."""
+        lam = math.inf
+        for link, m in g.key:
+            spare = self.cap[link] - m * g.used
+            if g.n:
+                lam = min(lam, spare / (m * g.n))
+            elif spare < -SPARE_TOL * self.cap[link]:
+                lam = -math.inf
+        return max(lam, 0.0) if g.n else lam
+
+    def _settle(self, comp: list[_Group], now: float) -> list[int]:
+        """Re-level a component and move flows across the levels until none moves."""
+        moved: list[int] = []
+        for g in comp:
+            g.advance(now)
+            if self.report_near:
+                moved.extend(self._near(g))  # at their cap now: they may not be after the re-leveling
+        for _ in range(4 * sum(g.n + g.capped for g in comp) + 8):  # bound: float ties cannot cycle
+            if len(comp) == 1:
+                comp[0].lam = self._lone_level(comp[0])
+            else:
+                self._fill_levels(comp)
+            step = self._fix(comp, now, up=True) or self._fix(comp, now, up=False)
+            if not step:
+                break
+            moved.extend(step)
+        for g in comp:
+            if g.n == 0 and g.capped == 0 and g.key in self._groups:
+                self._drop_group(g)
+            elif self.report_near:
+                moved.extend(self._near(g))
+        return moved
+
+    def _near(self, g: _Group) -> list[int]:
+        """Leveled flows whose cap is within ``NEAR`` (relative) above the level: their rate is
+        their cap for a caller testing ``rate >= cap x (1 - NEAR)`` (TCP's window binding)."""
+        near = []
+        while self._clean(g.lev, LEVELED) and g.lev[0][0] * (1.0 - NEAR) <= g.lam:
+            near.append(heapq.heappop(g.lev))
+        for entry in near:
+            heapq.heappush(g.lev, entry)
+        return [entry[2] for entry in near]
+
+    def _fix(self, comp: list[_Group], now: float, up: bool) -> list[int]:
+        """``up``: capped flows whose cap exceeds the level become leveled; else leveled flows
+        whose cap is below the level become capped (a tie stays leveled: the same rate, and a
+        group keeps a leveled flow to define its level). Returns the fids moved."""
+        moved = []
+        for g in comp:
+            heap, mode = (g.cap, CAPPED) if up else (g.lev, LEVELED)
+            while self._clean(heap, mode) and ((-heap[0][0] > g.lam) if up else (heap[0][0] < g.lam)):
+                fid = heapq.heappop(heap)[2]
+                self._move(fid, up, now)
+                moved.append(fid)
+        return moved
+
+    def _fill_levels(self, comp: list[_Group]) -> None:
+        """Progressive filling over the groups of a component (each weighs its leveled flows,
+        capped flows' caps are fixed use); a group with no leveled flow gets the level at which
+        its tightest link is full (inf: a link of it has room, -inf: over-committed)."""
+        spare: dict[int, float] = {}
+        weight: dict[int, float] = {}
+        for g in comp:
+            for link, m in g.key:
+                spare[link] = spare.get(link, self.cap[link]) - m * g.used
+                weight[link] = weight.get(link, 0.0) + m * g.n
+        active = [g for g in comp if g.n]
+        level, frozen = 0.0, {}
+        while active:
+            fill = {link: spare[link] / w for link, w in weight.items() if w > 0}
+            level = max(level, min(fill.values()))
+            full = {link for link, x in fill.items() if x <= level * (1.0 + TIE)}
+            rest = []
+            for g in active:
+                if any(link in full for link, _ in g.key):
+                    g.lam = level
+                    for link, m in g.key:
+                        spare[link] -= m * g.n * level
+                        weight[link] -= m * g.n
+                else:
+                    rest.append(g)
+            for link in full:
+                frozen.setdefault(link, level)
+            active = rest
+        for g in comp:
+            if not g.n:
+                g.lam = min(
+                    frozen.get(link, math.inf if spare[link] >= -SPARE_TOL * self.cap[link] else -math.inf)
+                    for link, _ in g.key
+                )
