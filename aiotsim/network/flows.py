@@ -409,6 +409,24 @@ class Network:
         self._conns = {tuple(k.split("\x00", 1)): Connection(**v) for k, v in conns.items()}  # type: ignore[misc]
         self._loss.state = state["loss_rng"]
 
+    def slot_state(self) -> dict[str, object]:
+        """What a checkpoint must keep of the slot bookkeeping at a quiescent point (no flow in
+        flight): how many slots exist and the order free slots are handed out in. Flows that
+        finish at one instant finish in slot order, and slots are reused last-freed first, so a
+        resumed run that handed out fresh slots would break ties differently from the run it
+        continues."""
+        return {"n": len(self._flows), "free": list(self._free)}
+
+    def restore_slot_state(self, state: Mapping[str, object] | None) -> None:
+        """Restore :meth:`slot_state` (None: a checkpoint from before it, kept as is)."""
+        if not state:
+            return
+        n, free = state["n"], state["free"]
+        assert isinstance(n, int) and isinstance(free, list)
+        self._flows = [None] * n
+        self._tcp_flows = [None] * n
+        self._free = [int(x) for x in free]
+
     def wire_bytes_for(self, src: str, dst: str, nbytes: int) -> float:
         """Wire bytes a transfer of ``nbytes`` from ``src`` to ``dst`` would put on its path
         (the same figure :meth:`send` charges), without sending anything. On a path with

@@ -136,6 +136,7 @@ def capture(c: Cluster, it: int, done: Applied) -> dict[str, Any]:
         "net_rng": c.net._rng.bit_generator.state,
         "net_carried": c.net._carried.copy(),  # wire bytes per link
         "net_tcp": c.net.tcp_state(),  # TCP connections' windows, loss generator
+        "net_slots": c.net.slot_state(),  # free-slot order: ties between flows finish in slot order
         "totals": dataclasses.asdict(c.totals),
         "window": dataclasses.asdict(c.window),
         "trace": c.trace.state(),
@@ -215,6 +216,7 @@ def restore(c: Cluster, state: dict[str, Any]) -> None:
     c.net._rng.bit_generator.state = state["net_rng"]
     c.net._carried[:] = state["net_carried"]
     c.net.restore_tcp_state(state.get("net_tcp"))
+    c.net.restore_slot_state(state.get("net_slots"))
     c.totals = Totals(**state["totals"])
     c.window = Window(**state["window"])
     c.trace.load_state(state["trace"])
