@@ -15,6 +15,7 @@ However the run ends, the rows written so far stay and the sink gets the trace a
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -43,6 +44,10 @@ def run_cluster(cluster: Cluster, sink: RunSink) -> dict[str, Any]:
     cluster.sink = sink
     wall0 = time.perf_counter()
     status, reason = "complete", None
+    # The objects that exist before the run (imported modules, the cluster's per-node state:
+    # ~340k at 1,000 nodes) are not garbage; frozen, the collector's full passes skip them
+    # instead of walking them all (~0.2 s each at 1,000 nodes). Unfrozen again at the end.
+    gc.freeze()
     try:
         done = cluster.env.process(strategy.run())
         cluster.env.run(until=done)
@@ -55,6 +60,7 @@ def run_cluster(cluster: Cluster, sink: RunSink) -> dict[str, Any]:
         status = f"error: {type(exc).__name__}: {exc}"
         raise
     finally:
+        gc.unfreeze()
         summary = cluster.summary(time.perf_counter() - wall0, status, reason).as_dict()
         sink.write_trace(cluster.trace.events())
         sink.finish(summary)
