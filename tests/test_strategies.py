@@ -261,31 +261,36 @@ def test_run_scenario_fixes_the_thread_count_and_restores_it(tmp_path) -> None:
 
 # ---- the garbage collector during a run ------------------------------------------------------------
 class FreezeSink(MemorySink):
-    """Notes how many objects the collector holds frozen whenever a row is written."""
+    """Notes the collector's frozen objects and thresholds whenever a row is written."""
 
     def __init__(self) -> None:
         super().__init__()
         self.frozen: list[int] = []
+        self.thresholds: list[tuple[int, int, int]] = []
 
     def write_metrics(self, row: dict[str, Any]) -> None:
         import gc
 
         self.frozen.append(gc.get_freeze_count())
+        self.thresholds.append(gc.get_threshold())
         super().write_metrics(row)
 
 
 @pytest.mark.parametrize("lr", [0.1, 1e3])  # a complete run, and one stopped by divergence
-def test_run_freezes_what_existed_before_it_and_unfreezes_at_the_end(lr: float) -> None:
+def test_run_tunes_the_collector_and_restores_it(lr: float) -> None:
     import gc
 
     sc = scenario(iterations=2 if lr == 0.1 else 20)
     sc = dataclasses.replace(sc, training=dataclasses.replace(sc.training, lr=lr))
     cluster = Cluster(sc, device="cpu")
     sink = FreezeSink()
+    before = gc.get_threshold()
     assert gc.get_freeze_count() == 0
     summary = run_cluster(cluster, sink)
     # during the run the objects that existed before it (the cluster among them) were frozen,
-    # so full collections skipped them; afterwards nothing stays frozen, whatever the outcome
+    # so full collections skipped them, and full collections were considered 10x less often;
+    # afterwards nothing stays frozen and the thresholds are the caller's, whatever the outcome
     assert sink.frozen and all(n > 1000 for n in sink.frozen)
-    assert gc.is_tracked(cluster) and gc.get_freeze_count() == 0
+    assert all(t == (before[0], before[1], max(before[2], 100)) for t in sink.thresholds)
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
     assert summary["status"] == ("complete" if lr == 0.1 else "diverged")
