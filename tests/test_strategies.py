@@ -294,3 +294,16 @@ def test_run_tunes_the_collector_and_restores_it(lr: float) -> None:
     assert all(t == (before[0], before[1], max(before[2], 100)) for t in sink.thresholds)
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
     assert summary["status"] == ("complete" if lr == 0.1 else "diverged")
+
+
+def test_run_leaves_a_callers_frozen_objects_frozen() -> None:
+    import gc
+
+    kept = [[i] for i in range(100_000)]  # the caller's objects, alive throughout
+    gc.freeze()  # e.g. a parent process before forking workers
+    try:
+        run_cluster(Cluster(scenario(iterations=1), device="cpu"), MemorySink())
+        # thawed, the count would be 0 (objects freed since may lower it, never below kept's)
+        assert gc.get_freeze_count() >= len(kept)
+    finally:
+        gc.unfreeze()

@@ -76,16 +76,20 @@ def quiet_collector(full_every: int = 100) -> Iterator[None]:
     3-iteration run left 31 objects of cyclic garbage), so a full collection is considered after
     ``full_every`` middle-generation ones instead of 10 (at 10,000 nodes the default made 11 full
     collections in one iteration, 4.5 s). Nothing is computed differently; only when unreachable
-    cycles are freed.
+    cycles are freed. A caller that froze objects of its own (``gc.freeze()`` before forking
+    workers, say) keeps them frozen: then the run freezes and unfreezes nothing.
     """
     threshold = gc.get_threshold()  # (young, middle, full)
-    gc.freeze()
+    freeze = gc.get_freeze_count() == 0  # unfreeze() would thaw a caller's frozen objects too
+    if freeze:
+        gc.freeze()
     gc.set_threshold(threshold[0], threshold[1], max(threshold[2], full_every))
     try:
         yield
     finally:
         gc.set_threshold(*threshold)
-        gc.unfreeze()
+        if freeze:
+            gc.unfreeze()
 
 
 __all__ = ["run_cluster", "quiet_collector"]
