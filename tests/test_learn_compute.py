@@ -194,6 +194,19 @@ def test_batch_stream_deterministic_and_small_shards() -> None:
         BatchStream(x, y, np.array([30]), 4, 0, CPU)
 
 
+def test_batch_stream_shares_the_data_and_draws_as_from_a_copy() -> None:
+    x, y = _indexed_data(40)
+    shard = np.array([39, 2, 17, 17, 5, 30, 11], dtype=np.int64)  # unordered, with a repeat
+    shared = BatchStream(x, y, shard, 3, seed=8, device=CPU)
+    # the same shard copied out as a data set of its own, streamed over all its rows
+    copied = BatchStream(x[shard], y[shard], np.arange(len(shard)), 3, seed=8, device=CPU)
+    assert shared.x.data_ptr() == x.data_ptr() and shared.y.data_ptr() == y.data_ptr()  # no copy
+    for _ in range(9):  # 27 samples: several epochs, batches across their boundaries
+        (xa, ya), (xb, yb) = shared.next(), copied.next()
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+        assert set(xa.flatten().long().tolist()) <= set(shard.tolist())
+
+
 # ---------------------------------------------------------------------------------- devices
 
 

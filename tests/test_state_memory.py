@@ -54,6 +54,21 @@ def test_fp32_velocity_is_updated_in_place_as_before() -> None:
     assert step is v and stored is v and v[0].tolist() == [1.5, 2.0]
 
 
+def test_first_velocity_takes_fresh_gradients_and_copies_shared_ones() -> None:
+    fresh = [torch.tensor([1.0, 2.0]), torch.tensor([3.0])]
+    step, stored = step_velocity(None, fresh, 0.9, torch.float32)
+    assert all(u is g for u, g in zip(step, fresh)) and stored is step  # nothing else holds them
+    # autograd hands one expanded tensor to both leaves of a sum: each layer needs its own buffer
+    a, b = torch.zeros(3, requires_grad=True), torch.zeros(3, requires_grad=True)
+    shared = list(torch.autograd.grad((a + b).sum(), [a, b]))
+    rows = list(torch.arange(6.0).reshape(2, 3))  # views into one [nodes, n] tensor
+    for grads in (shared, rows):
+        step, _ = step_velocity(None, grads, 0.9, torch.float32)
+        assert all(u.data_ptr() != g.data_ptr() and torch.equal(u, g) for u, g in zip(step, grads))
+        step2, _ = step_velocity(step, grads, 0.5, torch.float32)  # in place on the copies only
+        assert torch.equal(step2[0], grads[0] * 1.5) and torch.equal(step2[1], grads[1] * 1.5)
+
+
 def test_states_narrow_and_widen() -> None:
     st = CodecState(generator=torch.Generator(), residual=torch.tensor([1.0, 1 / 3]))
     narrow_states([st], torch.float32)

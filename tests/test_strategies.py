@@ -257,3 +257,53 @@ def test_run_scenario_fixes_the_thread_count_and_restores_it(tmp_path) -> None:
     assert summary["complete"] and (tmp_path / "run" / "summary.json").is_file()
     header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
     assert header == ",".join(METRIC_FIELDS)
+
+
+# ---- the garbage collector during a run ------------------------------------------------------------
+class FreezeSink(MemorySink):
+    """Notes the collector's frozen objects and thresholds whenever a row is written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen: list[int] = []
+        self.thresholds: list[tuple[int, int, int]] = []
+
+    def write_metrics(self, row: dict[str, Any]) -> None:
+        import gc
+
+        self.frozen.append(gc.get_freeze_count())
+        self.thresholds.append(gc.get_threshold())
+        super().write_metrics(row)
+
+
+@pytest.mark.parametrize("lr", [0.1, 1e3])  # a complete run, and one stopped by divergence
+def test_run_tunes_the_collector_and_restores_it(lr: float) -> None:
+    import gc
+
+    sc = scenario(iterations=2 if lr == 0.1 else 20)
+    sc = dataclasses.replace(sc, training=dataclasses.replace(sc.training, lr=lr))
+    cluster = Cluster(sc, device="cpu")
+    sink = FreezeSink()
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    summary = run_cluster(cluster, sink)
+    # during the run the objects that existed before it (the cluster among them) were frozen,
+    # so full collections skipped them, and full collections were considered 10x less often;
+    # afterwards nothing stays frozen and the thresholds are the caller's, whatever the outcome
+    assert sink.frozen and all(n > 1000 for n in sink.frozen)
+    assert all(t == (before[0], before[1], max(before[2], 100)) for t in sink.thresholds)
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
+    assert summary["status"] == ("complete" if lr == 0.1 else "diverged")
+
+
+def test_run_leaves_a_callers_frozen_objects_frozen() -> None:
+    import gc
+
+    kept = [[i] for i in range(100_000)]  # the caller's objects, alive throughout
+    gc.freeze()  # e.g. a parent process before forking workers
+    try:
+        run_cluster(Cluster(scenario(iterations=1), device="cpu"), MemorySink())
+        # thawed, the count would be 0 (objects freed since may lower it, never below kept's)
+        assert gc.get_freeze_count() >= len(kept)
+    finally:
+        gc.unfreeze()

@@ -511,8 +511,13 @@ class ComputeModel:
 class BatchStream:
     """A node's deterministic, infinite stream of mini-batches from its shard.
 
-    The shard is copied to ``device`` once. Each epoch is a fresh permutation of the shard drawn
-    from the stream's own ``torch.Generator``; a batch that crosses an epoch boundary takes the
+    When ``x`` and ``y`` already live on ``device`` the stream keeps a reference to them and the
+    shard's indices (a batch gathers ``x[shard[sel]]``, the same values), not a copy per node: the
+    copies were most of a large fleet's data memory (10,000 nodes x 32 MNIST digits drawn with
+    replacement: 1 GB of copies of a 13 MB set). Otherwise the shard is copied to ``device`` once.
+
+    Each epoch is a fresh permutation of the shard drawn from the stream's own
+    ``torch.Generator``; a batch that crosses an epoch boundary takes the
     rest of one epoch and the head of the next, so every batch has exactly
     ``min(batch_size, shard size)`` samples (constant shapes keep FLOP counts cached) and the
     concatenated stream is a sequence of whole permutations.
@@ -554,8 +559,12 @@ class BatchStream:
             raise ConfigError(f"batch_size(={batch_size}) must be >= 1")
         self.device = torch.device(device)
         sel = torch.from_numpy(idx).to(x.device)
-        self.x = x.index_select(0, sel).to(self.device)  # [n, C, H, W], once
-        self.y = y.index_select(0, sel.to(y.device)).to(self.device)  # [n]
+        self._shard: torch.Tensor | None = None  # [n] indices into x, y when they are shared
+        if x.device == self.device and y.device == self.device:
+            self.x, self.y, self._shard = x, y, sel  # the full set, shared with the other streams
+        else:
+            self.x = x.index_select(0, sel).to(self.device)  # [n, C, H, W], once
+            self.y = y.index_select(0, sel.to(y.device)).to(self.device)  # [n]
         self.n = int(idx.size)
         self.batch_size = min(int(batch_size), self.n)
         self.epoch = 0  # completed permutations drawn so far
@@ -603,6 +612,8 @@ class BatchStream:
             self._perm = self._new_perm()
             self.epoch += 1
             self._pos = 0
+        if self._shard is not None:
+            sel = self._shard[sel]  # shard positions -> rows of the shared set
         x = self.x.index_select(0, sel)  # [b, C, H, W]
         if self.transform is not None:
             x = self.transform(x, self._aug_gen)

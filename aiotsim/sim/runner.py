@@ -15,7 +15,10 @@ However the run ends, the rows written so far stay and the sink gets the trace a
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from aiotsim.sim.accounting import RunSink
@@ -45,7 +48,8 @@ def run_cluster(cluster: Cluster, sink: RunSink) -> dict[str, Any]:
     status, reason = "complete", None
     try:
         done = cluster.env.process(strategy.run())
-        cluster.env.run(until=done)
+        with quiet_collector():
+            cluster.env.run(until=done)
     except RunStopped as stop:
         status, reason = stop.status, stop.reason
     except KeyboardInterrupt:
@@ -61,4 +65,31 @@ def run_cluster(cluster: Cluster, sink: RunSink) -> dict[str, Any]:
     return summary
 
 
-__all__ = ["run_cluster"]
+@contextmanager
+def quiet_collector(full_every: int = 100) -> Iterator[None]:
+    """Python's cyclic garbage collector, tuned for the length of a run, then restored.
+
+    The objects that exist before the run (imported modules, the cluster's per-node state: ~340k
+    at 1,000 nodes) are frozen, so full collections skip them (each walked them all: ~0.2 s at
+    1,000 nodes, several per iteration). The objects a run makes grow with the fleet (payloads,
+    processes, trace events) and are nearly all freed by reference counting (a 1,000-node,
+    3-iteration run left 31 objects of cyclic garbage), so a full collection is considered after
+    ``full_every`` middle-generation ones instead of 10 (at 10,000 nodes the default made 11 full
+    collections in one iteration, 4.5 s). Nothing is computed differently; only when unreachable
+    cycles are freed. A caller that froze objects of its own (``gc.freeze()`` before forking
+    workers, say) keeps them frozen: then the run freezes and unfreezes nothing.
+    """
+    threshold = gc.get_threshold()  # (young, middle, full)
+    freeze = gc.get_freeze_count() == 0  # unfreeze() would thaw a caller's frozen objects too
+    if freeze:
+        gc.freeze()
+    gc.set_threshold(threshold[0], threshold[1], max(threshold[2], full_every))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        if freeze:
+            gc.unfreeze()
+
+
+__all__ = ["run_cluster", "quiet_collector"]

@@ -57,7 +57,7 @@ def step_velocity(
     its rounding.
     """
     if velocity is None:
-        step = [g.detach().clone() for g in grads]
+        step = _owned(grads)
     elif dtype == torch.float32:
         torch._foreach_mul_(velocity, m)
         torch._foreach_add_(velocity, grads)
@@ -68,3 +68,15 @@ def step_velocity(
         torch._foreach_add_(step, grads)
     stored = step if dtype == torch.float32 else [u.to(dtype) for u in step]
     return step, stored
+
+
+def _owned(grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The first velocity: the gradients themselves when each owns its memory (fresh autograd
+    outputs, which nothing else keeps), else copies. A view (a node's row of a batched pass, an
+    expanded scalar) or one tensor serving two layers (autograd returns the same tensor for both
+    leaves of an addition) must not become state updated in place. Skipping the copy saves a
+    model-sized allocation and copy per node (10,000 nodes: 2.5 GB of fresh pages)."""
+    storages = {g.untyped_storage().data_ptr() for g in grads}
+    if len(storages) == len(grads) and all(g._base is None and not g.requires_grad for g in grads):
+        return list(grads)
+    return [g.detach().clone() for g in grads]
