@@ -62,12 +62,12 @@ def gateway_round(c: Cluster, gw: str, members: list[int]) -> Proc:
     env, learning = c.env, c.learning
     dense = c.sc.network.gateway_mode == "dense"
     ups: list[Upload] = []
+    aggregation = learning.aggregation()  # streamed: each upload folded in on arrival, then dropped
     while len(ups) < len(members):
         ups.append((yield c.mailbox[gw].get()))
+        aggregation.take(ups[-1])
     t0 = env.now
-    agg, wall = learning.decode_aggregate(
-        [u.payloads for u in ups], [len(u.nodes) for u in ups], [u.dense for u in ups]
-    )
+    agg, wall = aggregation.result()
     codecs = [learning.dense] * len(learning.layers) if dense else None
     payloads, enc_wall = learning.encode(agg, c.gateway_states[gw], codecs=codecs)
     busy = c.codec_time(c.gateway_compute, wall + enc_wall, len(ups) + 1)
