@@ -112,14 +112,14 @@ class Aggregation:
         if not self.streamed:
             self.messages.append((payloads, weight, dense))
             return
-        _sync(self.device)
+        sync_device(self.device)
         t0 = time.perf_counter()
         if self.sums is None:
             self.sums = [c.aggregate_start(L, self.device) for c, L in zip(self.codecs, self.layers)]
         w = float(weight) if self.weighted else 1.0
         for codec, layer, p, acc in zip(self.codecs, self.layers, payloads, self.sums):
             codec.aggregate_add(acc, (self.dense if dense else codec).decode(p, layer), w)
-        _sync(self.device)
+        sync_device(self.device)
         self.wall_s += time.perf_counter() - t0
 
     def take(self, upload: Message) -> None:
@@ -137,14 +137,14 @@ class Aggregation:
 
     def result(self) -> tuple[list[torch.Tensor], float]:
         """``(aggregate per layer, host seconds spent decoding and aggregating)``."""
-        _sync(self.device)
+        sync_device(self.device)
         t0 = time.perf_counter()
         if self.streamed:
             sums = self.sums or [c.aggregate_start(L, self.device) for c, L in zip(self.codecs, self.layers)]
             agg = [c.aggregate_finish(acc, L) for c, L, acc in zip(self.codecs, self.layers, sums)]
         else:
             agg = self._stacked()
-        _sync(self.device)
+        sync_device(self.device)
         return agg, self.wall_s + time.perf_counter() - t0
 
     def _stacked(self) -> list[torch.Tensor]:
@@ -162,9 +162,10 @@ class Aggregation:
         return agg
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
+    """Wait for queued CUDA work, so that wall-clock costs are the work's own."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-__all__ = ["Aggregation", "Message", "aggregation_mode", "STACK_LIMIT_BYTES", "MODES"]
+__all__ = ["Aggregation", "Message", "aggregation_mode", "sync_device", "STACK_LIMIT_BYTES", "MODES"]

@@ -42,6 +42,7 @@ def node_round(c: Cluster, i: int, version: int, download: simpy.Event | None, w
     encoded, st.local.encoded = st.local.encoded, None  # encoded in a batch at dispatch, if so
     payloads, wall = encoded or learning.encode(grads, st.local.states, sq)
     wall += learning.mask_momentum(st.local, payloads)
+    grads = sq = None  # encoded: not held while the upload is in flight (10,000 nodes x model)
     encode_s = st.compute.codec_time(wall, learning.elements, learning.codec.encode_flops_per_element)
     t1 = env.now
     yield env.timeout(encode_s)
