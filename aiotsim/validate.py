@@ -37,7 +37,8 @@ NODE_OVERHEAD_BYTES = 64_000
 # the stacked copy the mean is taken from (measured peak, LeNet-5, 1,000 nodes, none: 1.5 MB per
 # node with the allocator's slack; estimate 1.05 MB). streamed: its message only, from its encode
 # until the server folds it into the sums (measured: iot10k's data, 2,000 nodes, none: live tensors
-# 610 KB per node = velocity + message + its data shard).
+# 610 KB per node = velocity + message + a 100 KB copy of its data shard, which a node no longer
+# makes when the data set is on its device).
 IN_FLIGHT_BUFFERS = {"stacked": 3, "streamed": 1}
 SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode scratch ...
 MEMORY_ENV = "AIOTSIM_MAX_MEMORY_GB"
@@ -116,12 +117,10 @@ def world_size(s: Scenario) -> WorldSize | None:
     per_model = params * BYTES_PER_VALUE
     stored, extra = node_state_buffers(s)
     mode = resolved_aggregation(s, params)
-    # its own copy of its data shard (fp32 samples: data.samples_per_node, or its share of the set)
-    shard = (s.data.samples_per_node or math.ceil(train / s.nodes.count)) * math.prod(shape) * BYTES_PER_VALUE
     # kept between rounds (residual, velocity: at state_dtype; other codec state: fp32) + what an
-    # aggregation holds per node (see IN_FLIGHT_BUFFERS) + its shard + fixed overhead
+    # aggregation holds per node (see IN_FLIGHT_BUFFERS) + fixed overhead
     per_node = params * (stored * STATE_BYTES[s.nodes.state_dtype] + extra * BYTES_PER_VALUE)
-    per_node += IN_FLIGHT_BUFFERS[mode] * per_model + shard + NODE_OVERHEAD_BYTES
+    per_node += IN_FLIGHT_BUFFERS[mode] * per_model + NODE_OVERHEAD_BYTES
     return WorldSize(
         params=params,
         nodes_bytes=stateful_nodes(s) * per_node,

@@ -33,8 +33,8 @@ def test_estimate_counts_what_a_node_keeps(tiny_scenario, sets, stored, state_by
     sc = load_scenario(tiny_scenario, [*fixed, f"training.aggregation={aggregation}", *sets])
     size = world_size(sc)
     # kept state + the dense fp32 buffers of an aggregation (stacked: message, decoded, stack row;
-    # streamed: the message) + its shard of 10 8x8 fp32 digits + fixed overhead
-    per_node = P * stored * state_bytes + in_flight * P * 4 + 10 * 64 * 4 + NODE_OVERHEAD_BYTES
+    # streamed: the message) + fixed overhead
+    per_node = P * stored * state_bytes + in_flight * P * 4 + NODE_OVERHEAD_BYTES
     assert size.per_node_bytes == per_node
     assert size.nodes_bytes == 100 * per_node
     assert f"state {sc.nodes.state_dtype}" in size.describe()
