@@ -291,3 +291,19 @@ def test_runs_agree_between_stacked_and_streamed(case: str) -> None:
     assert [r["bytes_up"] for r in rows1] == [r["bytes_up"] for r in rows2]
     for a, b in zip(p1, p2):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_the_mmap_threshold_is_pinned_for_streamed_fleets_only(monkeypatch: Any) -> None:
+    """glibc: mallopt accepts the pin; a streamed run pins it, a stacked one leaves malloc alone."""
+    import platform
+
+    from aiotsim.sim import learning as learning_module
+    from aiotsim.sim.allocator import pin_mmap_threshold
+
+    assert pin_mmap_threshold() is (platform.libc_ver()[0] == "glibc")
+    calls: list[int] = []
+    monkeypatch.setattr(learning_module, "pin_mmap_threshold", lambda: calls.append(1) or True)
+    Cluster(scenario("stacked"), device="cpu")
+    assert calls == []
+    Cluster(scenario("streamed"), device="cpu")
+    assert calls == [1]
