@@ -41,8 +41,8 @@ class PartialStrategy(SyncStrategy):
             outstanding = sum(1 for st in c.nodes if st.busy and st.held_version == c.version)
             need = min(self.k, len(fresh) + outstanding)
             if need > 0 and len(fresh) >= need:
-                for u in [] if aggregation.streamed else fresh + late:  # stacked: today's order
-                    aggregation.take(u)
+                if not aggregation.streamed:  # stacked: fresh, then late, as the list always was
+                    aggregation.take_all(fresh + late)
                 return fresh + late, aggregation
             if not any(st.busy for st in c.nodes):
                 chosen, _ = dispatch_round(c, work=True)
