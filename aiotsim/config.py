@@ -231,6 +231,14 @@ class TrainingSection:
         "are 'drop'ped or 'apply'd late (stale, in the next aggregation)",
         choices=("drop", "apply"),
     )
+    aggregation: str = opt(
+        "auto",
+        "how the server and gateways combine uploads: 'stacked' (all decoded, then one mean over the "
+        "stack: memory nodes x model), 'streamed' (each upload decoded into float64 per-layer sums as "
+        "it arrives, then dropped: memory O(model); equal to 'stacked' up to float32 rounding), 'auto' "
+        "(streamed when the stack would exceed 1 GB = nodes x parameters x 4 B, else stacked)",
+        choices=("auto", "stacked", "streamed"),
+    )
     local_steps: int = opt(
         1, f"federated: local SGD steps per node per round, 1..{MAX_LOCAL_STEPS}", between(1, MAX_LOCAL_STEPS)
     )

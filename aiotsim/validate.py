@@ -32,11 +32,14 @@ STATE_BYTES = {"float32": 4, "float16": 2}  # nodes.state_dtype
 # Python objects, per-layer seeded generators (about 2.6 KB each) and batch stream of one node, B
 # (measured: LeNet-5 on MNIST, 1,000 nodes)
 NODE_OVERHEAD_BYTES = 64_000
-# Model-sized fp32 buffers per node while a sync round is aggregated: its message (the dense size
-# bounds every codec's), its decoded gradient and its row of the stacked copy the mean is taken
-# from. (Measured peak, LeNet-5, 1,000 nodes, none, sync: 1.5 MB per node, of which the allocator
-# keeps some freed memory; the estimate is about 1.05 MB.)
-IN_FLIGHT_BUFFERS = 3
+# Model-sized fp32 buffers per node while an aggregation is under way, by training.aggregation.
+# stacked: its message (the dense size bounds every codec's), its decoded gradient and its row of
+# the stacked copy the mean is taken from (measured peak, LeNet-5, 1,000 nodes, none: 1.5 MB per
+# node with the allocator's slack; estimate 1.05 MB). streamed: its message only, from its encode
+# until the server folds it into the sums (measured: iot10k's data, 2,000 nodes, none: live tensors
+# 610 KB per node = velocity + message + a 100 KB copy of its data shard, which a node no longer
+# makes when the data set is on its device).
+IN_FLIGHT_BUFFERS = {"stacked": 3, "streamed": 1}
 SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode scratch ...
 MEMORY_ENV = "AIOTSIM_MAX_MEMORY_GB"
 
@@ -51,6 +54,7 @@ class WorldSize:
     data_bytes: int
     per_node_bytes: int = 0  # one node's state and in-flight message, B
     state_dtype: str = "float32"
+    aggregation: str = "stacked"  # training.aggregation as resolved ("auto" -> stacked/streamed)
 
     @property
     def total(self) -> int:
@@ -61,7 +65,7 @@ class WorldSize:
         """``~12.3 MB (61,706 parameters; nodes 9.9 MB = 987.0 KB per node, state float32; ...)``."""
         return (
             f"~{fmt_bytes(self.total)} ({self.params:,} parameters; nodes {fmt_bytes(self.nodes_bytes)}"
-            f" = {fmt_bytes(self.per_node_bytes)} per node, state {self.state_dtype}; "
+            f" = {fmt_bytes(self.per_node_bytes)} per node, state {self.state_dtype}, {self.aggregation} aggregation; "
             f"server {fmt_bytes(self.server_bytes)}, data {fmt_bytes(self.data_bytes)})"
         )
 
@@ -112,10 +116,11 @@ def world_size(s: Scenario) -> WorldSize | None:
     shape, _, train, test = known
     per_model = params * BYTES_PER_VALUE
     stored, extra = node_state_buffers(s)
-    # kept between rounds (residual, velocity: at state_dtype; other codec state: fp32) + what a
-    # sync aggregation holds per node (see IN_FLIGHT_BUFFERS) + fixed overhead
+    mode = resolved_aggregation(s, params)
+    # kept between rounds (residual, velocity: at state_dtype; other codec state: fp32) + what an
+    # aggregation holds per node (see IN_FLIGHT_BUFFERS) + fixed overhead
     per_node = params * (stored * STATE_BYTES[s.nodes.state_dtype] + extra * BYTES_PER_VALUE)
-    per_node += IN_FLIGHT_BUFFERS * per_model + NODE_OVERHEAD_BYTES
+    per_node += IN_FLIGHT_BUFFERS[mode] * per_model + NODE_OVERHEAD_BYTES
     return WorldSize(
         params=params,
         nodes_bytes=stateful_nodes(s) * per_node,
@@ -123,7 +128,17 @@ def world_size(s: Scenario) -> WorldSize | None:
         data_bytes=(train + test) * math.prod(shape) * BYTES_PER_VALUE,
         per_node_bytes=per_node,
         state_dtype=s.nodes.state_dtype,
+        aggregation=mode,
     )
+
+
+def resolved_aggregation(s: Scenario, params: int) -> str:
+    """``training.aggregation`` for ``s``: ``"stacked"`` or ``"streamed"`` (``auto`` resolved as
+    the run resolves it, from the node count and the model's parameters)."""
+    from aiotsim.compress.registry import get_codec_class
+    from aiotsim.sim.aggregate import aggregation_mode
+
+    return aggregation_mode(s.training.aggregation, s.nodes.count, params, get_codec_class(s.compressor.name))
 
 
 def node_state_buffers(s: Scenario) -> tuple[int, int]:

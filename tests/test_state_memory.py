@@ -12,7 +12,7 @@ from aiotsim.api import run_scenario
 from aiotsim.compress.base import CodecState
 from aiotsim.config import load_scenario
 from aiotsim.sim.storage import narrow_states, step_velocity, widen_states
-from aiotsim.validate import IN_FLIGHT_BUFFERS, NODE_OVERHEAD_BYTES, world_size
+from aiotsim.validate import NODE_OVERHEAD_BYTES, world_size
 
 P = 55_210  # parameters of tests/tiny.toml's MLP on the 8x8 digits
 
@@ -27,14 +27,27 @@ P = 55_210  # parameters of tests/tiny.toml's MLP on the 8x8 digits
         (["compressor.name=dgc", "training.momentum_at=server"], 2, 4),  # DGC's own residual + momentum
     ],
 )
-def test_estimate_counts_what_a_node_keeps(tiny_scenario, sets, stored, state_bytes) -> None:
-    sc = load_scenario(tiny_scenario, ["training.momentum=0.9", "nodes.count=100", *sets])
+@pytest.mark.parametrize(("aggregation", "in_flight"), [("stacked", 3), ("streamed", 1), ("auto", 3)])
+def test_estimate_counts_what_a_node_keeps(tiny_scenario, sets, stored, state_bytes, aggregation, in_flight) -> None:
+    fixed = ["training.momentum=0.9", "nodes.count=100", "data.samples_per_node=10"]
+    sc = load_scenario(tiny_scenario, [*fixed, f"training.aggregation={aggregation}", *sets])
     size = world_size(sc)
-    # kept state + the dense fp32 buffers of a sync aggregation + fixed overhead
-    per_node = P * stored * state_bytes + IN_FLIGHT_BUFFERS * P * 4 + NODE_OVERHEAD_BYTES
+    # kept state + the dense fp32 buffers of an aggregation (stacked: message, decoded, stack row;
+    # streamed: the message) + fixed overhead
+    per_node = P * stored * state_bytes + in_flight * P * 4 + NODE_OVERHEAD_BYTES
     assert size.per_node_bytes == per_node
     assert size.nodes_bytes == 100 * per_node
     assert f"state {sc.nodes.state_dtype}" in size.describe()
+    assert f"{'stacked' if aggregation == 'auto' else aggregation} aggregation" in size.describe()
+
+
+def test_estimate_streams_a_fleet_too_big_to_stack(tiny_scenario) -> None:
+    """auto: 5,000 nodes x 55,210 parameters x 4 B = 1.1 GB of stack > 1 GB: streamed, one
+    in-flight buffer per node; 4,000 nodes (0.88 GB) still stack."""
+    big = world_size(load_scenario(tiny_scenario, ["nodes.count=5000", "data.samples_per_node=1"]))
+    small = world_size(load_scenario(tiny_scenario, ["nodes.count=4000", "data.samples_per_node=1"]))
+    assert (big.aggregation, small.aggregation) == ("streamed", "stacked")
+    assert small.per_node_bytes - big.per_node_bytes == 2 * P * 4
 
 
 def test_fp16_velocity_steps_in_fp32_from_the_rounded_state() -> None:

@@ -299,6 +299,34 @@ class Codec(ABC, Generic[S]):
             raise CodecError(f"aggregate({layer.name}): no gradients to aggregate")
         return torch.stack(decoded).mean(dim=0)
 
+    # The streamed form of :meth:`aggregate`: the same combination folded one message at a time
+    # into a per-layer accumulator (O(model) memory, however many messages). A codec that
+    # overrides ``aggregate`` overrides these three too (:meth:`streams_aggregate` tells).
+    def aggregate_start(self, layer: LayerInfo, device: torch.device) -> RunningAggregate:
+        """An empty accumulator for ``layer`` (float64 sums: the result is, to float32 precision,
+        independent of the order the messages are added in)."""
+        return RunningAggregate(torch.zeros(layer.shape, dtype=torch.float64, device=device))
+
+    def aggregate_add(self, acc: RunningAggregate, decoded: torch.Tensor, weight: float = 1.0) -> None:
+        """Add one decoded gradient with ``weight`` (its node count) to ``acc`` (in place)."""
+        acc.total.add_(decoded.to(torch.float64), alpha=weight)
+        acc.weight += weight
+        acc.count += 1
+
+    def aggregate_finish(self, acc: RunningAggregate, layer: LayerInfo) -> torch.Tensor:
+        """The aggregate of everything added (default: the weighted mean), as ``layer.dtype``."""
+        if not acc.count:
+            raise CodecError(f"aggregate({layer.name}): no gradients to aggregate")
+        return (acc.total / acc.weight).to(layer.dtype)
+
+    @classmethod
+    def streams_aggregate(cls) -> bool:
+        """Whether the streamed form matches :meth:`aggregate`: the mean's own, or a codec that
+        overrides both (a custom ``aggregate`` alone would be streamed as a mean: refused)."""
+        return cls.aggregate is Codec.aggregate or (
+            cls.aggregate_add is not Codec.aggregate_add or cls.aggregate_finish is not Codec.aggregate_finish
+        )
+
     @classmethod
     def supports_ring(cls) -> bool:
         """Whether a ring all-reduce can carry this codec: each hop decodes, adds its own
@@ -316,6 +344,16 @@ class Codec(ABC, Generic[S]):
             default = f.default if f.default is not dataclasses.MISSING else None
             out.append((f.name, default, f.metadata.get("help", "")))
         return out
+
+
+@dataclass
+class RunningAggregate:
+    """A streamed aggregation's state for one layer (see :meth:`Codec.aggregate_start`)."""
+
+    total: torch.Tensor  # float64, layer shape: the weighted sum (signSGD: the sum of the signs)
+    weight: float = 0.0  # sum of the weights added
+    count: int = 0  # messages added
+    extra: torch.Tensor | None = None  # a codec's second sum (signSGD: the sum of |d|), float64
 
 
 def as_float(grad: torch.Tensor) -> torch.Tensor:

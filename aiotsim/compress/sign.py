@@ -38,7 +38,7 @@ from typing import Literal
 
 import torch
 
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RunningAggregate
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
 from aiotsim.compress.registry import register
@@ -105,6 +105,20 @@ class SignSGD(Codec[CodecState]):
         # |d| is the worker's scale wherever d != 0 (sign(0) is sent as +1, so d is never 0
         # unless the scale is)
         return (torch.sign(votes) * size / len(decoded)).to(decoded[0].dtype)
+
+    def aggregate_add(self, acc: RunningAggregate, decoded: torch.Tensor, weight: float = 1.0) -> None:
+        """Streamed vote: add the message's signs and ``|d|`` (unweighted, as :meth:`aggregate`)."""
+        d = decoded.to(torch.float64)
+        acc.total.add_(torch.sign(d))
+        acc.extra = d.abs() if acc.extra is None else acc.extra.add_(d.abs())
+        acc.weight += 1.0
+        acc.count += 1
+
+    def aggregate_finish(self, acc: RunningAggregate, layer: LayerInfo) -> torch.Tensor:
+        """``sign(sum of signs) x mean |d|``, as :meth:`aggregate` computes from the full list."""
+        if not acc.count or acc.extra is None:
+            raise CodecError(f"aggregate({layer.name}): no gradients to aggregate")
+        return (torch.sign(acc.total) * acc.extra / acc.count).to(layer.dtype)
 
 
 @register

@@ -32,14 +32,10 @@ from aiotsim.learn.data.transforms import augmentation
 from aiotsim.learn.datasets import Dataset, SyntheticSpec, load_dataset
 from aiotsim.learn.models import build_model, layer_infos
 from aiotsim.learn.partition import node_shards
+from aiotsim.sim.aggregate import Aggregation, aggregation_mode, sync_device
+from aiotsim.sim.allocator import pin_mmap_threshold
 from aiotsim.sim.stops import Diverged
 from aiotsim.sim.storage import DTYPES, narrow_states, step_velocity, widen_states
-
-
-def sync_device(device: torch.device) -> None:
-    """Wait for queued CUDA work, so that wall-clock costs are the work's own."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @dataclass
@@ -135,6 +131,9 @@ class Learning:
         self.dense: Codec = build_codec("none", seed=seed)
         self.layer_codecs = [self.codec if L.numel >= s.compressor.min_size else self.dense for L in self.layers]
         self.server_states = self.new_states(-1)  # compressed (bidirectional) downlink
+        self.aggregation_mode = aggregation_mode(s.training.aggregation, len(shares), self.elements, type(self.codec))
+        if self.aggregation_mode == "streamed":  # a fleet too big to stack: keep freed tensors unmapped
+            pin_mmap_threshold()
         self.state_dtype = DTYPES[s.nodes.state_dtype]  # storage of residuals and velocities
         # momentum lives on the server optimizer, unless the codec applies it itself (DGC) or the
         # scenario puts it on the nodes
@@ -221,6 +220,17 @@ class Learning:
         return time.perf_counter() - t0
 
     # ---- server -------------------------------------------------------------------------------
+    def aggregation(self) -> Aggregation:
+        """An empty aggregation of uploads (``training.aggregation``: stacked or streamed)."""
+        return Aggregation(
+            self.layer_codecs,
+            self.dense,
+            self.layers,
+            self.device,
+            streamed=self.aggregation_mode == "streamed",
+            weighted=self.codec.supports_ring(),  # a mean; signSGD's vote counts each message once
+        )
+
     def decode_aggregate(
         self, messages: list[list[Payload]], weights: list[int], dense: list[bool]
     ) -> tuple[list[torch.Tensor], float]:
@@ -228,23 +238,11 @@ class Learning:
 
         ``messages[u][j]`` is message ``u``'s payload of layer ``j``; ``dense[u]`` marks a message
         sent as dense fp32 (a gateway in ``dense`` mode). Returns ``(aggregate per layer, wall
-        seconds)``. A codec whose aggregation is not a mean (signSGD's majority vote) aggregates
-        the messages unweighted.
-        """
-        sync_device(self.device)
-        t0 = time.perf_counter()
-        mean_codec = self.codec.supports_ring()
-        agg = []
-        for j, (codec, layer) in enumerate(zip(self.layer_codecs, self.layers)):
-            decoded = [(self.dense if d else codec).decode(m[j], layer) for m, d in zip(messages, dense)]
-            if len(set(weights)) > 1 and mean_codec:
-                w = torch.tensor(weights, dtype=torch.float32, device=decoded[0].device)
-                stacked = torch.stack([d.float() for d in decoded])  # [messages, *shape]
-                agg.append((torch.tensordot(w / w.sum(), stacked, dims=1)).to(layer.dtype))
-            else:
-                agg.append(codec.aggregate(decoded, layer))
-        sync_device(self.device)
-        return agg, time.perf_counter() - t0
+        seconds)``; signSGD's majority vote counts each message once (:meth:`aggregation`)."""
+        agg = self.aggregation()
+        for m, w, d in zip(messages, weights, dense):
+            agg.add(m, w, d)
+        return agg.result()
 
     def prepare_update(self, agg: list[torch.Tensor]) -> Update:
         """What the server applies and what an up-to-date node downloads.

@@ -42,6 +42,7 @@ def node_round(c: Cluster, i: int, version: int, download: simpy.Event | None, w
     encoded, st.local.encoded = st.local.encoded, None  # encoded in a batch at dispatch, if so
     payloads, wall = encoded or learning.encode(grads, st.local.states, sq)
     wall += learning.mask_momentum(st.local, payloads)
+    grads = sq = None  # encoded: not held while the upload is in flight (10,000 nodes x model)
     encode_s = st.compute.codec_time(wall, learning.elements, learning.codec.encode_flops_per_element)
     t1 = env.now
     yield env.timeout(encode_s)
@@ -62,12 +63,12 @@ def gateway_round(c: Cluster, gw: str, members: list[int]) -> Proc:
     env, learning = c.env, c.learning
     dense = c.sc.network.gateway_mode == "dense"
     ups: list[Upload] = []
+    aggregation = learning.aggregation()  # streamed: each upload folded in on arrival, then dropped
     while len(ups) < len(members):
         ups.append((yield c.mailbox[gw].get()))
+        aggregation.take(ups[-1])
     t0 = env.now
-    agg, wall = learning.decode_aggregate(
-        [u.payloads for u in ups], [len(u.nodes) for u in ups], [u.dense for u in ups]
-    )
+    agg, wall = aggregation.result()
     codecs = [learning.dense] * len(learning.layers) if dense else None
     payloads, enc_wall = learning.encode(agg, c.gateway_states[gw], codecs=codecs)
     busy = c.codec_time(c.gateway_compute, wall + enc_wall, len(ups) + 1)

@@ -33,6 +33,7 @@ from aiotsim.learn.datasets import Dataset
 from aiotsim.network.flows import Network, transport_options
 from aiotsim.records import EvalRow, MetricsRow, Progress, RunSummary
 from aiotsim.sim.accounting import RunFacts, RunSink, Totals, Window, mean, summarize
+from aiotsim.sim.aggregate import Aggregation
 from aiotsim.sim.energy import EnergyMeter, get_radio
 from aiotsim.sim.fleet import NodeTable
 from aiotsim.sim.learning import Learning, LocalState
@@ -235,16 +236,14 @@ class Cluster:
                 w.energy_j += getattr(self.nodes[int(end[4:])].energy, charge)(wire)
 
     # ---- server --------------------------------------------------------------------------------
-    def apply(self, it: int, uploads: list[Upload]) -> Proc:
-        """SimPy process: decode, aggregate, step; returns the :class:`Applied` for its row.
+    def apply(self, it: int, uploads: list[Upload], aggregation: Aggregation | None = None) -> Proc:
+        """SimPy process: decode + aggregate (or finish ``aggregation``), step; its row's :class:`Applied`.
 
         Raises :class:`Diverged` when the aggregated update is not finite.
         """
         env, learning = self.env, self.learning
         t_dec = env.now
-        agg, wall = learning.decode_aggregate(
-            [u.payloads for u in uploads], [len(u.nodes) for u in uploads], [u.dense for u in uploads]
-        )
+        agg, wall = (aggregation or learning.aggregation().take_all(uploads)).result()
         update = learning.prepare_update(agg)
         bad = non_finite([x for u in uploads for x in u.losses], update.applied)
         if bad:

@@ -36,11 +36,14 @@ class PartialStrategy(SyncStrategy):
         yield from self.ensure_work()
         fresh: list[Upload] = []
         late: list[Upload] = []
+        aggregation = c.learning.aggregation()
         while True:
             outstanding = sum(1 for st in c.nodes if st.busy and st.held_version == c.version)
             need = min(self.k, len(fresh) + outstanding)
             if need > 0 and len(fresh) >= need:
-                return fresh + late
+                if not aggregation.streamed:  # stacked: fresh, then late, as the list always was
+                    aggregation.take_all(fresh + late)
+                return fresh + late, aggregation
             if not any(st.busy for st in c.nodes):
                 chosen, _ = dispatch_round(c, work=True)
                 if not chosen:
@@ -48,9 +51,12 @@ class PartialStrategy(SyncStrategy):
                 continue
             u = yield c.mailbox[SERVER].get()
             arrived(c, u)
+            kept = u.version == c.version or c.sc.training.late == "apply"
+            if kept and aggregation.streamed:  # folded in now, its payloads dropped
+                aggregation.take(u)
             if u.version == c.version:
                 fresh.append(u)
-            elif c.sc.training.late == "apply":
+            elif kept:
                 late.append(u)
             else:
                 c.totals.dropped += 1

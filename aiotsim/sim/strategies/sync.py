@@ -4,7 +4,7 @@ An iteration is one round::
 
     collect : dispatch every idle online node (if none is at work), then wait for one upload per
               node, or per gateway when a node's aggregator is a gateway
-    apply   : decode + aggregate + optimizer step (Cluster.apply)
+    apply   : decode + aggregate (streamed: folded in during collect) + optimizer step (Cluster.apply)
     next    : dispatch the next round (its downlinks count in this iteration's row) or, after
               the last step, broadcast the final model
     row     : finish the iteration's metrics row
@@ -42,8 +42,8 @@ class SyncStrategy(Strategy):
             if pending is not None:
                 done, pending = pending, None
             else:
-                uploads = yield from self.collect()
-                done = yield from c.apply(it, uploads)
+                uploads, aggregation = yield from self.collect()
+                done = yield from c.apply(it, uploads, aggregation)
                 quiescent_point(c, it, done)
             if it + 1 < iters:
                 dispatch_round(c, work=True)
@@ -63,17 +63,21 @@ class SyncStrategy(Strategy):
                 yield from wait_for_someone(c)
 
     def collect(self) -> Proc:
-        """The uploads of this iteration: one from each busy node's aggregator."""
+        """The uploads of this iteration, one from each busy node's aggregator, and their
+        :class:`~aiotsim.sim.aggregate.Aggregation` (streamed: each folded in as it arrives, its
+        payloads dropped; stacked: in arrival order, as the list)."""
         c = self.cluster
         yield from self.ensure_work()
         busy = [i for i in range(c.n) if c.nodes[i].busy]
         expected = {c.aggregator[i] if c.aggregator[i] != SERVER else node_name(i) for i in busy}
         got: list[Upload] = []
+        aggregation = c.learning.aggregation()
         while len(got) < len(expected):
             u = yield c.mailbox[SERVER].get()
             arrived(c, u)
+            aggregation.take(u)
             got.append(u)
-        return got
+        return got, aggregation
 
 
 __all__ = ["SyncStrategy"]

@@ -1,0 +1,171 @@
+"""How the server (and each gateway) combines the uploads of one aggregation.
+
+``training.aggregation`` picks one of two forms of the same per-layer combination (the codec's
+:meth:`~aiotsim.compress.base.Codec.aggregate`: a mean weighted by node counts, or signSGD's
+majority vote):
+
+``stacked``
+    Keep every message, then per layer decode them all and take one mean over the stacked copy
+    (``torch.stack(...).mean(0)``, or a float32 ``tensordot`` for unequal weights). Memory grows
+    with messages x model: three model-sized buffers per message (the message, its decoded
+    gradient, its row of the stack). The results of every scenario before this option existed.
+``streamed``
+    Decode each message as it arrives and add it, weighted, into float64 per-layer sums; the
+    message's payloads and its decoded tensor are dropped right after, so an aggregation holds
+    O(model) (two float64 model copies at most), whatever the fleet size. Divided and cast to the
+    layer's dtype at the end. The float64 sums make the float32 result, for practical purposes,
+    independent of the arrival order (a float64 sum of n float32 values rounds at most ~n x 2^-53
+    relative before the final rounding to float32's 2^-24); it equals ``stacked`` up to float32
+    rounding, not bit for bit (torch's stacked mean is not a sequential sum either).
+``auto``
+    ``streamed`` when the stack would hold more than :data:`STACK_LIMIT_BYTES` (nodes x model
+    parameters x 4 B: a function of the scenario only, never of the machine), else ``stacked``:
+    every scenario small enough to stack keeps its results byte for byte.
+
+Ring all-reduce and ``async`` do not aggregate this way (a ring hop adds two gradients; async
+applies one upload at a time), so the option changes nothing there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+from aiotsim.compress.base import Codec, LayerInfo, Payload, RunningAggregate
+from aiotsim.errors import ConfigError
+
+STACK_LIMIT_BYTES = 10**9  # "auto": stream when nodes x parameters x 4 B exceeds this
+MODES = ("auto", "stacked", "streamed")
+
+
+def aggregation_mode(mode: str, nodes: int, params: int, codec: type[Codec]) -> str:
+    """``"stacked"`` or ``"streamed"`` for ``training.aggregation = mode``.
+
+    Raises
+    ------
+    ConfigError
+        ``streamed`` asked of a codec whose custom ``aggregate`` has no streamed form.
+    """
+    if mode == "auto":
+        big = nodes * params * 4 > STACK_LIMIT_BYTES
+        return "streamed" if big and codec.streams_aggregate() else "stacked"
+    if mode == "streamed" and not codec.streams_aggregate():
+        raise ConfigError(
+            f"training.aggregation: codec {codec.name!r} overrides aggregate() without its streamed "
+            "form (aggregate_add/aggregate_finish); use training.aggregation = 'stacked'"
+        )
+    return mode
+
+
+class Message(Protocol):
+    """What an aggregation reads of an upload (:class:`~aiotsim.sim.world.Upload`)."""
+
+    payloads: list[Payload]
+    nodes: list[int]
+    dense: bool
+
+
+class Aggregation:
+    """One aggregation's messages, combined per layer (stacked or streamed, see the module).
+
+    Parameters
+    ----------
+    codecs : list of Codec
+        Each layer's codec (the scenario's, or ``none`` for layers under ``min_size``).
+    dense : Codec
+        The ``none`` codec, which decodes messages sent as dense fp32 (gateway ``dense`` mode).
+    layers : list of LayerInfo
+        The model's layers.
+    device : torch.device
+        Where decoding runs.
+    streamed : bool
+        Fold each message into float64 sums on :meth:`add` instead of keeping it.
+    weighted : bool
+        Weight the messages by their weights (mean codecs); ``False``: every message counts once
+        (signSGD's vote), as the stacked form does.
+    """
+
+    def __init__(
+        self,
+        codecs: Sequence[Codec],
+        dense: Codec,
+        layers: Sequence[LayerInfo],
+        device: torch.device,
+        *,
+        streamed: bool,
+        weighted: bool,
+    ) -> None:
+        self.codecs, self.dense, self.layers, self.device = codecs, dense, layers, device
+        self.streamed, self.weighted = streamed, weighted
+        self.messages: list[tuple[list[Payload], int, bool]] = []  # stacked: kept until result()
+        self.sums: list[RunningAggregate] | None = None  # streamed: one accumulator per layer
+        self.count = 0  # messages added
+        self.wall_s = 0.0  # host seconds of decoding and adding so far
+
+    def add(self, payloads: list[Payload], weight: int, dense: bool = False) -> None:
+        """Add one message (``payloads[j]``: layer ``j``) of ``weight`` nodes (or samples).
+        Streamed: decoded and summed now; the caller may drop the payloads right after."""
+        self.count += 1
+        if not self.streamed:
+            self.messages.append((payloads, weight, dense))
+            return
+        sync_device(self.device)
+        t0 = time.perf_counter()
+        if self.sums is None:
+            self.sums = [c.aggregate_start(L, self.device) for c, L in zip(self.codecs, self.layers)]
+        w = float(weight) if self.weighted else 1.0
+        for codec, layer, p, acc in zip(self.codecs, self.layers, payloads, self.sums):
+            codec.aggregate_add(acc, (self.dense if dense else codec).decode(p, layer), w)
+        sync_device(self.device)
+        self.wall_s += time.perf_counter() - t0
+
+    def take(self, upload: Message) -> None:
+        """Add an upload weighted by its node count; streamed: drop its payloads (their bytes are
+        in the sums now), so the server holds O(model) however many uploads arrive."""
+        self.add(upload.payloads, len(upload.nodes), upload.dense)
+        if self.streamed:
+            upload.payloads = []
+
+    def take_all(self, uploads: Sequence[Message]) -> Aggregation:
+        """:meth:`take` every upload, in order; returns this aggregation."""
+        for u in uploads:
+            self.take(u)
+        return self
+
+    def result(self) -> tuple[list[torch.Tensor], float]:
+        """``(aggregate per layer, host seconds spent decoding and aggregating)``."""
+        sync_device(self.device)
+        t0 = time.perf_counter()
+        if self.streamed:
+            sums = self.sums or [c.aggregate_start(L, self.device) for c, L in zip(self.codecs, self.layers)]
+            agg = [c.aggregate_finish(acc, L) for c, L, acc in zip(self.codecs, self.layers, sums)]
+        else:
+            agg = self._stacked()
+        sync_device(self.device)
+        return agg, self.wall_s + time.perf_counter() - t0
+
+    def _stacked(self) -> list[torch.Tensor]:
+        """The stacked form, exactly as the server computed before ``training.aggregation``."""
+        weights = [w for _, w, _ in self.messages]
+        agg = []
+        for j, (codec, layer) in enumerate(zip(self.codecs, self.layers)):
+            decoded = [(self.dense if d else codec).decode(m[j], layer) for m, _, d in self.messages]
+            if len(set(weights)) > 1 and self.weighted:
+                w = torch.tensor(weights, dtype=torch.float32, device=decoded[0].device)
+                stacked = torch.stack([d.float() for d in decoded])  # [messages, *shape]
+                agg.append((torch.tensordot(w / w.sum(), stacked, dims=1)).to(layer.dtype))
+            else:
+                agg.append(codec.aggregate(decoded, layer))
+        return agg
+
+
+def sync_device(device: torch.device) -> None:
+    """Wait for queued CUDA work, so that wall-clock costs are the work's own."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+__all__ = ["Aggregation", "Message", "aggregation_mode", "sync_device", "STACK_LIMIT_BYTES", "MODES"]

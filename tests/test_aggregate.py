@@ -1,0 +1,309 @@
+"""Server aggregation, stacked and streamed (``training.aggregation``, :mod:`aiotsim.sim.aggregate`).
+
+Checks: hand-computed weighted means and votes; streamed equals stacked within float32 rounding for
+every registered codec (mean codecs weighted, signSGD's vote unweighted, gateway ``dense`` messages);
+the streamed result does not depend on the arrival order; ``auto``'s choice at the 1 GB boundary;
+a streamed aggregation keeps no message and no decoded tensor, only per-layer float64 sums; and
+whole runs (sync, partial with late uploads, hierarchical gateways) agree between the two modes.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+
+from aiotsim.compress import codec_names, get_codec_class
+from aiotsim.compress.base import Codec, LayerInfo, Payload
+from aiotsim.config import scenario_from_dict
+from aiotsim.errors import CodecError, ConfigError
+from aiotsim.sim.aggregate import STACK_LIMIT_BYTES, Aggregation, aggregation_mode
+from aiotsim.sim.runner import run_cluster
+from aiotsim.sim.world import Cluster
+
+CPU = torch.device("cpu")
+LAYERS = [
+    LayerInfo("conv.weight", (6, 3, 5, 5), kind="conv", index=0),
+    LayerInfo("fc.weight", (40, 30), kind="fc", index=1),
+    LayerInfo("fc.bias", (40,), kind="bias", index=2),
+]
+
+
+def make_codec(name: str) -> Codec:
+    cls = get_codec_class(name)
+    return cls(cls.Params(), seed=7)
+
+
+def messages(codec: Codec, count: int, seed: int = 0) -> list[list[Payload]]:
+    """``count`` nodes' encoded gradients (each node its own state and gradient)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for node in range(count):
+        msg = []
+        for layer in LAYERS:
+            g = torch.randn(layer.shape, generator=gen) * 0.01
+            state = codec.init_state(layer, CPU, node)
+            if codec.needs_sq_grad:
+                state.sq_grad = g.square()
+            msg.append(codec.encode(g, layer, state))
+        out.append(msg)
+    return out
+
+
+def aggregate(
+    codec: Codec, msgs: list[list[Payload]], weights: list[int], *, streamed: bool, dense: list[bool] | None = None
+) -> list[torch.Tensor]:
+    dense_codec = make_codec("none")
+    agg = Aggregation(
+        [codec] * len(LAYERS), dense_codec, LAYERS, CPU, streamed=streamed, weighted=codec.supports_ring()
+    )
+    for m, w, d in zip(msgs, weights, dense or [False] * len(msgs)):
+        agg.add(m, w, d)
+    return agg.result()[0]
+
+
+def raw(values: list[torch.Tensor]) -> list[Payload]:
+    """Dense fp32 messages of the ``none`` codec, one per layer of LAYERS."""
+    none = make_codec("none")
+    return [none.encode(v, L, none.init_state(L, CPU, 0)) for v, L in zip(values, LAYERS)]
+
+
+# ---- hand-computed -------------------------------------------------------------------------------
+@pytest.mark.parametrize("streamed", [False, True])
+def test_weighted_mean_by_node_counts(streamed: bool) -> None:
+    """Two messages carrying 1 and 3 nodes: (a + 3 b) / 4 per element."""
+    a = [torch.full(L.shape, 1.0) for L in LAYERS]
+    b = [torch.full(L.shape, -3.0) for L in LAYERS]
+    out = aggregate(make_codec("none"), [raw(a), raw(b)], [1, 3], streamed=streamed)
+    for t, L in zip(out, LAYERS):
+        assert t.shape == L.shape and t.dtype == torch.float32
+        assert torch.equal(t, torch.full(L.shape, (1.0 - 9.0) / 4))
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_signsgd_vote_is_unweighted(streamed: bool) -> None:
+    """signSGD (scale 'none'): votes +1, +1, -1 -> +1 per element, whatever the node counts (the
+    stacked vote ignores them: one message, one vote)."""
+    codec = get_codec_class("signsgd")(get_codec_class("signsgd").Params(scale="none"), seed=1)
+    msgs = [
+        [codec.encode(torch.full(L.shape, s), L, codec.init_state(L, CPU, 0)) for L in LAYERS]
+        for s in (0.5, 2.0, -7.0)
+    ]
+    out = aggregate(codec, msgs, [1, 1, 50], streamed=streamed)
+    for t, L in zip(out, LAYERS):
+        assert torch.equal(t, torch.full(L.shape, 1.0 / 1.0))  # sign(+1 +1 -1) x mean |d| = 1
+
+
+def test_empty_aggregation_is_refused() -> None:
+    for streamed in (False, True):
+        with pytest.raises(CodecError, match="no gradients"):
+            aggregate(make_codec("none"), [], [], streamed=streamed)
+
+
+# ---- streamed == stacked -------------------------------------------------------------------------
+@pytest.mark.parametrize("name", codec_names())
+@pytest.mark.parametrize("weights", ["equal", "unequal"])
+def test_streamed_equals_stacked_for_every_codec(name: str, weights: str) -> None:
+    codec = make_codec(name)
+    msgs = messages(codec, 12, seed=3)
+    w = [1] * 12 if weights == "equal" else [1 + (3 * k) % 7 for k in range(12)]
+    stacked = aggregate(codec, msgs, w, streamed=False)
+    streamed = aggregate(codec, msgs, w, streamed=True)
+    for s, t in zip(stacked, streamed):
+        assert s.dtype == t.dtype and s.shape == t.shape
+        scale = float(s.abs().max()) or 1.0
+        torch.testing.assert_close(t, s, rtol=1e-5, atol=1e-6 * scale)
+
+
+@pytest.mark.parametrize("name", ["none", "topk", "signsgd", "qsgd"])
+def test_gateway_dense_messages_aggregate_with_the_layer_codec(name: str) -> None:
+    """A gateway in ``dense`` mode sends fp32 averages: decoded with ``none``, aggregated by the
+    layer codec's rule (a mean, or signSGD's vote) in both modes alike."""
+    codec = make_codec(name)
+    none = make_codec("none")
+    gen = torch.Generator().manual_seed(5)
+    msgs = [raw([torch.randn(L.shape, generator=gen) for L in LAYERS]) for _ in range(4)]
+    assert all(isinstance(p, Payload) for p in msgs[0])
+    stacked = aggregate(codec, msgs, [3, 1, 2, 5], streamed=False, dense=[True] * 4)
+    streamed = aggregate(codec, msgs, [3, 1, 2, 5], streamed=True, dense=[True] * 4)
+    for s, t in zip(stacked, streamed):
+        torch.testing.assert_close(t, s, rtol=1e-5, atol=1e-6)
+    assert none.supports_ring()
+
+
+def test_streamed_result_does_not_depend_on_the_arrival_order() -> None:
+    """float64 sums: 300 messages in 4 orders give the same float32 bits (a float32 running sum
+    of the same values does not)."""
+    codec = make_codec("none")
+    gen = torch.Generator().manual_seed(11)
+    values = [[torch.randn(L.shape, generator=gen) * 10 ** float(torch.randint(-3, 3, (1,), generator=gen))
+               for L in LAYERS] for _ in range(300)]  # fmt: skip
+    msgs = [raw(v) for v in values]
+    weights = [1 + k % 5 for k in range(300)]
+    rng = random.Random(2)
+    ref = aggregate(codec, msgs, weights, streamed=True)
+    f32_sums = set()
+    for _ in range(4):
+        order = list(range(300))
+        rng.shuffle(order)
+        out = aggregate(codec, [msgs[k] for k in order], [weights[k] for k in order], streamed=True)
+        assert all(torch.equal(a, b) for a, b in zip(out, ref))
+        acc = torch.zeros(LAYERS[1].shape)
+        for k in order:
+            acc += weights[k] * values[k][1]
+        f32_sums.add(acc.numpy().tobytes())
+    assert len(f32_sums) > 1  # the test's orders do change a float32 running sum
+
+
+# ---- auto ----------------------------------------------------------------------------------------
+def test_auto_streams_only_above_one_gigabyte_of_stack() -> None:
+    none = get_codec_class("none")
+    params = 250_000  # x 4 B x 1,000 nodes = exactly 1 GB
+    assert 1000 * params * 4 == STACK_LIMIT_BYTES
+    assert aggregation_mode("auto", 1000, params, none) == "stacked"
+    assert aggregation_mode("auto", 1001, params, none) == "streamed"
+    assert aggregation_mode("auto", 10_000, 61_706, get_codec_class("signsgd")) == "streamed"  # iot10k
+    assert aggregation_mode("auto", 1000, 61_706, none) == "stacked"  # iot1000
+    assert aggregation_mode("stacked", 10**6, params, none) == "stacked"
+    assert aggregation_mode("streamed", 2, 10, none) == "streamed"
+
+
+def test_a_custom_aggregate_without_a_streamed_form_is_not_streamed() -> None:
+    class Median(get_codec_class("none")):  # type: ignore[misc, valid-type]
+        def aggregate(self, decoded: list[torch.Tensor], layer: LayerInfo) -> torch.Tensor:
+            return torch.stack(decoded).median(dim=0).values
+
+    assert not Median.streams_aggregate()
+    assert get_codec_class("signsgd").streams_aggregate() and get_codec_class("topk").streams_aggregate()
+    assert aggregation_mode("auto", 10**6, 10**6, Median) == "stacked"  # correct, if big
+    with pytest.raises(ConfigError, match="training.aggregation.*stacked"):
+        aggregation_mode("streamed", 10, 10, Median)
+
+
+def test_the_option_is_validated() -> None:
+    with pytest.raises(ConfigError, match="training.aggregation"):
+        scenario_from_dict({"training": {"aggregation": "lazy"}})
+
+
+# ---- memory --------------------------------------------------------------------------------------
+@dataclass
+class FakeUpload:
+    payloads: list[Payload]
+    nodes: list[int] = field(default_factory=lambda: [0])
+    dense: bool = False
+
+
+@pytest.mark.parametrize("name", ["none", "topk", "signsgd"])
+def test_streamed_keeps_no_message_and_no_decoded_tensor(name: str, monkeypatch: Any) -> None:
+    codec = make_codec(name)
+    alive: list[weakref.ref] = []
+    decode = type(codec).decode
+
+    def tracked(self: Codec, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        out = decode(self, payload, layer)
+        alive.append(weakref.ref(out))
+        return out
+
+    monkeypatch.setattr(type(codec), "decode", tracked)
+    agg = Aggregation([codec] * len(LAYERS), make_codec("none"), LAYERS, CPU, streamed=True, weighted=True)
+    uploads = [FakeUpload(m) for m in messages(codec, 20, seed=1)]
+    payload_refs = [weakref.ref(p.buffers[next(iter(p.buffers))]) for u in uploads for p in u.payloads]
+    for u in uploads:
+        agg.take(u)
+        assert u.payloads == []  # dropped on arrival
+    del uploads
+    gc.collect()
+    assert len(alive) == 20 * len(LAYERS) and all(r() is None for r in alive)  # no decoded tensor kept
+    assert all(r() is None for r in payload_refs)  # no message bytes kept
+    assert agg.messages == [] and agg.count == 20
+    assert agg.sums is not None and len(agg.sums) == len(LAYERS)
+    for acc, L in zip(agg.sums, LAYERS):  # only a per-layer float64 sum (signSGD: and its |d| sum)
+        held = [t for t in (acc.total, acc.extra) if t is not None]
+        assert all(t.shape == L.shape and t.dtype == torch.float64 for t in held)
+    # the stacked form keeps every message until result()
+    stacked = Aggregation([codec] * len(LAYERS), make_codec("none"), LAYERS, CPU, streamed=False, weighted=True)
+    kept = [FakeUpload(m) for m in messages(codec, 3)]
+    stacked.take_all(kept)
+    assert len(stacked.messages) == 3 and all(u.payloads for u in kept)
+
+
+# ---- whole runs ------------------------------------------------------------------------------------
+def scenario(aggregation: str, **sections: dict[str, Any]) -> Any:
+    base: dict[str, Any] = {
+        "scenario": {"name": "agg", "seed": 4, "iterations": 4},
+        "data": {"dataset": "digits", "batch_size": 16},
+        "model": {"name": "mlp"},
+        "training": {"lr": 0.1, "momentum": 0.9, "eval_every": 4, "aggregation": aggregation},
+        "compressor": {"name": "topk"},
+        "nodes": {"count": 6, "device": "rpi4", "compute_model": "flops"},
+        "network": {"uplink_mbps": 10.0, "downlink_mbps": 10.0, "latency_ms": 5.0, "server_mbps": 100.0},
+    }
+    for name, values in sections.items():
+        base[name] = {**base.get(name, {}), **values}
+    return scenario_from_dict(base)
+
+
+class Rows:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def write_metrics(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+
+    def write_eval(self, row: dict[str, Any]) -> None:
+        pass
+
+    def write_trace(self, events: list[dict[str, Any]]) -> None:
+        pass
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        pass
+
+
+CASES = {
+    "sync": {},
+    "signsgd": {"compressor": {"name": "signsgd"}},
+    "partial-late": {
+        "training": {"mode": "partial", "partial_k": 3, "late": "apply"},
+        "nodes": {"count": 6, "group": [{"count": 5}, {"count": 1, "slowdown": 3.0}]},
+    },
+    "hierarchical": {"network": {"topology": "hierarchical", "gateways": 2, "gateway_mode": "reencode"}},
+    "gateway-dense": {"network": {"topology": "hierarchical", "gateways": 3, "gateway_mode": "dense"}},
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_runs_agree_between_stacked_and_streamed(case: str) -> None:
+    out = {}
+    for mode in ("stacked", "streamed"):
+        cluster = Cluster(scenario(mode, **CASES[case]), device="cpu")
+        assert cluster.learning.aggregation_mode == mode
+        sink = Rows()
+        run_cluster(cluster, sink)
+        out[mode] = ([p.detach().clone() for p in cluster.learning.params], sink.rows)
+    (p1, rows1), (p2, rows2) = out["stacked"], out["streamed"]
+    assert [r["contributors"] for r in rows1] == [r["contributors"] for r in rows2]
+    assert [r["bytes_up"] for r in rows1] == [r["bytes_up"] for r in rows2]
+    for a, b in zip(p1, p2):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_the_mmap_threshold_is_pinned_for_streamed_fleets_only(monkeypatch: Any) -> None:
+    """glibc: mallopt accepts the pin; a streamed run pins it, a stacked one leaves malloc alone."""
+    import platform
+
+    from aiotsim.sim import learning as learning_module
+    from aiotsim.sim.allocator import pin_mmap_threshold
+
+    assert pin_mmap_threshold() is (platform.libc_ver()[0] == "glibc")
+    calls: list[int] = []
+    monkeypatch.setattr(learning_module, "pin_mmap_threshold", lambda: calls.append(1) or True)
+    Cluster(scenario("stacked"), device="cpu")
+    assert calls == []
+    Cluster(scenario("streamed"), device="cpu")
+    assert calls == [1]
