@@ -293,17 +293,23 @@ def test_runs_agree_between_stacked_and_streamed(case: str) -> None:
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
 
 
-def test_the_mmap_threshold_is_pinned_for_streamed_fleets_only(monkeypatch: Any) -> None:
-    """glibc: mallopt accepts the pin; a streamed run pins it, a stacked one leaves malloc alone."""
+def test_a_streamed_round_returns_freed_heap_pages_and_a_stacked_one_leaves_malloc_alone(monkeypatch: Any) -> None:
+    """glibc: malloc_trim runs; a streamed aggregation trims once per result, a stacked one never
+    (nothing process-wide is changed: a pinned mmap threshold had slowed every later allocation)."""
     import platform
 
-    from aiotsim.sim import learning as learning_module
-    from aiotsim.sim.allocator import pin_mmap_threshold
+    from aiotsim.sim import aggregate as aggregate_module
+    from aiotsim.sim.allocator import trim_heap
 
-    assert pin_mmap_threshold() is (platform.libc_ver()[0] == "glibc")
+    assert isinstance(trim_heap(), bool) and (platform.libc_ver()[0] == "glibc" or trim_heap() is False)
     calls: list[int] = []
-    monkeypatch.setattr(learning_module, "pin_mmap_threshold", lambda: calls.append(1) or True)
-    Cluster(scenario("stacked"), device="cpu")
-    assert calls == []
-    Cluster(scenario("streamed"), device="cpu")
-    assert calls == [1]
+    monkeypatch.setattr(aggregate_module, "trim_heap", lambda: calls.append(1) or True)
+    for mode, want in (("stacked", []), ("streamed", [1])):
+        learning = Cluster(scenario(mode), device="cpu").learning
+        agg = learning.aggregation()
+        dense = learning.dense  # a gateway's dense fp32 message: decodable whatever the codec
+        cpu = torch.device("cpu")
+        msg = [dense.encode(torch.ones(L.numel), L, dense.init_state(L, cpu, 0)) for L in learning.layers]
+        agg.add(msg, 1, dense=True)
+        agg.result()
+        assert calls == want, mode

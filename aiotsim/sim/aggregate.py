@@ -36,6 +36,7 @@ import torch
 
 from aiotsim.compress.base import Codec, LayerInfo, Payload, RunningAggregate
 from aiotsim.errors import ConfigError
+from aiotsim.sim.allocator import trim_heap
 
 STACK_LIMIT_BYTES = 10**9  # "auto": stream when nodes x parameters x 4 B exceeds this
 MODES = ("auto", "stacked", "streamed")
@@ -142,6 +143,7 @@ class Aggregation:
         if self.streamed:
             sums = self.sums or [c.aggregate_start(L, self.device) for c, L in zip(self.codecs, self.layers)]
             agg = [c.aggregate_finish(acc, L) for c, L, acc in zip(self.codecs, self.layers, sums)]
+            trim_heap()
         else:
             agg = self._stacked()
         sync_device(self.device)

@@ -33,7 +33,6 @@ from aiotsim.learn.datasets import Dataset, SyntheticSpec, load_dataset
 from aiotsim.learn.models import build_model, layer_infos
 from aiotsim.learn.partition import node_shards
 from aiotsim.sim.aggregate import Aggregation, aggregation_mode, sync_device
-from aiotsim.sim.allocator import pin_mmap_threshold
 from aiotsim.sim.stops import Diverged
 from aiotsim.sim.storage import DTYPES, narrow_states, step_velocity, widen_states
 
@@ -132,8 +131,6 @@ class Learning:
         self.layer_codecs = [self.codec if L.numel >= s.compressor.min_size else self.dense for L in self.layers]
         self.server_states = self.new_states(-1)  # compressed (bidirectional) downlink
         self.aggregation_mode = aggregation_mode(s.training.aggregation, len(shares), self.elements, type(self.codec))
-        if self.aggregation_mode == "streamed":  # a fleet too big to stack: keep freed tensors unmapped
-            pin_mmap_threshold()
         self.state_dtype = DTYPES[s.nodes.state_dtype]  # storage of residuals and velocities
         # momentum lives on the server optimizer, unless the codec applies it itself (DGC) or the
         # scenario puts it on the nodes
