@@ -41,6 +41,24 @@ def reference(caps: list[float], flows: dict) -> dict:
     return want
 
 
+def test_a_capped_flow_is_due_at_its_finish_time_whatever_the_float_residue() -> None:
+    # Found by a 2-iteration AlexNet run that never ended: two uploads of 18,553,296 wire bytes
+    # from t0 = 148.7461632 s, each capped by its own 125,000 B/s link under a 250,000 B/s server
+    # link, finish at 148.7461632 + 148.426368 = 297.1725312 s; there rem - c * (now - t0) leaves
+    # 3.7e-9 bytes (above DONE_BYTES) that drain in 3e-14 s, more than half an ulp of the clock
+    # (5.7e-14 s at 297 s), so the residue test alone never fired and the timer re-armed at now.
+    t0, nbytes = 148.7461632, 18553296.0
+    rc = RateClasses([250_000.0, 125_000.0, 125_000.0])
+    rc.add(0, (0, 1), (1.0, 1.0), nbytes, math.inf, t0)
+    rc.add(1, (0, 2), (1.0, 1.0), nbytes, math.inf, t0)
+    rc.solve(t0)
+    assert [rc.rate(0), rc.rate(1)] == [125_000.0, 125_000.0] and not rc.is_leveled(0)
+    end = rc.next_finish(t0)
+    assert end == 297.1725312 and rc.remaining(0, end) > 1e-9  # the residue is really there
+    rc.advance(end)
+    assert sorted(rc.due(end, lambda rem, rate: rem < 1e-9 or end + rem / rate <= end)) == [0, 1]
+
+
 def test_star_by_hand_with_a_capped_flow_and_virtual_clock() -> None:
     # link 0 (the server, 9 B/s) shared by three flows; flow 2 also crosses its own link 1 (2 B/s):
     # flow 2 is capped at 2, the other two share the rest: (9 - 2) / 2 = 3.5 each

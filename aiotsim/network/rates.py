@@ -231,11 +231,13 @@ class RateClasses:
                 else:
                     break
         while self._fin:
-            _, ver, fid = self._fin[0]
+            at, ver, fid = self._fin[0]
             f = self.flows.get(fid)
             if f is None or f.ver != ver or f.mode != CAPPED:
                 heapq.heappop(self._fin)
-            elif f.c > 0 and done(f.rem - f.c * (now - f.t0), f.c):  # type: ignore[operator]
+            # its finish time (the timer's) has come, whatever float residue rem - c * dt leaves:
+            # else a residue that drains in under an ulp of the clock re-arms a timer at `now`
+            elif f.c > 0 and (at <= now or done(f.rem - f.c * (now - f.t0), f.c)):  # type: ignore[operator]
                 heapq.heappop(self._fin)
                 out.append(fid)
             else:
