@@ -46,14 +46,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter, deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 import simpy
 
 from aiotsim.errors import ConfigError
+from aiotsim.network.flows import FlowState, Transfer, progressive_filling
 from aiotsim.network.link import Link
 from aiotsim.network.overhead import PathFormat, packets, path_format, retransmission_delay, wire_bytes
 from aiotsim.network.tcp import (
@@ -63,146 +63,16 @@ from aiotsim.network.tcp import (
     handshake_s,
     plan_round,
     restart_window,
-    transport_options,
 )
 from aiotsim.network.topology import Topology
 from aiotsim.network.traces import SNAP_S, GilbertElliott, retransmitted_packets
 
-K = TypeVar("K", bound=Hashable)
-__all__ = ["FlowState", "Network", "Transfer", "max_min_rates", "progressive_filling", "transport_options"]
+__all__ = ["Network"]
 
 # A flow is finished when fewer than this many wire bytes remain (guards float rounding).
 DONE_BYTES = 1e-9
 TRANSPORTS = ("tcp", "ideal")
 ROUND_EPS_S = 1e-9  # s; a round boundary this close to now is due (float rounding of timers)
-
-
-def max_min_rates(capacity: Mapping[str, float], usage: Mapping[K, Mapping[str, int]]) -> dict[K, float]:
-    """Max-min fair rates by progressive filling.
-
-    Parameters
-    ----------
-    capacity : mapping of str to float
-        Capacity of each link (any unit, e.g. bytes/s), > 0.
-    usage : mapping of flow key to (mapping of link name to int)
-        The links each flow crosses and how many times (a flow crossing a link twice uses twice its
-        rate there). Every flow must cross at least one link.
-
-    Returns
-    -------
-    dict
-        Rate of each flow, in the unit of ``capacity``.
-
-    Examples
-    --------
-    >>> max_min_rates({"a": 10.0, "b": 4.0}, {"x": {"a": 1}, "y": {"a": 1, "b": 1}, "z": {"b": 1}})
-    {'x': 8.0, 'y': 2.0, 'z': 2.0}
-    """
-    names = list(capacity)
-    index = {name: i for i, name in enumerate(names)}
-    flows = list(usage)
-    width = max((len(usage[f]) for f in flows), default=1)
-    links = np.full((len(flows), width), len(names), dtype=np.intp)  # [flows, hops]; pad = dummy
-    mults = np.zeros((len(flows), width))  # [flows, hops]
-    for row, flow in enumerate(flows):
-        if not usage[flow]:
-            raise ConfigError(f"flow {flow!r} crosses no link")
-        for col, (name, mult) in enumerate(usage[flow].items()):
-            links[row, col] = index[name]
-            mults[row, col] = mult
-    cap = np.append(np.array([capacity[n] for n in names], dtype=float), np.inf)
-    rates = progressive_filling(cap, links, mults)
-    return {flow: float(rate) for flow, rate in zip(flows, rates, strict=True)}
-
-
-def progressive_filling(cap: np.ndarray, links: np.ndarray, mults: np.ndarray) -> np.ndarray:
-    """Max-min fair rates, vectorized.
-
-    Parameters
-    ----------
-    cap : ndarray, shape [links + 1]
-        Capacities (e.g. bytes/s); the last entry is a dummy link of infinite capacity used as
-        padding.
-    links : ndarray of int, shape [flows, hops]
-        Link index of each hop of each flow (padding: the dummy index).
-    mults : ndarray of float, shape [flows, hops]
-        How many times the flow crosses that link (0 for padding).
-
-    Returns
-    -------
-    ndarray, shape [flows]
-        Rates in the unit of ``cap``. All unfrozen flows rise together to the level at which the
-        first link fills, ``(cap - used) / weight``; flows through the full link(s) are frozen at
-        that level; repeat. One iteration per distinct bottleneck level.
-    """
-    n_flows, hops = links.shape
-    n_links = cap.shape[0]
-    flat = links.ravel()  # [flows * hops]
-    flat_mult = mults.ravel()
-    real = mults > 0  # [flows, hops]
-    rates = np.zeros(n_flows)
-    used = np.zeros(n_links)  # capacity taken by frozen flows
-    unfrozen = np.ones(n_flows, dtype=bool)
-    level = 0.0
-    while unfrozen.any():
-        weight = np.bincount(flat, np.repeat(unfrozen, hops) * flat_mult, minlength=n_links)
-        fill = np.divide(cap - used, weight, out=np.full(n_links, np.inf), where=weight > 0)
-        level = max(level, float(fill.min()))
-        full = fill <= level * (1.0 + 1e-12)  # [links]
-        hit = unfrozen & (full[links] & real).any(axis=1)
-        rates[hit] = level
-        used += np.bincount(flat, np.repeat(hit * level, hops) * flat_mult, minlength=n_links)
-        unfrozen &= ~hit
-    return rates
-
-
-@dataclass(frozen=True)
-class Transfer:
-    """A completed transfer, for traces and accounting.
-
-    Attributes
-    ----------
-    src, dst : str
-        End points.
-    tag : str
-        Caller's label (e.g. ``"grad/it3"``).
-    nbytes : int
-        Payload bytes.
-    wire_bytes : float
-        Expected bytes on the wire (payload + overhead + retransmissions).
-    start_s, end_s : float
-        Simulated time of the send and of the last byte's arrival, s.
-    path : list of str
-        Names of the links crossed, in order.
-    nodes : list of str
-        Vertices along the route, both ends included.
-    """
-
-    src: str
-    dst: str
-    tag: str
-    nbytes: int
-    wire_bytes: float
-    start_s: float
-    end_s: float
-    path: list[str]
-    nodes: list[str]
-
-    @property
-    def duration_s(self) -> float:
-        """``end_s - start_s``, s."""
-        return self.end_s - self.start_s
-
-
-@dataclass(frozen=True)
-class FlowState:
-    """Snapshot of an active flow: its current rate (bits/s) and wire bytes left."""
-
-    src: str
-    dst: str
-    tag: str
-    rate_bps: float
-    remaining_bytes: float
 
 
 @dataclass(frozen=True)
