@@ -20,16 +20,24 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+from typing import Any
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, looked up once (``find_library`` runs a subprocess); None without glibc."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def trim_heap() -> bool:
     """Return the free pages of the C heap to the system (glibc ``malloc_trim(0)``, which also
     releases whole free pages inside the heap); ``False`` where there is no glibc."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
+    trim = _malloc_trim()
+    return bool(trim(0)) if trim is not None else False
 
 
 __all__ = ["trim_heap"]
