@@ -55,10 +55,13 @@ def test_fp16_velocity_steps_in_fp32_from_the_rounded_state() -> None:
     step, stored = step_velocity(None, g, 0.9, torch.float16)
     assert [s.dtype for s in stored] == [torch.float16] * 2 and step[0].dtype == torch.float32
     g2 = [torch.tensor([0.5, 0.25]), torch.tensor([1 / 3])]
+    before = [v.clone() for v in stored]
     step2, stored2 = step_velocity(stored, g2, 0.9, torch.float16)
-    for u, v, gg in zip(step2, stored, g2):
+    for u, v, gg in zip(step2, before, g2):
         assert torch.equal(u, v.float() * 0.9 + gg)  # fp32 arithmetic on the fp16-rounded velocity
     assert [s.dtype for s in stored2] == [torch.float16] * 2
+    # the rounding is written into the stored tensors (no fresh allocation per step)
+    assert all(a is b and torch.equal(a, u.half()) for a, b, u in zip(stored2, stored, step2))
 
 
 def test_fp32_velocity_is_updated_in_place_as_before() -> None:

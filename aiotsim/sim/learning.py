@@ -34,6 +34,7 @@ from aiotsim.learn.models import build_model, layer_infos
 from aiotsim.learn.partition import node_shards
 from aiotsim.sim.aggregate import Aggregation, aggregation_mode, sync_device
 from aiotsim.sim.stops import Diverged
+from aiotsim.sim.pages import StatePages
 from aiotsim.sim.storage import DTYPES, narrow_states, step_velocity, widen_states
 
 
@@ -132,6 +133,7 @@ class Learning:
         self.server_states = self.new_states(-1)  # compressed (bidirectional) downlink
         self.aggregation_mode = aggregation_mode(s.training.aggregation, len(shares), self.elements, type(self.codec))
         self.state_dtype = DTYPES[s.nodes.state_dtype]  # storage of residuals and velocities
+        self.pages = StatePages()  # where that state lives (CPU): off the C heap
         # momentum lives on the server optimizer, unless the codec applies it itself (DGC) or the
         # scenario puts it on the nodes
         self.node_momentum = (
@@ -175,7 +177,9 @@ class Learning:
         grads = res.grads
         if self.node_momentum:
             # momentum correction: the node accumulates u = m u + g and sends (a compression of) u
-            grads, local.velocity = step_velocity(local.velocity, grads, self.node_momentum, self.state_dtype)
+            grads, local.velocity = step_velocity(
+                local.velocity, grads, self.node_momentum, self.state_dtype, self.pages
+            )
         return Gradient(grads, res.loss, res.wall_s, self.flops_per_batch, res.sq_grads)
 
     def encode(
@@ -190,12 +194,12 @@ class Learning:
         sync_device(self.device)
         t0 = time.perf_counter()
         payloads = []
-        widen_states(states)
+        narrow = widen_states(states)
         for j, (codec, layer, g) in enumerate(zip(codecs, self.layers, grads)):
             if sq is not None:
                 states[j].sq_grad = sq[j]
             payloads.append(codec.encode(g, layer, states[j]))
-        narrow_states(states, self.state_dtype)
+        narrow_states(states, self.state_dtype, narrow, self.pages)
         sync_device(self.device)
         return payloads, time.perf_counter() - t0
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from aiotsim.compress.base import CodecState
+from aiotsim.sim.pages import StatePages
 
 # CodecState fields that hold model-sized state between rounds (residual: error feedback;
 # momentum: DGC's and PGC's velocity)
@@ -27,37 +28,58 @@ STATE_FIELDS = ("residual", "momentum")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
 
 
-def widen_states(states: Sequence[CodecState]) -> None:
-    """Make every stored state tensor fp32 again before a step (in place on the states)."""
+def widen_states(states: Sequence[CodecState]) -> list[dict[str, torch.Tensor]]:
+    """Make every stored state tensor fp32 again before a step (in place on the states); returns
+    the narrow tensors replaced, per state, for :func:`narrow_states` to store the next into."""
+    kept: list[dict[str, torch.Tensor]] = []
     for st in states:
+        narrow: dict[str, torch.Tensor] = {}
         for name in STATE_FIELDS:
             t = getattr(st, name, None)
             if t is not None and t.dtype == torch.float16:
+                narrow[name] = t
                 setattr(st, name, t.float())
+        kept.append(narrow)
+    return kept
 
 
-def narrow_states(states: Sequence[CodecState], dtype: torch.dtype) -> None:
-    """Store every fp32 state tensor as ``dtype`` after a step (nothing when ``dtype`` is fp32)."""
-    if dtype == torch.float32:
-        return
-    for st in states:
+def narrow_states(
+    states: Sequence[CodecState],
+    dtype: torch.dtype,
+    kept: Sequence[dict[str, torch.Tensor]] | None = None,
+    pages: StatePages | None = None,
+) -> None:
+    """Store every fp32 state tensor as ``dtype`` after a step: into the narrow tensor it was
+    widened from (``kept``, from :func:`widen_states`) when the shape still fits, else a new one;
+    with ``pages``, every state tensor ends up held there (:class:`StatePages`: a first residual
+    or momentum is moved once; fp32 state is updated in place afterwards, so it stays)."""
+    for k, st in enumerate(states):
         for name in STATE_FIELDS:
             t = getattr(st, name, None)
-            if t is not None and t.dtype == torch.float32:
-                setattr(st, name, t.to(dtype))
+            if t is None:
+                continue
+            if dtype != torch.float32 and t.dtype == torch.float32:
+                old = kept[k].get(name) if kept else None
+                t = old.copy_(t) if old is not None and old.shape == t.shape else t.to(dtype)
+            setattr(st, name, pages.hold(t) if pages is not None else t)
 
 
 def step_velocity(
-    velocity: list[torch.Tensor] | None, grads: list[torch.Tensor], m: float, dtype: torch.dtype
+    velocity: list[torch.Tensor] | None,
+    grads: list[torch.Tensor],
+    m: float,
+    dtype: torch.dtype,
+    pages: StatePages | None = None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Momentum correction ``u <- m u + g`` per layer: ``(u in fp32 for this step, u as stored)``.
 
     In fp32 the stored velocity is updated in place and is the step's own (one batched op per
     step for all layers, as before); in fp16 the step's velocity is a fp32 copy and the stored one
-    its rounding.
+    its rounding, written into the stored tensors. With ``pages`` the first velocity is stored
+    there (:class:`StatePages`), where the in-place updates keep it.
     """
     if velocity is None:
-        step = _owned(grads)
+        step = [pages.hold(g) for g in grads] if pages is not None and dtype == torch.float32 else _owned(grads)
     elif dtype == torch.float32:
         torch._foreach_mul_(velocity, m)
         torch._foreach_add_(velocity, grads)
@@ -66,8 +88,11 @@ def step_velocity(
         step = [v.float() for v in velocity]
         torch._foreach_mul_(step, m)
         torch._foreach_add_(step, grads)
-    stored = step if dtype == torch.float32 else [u.to(dtype) for u in step]
-    return step, stored
+    if dtype == torch.float32:
+        return step, step
+    if velocity is not None:
+        return step, [v.copy_(u) for v, u in zip(velocity, step, strict=True)]
+    return step, [pages.hold(u.to(dtype)) if pages is not None else u.to(dtype) for u in step]
 
 
 def _owned(grads: list[torch.Tensor]) -> list[torch.Tensor]:
