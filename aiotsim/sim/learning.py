@@ -33,8 +33,8 @@ from aiotsim.learn.datasets import Dataset, SyntheticSpec, load_dataset
 from aiotsim.learn.models import build_model, layer_infos
 from aiotsim.learn.partition import node_shards
 from aiotsim.sim.aggregate import Aggregation, aggregation_mode, sync_device
-from aiotsim.sim.stops import Diverged
 from aiotsim.sim.pages import StatePages
+from aiotsim.sim.stops import Diverged
 from aiotsim.sim.storage import DTYPES, narrow_states, step_velocity, widen_states
 
 
