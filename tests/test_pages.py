@@ -57,6 +57,17 @@ def test_first_fp32_velocity_is_held_then_updated_in_place() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_velocity_from_elsewhere_moves_in_on_its_next_step(dtype: torch.dtype) -> None:
+    """A velocity restored from a checkpoint lives in the heap; its next step stores it in pages."""
+    pages = StatePages()
+    restored = [torch.tensor([2.0, -4.0]).to(dtype)]
+    step, stored = step_velocity(restored, [torch.tensor([1.0, 1.0])], 0.5, dtype, pages)
+    assert pages.holds(stored[0]) and stored[0].dtype == dtype
+    assert torch.equal(step[0], torch.tensor([2.0, -1.0])) and torch.equal(stored[0].float(), step[0])
+    assert torch.equal(restored[0], torch.tensor([2.0, -4.0]).to(dtype))  # the caller's copy is left alone
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_codec_state_moves_to_pages_once_and_stays(dtype: torch.dtype) -> None:
     """narrow_states: a fresh residual is moved into the pages; the next step's residual, formed in
     place (fp32) or rounded into the kept fp16 tensor, stays in the same block."""

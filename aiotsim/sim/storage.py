@@ -78,6 +78,8 @@ def step_velocity(
     its rounding, written into the stored tensors. With ``pages`` the first velocity is stored
     there (:class:`StatePages`), where the in-place updates keep it.
     """
+    if velocity is not None and pages is not None and not all(pages.holds(v) for v in velocity):
+        velocity = [pages.hold(v) for v in velocity]  # restored from a checkpoint: moved in once
     if velocity is None:
         step = [pages.hold(g) for g in grads] if pages is not None and dtype == torch.float32 else _owned(grads)
     elif dtype == torch.float32:
