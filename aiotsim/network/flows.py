@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -217,8 +217,6 @@ class _Path:
     links: list[Link]
     names: list[str]  # link names crossed, in order
     nodes: list[str]  # vertices, both ends included
-    index: np.ndarray  # [hops] distinct link indices
-    mult: np.ndarray  # [hops] times each is crossed
     fmt: PathFormat
     bottleneck_Bps: float  # smallest capacity / times crossed along the path, bytes/s
     inv_cap_sum: float  # s/byte: sum over the path's hops of 1 / capacity (store and forward)
@@ -226,6 +224,8 @@ class _Path:
     traced: bool = False  # a link of the path has a bandwidth trace that varies
     links_t: tuple[int, ...] = ()  # the distinct link indices, as a tuple
     mults_t: tuple[float, ...] = ()  # times each is crossed
+    jitters: tuple[float, ...] = ()  # s, jitter scale of each link with jitter, in path order (one draw each)
+    traced_t: tuple[int, ...] = ()  # the distinct link indices that have a capacity trace
 
 
 @dataclass
@@ -247,7 +247,7 @@ class _TcpFlow:
     cap: float = math.inf  # bytes/s, window cap (inf: none; 0: waiting out a handshake or timeout)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Flow:
     """Bookkeeping of one flow in flight; its remaining bytes and rate live in the rate classes."""
 
@@ -358,12 +358,13 @@ class Network:
             Fires when the last byte has arrived at ``dst``; its value is the :class:`Transfer`.
             A transfer from a vertex to itself arrives at once and costs nothing.
         """
-        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+        if type(nbytes) is not int and (isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer))) or nbytes < 0:
             raise ConfigError(f"nbytes(={nbytes!r}) must be an integer >= 0")
         nbytes = int(nbytes)
-        path = self._path(src, dst)
-        event = self.env.event()
-        now = self.env.now
+        path = self._paths.get((src, dst)) or self._path(src, dst)
+        env = self.env
+        event = simpy.Event(env)
+        now = env.now
         if not path.links:
             record = Transfer(src, dst, tag, nbytes, 0.0, now, now, [], [src])
             self.transfers.append(record)
@@ -378,20 +379,19 @@ class Network:
             wire, sampled_delay = self._take_sampled_loss(src, dst, path, nbytes)
             if self.transport == "ideal":  # TCP's rounds time the recovery of their own draws
                 delay = sampled_delay
-        for link in path.links:
-            if link.jitter_s > 0:
-                delay += float(self._rng.exponential(link.jitter_s))
-        slot = self._slot()
+        for jitter in path.jitters:  # one draw per link with jitter, in path order
+            delay += float(self._rng.exponential(jitter))
+        slot = self._free.pop() if self._free else self._slot()
         self._flows[slot] = _Flow(src, dst, tag, nbytes, wire, now, delay, path, event)
-        self._rates.add(slot, path.links_t, path.mults_t, wire, np.inf, now)
-        for i in path.links_t:  # a traced link's capacity is read again when it carries a flow
-            if self._is_traced[i] and self._rates.users[i] == 1:
+        self._rates.add(slot, path.links_t, path.mults_t, wire, math.inf, now)
+        for i in path.traced_t:  # a traced link's capacity is read again when it carries a flow
+            if self._rates.users[i] == 1:
                 heapq.heappush(self._due_heap, (float(self._due[i]), i))
         if self.transport == "tcp":
             self._tcp_start(slot, src, dst, path, wire, now)
         if not self._update_pending:
             self._update_pending = True
-            self.env.timeout(0).callbacks.append(self._on_update)
+            env.timeout(0).callbacks.append(self._on_update)
         return event
 
     def tcp_state(self) -> dict[str, object]:
@@ -454,27 +454,27 @@ class Network:
 
     # ------------------------------------------------------------------ controller
     def _path(self, src: str, dst: str) -> _Path:
-        key = (src, dst)
-        path = self._paths.get(key)
-        if path is None:
-            links = self.topology.route(src, dst)
-            counts = Counter(link.name for link in links)
-            index = [self._link_index[n] for n in counts]
-            path = _Path(
-                links=links,
-                names=[link.name for link in links],
-                nodes=self.topology.route_nodes(src, dst),
-                index=np.array(index, dtype=np.intp),
-                mult=np.array(list(counts.values()), dtype=float),
-                fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
-                bottleneck_Bps=min((self._cap[self._link_index[n]] / c for n, c in counts.items()), default=np.inf),
-                inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
-                bursty=tuple(link.loss_model for link in links if link.loss_model is not None),
-                traced=any(link.trace is not None and link.trace.rates.size > 1 for link in links),
-                links_t=tuple(index),
-                mults_t=tuple(float(c) for c in counts.values()),
-            )
-            self._paths[key] = path
+        """The path of a (src, dst) pair and what it costs, computed once per pair."""
+        links = self.topology.route(src, dst)
+        counts: dict[str, int] = {}  # link name -> times crossed, in order of first crossing
+        for link in links:
+            counts[link.name] = counts.get(link.name, 0) + 1
+        index = [self._link_index[n] for n in counts]
+        path = _Path(
+            links=links,
+            names=[link.name for link in links],
+            nodes=self.topology.route_nodes(src, dst),
+            fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
+            bottleneck_Bps=min((self._cap[i] / c for i, c in zip(index, counts.values(), strict=True)), default=np.inf),
+            inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
+            bursty=tuple(link.loss_model for link in links if link.loss_model is not None),
+            traced=any(link.trace is not None and link.trace.rates.size > 1 for link in links),
+            links_t=tuple(index),
+            mults_t=tuple(float(c) for c in counts.values()),
+            jitters=tuple(link.jitter_s for link in links if link.jitter_s > 0),
+            traced_t=tuple(i for i in index if self._is_traced[i]),
+        )
+        self._paths[(src, dst)] = path
         return path
 
     def _slot(self) -> int:
@@ -695,15 +695,13 @@ class Network:
             list(f.path.names), list(f.path.nodes),
         )  # fmt: skip
         event = f.event
-
-        def arrive(_e: simpy.Event | None = None) -> None:
+        if delay > 0:  # the caller's event itself fires at arrival: one event, not a timer and a succeed
+            event._ok, event._value = True, record
+            event.callbacks.insert(0, lambda _e: self.transfers.append(record))  # before its waiters
+            self.env.schedule(event, simpy.events.NORMAL, delay)
+        else:
             self.transfers.append(record)
             event.succeed(record)
-
-        if delay > 0:
-            self.env.timeout(delay).callbacks.append(arrive)
-        else:
-            arrive()
 
     # ------------------------------------------------------------------ time-varying links
     def _init_time_varying(self, links: Mapping[str, Link]) -> None:

@@ -45,7 +45,7 @@ NEAR = 1e-9  # relative: a leveled flow this close to its cap is reported as tou
 SPARE_TOL = 1e-12  # relative: a link's spare capacity this close to 0 counts as exactly used
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Group:
     """Flows with one set of shared links; ``key``: ((link, times crossed), ...)."""
 
@@ -83,7 +83,7 @@ class _Group:
             self.t = now
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Flow:
     links: tuple[int, ...]  # distinct link indices
     mults: tuple[float, ...]  # times crossed
@@ -129,20 +129,24 @@ class RateClasses:
         self._dirty: dict[_Group, None] = {}
         self._fin: list[tuple[float, int, int]] = []  # capped flows: (finish s, version, fid)
         self._ver = 0
+        self._comps: dict[_Group, list[_Group]] = {}  # component found from each group (cleared when groups change)
 
     # ------------------------------------------------------------------ mutations
     def add(
         self, fid: int, links: tuple[int, ...], mults: tuple[float, ...], nbytes: float, tcap: float, now: float
     ) -> None:
         """Start flow ``fid`` with ``nbytes`` wire bytes over ``links`` (crossed ``mults`` times)."""
-        f = _Flow(tuple(links), tuple(float(m) for m in mults), float(tcap), float(nbytes), now)
+        f = _Flow(tuple(links), tuple(map(float, mults)), float(tcap), float(nbytes), now)
         self.flows[fid] = f
+        on_link, count = self._on_link, self.users
         for link in f.links:
-            users = self._on_link.setdefault(link, {})
-            if len(users) == 1:  # the link stops being private to its other flow
+            users = on_link.get(link)
+            if users is None:
+                users = on_link[link] = {}
+            elif len(users) == 1:  # the link stops being private to its other flow
                 self._unplace(next(iter(users)), now)
             users[fid] = None
-            self.users[link] += 1
+            count[link] += 1
         self._pending[fid] = None
 
     def remove(self, fid: int, now: float) -> None:
@@ -150,14 +154,15 @@ class RateClasses:
         self._unplace(fid, now)
         self._pending.pop(fid, None)
         f = self.flows.pop(fid)
+        on_link, count = self._on_link, self.users
         for link in f.links:
-            users = self._on_link[link]
+            users = on_link[link]
             del users[fid]
-            self.users[link] -= 1
+            count[link] -= 1
             if len(users) == 1:  # the link becomes private to its last flow
                 self._unplace(next(iter(users)), now)
             elif not users:
-                del self._on_link[link]
+                del on_link[link]
 
     def set_tcap(self, fid: int, tcap: float, now: float) -> None:
         """Change flow ``fid``'s TCP cap (bytes/s; inf: none; 0: waiting)."""
@@ -210,35 +215,45 @@ class RateClasses:
     def advance(self, now: float) -> None:
         """Move every group's virtual clock to ``now``."""
         for g in self._groups.values():
-            g.advance(now)
+            if now > g.t:  # _Group.advance, inlined: once per group per event
+                if g.n and g.lam > 0:
+                    g.v += g.lam * (now - g.t)
+                g.t = now
 
     def due(self, now: float, done: object) -> list[int]:
         """Flows whose drain is complete at ``now`` (``done(bytes left, rate)`` says), any order.
 
         The groups must have been advanced to ``now``."""
-        out = [fid for fid in self._pending if self.flows[fid].r > 0 and done(self.flows[fid].rem, self.flows[fid].r)]  # type: ignore[operator]
-        for fid in out:
-            self._pending.pop(fid)
+        flows, out = self.flows, []
+        if self._pending:
+            out = [fid for fid in self._pending if flows[fid].r > 0 and done(flows[fid].rem, flows[fid].r)]  # type: ignore[operator]
+            for fid in out:
+                self._pending.pop(fid)
+        pop = heapq.heappop
         for g in self._groups.values():
-            while g.thr and g.n and g.lam > 0:
-                thr, ver, fid = g.thr[0]
-                f = self.flows.get(fid)
+            thr, lam, v = g.thr, g.lam, g.v
+            if not (g.n and lam > 0):
+                continue
+            while thr:
+                at, ver, fid = thr[0]
+                f = flows.get(fid)
                 if f is None or f.ver != ver or f.mode != LEVELED:
-                    heapq.heappop(g.thr)
-                elif done(thr - g.v, g.lam):  # type: ignore[operator]
-                    heapq.heappop(g.thr)
+                    pop(thr)
+                elif done(at - v, lam):  # type: ignore[operator]
+                    pop(thr)
                     out.append(fid)
                 else:
                     break
-        while self._fin:
-            at, ver, fid = self._fin[0]
-            f = self.flows.get(fid)
+        fin = self._fin
+        while fin:
+            at, ver, fid = fin[0]
+            f = flows.get(fid)
             if f is None or f.ver != ver or f.mode != CAPPED:
-                heapq.heappop(self._fin)
+                pop(fin)
             # its finish time (the timer's) has come, whatever float residue rem - c * dt leaves:
             # else a residue that drains in under an ulp of the clock re-arms a timer at `now`
             elif f.c > 0 and (at <= now or done(f.rem - f.c * (now - f.t0), f.c)):  # type: ignore[operator]
-                heapq.heappop(self._fin)
+                pop(fin)
                 out.append(fid)
             else:
                 break
@@ -247,11 +262,14 @@ class RateClasses:
     def next_finish(self, now: float) -> float:
         """Earliest time (s) at which a flow could be drained at the current rates (inf: none)."""
         best = math.inf
+        clean = self._clean
         for g in self._groups.values():
-            if g.n and g.lam > 0 and self._clean(g.thr, LEVELED):
-                best = min(best, now + (g.thr[0][0] - g.v - g.lam * (now - g.t)) / g.lam)
-        if self._clean(self._fin, CAPPED):
-            best = min(best, self._fin[0][0])
+            if g.n and g.lam > 0 and clean(g.thr, LEVELED):
+                at = now + (g.thr[0][0] - g.v - g.lam * (now - g.t)) / g.lam
+                if at < best:
+                    best = at
+        if clean(self._fin, CAPPED) and self._fin[0][0] < best:
+            best = self._fin[0][0]
         return best
 
     # ------------------------------------------------------------------ solve
@@ -259,10 +277,11 @@ class RateClasses:
         """Place the flows that moved, re-level the touched groups; return the fids placed or moved
         (in no particular order)."""
         touched: list[int] = []
-        pending, self._pending = self._pending, {}
-        for fid in sorted(pending):
-            self._place(fid, now)
-            touched.append(fid)
+        if self._pending:
+            pending, self._pending = self._pending, {}
+            touched = sorted(pending)
+            for fid in touched:
+                self._place(fid, now)
         while self._dirty:
             g = next(iter(self._dirty))
             comp = self._component(g)
@@ -274,9 +293,11 @@ class RateClasses:
     # ------------------------------------------------------------------ internals
     def _clean(self, heap: list[tuple[float, int, int]], mode: int) -> bool:
         """Drop stale entries from the top of ``heap``; whether an entry is left."""
+        flows = self.flows
         while heap:
-            f = self.flows.get(heap[0][2])
-            if f is not None and f.ver == heap[0][1] and f.mode == mode:
+            _, ver, fid = heap[0]
+            f = flows.get(fid)
+            if f is not None and f.ver == ver and f.mode == mode:
                 return True
             heapq.heappop(heap)
         return False
@@ -305,6 +326,7 @@ class RateClasses:
         self._pending[fid] = None
 
     def _drop_group(self, g: _Group) -> None:
+        self._comps.clear()
         del self._groups[g.key]
         self._dirty.pop(g, None)
         for link, _ in g.key:
@@ -336,6 +358,7 @@ class RateClasses:
         g = self._groups.get(key)
         if g is None:
             g = self._groups[key] = _Group(key, t=now)
+            self._comps.clear()
             for link, _ in key:
                 self._link_groups.setdefault(link, {})[g] = None
             g.lam = self._lone_level(g) if self._alone(g) else math.inf
@@ -378,9 +401,14 @@ class RateClasses:
         return all(len(self._link_groups[link]) == 1 for link, _ in g.key)
 
     def _component(self, g: _Group) -> list[_Group]:
-        """The groups connected to ``g`` through shared links, in creation order of discovery."""
-        if self._alone(g):
-            return [g]
+        """The groups connected to ``g`` through shared links, in order of discovery from ``g``
+        (kept until a group is made or dropped: the set of groups and their links is what defines it)."""
+        comp = self._comps.get(g)
+        if comp is None:
+            comp = self._comps[g] = [g] if self._alone(g) else self._search(g)
+        return comp
+
+    def _search(self, g: _Group) -> list[_Group]:
         seen: dict[_Group, None] = {g: None}
         stack = [g]
         while stack:
