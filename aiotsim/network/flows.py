@@ -358,7 +358,8 @@ class Network:
             Fires when the last byte has arrived at ``dst``; its value is the :class:`Transfer`.
             A transfer from a vertex to itself arrives at once and costs nothing.
         """
-        if type(nbytes) is not int and (isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer))) or nbytes < 0:
+        odd = type(nbytes) is not int and (isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)))
+        if odd or nbytes < 0:
             raise ConfigError(f"nbytes(={nbytes!r}) must be an integer >= 0")
         nbytes = int(nbytes)
         path = self._paths.get((src, dst)) or self._path(src, dst)
