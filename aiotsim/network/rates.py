@@ -129,7 +129,9 @@ class RateClasses:
         self._dirty: dict[_Group, None] = {}
         self._fin: list[tuple[float, int, int]] = []  # capped flows: (finish s, version, fid)
         self._ver = 0
-        self._comps: dict[_Group, list[_Group]] = {}  # component found from each group (cleared when groups change)
+        # the component found from each group, and its links (cleared when a group is made or dropped)
+        self._comps: dict[_Group, list[_Group]] = {}
+        self._layouts: dict[_Group, tuple[list[int], list[tuple[tuple[int, float], ...]]]] = {}
 
     # ------------------------------------------------------------------ mutations
     def add(
@@ -327,6 +329,7 @@ class RateClasses:
 
     def _drop_group(self, g: _Group) -> None:
         self._comps.clear()
+        self._layouts.clear()
         del self._groups[g.key]
         self._dirty.pop(g, None)
         for link, _ in g.key:
@@ -359,6 +362,7 @@ class RateClasses:
         if g is None:
             g = self._groups[key] = _Group(key, t=now)
             self._comps.clear()
+            self._layouts.clear()
             for link, _ in key:
                 self._link_groups.setdefault(link, {})[g] = None
             g.lam = self._lone_level(g) if self._alone(g) else math.inf
@@ -468,9 +472,14 @@ class RateClasses:
         whose cap is below the level become capped (a tie stays leveled: the same rate, and a
         group keeps a leveled flow to define its level). Returns the fids moved."""
         moved = []
+        clean = self._clean
         for g in comp:
             heap, mode = (g.cap, CAPPED) if up else (g.lev, LEVELED)
-            while self._clean(heap, mode) and ((-heap[0][0] > g.lam) if up else (heap[0][0] < g.lam)):
+            if not (g.capped if up else g.n):  # no live entry: only stale ones, drop them at once
+                heap.clear()
+                continue
+            lam = g.lam
+            while clean(heap, mode) and ((-heap[0][0] > lam) if up else (heap[0][0] < lam)):
                 fid = heapq.heappop(heap)[2]
                 self._move(fid, up, now)
                 moved.append(fid)
@@ -480,33 +489,49 @@ class RateClasses:
         """Progressive filling over the groups of a component (each weighs its leveled flows,
         capped flows' caps are fixed use); a group with no leveled flow gets the level at which
         its tightest link is full (inf: a link of it has room, -inf: over-committed)."""
-        spare: dict[int, float] = {}
-        weight: dict[int, float] = {}
-        for g in comp:
-            for link, m in g.key:
-                spare[link] = spare.get(link, self.cap[link]) - m * g.used
-                weight[link] = weight.get(link, 0.0) + m * g.n
-        active = [g for g in comp if g.n]
+        links, hops = self._layout(comp)
+        cap = self.cap
+        spare = [cap[link] for link in links]  # bytes/s left on each link of the component
+        weight = [0.0] * len(links)  # leveled flows x times crossed, per link
+        for g, hop in zip(comp, hops, strict=True):
+            used, n = g.s + g.s_err, g.n  # g.used
+            for k, m in hop:
+                spare[k] -= m * used
+                weight[k] += m * n
+        active = [(g, hop) for g, hop in zip(comp, hops, strict=True) if g.n]
         level, frozen = 0.0, {}
         while active:
-            fill = {link: spare[link] / w for link, w in weight.items() if w > 0}
+            fill = {k: spare[k] / w for k, w in enumerate(weight) if w > 0}
             level = max(level, min(fill.values()))
-            full = {link for link, x in fill.items() if x <= level * (1.0 + TIE)}
+            top = level * (1.0 + TIE)
+            full = {k for k, x in fill.items() if x <= top}
             rest = []
-            for g in active:
-                if any(link in full for link, _ in g.key):
-                    g.lam = level
-                    for link, m in g.key:
-                        spare[link] -= m * g.n * level
-                        weight[link] -= m * g.n
+            for g, hop in active:
+                for k, _ in hop:
+                    if k in full:
+                        break
                 else:
-                    rest.append(g)
-            for link in full:
-                frozen.setdefault(link, level)
+                    rest.append((g, hop))
+                    continue
+                g.lam, n = level, g.n
+                for k, m in hop:
+                    spare[k] -= m * n * level
+                    weight[k] -= m * n
+            for k in full:
+                frozen.setdefault(k, level)
             active = rest
-        for g in comp:
+        for g, hop in zip(comp, hops, strict=True):
             if not g.n:
                 g.lam = min(
-                    frozen.get(link, math.inf if spare[link] >= -SPARE_TOL * self.cap[link] else -math.inf)
-                    for link, _ in g.key
+                    frozen.get(k, math.inf if spare[k] >= -SPARE_TOL * cap[links[k]] else -math.inf) for k, _ in hop
                 )
+
+    def _layout(self, comp: list[_Group]) -> tuple[list[int], list[tuple[tuple[int, float], ...]]]:
+        """The links of a component (in order of first use) and each group's (position in them,
+        times crossed), kept with the component."""
+        lay = self._layouts.get(comp[0])
+        if lay is None:
+            pos: dict[int, int] = {}
+            hops = [tuple((pos.setdefault(link, len(pos)), m) for link, m in g.key) for g in comp]
+            lay = self._layouts[comp[0]] = (list(pos), hops)
+        return lay
