@@ -40,6 +40,8 @@ import math
 from dataclasses import dataclass, field
 
 PENDING, LEVELED, CAPPED, WAITING = 0, 1, 2, 3
+# a component's links, each group's (position in them, times crossed), positions of the links all cross
+_Layout = tuple[list[int], list[tuple[tuple[int, float], ...]], list[int]]
 TIE = 1e-12  # relative: links filling this close to the level freeze together (progressive filling)
 NEAR = 1e-9  # relative: a leveled flow this close to its cap is reported as touched (see _near)
 SPARE_TOL = 1e-12  # relative: a link's spare capacity this close to 0 counts as exactly used
@@ -131,7 +133,7 @@ class RateClasses:
         self._ver = 0
         # the component found from each group, and its links (cleared when a group is made or dropped)
         self._comps: dict[_Group, list[_Group]] = {}
-        self._layouts: dict[_Group, tuple[list[int], list[tuple[tuple[int, float], ...]]]] = {}
+        self._layouts: dict[_Group, _Layout] = {}
 
     # ------------------------------------------------------------------ mutations
     def add(
@@ -471,14 +473,19 @@ class RateClasses:
         """``up``: capped flows whose cap exceeds the level become leveled; else leveled flows
         whose cap is below the level become capped (a tie stays leveled: the same rate, and a
         group keeps a leveled flow to define its level). Returns the fids moved."""
-        moved = []
-        clean = self._clean
+        moved: list[int] = []
+        clean, flows = self._clean, self.flows
         for g in comp:
             heap, mode = (g.cap, CAPPED) if up else (g.lev, LEVELED)
             if not (g.capped if up else g.n):  # no live entry: only stale ones, drop them at once
                 heap.clear()
                 continue
             lam = g.lam
+            top = heap[0] if heap else None  # the usual case: a live top entry that does not move
+            if top is not None and ((-top[0] <= lam) if up else (top[0] >= lam)):
+                f = flows.get(top[2])
+                if f is not None and f.ver == top[1] and f.mode == mode:
+                    continue
             while clean(heap, mode) and ((-heap[0][0] > lam) if up else (heap[0][0] < lam)):
                 fid = heapq.heappop(heap)[2]
                 self._move(fid, up, now)
@@ -489,7 +496,7 @@ class RateClasses:
         """Progressive filling over the groups of a component (each weighs its leveled flows,
         capped flows' caps are fixed use); a group with no leveled flow gets the level at which
         its tightest link is full (inf: a link of it has room, -inf: over-committed)."""
-        links, hops = self._layout(comp)
+        links, hops, common = self._layout(comp)
         cap = self.cap
         spare = [cap[link] for link in links]  # bytes/s left on each link of the component
         weight = [0.0] * len(links)  # leveled flows x times crossed, per link
@@ -504,6 +511,10 @@ class RateClasses:
             fill = {k: spare[k] / w for k, w in enumerate(weight) if w > 0}
             level = max(level, min(fill.values()))
             top = level * (1.0 + TIE)
+            if len(active) == len(comp) and any(fill[k] <= top for k in common):
+                for g in comp:  # a link every group crosses is full: all freeze at this level
+                    g.lam = level
+                return
             full = {k for k, x in fill.items() if x <= top}
             rest = []
             for g, hop in active:
@@ -526,12 +537,14 @@ class RateClasses:
                     frozen.get(k, math.inf if spare[k] >= -SPARE_TOL * cap[links[k]] else -math.inf) for k, _ in hop
                 )
 
-    def _layout(self, comp: list[_Group]) -> tuple[list[int], list[tuple[tuple[int, float], ...]]]:
-        """The links of a component (in order of first use) and each group's (position in them,
-        times crossed), kept with the component."""
+    def _layout(self, comp: list[_Group]) -> _Layout:
+        """The links of a component (in order of first use), each group's (position in them,
+        times crossed) and the positions of the links that every group crosses (e.g. a server
+        link behind gateways), kept with the component."""
         lay = self._layouts.get(comp[0])
         if lay is None:
             pos: dict[int, int] = {}
             hops = [tuple((pos.setdefault(link, len(pos)), m) for link, m in g.key) for g in comp]
-            lay = self._layouts[comp[0]] = (list(pos), hops)
+            common = set.intersection(*({k for k, _ in hop} for hop in hops))
+            lay = self._layouts[comp[0]] = (list(pos), hops, sorted(common))
         return lay
