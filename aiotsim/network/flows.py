@@ -228,7 +228,7 @@ class _Path:
     traced_t: tuple[int, ...] = ()  # the distinct link indices that have a capacity trace
 
 
-@dataclass
+@dataclass(slots=True)
 class _TcpFlow:
     """TCP state of one flow in flight (see :mod:`aiotsim.network.tcp`)."""
 
