@@ -266,12 +266,20 @@ class RateClasses:
     def next_finish(self, now: float) -> float:
         """Earliest time (s) at which a flow could be drained at the current rates (inf: none)."""
         best = math.inf
-        clean = self._clean
+        clean, flows = self._clean, self.flows
         for g in self._groups.values():
-            if g.n and g.lam > 0 and clean(g.thr, LEVELED):
-                at = now + (g.thr[0][0] - g.v - g.lam * (now - g.t)) / g.lam
-                if at < best:
-                    best = at
+            thr, lam = g.thr, g.lam
+            if not (g.n and lam > 0 and thr):
+                continue
+            top, ver, fid = thr[0]
+            f = flows.get(fid)
+            if f is None or f.ver != ver or f.mode != LEVELED:  # a stale top: clean the heap
+                if not clean(thr, LEVELED):
+                    continue
+                top = thr[0][0]
+            at = now + (top - g.v - lam * (now - g.t)) / lam
+            if at < best:
+                best = at
         if clean(self._fin, CAPPED) and self._fin[0][0] < best:
             best = self._fin[0][0]
         return best
@@ -289,8 +297,11 @@ class RateClasses:
         while self._dirty:
             g = next(iter(self._dirty))
             comp = self._component(g)
-            for h in comp:
-                self._dirty.pop(h, None)
+            if len(self._dirty) == 1:  # only g
+                self._dirty.clear()
+            else:
+                for h in comp:
+                    self._dirty.pop(h, None)
             touched.extend(self._settle(comp, now))
         return touched
 
@@ -439,12 +450,15 @@ class RateClasses:
     def _settle(self, comp: list[_Group], now: float) -> list[int]:
         """Re-level a component and move flows across the levels until none moves."""
         moved: list[int] = []
+        near = self.report_near
         for g in comp:
-            g.advance(now)
-            if self.report_near:
-                moved.extend(self._near(g))  # at their cap now: they may not be after the re-leveling
-        for _ in range(4 * sum(g.n + g.capped for g in comp) + 8):  # bound: float ties cannot cycle
-            if len(comp) == 1:
+            if now > g.t:
+                g.advance(now)
+            if near:
+                self._near_into(g, moved)  # at their cap now: they may not be after the re-leveling
+        lone, rounds, bound = len(comp) == 1, 0, 0
+        while True:
+            if lone:
                 comp[0].lam = self._lone_level(comp[0])
             else:
                 self._fill_levels(comp)
@@ -452,12 +466,27 @@ class RateClasses:
             if not step:
                 break
             moved.extend(step)
+            rounds += 1
+            # bound: float ties cannot cycle (moves keep each group's flow count: computed once)
+            bound = bound or 4 * sum(g.n + g.capped for g in comp) + 8
+            if rounds >= bound:
+                break
         for g in comp:
             if g.n == 0 and g.capped == 0 and g.key in self._groups:
                 self._drop_group(g)
-            elif self.report_near:
-                moved.extend(self._near(g))
+            elif near:
+                self._near_into(g, moved)
         return moved
+
+    def _near_into(self, g: _Group, out: list[int]) -> None:
+        """Append :meth:`_near` of ``g`` to ``out``; the usual case (a live top entry not near
+        the level: nothing near) checked inline."""
+        if g.lev:
+            cap, ver, fid = g.lev[0]
+            f = self.flows.get(fid)
+            if f is not None and f.ver == ver and f.mode == LEVELED and not cap * (1.0 - NEAR) <= g.lam:
+                return
+        out.extend(self._near(g))
 
     def _near(self, g: _Group) -> list[int]:
         """Leveled flows whose cap is within ``NEAR`` (relative) above the level: their rate is
