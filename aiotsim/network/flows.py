@@ -501,15 +501,10 @@ class Network:
         rate classes that changed, schedule one timer at the next event."""
         now = self.env.now
         traced = bool(self._traces)
-
-        def done(rem: float, rate: float) -> bool:
-            # under DONE_BYTES left, or so little that no float time step can drain it; on a
-            # traced path a rounding residue must not wait out a zero-rate gap of a trace
-            eta = rem / rate  # s
-            return rem < DONE_BYTES or now + eta <= now or (traced and eta <= SNAP_S)
-
         self._rates.advance(now)
-        for slot in sorted(self._rates.due(now, done)):
+        # done: under DONE_BYTES left, or so little that no float time step can drain it; on a
+        # traced path a rounding residue must not wait out a zero-rate gap of a trace
+        for slot in sorted(self._rates.due(now, DONE_BYTES, SNAP_S if traced else -math.inf)):
             self._finish(slot)
         self._gen += 1
         if not self._rates.flows:

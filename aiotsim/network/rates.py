@@ -224,13 +224,20 @@ class RateClasses:
                     g.v += g.lam * (now - g.t)
                 g.t = now
 
-    def due(self, now: float, done: object) -> list[int]:
-        """Flows whose drain is complete at ``now`` (``done(bytes left, rate)`` says), any order.
+    def due(self, now: float, min_bytes: float, snap_s: float = -math.inf) -> list[int]:
+        """Flows whose drain is complete at ``now``, any order: fewer than ``min_bytes`` left, or
+        so few that no float time step can drain them (``now + left / rate <= now``), or few
+        enough to drain within ``snap_s`` s; a capped flow also once its finish time has come.
 
         The groups must have been advanced to ``now``."""
         flows, out = self.flows, []
         if self._pending:
-            out = [fid for fid in self._pending if flows[fid].r > 0 and done(flows[fid].rem, flows[fid].r)]  # type: ignore[operator]
+            for fid in self._pending:
+                f = flows[fid]
+                if f.r > 0:
+                    eta = f.rem / f.r  # s
+                    if f.rem < min_bytes or now + eta <= now or eta <= snap_s:
+                        out.append(fid)
             for fid in out:
                 self._pending.pop(fid)
         pop = heapq.heappop
@@ -243,24 +250,30 @@ class RateClasses:
                 f = flows.get(fid)
                 if f is None or f.ver != ver or f.mode != LEVELED:
                     pop(thr)
-                elif done(at - v, lam):  # type: ignore[operator]
-                    pop(thr)
-                    out.append(fid)
-                else:
+                    continue
+                rem = at - v  # bytes
+                eta = rem / lam  # s
+                if not (rem < min_bytes or now + eta <= now or eta <= snap_s):
                     break
+                pop(thr)
+                out.append(fid)
         fin = self._fin
         while fin:
             at, ver, fid = fin[0]
             f = flows.get(fid)
             if f is None or f.ver != ver or f.mode != CAPPED:
                 pop(fin)
+                continue
+            if not f.c > 0:
+                break
             # its finish time (the timer's) has come, whatever float residue rem - c * dt leaves:
             # else a residue that drains in under an ulp of the clock re-arms a timer at `now`
-            elif f.c > 0 and (at <= now or done(f.rem - f.c * (now - f.t0), f.c)):  # type: ignore[operator]
-                pop(fin)
-                out.append(fid)
-            else:
+            rem = f.rem - f.c * (now - f.t0)  # bytes
+            eta = rem / f.c  # s
+            if not (at <= now or rem < min_bytes or now + eta <= now or eta <= snap_s):
                 break
+            pop(fin)
+            out.append(fid)
         return out
 
     def next_finish(self, now: float) -> float:
