@@ -24,7 +24,10 @@ Levels: a group whose shared links no other group uses has ``lam = min over its 
 (capacity - capped use) / (times crossed x leveled flows)``; groups sharing links (gateways behind
 one server link) are filled progressively over the groups of that component, a group weighing its
 leveled flows (the same tie tolerance, 1e-12 relative, as
-:func:`aiotsim.network.flows.progressive_filling`). After a solve, capped flows whose cap exceeds
+:func:`aiotsim.network.flows.progressive_filling`); a component and the layout of its links are
+found once and kept until a group is made or dropped, and when a link that every group of the
+component crosses is among the first to fill, every group is frozen at that level at once (the
+usual case behind a server link). After a solve, capped flows whose cap exceeds
 the level become leveled and leveled flows below it become capped, until no flow moves; the
 result is the max-min fair allocation (every leveled flow's group is frozen at a saturated link
 where no flow is faster, every capped flow is below its level), so the rates equal progressive
