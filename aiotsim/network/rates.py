@@ -43,8 +43,6 @@ import math
 from dataclasses import dataclass, field
 
 PENDING, LEVELED, CAPPED, WAITING = 0, 1, 2, 3
-# a component's links, each group's (position in them, times crossed), positions of the links all cross
-_Layout = tuple[list[int], list[tuple[tuple[int, float], ...]], list[int]]
 TIE = 1e-12  # relative: links filling this close to the level freeze together (progressive filling)
 NEAR = 1e-9  # relative: a leveled flow this close to its cap is reported as touched (see _near)
 SPARE_TOL = 1e-12  # relative: a link's spare capacity this close to 0 counts as exactly used
@@ -86,6 +84,19 @@ class _Group:
             if self.n and self.lam > 0:
                 self.v += self.lam * (now - self.t)
             self.t = now
+
+
+@dataclass(slots=True)
+class _Layout:
+    """How a component's groups use its links, found once per component (positions index
+    ``links``; a link is *own* to a group when no other group of the component crosses it)."""
+
+    links: list[int]  # the component's links, in order of first use
+    hops: list[tuple[tuple[int, float], ...]]  # per group: (position, times crossed) of each of its links
+    common: list[int]  # positions of the links that every group crosses (a server link behind gateways)
+    shared: list[tuple[tuple[int, float], ...]]  # per group: its hops on links other groups cross too
+    own: list[tuple[tuple[float, float], ...]]  # per group: (capacity index, times crossed) of its own links
+    shared_pos: list[int]  # positions of the links crossed by more than one group
 
 
 @dataclass(eq=False, slots=True)
@@ -541,7 +552,10 @@ class RateClasses:
         """Progressive filling over the groups of a component (each weighs its leveled flows,
         capped flows' caps are fixed use); a group with no leveled flow gets the level at which
         its tightest link is full (inf: a link of it has room, -inf: over-committed)."""
-        links, hops, common = self._layout(comp)
+        lay = self._layout(comp)
+        if lay.common and self._fill_common(comp, lay):
+            return
+        links, hops = lay.links, lay.hops
         cap = self.cap
         spare = [cap[link] for link in links]  # bytes/s left on each link of the component
         weight = [0.0] * len(links)  # leveled flows x times crossed, per link
@@ -556,10 +570,6 @@ class RateClasses:
             fill = {k: spare[k] / w for k, w in enumerate(weight) if w > 0}
             level = max(level, min(fill.values()))
             top = level * (1.0 + TIE)
-            if len(active) == len(comp) and any(fill[k] <= top for k in common):
-                for g in comp:  # a link every group crosses is full: all freeze at this level
-                    g.lam = level
-                return
             full = {k for k, x in fill.items() if x <= top}
             rest = []
             for g, hop in active:
@@ -590,6 +600,46 @@ class RateClasses:
         if lay is None:
             pos: dict[int, int] = {}
             hops = [tuple((pos.setdefault(link, len(pos)), m) for link, m in g.key) for g in comp]
-            common = set.intersection(*({k for k, _ in hop} for hop in hops))
-            lay = self._layouts[comp[0]] = (list(pos), hops, sorted(common))
+            links = list(pos)
+            users = [0] * len(links)
+            for hop in hops:
+                for k, _ in hop:
+                    users[k] += 1
+            common = [k for k, u in enumerate(users) if u == len(comp)]
+            shared = [tuple((k, m) for k, m in hop if users[k] > 1) for hop in hops]
+            own = [tuple((links[k], m) for k, m in hop if users[k] == 1) for hop in hops]
+            shared_pos = [k for k, u in enumerate(users) if u > 1]
+            lay = self._layouts[comp[0]] = _Layout(links, hops, common, shared, own, shared_pos)
         return lay
+
+    def _fill_common(self, comp: list[_Group], lay: _Layout) -> bool:
+        """The first round of :meth:`_fill_levels` when every group has leveled flows, with the
+        same sums in the same order; if a link that every group crosses is among the first to
+        fill, every group freezes at that level: set it and return True (else False, nothing
+        set). A group's own links need no list: their spare and weight are the group's alone."""
+        cap = self.cap
+        spare = [cap[link] for link in lay.links]
+        weight = [0.0] * len(spare)
+        level = math.inf  # the smallest fill so far, bytes/s per flow
+        for g, shared, own in zip(comp, lay.shared, lay.own, strict=True):
+            used, n = g.s + g.s_err, g.n  # g.used
+            if not n:
+                return False
+            for k, m in shared:
+                spare[k] -= m * used
+                weight[k] += m * n
+            for link, m in own:
+                x = (cap[link] - m * used) / (0.0 + m * n)
+                if x < level:
+                    level = x
+        for k in lay.shared_pos:
+            x = spare[k] / weight[k]
+            if x < level:
+                level = x
+        level = max(0.0, level)
+        top = level * (1.0 + TIE)
+        if not any(spare[k] / weight[k] <= top for k in lay.common):
+            return False
+        for g in comp:  # a link every group crosses is full: all freeze at this level
+            g.lam = level
+        return True
