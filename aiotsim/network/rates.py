@@ -489,6 +489,8 @@ class RateClasses:
                 comp[0].lam = self._lone_level(comp[0])
             else:
                 self._fill_levels(comp)
+            if self._settled(comp):
+                break
             step = self._fix(comp, now, up=True) or self._fix(comp, now, up=False)
             if not step:
                 break
@@ -524,6 +526,25 @@ class RateClasses:
         for entry in near:
             heapq.heappush(g.lev, entry)
         return [entry[2] for entry in near]
+
+    def _settled(self, comp: list[_Group]) -> bool:
+        """Whether no flow of the component has to move (:meth:`_fix` both ways would move
+        none): every group's top capped flow is at or below its level and its top leveled flow
+        at or above it, checked on live top entries (a stale top: not known, False)."""
+        flows = self.flows
+        for g in comp:
+            lam = g.lam
+            if g.capped:
+                cap, ver, fid = g.cap[0]
+                f = flows.get(fid)
+                if f is None or f.ver != ver or f.mode != CAPPED or -cap > lam:
+                    return False
+            if g.n:
+                cap, ver, fid = g.lev[0]
+                f = flows.get(fid)
+                if f is None or f.ver != ver or f.mode != LEVELED or cap < lam:
+                    return False
+        return True
 
     def _fix(self, comp: list[_Group], now: float, up: bool) -> list[int]:
         """``up``: capped flows whose cap exceeds the level become leveled; else leveled flows
