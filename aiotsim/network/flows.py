@@ -503,9 +503,9 @@ class Network:
         rate classes that changed, schedule one timer at the next event."""
         now = self.env.now
         traced = bool(self._traces)
-        self._rates.advance(now)
-        # done: under DONE_BYTES left, or so little that no float time step can drain it; on a
-        # traced path a rounding residue must not wait out a zero-rate gap of a trace
+        # due() moves the groups' clocks to now. Done: under DONE_BYTES left, or so little that no
+        # float time step can drain it; on a traced path a rounding residue must not wait out a
+        # zero-rate gap of a trace
         for slot in sorted(self._rates.due(now, DONE_BYTES, SNAP_S if traced else -math.inf)):
             self._finish(slot)
         self._gen += 1

@@ -242,8 +242,7 @@ class RateClasses:
         """Flows whose drain is complete at ``now``, any order: fewer than ``min_bytes`` left, or
         so few that no float time step can drain them (``now + left / rate <= now``), or few
         enough to drain within ``snap_s`` s; a capped flow also once its finish time has come.
-
-        The groups must have been advanced to ``now``."""
+        Moves every group's virtual clock to ``now`` on the way (:meth:`advance`)."""
         flows, out = self.flows, []
         if self._pending:
             for fid in self._pending:
@@ -256,6 +255,10 @@ class RateClasses:
                 self._pending.pop(fid)
         pop = heapq.heappop
         for g in self._groups.values():
+            if now > g.t:  # _Group.advance, inlined
+                if g.n and g.lam > 0:
+                    g.v += g.lam * (now - g.t)
+                g.t = now
             thr, lam, v = g.thr, g.lam, g.v
             if not (g.n and lam > 0):
                 continue
