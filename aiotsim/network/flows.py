@@ -212,9 +212,9 @@ class FlowState:
     remaining_bytes: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Path:
-    """What a (src, dst) pair costs, computed once per pair."""
+    """What a (src, dst) pair costs, computed once per pair (not changed after)."""
 
     links: list[Link]
     names: list[str]  # link names crossed, in order
