@@ -84,6 +84,11 @@ TRANSPORTS = ("tcp", "ideal")
 ROUND_EPS_S = 1e-9  # s; a round boundary this close to now is due (float rounding of timers)
 
 
+def _never_lost(_segments: int) -> None:
+    """The loss draw of a loss-free path (``Network._lose`` with no loss draws nothing): no loss."""
+    return None
+
+
 def max_min_rates(capacity: Mapping[str, float], usage: Mapping[K, Mapping[str, int]]) -> dict[K, float]:
     """Max-min fair rates by progressive filling.
 
@@ -600,9 +605,11 @@ class Network:
             held = (t.loss > 0 or t.bursty) and 0 < rate < t.cap * (1 - 1e-9)
             share = rate * t.rtt / t.seg_wire if held else np.inf  # segments per round trip
             left = self._rates.remaining(slot, now)  # wire bytes
+            lossy = t.loss > 0 or t.bursty
             rd = plan_round(
                 t.conn, self.tcp, now, left / t.seg_wire, t.rtt, t.bdp, t.max_window,
-                lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty), share,
+                (lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty)) if lossy else _never_lost,
+                share,
             )  # fmt: skip
             if rd.final:  # the last window leaves in one burst, at the fair share
                 t.extra_delay += rd.extra_delay_s
