@@ -105,3 +105,38 @@ def test_equal_flows_started_together_finish_together_in_slot_order() -> None:
     got = run(Network, topo, sends, "ideal", seed=0)
     assert [t.tag for t in got] == [str(i) for i in range(50)]
     assert len({t.end_s for t in got}) == 1
+
+
+def test_the_callers_event_fires_at_arrival_with_its_record_already_kept() -> None:
+    # one upload of 10,000 payload bytes over a lone 1 MB/s link with 50 ms latency: drained at
+    # wire / 1e6 s, arrives 50 ms later. The caller's event is the one scheduled at arrival: when
+    # its waiter (and an all_of over it) resumes, the time is the arrival time and the record is
+    # already in net.transfers; a second process waiting on the same event sees the same record.
+    topo = Topology()
+    topo.add_node("a", "node")
+    topo.add_node("b", "server")
+    topo.add_link("a", "b", Link("a.up", 8e6, 0.05))
+    env = simpy.Environment()
+    net = Network(env, topo, transport="ideal")
+    seen = []
+
+    def sender():  # type: ignore[no-untyped-def]
+        ev = net.send("a", "b", 10_000, "x")
+        env.process(watcher(ev))
+        assert not ev.processed
+        got = yield env.all_of([ev])
+        record = got[ev]
+        seen.append(("sender", env.now, record, list(net.transfers)))
+
+    def watcher(ev):  # type: ignore[no-untyped-def]
+        record = yield ev
+        seen.append(("watcher", env.now, record, list(net.transfers)))
+
+    env.process(sender())
+    env.run()
+    (record,) = net.transfers
+    arrival = record.wire_bytes / 1e6 + 0.05  # s: drain at 1 MB/s, then the latency
+    assert record.end_s == pytest.approx(arrival, rel=1e-12) and record.wire_bytes > 10_000
+    assert sorted(who for who, *_ in seen) == ["sender", "watcher"]
+    for _, at, got, kept in seen:
+        assert at == record.end_s and got is record and kept == [record]

@@ -29,9 +29,11 @@ ends and trace changes in heaps. A flow start asks for one zero-delay update (fl
 the same instant cost one re-leveling); the controller then finishes the flows drained now (in
 slot order), reads the traced capacities and plans the TCP rounds due now (in slot order: the
 order of the loss draws), re-levels only the groups touched and schedules a single timer at the
-next event; a timer made stale by a later update is ignored. An event costs O(log flows) per flow
-whose rate class changes plus O(groups sharing a link with a touched group), not work over every
-flow in flight. Rates equal progressive filling over all flows (:func:`progressive_filling`, kept
+next event; a timer made stale by a later update is ignored. A drained flow's caller's event is
+itself scheduled at the arrival time (its record appended to :attr:`Network.transfers` by its
+first callback), one SimPy event per arrival. An event costs O(log flows) per flow whose rate
+class changes plus O(groups sharing a link with a touched group, and groups in use), not work over
+every flow in flight. Rates equal progressive filling over all flows (:func:`progressive_filling`, kept
 as the reference) up to its 1e-12 tie tolerance. Time lives in the network: callers only
 ``yield`` the event that :meth:`Network.send` returns.
 
@@ -49,7 +51,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -80,6 +82,11 @@ __all__ = ["FlowState", "Network", "Transfer", "max_min_rates", "progressive_fil
 DONE_BYTES = 1e-9
 TRANSPORTS = ("tcp", "ideal")
 ROUND_EPS_S = 1e-9  # s; a round boundary this close to now is due (float rounding of timers)
+
+
+def _never_lost(_segments: int) -> None:
+    """The loss draw of a loss-free path (``Network._lose`` with no loss draws nothing): no loss."""
+    return None
 
 
 def max_min_rates(capacity: Mapping[str, float], usage: Mapping[K, Mapping[str, int]]) -> dict[K, float]:
@@ -210,15 +217,13 @@ class FlowState:
     remaining_bytes: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Path:
-    """What a (src, dst) pair costs, computed once per pair."""
+    """What a (src, dst) pair costs, computed once per pair (not changed after)."""
 
     links: list[Link]
     names: list[str]  # link names crossed, in order
     nodes: list[str]  # vertices, both ends included
-    index: np.ndarray  # [hops] distinct link indices
-    mult: np.ndarray  # [hops] times each is crossed
     fmt: PathFormat
     bottleneck_Bps: float  # smallest capacity / times crossed along the path, bytes/s
     inv_cap_sum: float  # s/byte: sum over the path's hops of 1 / capacity (store and forward)
@@ -226,9 +231,11 @@ class _Path:
     traced: bool = False  # a link of the path has a bandwidth trace that varies
     links_t: tuple[int, ...] = ()  # the distinct link indices, as a tuple
     mults_t: tuple[float, ...] = ()  # times each is crossed
+    jitters: tuple[float, ...] = ()  # s, jitter scale of each link with jitter, in path order (one draw each)
+    traced_t: tuple[int, ...] = ()  # the distinct link indices that have a capacity trace
 
 
-@dataclass
+@dataclass(slots=True)
 class _TcpFlow:
     """TCP state of one flow in flight (see :mod:`aiotsim.network.tcp`)."""
 
@@ -247,7 +254,7 @@ class _TcpFlow:
     cap: float = math.inf  # bytes/s, window cap (inf: none; 0: waiting out a handshake or timeout)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Flow:
     """Bookkeeping of one flow in flight; its remaining bytes and rate live in the rate classes."""
 
@@ -358,12 +365,14 @@ class Network:
             Fires when the last byte has arrived at ``dst``; its value is the :class:`Transfer`.
             A transfer from a vertex to itself arrives at once and costs nothing.
         """
-        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+        odd = type(nbytes) is not int and (isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)))
+        if odd or nbytes < 0:
             raise ConfigError(f"nbytes(={nbytes!r}) must be an integer >= 0")
         nbytes = int(nbytes)
-        path = self._path(src, dst)
-        event = self.env.event()
-        now = self.env.now
+        path = self._paths.get((src, dst)) or self._path(src, dst)
+        env = self.env
+        event = simpy.Event(env)
+        now = env.now
         if not path.links:
             record = Transfer(src, dst, tag, nbytes, 0.0, now, now, [], [src])
             self.transfers.append(record)
@@ -378,20 +387,19 @@ class Network:
             wire, sampled_delay = self._take_sampled_loss(src, dst, path, nbytes)
             if self.transport == "ideal":  # TCP's rounds time the recovery of their own draws
                 delay = sampled_delay
-        for link in path.links:
-            if link.jitter_s > 0:
-                delay += float(self._rng.exponential(link.jitter_s))
-        slot = self._slot()
+        for jitter in path.jitters:  # one draw per link with jitter, in path order
+            delay += float(self._rng.exponential(jitter))
+        slot = self._free.pop() if self._free else self._slot()
         self._flows[slot] = _Flow(src, dst, tag, nbytes, wire, now, delay, path, event)
-        self._rates.add(slot, path.links_t, path.mults_t, wire, np.inf, now)
-        for i in path.links_t:  # a traced link's capacity is read again when it carries a flow
-            if self._is_traced[i] and self._rates.users[i] == 1:
+        self._rates.add(slot, path.links_t, path.mults_t, wire, math.inf, now)
+        for i in path.traced_t:  # a traced link's capacity is read again when it carries a flow
+            if self._rates.users[i] == 1:
                 heapq.heappush(self._due_heap, (float(self._due[i]), i))
         if self.transport == "tcp":
             self._tcp_start(slot, src, dst, path, wire, now)
         if not self._update_pending:
             self._update_pending = True
-            self.env.timeout(0).callbacks.append(self._on_update)
+            env.timeout(0).callbacks.append(self._on_update)
         return event
 
     def tcp_state(self) -> dict[str, object]:
@@ -454,27 +462,27 @@ class Network:
 
     # ------------------------------------------------------------------ controller
     def _path(self, src: str, dst: str) -> _Path:
-        key = (src, dst)
-        path = self._paths.get(key)
-        if path is None:
-            links = self.topology.route(src, dst)
-            counts = Counter(link.name for link in links)
-            index = [self._link_index[n] for n in counts]
-            path = _Path(
-                links=links,
-                names=[link.name for link in links],
-                nodes=self.topology.route_nodes(src, dst),
-                index=np.array(index, dtype=np.intp),
-                mult=np.array(list(counts.values()), dtype=float),
-                fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
-                bottleneck_Bps=min((self._cap[self._link_index[n]] / c for n, c in counts.items()), default=np.inf),
-                inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
-                bursty=tuple(link.loss_model for link in links if link.loss_model is not None),
-                traced=any(link.trace is not None and link.trace.rates.size > 1 for link in links),
-                links_t=tuple(index),
-                mults_t=tuple(float(c) for c in counts.values()),
-            )
-            self._paths[key] = path
+        """The path of a (src, dst) pair and what it costs, computed once per pair."""
+        links = self.topology.route(src, dst)
+        counts: dict[str, int] = {}  # link name -> times crossed, in order of first crossing
+        for link in links:
+            counts[link.name] = counts.get(link.name, 0) + 1
+        index = [self._link_index[n] for n in counts]
+        path = _Path(
+            links=links,
+            names=[link.name for link in links],
+            nodes=self.topology.route_nodes(src, dst),
+            fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
+            bottleneck_Bps=min((self._cap[i] / c for i, c in zip(index, counts.values(), strict=True)), default=np.inf),
+            inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
+            bursty=tuple(link.loss_model for link in links if link.loss_model is not None),
+            traced=any(link.trace is not None and link.trace.rates.size > 1 for link in links),
+            links_t=tuple(index),
+            mults_t=tuple(float(c) for c in counts.values()),
+            jitters=tuple(link.jitter_s for link in links if link.jitter_s > 0),
+            traced_t=tuple(i for i in index if self._is_traced[i]),
+        )
+        self._paths[(src, dst)] = path
         return path
 
     def _slot(self) -> int:
@@ -500,15 +508,10 @@ class Network:
         rate classes that changed, schedule one timer at the next event."""
         now = self.env.now
         traced = bool(self._traces)
-
-        def done(rem: float, rate: float) -> bool:
-            # under DONE_BYTES left, or so little that no float time step can drain it; on a
-            # traced path a rounding residue must not wait out a zero-rate gap of a trace
-            eta = rem / rate  # s
-            return rem < DONE_BYTES or now + eta <= now or (traced and eta <= SNAP_S)
-
-        self._rates.advance(now)
-        for slot in sorted(self._rates.due(now, done)):
+        # due() moves the groups' clocks to now. Done: under DONE_BYTES left, or so little that no
+        # float time step can drain it; on a traced path a rounding residue must not wait out a
+        # zero-rate gap of a trace
+        for slot in sorted(self._rates.due(now, DONE_BYTES, SNAP_S if traced else -math.inf)):
             self._finish(slot)
         self._gen += 1
         if not self._rates.flows:
@@ -602,9 +605,11 @@ class Network:
             held = (t.loss > 0 or t.bursty) and 0 < rate < t.cap * (1 - 1e-9)
             share = rate * t.rtt / t.seg_wire if held else np.inf  # segments per round trip
             left = self._rates.remaining(slot, now)  # wire bytes
+            lossy = t.loss > 0 or t.bursty
             rd = plan_round(
                 t.conn, self.tcp, now, left / t.seg_wire, t.rtt, t.bdp, t.max_window,
-                lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty), share,
+                (lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty)) if lossy else _never_lost,
+                share,
             )  # fmt: skip
             if rd.final:  # the last window leaves in one burst, at the fair share
                 t.extra_delay += rd.extra_delay_s
@@ -695,15 +700,13 @@ class Network:
             list(f.path.names), list(f.path.nodes),
         )  # fmt: skip
         event = f.event
-
-        def arrive(_e: simpy.Event | None = None) -> None:
+        if delay > 0:  # the caller's event itself fires at arrival: one event, not a timer and a succeed
+            event._ok, event._value = True, record
+            event.callbacks.insert(0, lambda _e: self.transfers.append(record))  # before its waiters
+            self.env.schedule(event, simpy.events.NORMAL, delay)
+        else:
             self.transfers.append(record)
             event.succeed(record)
-
-        if delay > 0:
-            self.env.timeout(delay).callbacks.append(arrive)
-        else:
-            arrive()
 
     # ------------------------------------------------------------------ time-varying links
     def _init_time_varying(self, links: Mapping[str, Link]) -> None:

@@ -24,7 +24,10 @@ Levels: a group whose shared links no other group uses has ``lam = min over its 
 (capacity - capped use) / (times crossed x leveled flows)``; groups sharing links (gateways behind
 one server link) are filled progressively over the groups of that component, a group weighing its
 leveled flows (the same tie tolerance, 1e-12 relative, as
-:func:`aiotsim.network.flows.progressive_filling`). After a solve, capped flows whose cap exceeds
+:func:`aiotsim.network.flows.progressive_filling`); a component and the layout of its links are
+found once and kept until a group is made or dropped, and when a link that every group of the
+component crosses is among the first to fill, every group is frozen at that level at once (the
+usual case behind a server link). After a solve, capped flows whose cap exceeds
 the level become leveled and leveled flows below it become capped, until no flow moves; the
 result is the max-min fair allocation (every leveled flow's group is frozen at a saturated link
 where no flow is faster, every capped flow is below its level), so the rates equal progressive
@@ -45,7 +48,7 @@ NEAR = 1e-9  # relative: a leveled flow this close to its cap is reported as tou
 SPARE_TOL = 1e-12  # relative: a link's spare capacity this close to 0 counts as exactly used
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Group:
     """Flows with one set of shared links; ``key``: ((link, times crossed), ...)."""
 
@@ -83,7 +86,20 @@ class _Group:
             self.t = now
 
 
-@dataclass(eq=False)
+@dataclass(slots=True)
+class _Layout:
+    """How a component's groups use its links, found once per component (positions index
+    ``links``; a link is *own* to a group when no other group of the component crosses it)."""
+
+    links: list[int]  # the component's links, in order of first use
+    hops: list[tuple[tuple[int, float], ...]]  # per group: (position, times crossed) of each of its links
+    common: list[int]  # positions of the links that every group crosses (a server link behind gateways)
+    shared: list[tuple[tuple[int, float], ...]]  # per group: its hops on links other groups cross too
+    own: list[tuple[tuple[float, float], ...]]  # per group: (capacity index, times crossed) of its own links
+    shared_pos: list[int]  # positions of the links crossed by more than one group
+
+
+@dataclass(eq=False, slots=True)
 class _Flow:
     links: tuple[int, ...]  # distinct link indices
     mults: tuple[float, ...]  # times crossed
@@ -129,20 +145,26 @@ class RateClasses:
         self._dirty: dict[_Group, None] = {}
         self._fin: list[tuple[float, int, int]] = []  # capped flows: (finish s, version, fid)
         self._ver = 0
+        # the component found from each group, and its links (cleared when a group is made or dropped)
+        self._comps: dict[_Group, list[_Group]] = {}
+        self._layouts: dict[_Group, _Layout] = {}
 
     # ------------------------------------------------------------------ mutations
     def add(
         self, fid: int, links: tuple[int, ...], mults: tuple[float, ...], nbytes: float, tcap: float, now: float
     ) -> None:
         """Start flow ``fid`` with ``nbytes`` wire bytes over ``links`` (crossed ``mults`` times)."""
-        f = _Flow(tuple(links), tuple(float(m) for m in mults), float(tcap), float(nbytes), now)
+        f = _Flow(tuple(links), tuple(map(float, mults)), float(tcap), float(nbytes), now)
         self.flows[fid] = f
+        on_link, count = self._on_link, self.users
         for link in f.links:
-            users = self._on_link.setdefault(link, {})
-            if len(users) == 1:  # the link stops being private to its other flow
+            users = on_link.get(link)
+            if users is None:
+                users = on_link[link] = {}
+            elif len(users) == 1:  # the link stops being private to its other flow
                 self._unplace(next(iter(users)), now)
             users[fid] = None
-            self.users[link] += 1
+            count[link] += 1
         self._pending[fid] = None
 
     def remove(self, fid: int, now: float) -> None:
@@ -150,14 +172,15 @@ class RateClasses:
         self._unplace(fid, now)
         self._pending.pop(fid, None)
         f = self.flows.pop(fid)
+        on_link, count = self._on_link, self.users
         for link in f.links:
-            users = self._on_link[link]
+            users = on_link[link]
             del users[fid]
-            self.users[link] -= 1
+            count[link] -= 1
             if len(users) == 1:  # the link becomes private to its last flow
                 self._unplace(next(iter(users)), now)
             elif not users:
-                del self._on_link[link]
+                del on_link[link]
 
     def set_tcap(self, fid: int, tcap: float, now: float) -> None:
         """Change flow ``fid``'s TCP cap (bytes/s; inf: none; 0: waiting)."""
@@ -210,48 +233,85 @@ class RateClasses:
     def advance(self, now: float) -> None:
         """Move every group's virtual clock to ``now``."""
         for g in self._groups.values():
-            g.advance(now)
+            if now > g.t:  # _Group.advance, inlined: once per group per event
+                if g.n and g.lam > 0:
+                    g.v += g.lam * (now - g.t)
+                g.t = now
 
-    def due(self, now: float, done: object) -> list[int]:
-        """Flows whose drain is complete at ``now`` (``done(bytes left, rate)`` says), any order.
-
-        The groups must have been advanced to ``now``."""
-        out = [fid for fid in self._pending if self.flows[fid].r > 0 and done(self.flows[fid].rem, self.flows[fid].r)]  # type: ignore[operator]
-        for fid in out:
-            self._pending.pop(fid)
+    def due(self, now: float, min_bytes: float, snap_s: float = -math.inf) -> list[int]:
+        """Flows whose drain is complete at ``now``, any order: fewer than ``min_bytes`` left, or
+        so few that no float time step can drain them (``now + left / rate <= now``), or few
+        enough to drain within ``snap_s`` s; a capped flow also once its finish time has come.
+        Moves every group's virtual clock to ``now`` on the way (:meth:`advance`)."""
+        flows, out = self.flows, []
+        if self._pending:
+            for fid in self._pending:
+                f = flows[fid]
+                if f.r > 0:
+                    eta = f.rem / f.r  # s
+                    if f.rem < min_bytes or now + eta <= now or eta <= snap_s:
+                        out.append(fid)
+            for fid in out:
+                self._pending.pop(fid)
+        pop = heapq.heappop
         for g in self._groups.values():
-            while g.thr and g.n and g.lam > 0:
-                thr, ver, fid = g.thr[0]
-                f = self.flows.get(fid)
+            if now > g.t:  # _Group.advance, inlined
+                if g.n and g.lam > 0:
+                    g.v += g.lam * (now - g.t)
+                g.t = now
+            thr, lam, v = g.thr, g.lam, g.v
+            if not (g.n and lam > 0):
+                continue
+            while thr:
+                at, ver, fid = thr[0]
+                f = flows.get(fid)
                 if f is None or f.ver != ver or f.mode != LEVELED:
-                    heapq.heappop(g.thr)
-                elif done(thr - g.v, g.lam):  # type: ignore[operator]
-                    heapq.heappop(g.thr)
-                    out.append(fid)
-                else:
+                    pop(thr)
+                    continue
+                rem = at - v  # bytes
+                eta = rem / lam  # s
+                if not (rem < min_bytes or now + eta <= now or eta <= snap_s):
                     break
-        while self._fin:
-            at, ver, fid = self._fin[0]
-            f = self.flows.get(fid)
+                pop(thr)
+                out.append(fid)
+        fin = self._fin
+        while fin:
+            at, ver, fid = fin[0]
+            f = flows.get(fid)
             if f is None or f.ver != ver or f.mode != CAPPED:
-                heapq.heappop(self._fin)
+                pop(fin)
+                continue
+            if not f.c > 0:
+                break
             # its finish time (the timer's) has come, whatever float residue rem - c * dt leaves:
             # else a residue that drains in under an ulp of the clock re-arms a timer at `now`
-            elif f.c > 0 and (at <= now or done(f.rem - f.c * (now - f.t0), f.c)):  # type: ignore[operator]
-                heapq.heappop(self._fin)
-                out.append(fid)
-            else:
+            rem = f.rem - f.c * (now - f.t0)  # bytes
+            eta = rem / f.c  # s
+            if not (at <= now or rem < min_bytes or now + eta <= now or eta <= snap_s):
                 break
+            pop(fin)
+            out.append(fid)
         return out
 
     def next_finish(self, now: float) -> float:
         """Earliest time (s) at which a flow could be drained at the current rates (inf: none)."""
         best = math.inf
+        clean, flows = self._clean, self.flows
         for g in self._groups.values():
-            if g.n and g.lam > 0 and self._clean(g.thr, LEVELED):
-                best = min(best, now + (g.thr[0][0] - g.v - g.lam * (now - g.t)) / g.lam)
-        if self._clean(self._fin, CAPPED):
-            best = min(best, self._fin[0][0])
+            thr, lam = g.thr, g.lam
+            if not (g.n and lam > 0 and thr):
+                continue
+            top, ver, fid = thr[0]
+            f = flows.get(fid)
+            if f is None or f.ver != ver or f.mode != LEVELED:  # a stale top: clean the heap
+                if not clean(thr, LEVELED):
+                    continue
+                top = thr[0][0]
+            at = now + (top - g.v - lam * (now - g.t)) / lam
+            if at < best:
+                best = at
+        if clean(self._fin, CAPPED) and self._fin[0][0] < best:
+            best = self._fin[0][0]
         return best
 
     # ------------------------------------------------------------------ solve
@@ -259,24 +319,30 @@ class RateClasses:
         """Place the flows that moved, re-level the touched groups; return the fids placed or moved
         (in no particular order)."""
         touched: list[int] = []
-        pending, self._pending = self._pending, {}
-        for fid in sorted(pending):
-            self._place(fid, now)
-            touched.append(fid)
+        if self._pending:
+            pending, self._pending = self._pending, {}
+            touched = sorted(pending)
+            for fid in touched:
+                self._place(fid, now)
         while self._dirty:
             g = next(iter(self._dirty))
             comp = self._component(g)
-            for h in comp:
-                self._dirty.pop(h, None)
+            if len(self._dirty) == 1:  # only g
+                self._dirty.clear()
+            else:
+                for h in comp:
+                    self._dirty.pop(h, None)
             touched.extend(self._settle(comp, now))
         return touched
 
     # ------------------------------------------------------------------ internals
     def _clean(self, heap: list[tuple[float, int, int]], mode: int) -> bool:
         """Drop stale entries from the top of ``heap``; whether an entry is left."""
+        flows = self.flows
         while heap:
-            f = self.flows.get(heap[0][2])
-            if f is not None and f.ver == heap[0][1] and f.mode == mode:
+            _, ver, fid = heap[0]
+            f = flows.get(fid)
+            if f is not None and f.ver == ver and f.mode == mode:
                 return True
             heapq.heappop(heap)
         return False
@@ -305,6 +371,8 @@ class RateClasses:
         self._pending[fid] = None
 
     def _drop_group(self, g: _Group) -> None:
+        self._comps.clear()
+        self._layouts.clear()
         del self._groups[g.key]
         self._dirty.pop(g, None)
         for link, _ in g.key:
@@ -336,6 +404,8 @@ class RateClasses:
         g = self._groups.get(key)
         if g is None:
             g = self._groups[key] = _Group(key, t=now)
+            self._comps.clear()
+            self._layouts.clear()
             for link, _ in key:
                 self._link_groups.setdefault(link, {})[g] = None
             g.lam = self._lone_level(g) if self._alone(g) else math.inf
@@ -378,9 +448,14 @@ class RateClasses:
         return all(len(self._link_groups[link]) == 1 for link, _ in g.key)
 
     def _component(self, g: _Group) -> list[_Group]:
-        """The groups connected to ``g`` through shared links, in creation order of discovery."""
-        if self._alone(g):
-            return [g]
+        """The groups connected to ``g`` through shared links, in order of discovery from ``g``
+        (kept until a group is made or dropped: the set of groups and their links is what defines it)."""
+        comp = self._comps.get(g)
+        if comp is None:
+            comp = self._comps[g] = [g] if self._alone(g) else self._search(g)
+        return comp
+
+    def _search(self, g: _Group) -> list[_Group]:
         seen: dict[_Group, None] = {g: None}
         stack = [g]
         while stack:
@@ -405,25 +480,45 @@ class RateClasses:
     def _settle(self, comp: list[_Group], now: float) -> list[int]:
         """Re-level a component and move flows across the levels until none moves."""
         moved: list[int] = []
+        near = self.report_near
         for g in comp:
-            g.advance(now)
-            if self.report_near:
-                moved.extend(self._near(g))  # at their cap now: they may not be after the re-leveling
-        for _ in range(4 * sum(g.n + g.capped for g in comp) + 8):  # bound: float ties cannot cycle
-            if len(comp) == 1:
+            if now > g.t:
+                g.advance(now)
+            if near:
+                self._near_into(g, moved)  # at their cap now: they may not be after the re-leveling
+        lone, rounds, bound = len(comp) == 1, 0, 0
+        while True:
+            if lone:
                 comp[0].lam = self._lone_level(comp[0])
             else:
                 self._fill_levels(comp)
+            if self._settled(comp):
+                break
             step = self._fix(comp, now, up=True) or self._fix(comp, now, up=False)
             if not step:
                 break
             moved.extend(step)
+            rounds += 1
+            # bound: float ties cannot cycle (moves keep each group's flow count: computed once)
+            bound = bound or 4 * sum(g.n + g.capped for g in comp) + 8
+            if rounds >= bound:
+                break
         for g in comp:
             if g.n == 0 and g.capped == 0 and g.key in self._groups:
                 self._drop_group(g)
-            elif self.report_near:
-                moved.extend(self._near(g))
+            elif near:
+                self._near_into(g, moved)
         return moved
+
+    def _near_into(self, g: _Group, out: list[int]) -> None:
+        """Append :meth:`_near` of ``g`` to ``out``; the usual case (a live top entry not near
+        the level: nothing near) checked inline."""
+        if g.lev:
+            cap, ver, fid = g.lev[0]
+            f = self.flows.get(fid)
+            if f is not None and f.ver == ver and f.mode == LEVELED and not cap * (1.0 - NEAR) <= g.lam:
+                return
+        out.extend(self._near(g))
 
     def _near(self, g: _Group) -> list[int]:
         """Leveled flows whose cap is within ``NEAR`` (relative) above the level: their rate is
@@ -435,14 +530,43 @@ class RateClasses:
             heapq.heappush(g.lev, entry)
         return [entry[2] for entry in near]
 
+    def _settled(self, comp: list[_Group]) -> bool:
+        """Whether no flow of the component has to move (:meth:`_fix` both ways would move
+        none): every group's top capped flow is at or below its level and its top leveled flow
+        at or above it, checked on live top entries (a stale top: not known, False)."""
+        flows = self.flows
+        for g in comp:
+            lam = g.lam
+            if g.capped:
+                cap, ver, fid = g.cap[0]
+                f = flows.get(fid)
+                if f is None or f.ver != ver or f.mode != CAPPED or -cap > lam:
+                    return False
+            if g.n:
+                cap, ver, fid = g.lev[0]
+                f = flows.get(fid)
+                if f is None or f.ver != ver or f.mode != LEVELED or cap < lam:
+                    return False
+        return True
+
     def _fix(self, comp: list[_Group], now: float, up: bool) -> list[int]:
         """``up``: capped flows whose cap exceeds the level become leveled; else leveled flows
         whose cap is below the level become capped (a tie stays leveled: the same rate, and a
         group keeps a leveled flow to define its level). Returns the fids moved."""
-        moved = []
+        moved: list[int] = []
+        clean, flows = self._clean, self.flows
         for g in comp:
             heap, mode = (g.cap, CAPPED) if up else (g.lev, LEVELED)
-            while self._clean(heap, mode) and ((-heap[0][0] > g.lam) if up else (heap[0][0] < g.lam)):
+            if not (g.capped if up else g.n):  # no live entry: only stale ones, drop them at once
+                heap.clear()
+                continue
+            lam = g.lam
+            top = heap[0] if heap else None  # the usual case: a live top entry that does not move
+            if top is not None and ((-top[0] <= lam) if up else (top[0] >= lam)):
+                f = flows.get(top[2])
+                if f is not None and f.ver == top[1] and f.mode == mode:
+                    continue
+            while clean(heap, mode) and ((-heap[0][0] > lam) if up else (heap[0][0] < lam)):
                 fid = heapq.heappop(heap)[2]
                 self._move(fid, up, now)
                 moved.append(fid)
@@ -452,33 +576,94 @@ class RateClasses:
         """Progressive filling over the groups of a component (each weighs its leveled flows,
         capped flows' caps are fixed use); a group with no leveled flow gets the level at which
         its tightest link is full (inf: a link of it has room, -inf: over-committed)."""
-        spare: dict[int, float] = {}
-        weight: dict[int, float] = {}
-        for g in comp:
-            for link, m in g.key:
-                spare[link] = spare.get(link, self.cap[link]) - m * g.used
-                weight[link] = weight.get(link, 0.0) + m * g.n
-        active = [g for g in comp if g.n]
+        lay = self._layout(comp)
+        if lay.common and self._fill_common(comp, lay):
+            return
+        links, hops = lay.links, lay.hops
+        cap = self.cap
+        spare = [cap[link] for link in links]  # bytes/s left on each link of the component
+        weight = [0.0] * len(links)  # leveled flows x times crossed, per link
+        for g, hop in zip(comp, hops, strict=True):
+            used, n = g.s + g.s_err, g.n  # g.used
+            for k, m in hop:
+                spare[k] -= m * used
+                weight[k] += m * n
+        active = [(g, hop) for g, hop in zip(comp, hops, strict=True) if g.n]
         level, frozen = 0.0, {}
         while active:
-            fill = {link: spare[link] / w for link, w in weight.items() if w > 0}
+            fill = {k: spare[k] / w for k, w in enumerate(weight) if w > 0}
             level = max(level, min(fill.values()))
-            full = {link for link, x in fill.items() if x <= level * (1.0 + TIE)}
+            top = level * (1.0 + TIE)
+            full = {k for k, x in fill.items() if x <= top}
             rest = []
-            for g in active:
-                if any(link in full for link, _ in g.key):
-                    g.lam = level
-                    for link, m in g.key:
-                        spare[link] -= m * g.n * level
-                        weight[link] -= m * g.n
+            for g, hop in active:
+                for k, _ in hop:
+                    if k in full:
+                        break
                 else:
-                    rest.append(g)
-            for link in full:
-                frozen.setdefault(link, level)
+                    rest.append((g, hop))
+                    continue
+                g.lam, n = level, g.n
+                for k, m in hop:
+                    spare[k] -= m * n * level
+                    weight[k] -= m * n
+            for k in full:
+                frozen.setdefault(k, level)
             active = rest
-        for g in comp:
+        for g, hop in zip(comp, hops, strict=True):
             if not g.n:
                 g.lam = min(
-                    frozen.get(link, math.inf if spare[link] >= -SPARE_TOL * self.cap[link] else -math.inf)
-                    for link, _ in g.key
+                    frozen.get(k, math.inf if spare[k] >= -SPARE_TOL * cap[links[k]] else -math.inf) for k, _ in hop
                 )
+
+    def _layout(self, comp: list[_Group]) -> _Layout:
+        """The links of a component (in order of first use), each group's (position in them,
+        times crossed) and the positions of the links that every group crosses (e.g. a server
+        link behind gateways), kept with the component."""
+        lay = self._layouts.get(comp[0])
+        if lay is None:
+            pos: dict[int, int] = {}
+            hops = [tuple((pos.setdefault(link, len(pos)), m) for link, m in g.key) for g in comp]
+            links = list(pos)
+            users = [0] * len(links)
+            for hop in hops:
+                for k, _ in hop:
+                    users[k] += 1
+            common = [k for k, u in enumerate(users) if u == len(comp)]
+            shared = [tuple((k, m) for k, m in hop if users[k] > 1) for hop in hops]
+            own = [tuple((links[k], m) for k, m in hop if users[k] == 1) for hop in hops]
+            shared_pos = [k for k, u in enumerate(users) if u > 1]
+            lay = self._layouts[comp[0]] = _Layout(links, hops, common, shared, own, shared_pos)
+        return lay
+
+    def _fill_common(self, comp: list[_Group], lay: _Layout) -> bool:
+        """The first round of :meth:`_fill_levels` when every group has leveled flows, with the
+        same sums in the same order; if a link that every group crosses is among the first to
+        fill, every group freezes at that level: set it and return True (else False, nothing
+        set). A group's own links need no list: their spare and weight are the group's alone."""
+        cap = self.cap
+        spare = [cap[link] for link in lay.links]
+        weight = [0.0] * len(spare)
+        level = math.inf  # the smallest fill so far, bytes/s per flow
+        for g, shared, own in zip(comp, lay.shared, lay.own, strict=True):
+            used, n = g.s + g.s_err, g.n  # g.used
+            if not n:
+                return False
+            for k, m in shared:
+                spare[k] -= m * used
+                weight[k] += m * n
+            for link, m in own:
+                x = (cap[link] - m * used) / (0.0 + m * n)
+                if x < level:
+                    level = x
+        for k in lay.shared_pos:
+            x = spare[k] / weight[k]
+            if x < level:
+                level = x
+        level = max(0.0, level)
+        top = level * (1.0 + TIE)
+        if not any(spare[k] / weight[k] <= top for k in lay.common):
+            return False
+        for g in comp:  # a link every group crosses is full: all freeze at this level
+            g.lam = level
+        return True

@@ -317,13 +317,14 @@ def plan_round(
     sent = min(window, left_segments)
     final = left_segments <= window
     span = rtt_s * max(1.0, sent / share_segments)  # s, this round's RTT with its queueing
-    rto = params.loss_rto(span, conn.acked)
+    acked = conn.acked  # segments acknowledged before this round (the RTO's samples)
     lost = _losses(math.ceil(sent), lose)
     conn.acked += sent
     if not lost:
         if not final:
             grow(conn, params, now_s + span, span, bdp_segments)
         return Round(sent, span, final)
+    rto = params.loss_rto(span, acked)
     # segments behind a loss that can raise duplicate ACKs / SACKs: the rest of this round and, if
     # the transfer goes on, the next round's new data
     more = 0.0 if final else min(window, left_segments - sent)
