@@ -304,9 +304,8 @@ def plan_round(
     lose : callable
         ``lose(n)``: index of the first of ``n`` segments lost, or None (:meth:`LossSampler.first_loss`).
     share_segments : float
-        Segments per RTT of the flow's fair share when that, not the window, limited it last (else
-        inf). A larger window queues: the round stretches to ``sent / share_segments`` RTTs, so
-        losses are drawn per segment sent, not per window and base RTT.
+        Segments per RTT of the fair share that limited the flow last (else inf): a larger window
+        queues, the round stretches to ``sent / share_segments`` RTTs (losses drawn per segment).
 
     Returns
     -------
