@@ -22,7 +22,7 @@ from aiotsim.compress import codec_names, get_codec_class
 from aiotsim.compress.base import Codec, LayerInfo, Payload
 from aiotsim.config import scenario_from_dict
 from aiotsim.errors import CodecError, ConfigError
-from aiotsim.sim.aggregate import STACK_LIMIT_BYTES, Aggregation, aggregation_mode
+from aiotsim.sim.aggregate import STACK_LIMIT_BYTES, Aggregation, StackBuffer, aggregation_mode
 from aiotsim.sim.runner import run_cluster
 from aiotsim.sim.world import Cluster
 
@@ -313,3 +313,56 @@ def test_a_streamed_round_returns_freed_heap_pages_and_a_stacked_one_leaves_mall
         agg.add(msg, 1, dense=True)
         agg.result()
         assert calls == want, mode
+
+
+# ---- the stack buffer ----------------------------------------------------------------------------
+@pytest.mark.parametrize("weights", ["equal", "unequal"])
+def test_stacking_into_the_reused_buffer_gives_the_fresh_stack_bits(weights: str) -> None:
+    """Rounds of 5, 9 (the buffer grows) and 3 (a view of it) messages: every aggregate equals,
+    bit for bit, the one computed with fresh stacks (no buffer), for the mean and for the
+    node-count-weighted tensordot."""
+    codec, buffer = make_codec("none"), StackBuffer()
+    for r, count in enumerate((5, 9, 3)):
+        msgs = messages(codec, count, seed=r)
+        w = [1] * count if weights == "equal" else [1 + (i % 3) for i in range(count)]
+        runs = []
+        for buf in (None, buffer):
+            agg = Aggregation([codec] * len(LAYERS), codec, LAYERS, CPU, streamed=False, weighted=True, buffer=buf)
+            for m, k in zip(msgs, w):
+                agg.add(m, k)
+            runs.append(agg.result()[0])
+        for fresh, reused in zip(*runs):
+            assert torch.equal(fresh, reused) and fresh.dtype == reused.dtype
+
+
+def test_the_stack_buffer_keeps_its_memory_and_grows_only_when_asked_for_more() -> None:
+    buffer = StackBuffer()
+    a = buffer.out_for([torch.ones(4, 5)] * 3)
+    b = buffer.out_for([torch.ones(2, 3)] * 2)  # smaller: a view of the same memory
+    assert a is not None and b is not None and a.shape == (3, 4, 5) and b.shape == (2, 2, 3)
+    assert b.data_ptr() == a.data_ptr() and b.is_contiguous()
+    c = buffer.out_for([torch.ones(10)] * 7)  # 70 > 60 elements: a bigger buffer
+    assert c is not None and c.shape == (7, 10) and c.untyped_storage().nbytes() == 70 * 4
+    assert buffer.out_for([torch.ones(60, dtype=torch.float64)]).dtype == torch.float64  # its own
+    # mixed shapes or dtypes: no buffer, torch's own stack (and its error) decides
+    assert buffer.out_for([torch.ones(3), torch.ones(4)]) is None
+    assert buffer.out_for([torch.ones(3), torch.ones(3, dtype=torch.float16)]) is None
+    assert buffer.out_for([]) is None
+
+
+def test_a_run_stacks_into_one_buffer_from_round_to_round(monkeypatch: Any) -> None:
+    """The learning's aggregations share its buffer: after the first round the stacks of every
+    later one are views of the same memory (no fresh pages)."""
+    ptrs: list[int] = []
+    real = StackBuffer.out_for
+
+    def spy(self: StackBuffer, tensors: Any) -> Any:
+        out = real(self, tensors)
+        ptrs.append(out.data_ptr())
+        return out
+
+    monkeypatch.setattr(StackBuffer, "out_for", spy)
+    cluster = Cluster(scenario("stacked"), device="cpu")
+    run_cluster(cluster, Rows())
+    layers = len(cluster.learning.layers)
+    assert len(ptrs) == layers * cluster.sc.scenario.iterations and len(set(ptrs[layers:])) == 1

@@ -293,11 +293,17 @@ class Codec(ABC, Generic[S]):
         (a no-op unless the codec learns from the global update, like seed 001's agg-aware)."""
 
     # ---- server side -----------------------------------------------------------------------
-    def aggregate(self, decoded: list[torch.Tensor], layer: LayerInfo) -> torch.Tensor:
-        """Combine the decoded gradients of the workers (default: their mean)."""
+    def aggregate(
+        self, decoded: list[torch.Tensor], layer: LayerInfo, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Combine the decoded gradients of the workers (default: their mean).
+
+        ``out`` (this default only; overrides take two arguments): a contiguous
+        ``[len(decoded), *shape]`` tensor to stack into instead of a fresh one, so that a fleet's
+        stack reuses its pages from round to round; the result is the same to the bit."""
         if not decoded:
             raise CodecError(f"aggregate({layer.name}): no gradients to aggregate")
-        return torch.stack(decoded).mean(dim=0)
+        return torch.stack(decoded, out=out).mean(dim=0)
 
     # The streamed form of :meth:`aggregate`: the same combination folded one message at a time
     # into a per-layer accumulator (O(model) memory, however many messages). A codec that
