@@ -337,31 +337,65 @@ def test_stacking_into_the_reused_buffer_gives_the_fresh_stack_bits(weights: str
 
 def test_the_stack_buffer_keeps_its_memory_and_grows_only_when_asked_for_more() -> None:
     buffer = StackBuffer()
-    a = buffer.out_for([torch.ones(4, 5)] * 3)
-    b = buffer.out_for([torch.ones(2, 3)] * 2)  # smaller: a view of the same memory
-    assert a is not None and b is not None and a.shape == (3, 4, 5) and b.shape == (2, 2, 3)
-    assert b.data_ptr() == a.data_ptr() and b.is_contiguous()
-    c = buffer.out_for([torch.ones(10)] * 7)  # 70 > 60 elements: a bigger buffer
-    assert c is not None and c.shape == (7, 10) and c.untyped_storage().nbytes() == 70 * 4
-    assert buffer.out_for([torch.ones(60, dtype=torch.float64)]).dtype == torch.float64  # its own
-    # mixed shapes or dtypes: no buffer, torch's own stack (and its error) decides
-    assert buffer.out_for([torch.ones(3), torch.ones(4)]) is None
-    assert buffer.out_for([torch.ones(3), torch.ones(3, dtype=torch.float16)]) is None
-    assert buffer.out_for([]) is None
+    a = buffer.rows(3, torch.Size([4, 5]), torch.float32, CPU)
+    b = buffer.rows(2, torch.Size([2, 3]), torch.float32, CPU)  # smaller: a view of the same memory
+    assert a.shape == (3, 4, 5) and b.shape == (2, 2, 3) and b.is_contiguous()
+    assert b.data_ptr() == a.data_ptr()
+    c = buffer.rows(7, torch.Size([10]), torch.float32, CPU)  # 70 > 60 elements: a bigger buffer
+    assert c.shape == (7, 10) and c.untyped_storage().nbytes() == 70 * 4
+    d = buffer.rows(1, torch.Size([60]), torch.float64, CPU)  # another dtype: its own buffer
+    assert d.dtype == torch.float64 and d.data_ptr() != c.data_ptr()
+
+
+class Shaped(Codec):
+    """A mean codec whose decode gives each message its own shape or dtype (to exercise the
+    stacked form's fallback to torch.stack of the list)."""
+
+    name = "shaped"
+
+    def __init__(self, outputs: list[torch.Tensor]) -> None:
+        self.outputs = outputs
+
+    def _encode(self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: Any) -> Any:
+        raise AssertionError("the test aggregates hand-made messages only")
+
+    def decode(self, payload: Any, layer: LayerInfo) -> torch.Tensor:
+        return self.outputs[payload]
+
+
+def test_messages_decoding_to_other_shapes_or_dtypes_stack_as_a_list_does() -> None:
+    """Decoding into the stack's rows must not hide a mismatch: torch.stack's own promotion
+    (float16 with float32) or refusal (shapes) decides, as it did over the list."""
+    layer = [LayerInfo("w", (2,), kind="fc", index=0)]
+    one = torch.tensor([1.0, 3.0])
+    mixed = [one, torch.tensor([2.0, 5.0], dtype=torch.float16), torch.tensor([4.0, 1.0])]
+    for weights, want in (([1, 1, 1], torch.tensor([7 / 3, 3.0])), ([1, 2, 1], torch.tensor([2.25, 3.5]))):
+        codec = Shaped(mixed)
+        agg = Aggregation([codec], codec, layer, CPU, streamed=False, weighted=True, buffer=StackBuffer())
+        for i, w in enumerate(weights):
+            agg.add([i], w)
+        got = agg.result()[0][0]
+        assert torch.equal(got, want.to(got.dtype)) and got.dtype == torch.float32
+    codec = Shaped([one, torch.ones(3)])
+    agg = Aggregation([codec], codec, layer, CPU, streamed=False, weighted=True, buffer=StackBuffer())
+    agg.add([0], 1)
+    agg.add([1], 1)
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+        agg.result()
 
 
 def test_a_run_stacks_into_one_buffer_from_round_to_round(monkeypatch: Any) -> None:
     """The learning's aggregations share its buffer: after the first round the stacks of every
     later one are views of the same memory (no fresh pages)."""
     ptrs: list[int] = []
-    real = StackBuffer.out_for
+    real = StackBuffer.rows
 
-    def spy(self: StackBuffer, tensors: Any) -> Any:
-        out = real(self, tensors)
+    def spy(self: StackBuffer, *args: Any) -> torch.Tensor:
+        out = real(self, *args)
         ptrs.append(out.data_ptr())
         return out
 
-    monkeypatch.setattr(StackBuffer, "out_for", spy)
+    monkeypatch.setattr(StackBuffer, "rows", spy)
     cluster = Cluster(scenario("stacked"), device="cpu")
     run_cluster(cluster, Rows())
     layers = len(cluster.learning.layers)

@@ -293,17 +293,18 @@ class Codec(ABC, Generic[S]):
         (a no-op unless the codec learns from the global update, like seed 001's agg-aware)."""
 
     # ---- server side -----------------------------------------------------------------------
-    def aggregate(
-        self, decoded: list[torch.Tensor], layer: LayerInfo, out: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Combine the decoded gradients of the workers (default: their mean).
-
-        ``out`` (this default only; overrides take two arguments): a contiguous
-        ``[len(decoded), *shape]`` tensor to stack into instead of a fresh one, so that a fleet's
-        stack reuses its pages from round to round; the result is the same to the bit."""
+    def aggregate(self, decoded: list[torch.Tensor], layer: LayerInfo) -> torch.Tensor:
+        """Combine the decoded gradients of the workers (default: their mean)."""
         if not decoded:
             raise CodecError(f"aggregate({layer.name}): no gradients to aggregate")
-        return torch.stack(decoded, out=out).mean(dim=0)
+        return self.aggregate_stacked(torch.stack(decoded), layer)
+
+    def aggregate_stacked(self, stacked: torch.Tensor, layer: LayerInfo) -> torch.Tensor:
+        """The default :meth:`aggregate` of gradients already stacked, ``[workers, *shape]``: their
+        mean over dim 0. The server's stacked form decodes the messages straight into the rows of
+        a reused stack and calls this (a codec that overrides :meth:`aggregate` is given the
+        list instead)."""
+        return stacked.mean(dim=0)
 
     # The streamed form of :meth:`aggregate`: the same combination folded one message at a time
     # into a per-layer accumulator (O(model) memory, however many messages). A codec that
