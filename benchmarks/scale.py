@@ -130,6 +130,8 @@ def run_case(nodes: int, codec: str, topology: str, iterations: int) -> dict[str
 
 def count_work(learning: Any) -> dict[str, int]:
     """Count the gradients, encodes and decodes the run makes (wrappers on the instances)."""
+    from aiotsim.compress.base import Codec
+
     counts = {"gradients": 0, "encodes": 0, "decodes": 0}
 
     def counting(key: str, fn: Any) -> Any:
@@ -143,6 +145,9 @@ def count_work(learning: Any) -> dict[str, int]:
     for codec in {id(c): c for c in (learning.codec, learning.dense)}.values():
         codec.encode = counting("encodes", codec.encode)
         codec.decode = counting("decodes", codec.decode)
+        if type(codec).decode_read is not Codec.decode_read:  # the default one calls decode
+            # a decode the aggregation only reads (a view of the payload): a decode all the same
+            codec.decode_read = counting("decodes", codec.decode_read)
     return counts
 
 
@@ -154,7 +159,7 @@ def bare_work(learning: Any, counts: dict[str, int]) -> tuple[float, float]:
     local = learning.local_state(0)
     x, y = local.stream.next()
     for codec in (learning.codec, learning.dense):  # the counting wrappers off
-        for name in ("encode", "decode"):
+        for name in ("encode", "decode", "decode_read"):
             codec.__dict__.pop(name, None)
     learning.computer.__dict__.pop("gradient", None)
     grads = learning.computer.gradient(None, x, y).grads

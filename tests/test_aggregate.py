@@ -210,6 +210,15 @@ def test_streamed_keeps_no_message_and_no_decoded_tensor(name: str, monkeypatch:
         return out
 
     monkeypatch.setattr(type(codec), "decode", tracked)
+    if type(codec).decode_read is not Codec.decode_read:  # its own read-only decode (a view)
+        decode_read = type(codec).decode_read
+
+        def tracked_read(self: Codec, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+            out = decode_read(self, payload, layer)
+            alive.append(weakref.ref(out))
+            return out
+
+        monkeypatch.setattr(type(codec), "decode_read", tracked_read)
     agg = Aggregation([codec] * len(LAYERS), make_codec("none"), LAYERS, CPU, streamed=True, weighted=True)
     uploads = [FakeUpload(m) for m in messages(codec, 20, seed=1)]
     payload_refs = [weakref.ref(p.buffers[next(iter(p.buffers))]) for u in uploads for p in u.payloads]
@@ -400,3 +409,28 @@ def test_a_run_stacks_into_one_buffer_from_round_to_round(monkeypatch: Any) -> N
     run_cluster(cluster, Rows())
     layers = len(cluster.learning.layers)
     assert len(ptrs) == layers * cluster.sc.scenario.iterations and len(set(ptrs[layers:])) == 1
+
+
+# ---- read-only decodes ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", codec_names())
+def test_decode_read_gives_decodes_values(name: str) -> None:
+    codec = make_codec(name)
+    for msg in messages(codec, 2, seed=3):
+        for p, L in zip(msg, LAYERS):
+            a, b = codec.decode(p, L), codec.decode_read(p, L)
+            assert torch.equal(a, b) and a.dtype == b.dtype and a.shape == b.shape
+
+
+def test_the_dense_codecs_read_only_decode_is_a_view_of_the_payload() -> None:
+    """``none``: the aggregation reads the payload's bytes in place (no copy per message and
+    layer); a payload whose bytes start off a 4-byte boundary is copied, then viewed."""
+    codec, L = make_codec("none"), LAYERS[1]
+    g = torch.randn(L.shape)
+    p = codec.encode(g, L, codec.init_state(L, CPU, 0))
+    view = codec.decode_read(p, L)
+    assert torch.equal(view, g) and view.data_ptr() == p.buffers["values"].data_ptr()
+    assert codec.decode(p, L).data_ptr() != p.buffers["values"].data_ptr()  # decode: a new tensor
+    shifted = torch.empty(p.buffers["values"].numel() + 1, dtype=torch.uint8)[1:]
+    shifted.copy_(p.buffers["values"])
+    odd = Payload({"values": shifted})
+    assert torch.equal(codec.decode_read(odd, L), g)

@@ -288,6 +288,12 @@ class Codec(ABC, Generic[S]):
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         """Rebuild a dense gradient of ``layer.shape`` / ``layer.dtype`` from the payload alone."""
 
+    def decode_read(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        """:meth:`decode` for a caller that only reads the result (the server's mean copies it
+        into its stack, or adds it to its sums): the same values, possibly a read-only view of
+        the payload's own memory instead of a new tensor. Default: :meth:`decode`."""
+        return self.decode(payload, layer)
+
     def observe_global(self, update: torch.Tensor, layer: LayerInfo, state: CodecState) -> None:  # noqa: B027
         """Called on every node after the server's aggregated ``update`` for ``layer`` arrives
         (a no-op unless the codec learns from the global update, like seed 001's agg-aware)."""

@@ -123,7 +123,10 @@ class Aggregation:
             self.sums = [c.aggregate_start(L, self.device) for c, L in zip(self.codecs, self.layers)]
         w = float(weight) if self.weighted else 1.0
         for codec, layer, p, acc in zip(self.codecs, self.layers, payloads, self.sums):
-            codec.aggregate_add(acc, (self.dense if dense else codec).decode(p, layer), w)
+            by = self.dense if dense else codec
+            reads = type(codec).aggregate_add is Codec.aggregate_add  # the mean's sum only reads it
+            decoded = by.decode_read(p, layer) if reads else by.decode(p, layer)
+            codec.aggregate_add(acc, decoded, w)
         sync_device(self.device)
         self.wall_s += time.perf_counter() - t0
 
@@ -165,7 +168,8 @@ class Aggregation:
         agg = []
         for j, (codec, layer) in enumerate(zip(self.codecs, self.layers)):
             if type(codec).aggregate is not Codec.aggregate:  # its own combination of the list
-                agg.append(codec.aggregate([self._decode(m, j, d) for m, _, d in self.messages], layer))
+                by = [self.dense if d else codec for _, _, d in self.messages]
+                agg.append(codec.aggregate([c.decode(m[j], layer) for c, (m, _, _) in zip(by, self.messages)], layer))
                 continue
             stacked = self._stack(j, buffer, torch.float32 if unequal else None)  # [messages, *shape]
             if unequal:
@@ -176,8 +180,8 @@ class Aggregation:
         return agg
 
     def _decode(self, payloads: list[Payload], j: int, dense: bool) -> torch.Tensor:
-        """Layer ``j`` of one message, decoded."""
-        return (self.dense if dense else self.codecs[j]).decode(payloads[j], self.layers[j])
+        """Layer ``j`` of one message, decoded to be read (copied into the stack) only."""
+        return (self.dense if dense else self.codecs[j]).decode_read(payloads[j], self.layers[j])
 
     def _stack(self, j: int, buffer: StackBuffer, dtype: torch.dtype | None) -> torch.Tensor:
         """Every message's layer ``j`` decoded into one ``[messages, *shape]`` stack, cast to
