@@ -145,7 +145,8 @@ def count_work(learning: Any) -> dict[str, int]:
     for codec in {id(c): c for c in (learning.codec, learning.dense)}.values():
         codec.encode = counting("encodes", codec.encode)
         codec.decode = counting("decodes", codec.decode)
-        if type(codec).decode_read is not Codec.decode_read:  # the default one calls decode
+        read = getattr(type(codec), "decode_read", None)  # (absent before decode_read existed)
+        if read is not None and read is not getattr(Codec, "decode_read", None):  # the default calls decode
             # a decode the aggregation only reads (a view of the payload): a decode all the same
             codec.decode_read = counting("decodes", codec.decode_read)
     return counts
