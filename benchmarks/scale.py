@@ -19,7 +19,10 @@ Columns: ``s/it`` wall seconds per iteration of the run (setup excluded, shown a
 the subprocess's peak resident memory; ``KB/node`` (peak - resident memory before the cluster was
 built) / nodes; ``net %`` the network engine's share of the run's wall time; ``ratio`` run wall /
 bare-work wall (the issue's target: <= 1.2); ``-net`` the same ratio without the network engine's
-time, (run wall - network time) / bare wall: the simulator's own overhead on the real work.
+time, (run wall - network time) / bare wall: the simulator's own overhead on the real work;
+``cpu`` the ratio of the two CPU times (``time.process_time``): on a shared machine the run and
+the bare loop, measured one after the other, can see different loads, which moves the wall ratio
+(by 0.3 and more at a load of 2-3 on 2 CPUs) but not, or far less, the CPU one.
 
 Iterations per case (column ``its``): ``--iterations`` for every scale, or by default enough for
 about 300 node gradients and at least 3 (10 nodes: 30; 100 and 1,000: 3), and 2 at 10,000 nodes:
@@ -111,21 +114,24 @@ def run_case(nodes: int, codec: str, topology: str, iterations: int) -> dict[str
     setup_s = time.perf_counter() - t0
     counts = count_work(cluster.learning)
     with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         summary = run_cluster(cluster, RunWriter(tmp, sc.to_toml()))
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_mb = rss_mb()
-    bare = bare_work(cluster.learning, counts)
+    bare, bare_cpu = bare_work(cluster.learning, counts)
     return {
         "nodes": nodes, "codec": codec, "topology": topology, "iterations": iterations,
         "status": summary.get("status", "complete"), "setup_s": setup_s, "wall_s": wall,
         "s_per_it": wall / iterations, "peak_mb": peak_mb, "kb_per_node": (peak_mb - base_mb) * 1024 / nodes,
-        "net_share": net_s[0] / wall, "bare_s": bare, "ratio": wall / bare, **counts,
+        "net_share": net_s[0] / wall, "bare_s": bare, "ratio": wall / bare, "cpu_s": cpu,
+        "bare_cpu_s": bare_cpu, "cpu_ratio": cpu / bare_cpu, **counts,
     }  # fmt: skip
 
 
 def count_work(learning: Any) -> dict[str, int]:
     """Count the gradients, encodes and decodes the run makes (wrappers on the instances)."""
+    from aiotsim.compress.base import Codec
+
     counts = {"gradients": 0, "encodes": 0, "decodes": 0}
 
     def counting(key: str, fn: Any) -> Any:
@@ -139,25 +145,29 @@ def count_work(learning: Any) -> dict[str, int]:
     for codec in {id(c): c for c in (learning.codec, learning.dense)}.values():
         codec.encode = counting("encodes", codec.encode)
         codec.decode = counting("decodes", codec.decode)
+        read = getattr(type(codec), "decode_read", None)  # (absent before decode_read existed)
+        if read is not None and read is not getattr(Codec, "decode_read", None):  # the default calls decode
+            # a decode the aggregation only reads (a view of the payload): a decode all the same
+            codec.decode_read = counting("decodes", codec.decode_read)
     return counts
 
 
-def bare_work(learning: Any, counts: dict[str, int]) -> float:
-    """Wall seconds of the same numbers of gradients, encodes and decodes in a plain loop, with
-    one node's batch, the run's gradient computer and codecs (one node's fresh codec states)."""
+def bare_work(learning: Any, counts: dict[str, int]) -> tuple[float, float]:
+    """``(wall s, CPU s)`` of the same numbers of gradients, encodes and decodes in a plain loop,
+    with one node's batch, the run's gradient computer and codecs (one node's fresh codec states)."""
     layers, codecs = learning.layers, learning.layer_codecs
     n_layers = len(layers)
     local = learning.local_state(0)
     x, y = local.stream.next()
     for codec in (learning.codec, learning.dense):  # the counting wrappers off
-        for name in ("encode", "decode"):
+        for name in ("encode", "decode", "decode_read"):
             codec.__dict__.pop(name, None)
     learning.computer.__dict__.pop("gradient", None)
     grads = learning.computer.gradient(None, x, y).grads
     payloads = [c.encode(g, L, s) for c, g, L, s in zip(codecs, grads, layers, local.states)]
     encodes, decodes = counts["encodes"], counts["decodes"]
     rounds = max(counts["gradients"], -(-encodes // n_layers), -(-decodes // n_layers))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for k in range(rounds):
         if k < counts["gradients"]:
             grads = learning.computer.gradient(None, x, y).grads
@@ -168,7 +178,7 @@ def bare_work(learning: Any, counts: dict[str, int]) -> float:
             if decodes > 0:
                 codecs[j].decode(payloads[j], layers[j])
                 decodes -= 1
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def main() -> None:
@@ -189,7 +199,7 @@ def main() -> None:
           f" {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")  # fmt: skip
     header = (
         f"{'topology':>12} {'nodes':>6} {'codec':>5} {'its':>4} {'setup s':>8} {'s/it':>8} {'peak MB':>8}"
-        f" {'KB/node':>8} {'net %':>6} {'bare s':>7} {'ratio':>6} {'-net':>6}"
+        f" {'KB/node':>8} {'net %':>6} {'bare s':>7} {'ratio':>6} {'-net':>6} {'cpu':>6}"
     )
     print(header)
     print("-" * len(header))
@@ -212,7 +222,7 @@ def main() -> None:
                 print(
                     f"{topo:>12} {n:>6} {codec:>5} {its:>4} {r['setup_s']:>8.2f} {r['s_per_it']:>8.3f}"
                     f" {r['peak_mb']:>8.0f} {r['kb_per_node']:>8.0f} {100 * r['net_share']:>5.1f}%"
-                    f" {r['bare_s']:>7.2f} {r['ratio']:>6.2f} {own:>6.2f}",
+                    f" {r['bare_s']:>7.2f} {r['ratio']:>6.2f} {own:>6.2f} {r['cpu_ratio']:>6.2f}",
                     flush=True,
                 )
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

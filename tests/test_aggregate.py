@@ -22,7 +22,7 @@ from aiotsim.compress import codec_names, get_codec_class
 from aiotsim.compress.base import Codec, LayerInfo, Payload
 from aiotsim.config import scenario_from_dict
 from aiotsim.errors import CodecError, ConfigError
-from aiotsim.sim.aggregate import STACK_LIMIT_BYTES, Aggregation, aggregation_mode
+from aiotsim.sim.aggregate import STACK_LIMIT_BYTES, Aggregation, StackBuffer, aggregation_mode
 from aiotsim.sim.runner import run_cluster
 from aiotsim.sim.world import Cluster
 
@@ -210,6 +210,15 @@ def test_streamed_keeps_no_message_and_no_decoded_tensor(name: str, monkeypatch:
         return out
 
     monkeypatch.setattr(type(codec), "decode", tracked)
+    if type(codec).decode_read is not Codec.decode_read:  # its own read-only decode (a view)
+        decode_read = type(codec).decode_read
+
+        def tracked_read(self: Codec, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+            out = decode_read(self, payload, layer)
+            alive.append(weakref.ref(out))
+            return out
+
+        monkeypatch.setattr(type(codec), "decode_read", tracked_read)
     agg = Aggregation([codec] * len(LAYERS), make_codec("none"), LAYERS, CPU, streamed=True, weighted=True)
     uploads = [FakeUpload(m) for m in messages(codec, 20, seed=1)]
     payload_refs = [weakref.ref(p.buffers[next(iter(p.buffers))]) for u in uploads for p in u.payloads]
@@ -313,3 +322,115 @@ def test_a_streamed_round_returns_freed_heap_pages_and_a_stacked_one_leaves_mall
         agg.add(msg, 1, dense=True)
         agg.result()
         assert calls == want, mode
+
+
+# ---- the stack buffer ----------------------------------------------------------------------------
+@pytest.mark.parametrize("weights", ["equal", "unequal"])
+def test_stacking_into_the_reused_buffer_gives_the_fresh_stack_bits(weights: str) -> None:
+    """Rounds of 5, 9 (the buffer grows) and 3 (a view of it) messages: every aggregate equals,
+    bit for bit, the one computed with fresh stacks (no buffer), for the mean and for the
+    node-count-weighted tensordot."""
+    codec, buffer = make_codec("none"), StackBuffer()
+    for r, count in enumerate((5, 9, 3)):
+        msgs = messages(codec, count, seed=r)
+        w = [1] * count if weights == "equal" else [1 + (i % 3) for i in range(count)]
+        runs = []
+        for buf in (None, buffer):
+            agg = Aggregation([codec] * len(LAYERS), codec, LAYERS, CPU, streamed=False, weighted=True, buffer=buf)
+            for m, k in zip(msgs, w):
+                agg.add(m, k)
+            runs.append(agg.result()[0])
+        for fresh, reused in zip(*runs):
+            assert torch.equal(fresh, reused) and fresh.dtype == reused.dtype
+
+
+def test_the_stack_buffer_keeps_its_memory_and_grows_only_when_asked_for_more() -> None:
+    buffer = StackBuffer()
+    a = buffer.rows(3, torch.Size([4, 5]), torch.float32, CPU)
+    b = buffer.rows(2, torch.Size([2, 3]), torch.float32, CPU)  # smaller: a view of the same memory
+    assert a.shape == (3, 4, 5) and b.shape == (2, 2, 3) and b.is_contiguous()
+    assert b.data_ptr() == a.data_ptr()
+    c = buffer.rows(7, torch.Size([10]), torch.float32, CPU)  # 70 > 60 elements: a bigger buffer
+    assert c.shape == (7, 10) and c.untyped_storage().nbytes() == 70 * 4
+    d = buffer.rows(1, torch.Size([60]), torch.float64, CPU)  # another dtype: its own buffer
+    assert d.dtype == torch.float64 and d.data_ptr() != c.data_ptr()
+
+
+class Shaped(Codec):
+    """A mean codec whose decode gives each message its own shape or dtype (to exercise the
+    stacked form's fallback to torch.stack of the list)."""
+
+    name = "shaped"
+
+    def __init__(self, outputs: list[torch.Tensor]) -> None:
+        self.outputs = outputs
+
+    def _encode(self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: Any) -> Any:
+        raise AssertionError("the test aggregates hand-made messages only")
+
+    def decode(self, payload: Any, layer: LayerInfo) -> torch.Tensor:
+        return self.outputs[payload]
+
+
+def test_messages_decoding_to_other_shapes_or_dtypes_stack_as_a_list_does() -> None:
+    """Decoding into the stack's rows must not hide a mismatch: torch.stack's own promotion
+    (float16 with float32) or refusal (shapes) decides, as it did over the list."""
+    layer = [LayerInfo("w", (2,), kind="fc", index=0)]
+    one = torch.tensor([1.0, 3.0])
+    mixed = [one, torch.tensor([2.0, 5.0], dtype=torch.float16), torch.tensor([4.0, 1.0])]
+    for weights, want in (([1, 1, 1], torch.tensor([7 / 3, 3.0])), ([1, 2, 1], torch.tensor([2.25, 3.5]))):
+        codec = Shaped(mixed)
+        agg = Aggregation([codec], codec, layer, CPU, streamed=False, weighted=True, buffer=StackBuffer())
+        for i, w in enumerate(weights):
+            agg.add([i], w)
+        got = agg.result()[0][0]
+        assert torch.equal(got, want.to(got.dtype)) and got.dtype == torch.float32
+    codec = Shaped([one, torch.ones(3)])
+    agg = Aggregation([codec], codec, layer, CPU, streamed=False, weighted=True, buffer=StackBuffer())
+    agg.add([0], 1)
+    agg.add([1], 1)
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+        agg.result()
+
+
+def test_a_run_stacks_into_one_buffer_from_round_to_round(monkeypatch: Any) -> None:
+    """The learning's aggregations share its buffer: after the first round the stacks of every
+    later one are views of the same memory (no fresh pages)."""
+    ptrs: list[int] = []
+    real = StackBuffer.rows
+
+    def spy(self: StackBuffer, *args: Any) -> torch.Tensor:
+        out = real(self, *args)
+        ptrs.append(out.data_ptr())
+        return out
+
+    monkeypatch.setattr(StackBuffer, "rows", spy)
+    cluster = Cluster(scenario("stacked"), device="cpu")
+    run_cluster(cluster, Rows())
+    layers = len(cluster.learning.layers)
+    assert len(ptrs) == layers * cluster.sc.scenario.iterations and len(set(ptrs[layers:])) == 1
+
+
+# ---- read-only decodes ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", codec_names())
+def test_decode_read_gives_decodes_values(name: str) -> None:
+    codec = make_codec(name)
+    for msg in messages(codec, 2, seed=3):
+        for p, L in zip(msg, LAYERS):
+            a, b = codec.decode(p, L), codec.decode_read(p, L)
+            assert torch.equal(a, b) and a.dtype == b.dtype and a.shape == b.shape
+
+
+def test_the_dense_codecs_read_only_decode_is_a_view_of_the_payload() -> None:
+    """``none``: the aggregation reads the payload's bytes in place (no copy per message and
+    layer); a payload whose bytes start off a 4-byte boundary is copied, then viewed."""
+    codec, L = make_codec("none"), LAYERS[1]
+    g = torch.randn(L.shape)
+    p = codec.encode(g, L, codec.init_state(L, CPU, 0))
+    view = codec.decode_read(p, L)
+    assert torch.equal(view, g) and view.data_ptr() == p.buffers["values"].data_ptr()
+    assert codec.decode(p, L).data_ptr() != p.buffers["values"].data_ptr()  # decode: a new tensor
+    shifted = torch.empty(p.buffers["values"].numel() + 1, dtype=torch.uint8)[1:]
+    shifted.copy_(p.buffers["values"])
+    odd = Payload({"values": shifted})
+    assert torch.equal(codec.decode_read(odd, L), g)

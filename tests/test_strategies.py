@@ -261,19 +261,27 @@ def test_run_scenario_fixes_the_thread_count_and_restores_it(tmp_path) -> None:
 
 # ---- the garbage collector during a run ------------------------------------------------------------
 class FreezeSink(MemorySink):
-    """Notes the collector's frozen objects and thresholds whenever a row is written."""
+    """Notes the collector's frozen objects and thresholds whenever a row or the trace is
+    written (the trace too: its events are built at the end, over every span of the run)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.frozen: list[int] = []
         self.thresholds: list[tuple[int, int, int]] = []
 
-    def write_metrics(self, row: dict[str, Any]) -> None:
+    def note(self) -> None:
         import gc
 
         self.frozen.append(gc.get_freeze_count())
         self.thresholds.append(gc.get_threshold())
+
+    def write_metrics(self, row: dict[str, Any]) -> None:
+        self.note()
         super().write_metrics(row)
+
+    def write_trace(self, events: list[dict[str, Any]]) -> None:
+        self.note()
+        super().write_trace(events)
 
 
 @pytest.mark.parametrize("lr", [0.1, 1e3])  # a complete run, and one stopped by divergence

@@ -288,6 +288,12 @@ class Codec(ABC, Generic[S]):
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         """Rebuild a dense gradient of ``layer.shape`` / ``layer.dtype`` from the payload alone."""
 
+    def decode_read(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        """:meth:`decode` for a caller that only reads the result (the server's mean copies it
+        into its stack, or adds it to its sums): the same values, possibly a read-only view of
+        the payload's own memory instead of a new tensor. Default: :meth:`decode`."""
+        return self.decode(payload, layer)
+
     def observe_global(self, update: torch.Tensor, layer: LayerInfo, state: CodecState) -> None:  # noqa: B027
         """Called on every node after the server's aggregated ``update`` for ``layer`` arrives
         (a no-op unless the codec learns from the global update, like seed 001's agg-aware)."""
@@ -297,7 +303,14 @@ class Codec(ABC, Generic[S]):
         """Combine the decoded gradients of the workers (default: their mean)."""
         if not decoded:
             raise CodecError(f"aggregate({layer.name}): no gradients to aggregate")
-        return torch.stack(decoded).mean(dim=0)
+        return self.aggregate_stacked(torch.stack(decoded), layer)
+
+    def aggregate_stacked(self, stacked: torch.Tensor, layer: LayerInfo) -> torch.Tensor:
+        """The default :meth:`aggregate` of gradients already stacked, ``[workers, *shape]``: their
+        mean over dim 0. The server's stacked form decodes the messages straight into the rows of
+        a reused stack and calls this (a codec that overrides :meth:`aggregate` is given the
+        list instead)."""
+        return stacked.mean(dim=0)
 
     # The streamed form of :meth:`aggregate`: the same combination folded one message at a time
     # into a per-layer accumulator (O(model) memory, however many messages). A codec that

@@ -9,7 +9,7 @@ import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.memory import Sent
-from aiotsim.compress.packing import pack_f16, pack_f32, unpack_f16, unpack_f32
+from aiotsim.compress.packing import pack_f16, pack_f32, unpack_f16, unpack_f32, view_f32
 from aiotsim.compress.registry import register
 
 
@@ -29,6 +29,10 @@ class NoCompression(Codec[CodecState]):
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return unpack_f32(payload.buffers["values"]).view(layer.shape).to(layer.dtype)
+
+    def decode_read(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        # the payload's bytes viewed as fp32 (copied only if misaligned): no copy to be read once
+        return view_f32(payload.buffers["values"]).view(layer.shape).to(layer.dtype)
 
 
 @register

@@ -32,7 +32,7 @@ from aiotsim.learn.data.transforms import augmentation
 from aiotsim.learn.datasets import Dataset, SyntheticSpec, load_dataset
 from aiotsim.learn.models import build_model, layer_infos
 from aiotsim.learn.partition import node_shards
-from aiotsim.sim.aggregate import Aggregation, aggregation_mode, sync_device
+from aiotsim.sim.aggregate import Aggregation, StackBuffer, aggregation_mode, sync_device
 from aiotsim.sim.pages import StatePages
 from aiotsim.sim.stops import Diverged
 from aiotsim.sim.storage import DTYPES, narrow_states, step_velocity, widen_states
@@ -132,6 +132,7 @@ class Learning:
         self.layer_codecs = [self.codec if L.numel >= s.compressor.min_size else self.dense for L in self.layers]
         self.server_states = self.new_states(-1)  # compressed (bidirectional) downlink
         self.aggregation_mode = aggregation_mode(s.training.aggregation, len(shares), self.elements, type(self.codec))
+        self.stack_buffer = StackBuffer()  # stacked aggregations reuse its pages round after round
         self.state_dtype = DTYPES[s.nodes.state_dtype]  # storage of residuals and velocities
         self.pages = StatePages()  # where that state lives (CPU): off the C heap
         # momentum lives on the server optimizer, unless the codec applies it itself (DGC) or the
@@ -230,6 +231,7 @@ class Learning:
             self.device,
             streamed=self.aggregation_mode == "streamed",
             weighted=self.codec.supports_ring(),  # a mean; signSGD's vote counts each message once
+            buffer=self.stack_buffer,
         )
 
     def decode_aggregate(
