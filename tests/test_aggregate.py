@@ -202,23 +202,18 @@ class FakeUpload:
 def test_streamed_keeps_no_message_and_no_decoded_tensor(name: str, monkeypatch: Any) -> None:
     codec = make_codec(name)
     alive: list[weakref.ref] = []
-    decode = type(codec).decode
 
-    def tracked(self: Codec, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        out = decode(self, payload, layer)
-        alive.append(weakref.ref(out))
-        return out
-
-    monkeypatch.setattr(type(codec), "decode", tracked)
-    if type(codec).decode_read is not Codec.decode_read:  # its own read-only decode (a view)
-        decode_read = type(codec).decode_read
-
-        def tracked_read(self: Codec, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-            out = decode_read(self, payload, layer)
+    def tracked(decode: Any) -> Any:
+        def wrapper(self: Codec, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+            out = decode(self, payload, layer)
             alive.append(weakref.ref(out))
             return out
 
-        monkeypatch.setattr(type(codec), "decode_read", tracked_read)
+        return wrapper
+
+    monkeypatch.setattr(type(codec), "decode", tracked(type(codec).decode))
+    if type(codec).decode_read is not Codec.decode_read:  # its own read-only decode (a view)
+        monkeypatch.setattr(type(codec), "decode_read", tracked(type(codec).decode_read))
     agg = Aggregation([codec] * len(LAYERS), make_codec("none"), LAYERS, CPU, streamed=True, weighted=True)
     uploads = [FakeUpload(m) for m in messages(codec, 20, seed=1)]
     payload_refs = [weakref.ref(p.buffers[next(iter(p.buffers))]) for u in uploads for p in u.payloads]

@@ -111,15 +111,21 @@ def scenario(draw: st.DrawFn) -> tuple[list[float], list[tuple]]:
             tcap = draw(st.one_of(st.just(math.inf), st.just(math.inf), st.just(0.0), CAPS))
             ops.append(("add", key, links, mults, tcap))
             live.append(key)
-        elif kind == "remove":
-            ops.append(("remove", live.pop(draw(st.integers(0, len(live) - 1)))))
-        elif kind == "cap":
-            ops.append(("cap", draw(st.sampled_from(live)), draw(st.one_of(st.just(math.inf), st.just(0.0), CAPS))))
-        elif kind == "link":
-            ops.append(("link", draw(st.integers(0, n_links - 1)), draw(CAPS)))
         else:
-            ops.append(("solve",))
+            ops.append(other_op(draw, kind, live, n_links - 1))
     return caps, ops
+
+
+def other_op(draw: st.DrawFn, kind: str, live: list[int], last_link: int) -> tuple:
+    """A drawn op that is not a start: a finish (taken off ``live``), a flow's cap, a link's
+    capacity (links 0..last_link) or a solve."""
+    if kind == "remove":
+        return ("remove", live.pop(draw(st.integers(0, len(live) - 1))))
+    if kind == "cap":
+        return ("cap", draw(st.sampled_from(live)), draw(st.one_of(st.just(math.inf), st.just(0.0), CAPS)))
+    if kind == "link":
+        return ("link", draw(st.integers(0, last_link)), draw(CAPS))
+    return ("solve",)
 
 
 @settings(max_examples=150, deadline=None)
@@ -196,14 +202,8 @@ def hierarchy(draw: st.DrawFn) -> tuple[list[float], list[tuple]]:
             tcap = draw(st.one_of(st.just(math.inf), st.just(math.inf), st.just(0.0), CAPS))
             ops.append(("add", key, links, [1] * len(links), tcap))
             live.append(key)
-        elif kind == "remove":
-            ops.append(("remove", live.pop(draw(st.integers(0, len(live) - 1)))))
-        elif kind == "cap":
-            ops.append(("cap", draw(st.sampled_from(live)), draw(st.one_of(st.just(math.inf), st.just(0.0), CAPS))))
-        elif kind == "link":
-            ops.append(("link", draw(st.integers(0, gateways)), draw(CAPS)))
         else:
-            ops.append(("solve",))
+            ops.append(other_op(draw, kind, live, gateways))
     return caps, ops
 
 
