@@ -55,7 +55,7 @@ class StatePages:
         larger than a slab gets a slab of its own."""
         size = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
         if self._slab is None or self._used + size > self._slab.numel():
-            self._slab = torch.frombuffer(mmap.mmap(-1, max(size, self.slab_bytes)), dtype=torch.uint8)
+            self._slab = torch.frombuffer(_anonymous(max(size, self.slab_bytes)), dtype=torch.uint8)
             self._used = 0
             self.slabs += 1
         block = self._slab[self._used : self._used + nbytes]
@@ -65,4 +65,11 @@ class StatePages:
         return block
 
 
+def _anonymous(nbytes: int) -> mmap.mmap:
+    """``nbytes`` of private anonymous pages (Python's default for ``fileno=-1`` is a shared
+    mapping: shmem-backed, dearer to fault in, and never huge pages)."""
+    return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
 __all__ = ["ALIGN", "SLAB_BYTES", "StatePages"]
+
