@@ -229,6 +229,23 @@ def radio_problems(s: Scenario) -> list[str]:
     ]
 
 
+def data_problems(s: Scenario) -> list[str]:
+    """A data set read from files whose files are not there (no ``data.path``, nothing in the
+    cache, no ``data.download``): the run would stop at its first read, so the gate says it now.
+    Only existence is checked; the files are read (and their format checked) by the run."""
+    from aiotsim.errors import DataError
+    from aiotsim.learn.data.files import FILE_DATASETS, locate
+
+    d = s.data
+    if d.dataset not in FILE_DATASETS or d.download:
+        return []
+    try:
+        locate(d.dataset, d.path or None, False, d.cache_dir)
+    except DataError as e:
+        return [f"data: {e}"]
+    return []
+
+
 def validate_scenario(s: Scenario, source: str = "<scenario>") -> Scenario:
     """Check what only the simulation can tell about a scenario :mod:`aiotsim.config` accepted.
 
@@ -239,7 +256,7 @@ def validate_scenario(s: Scenario, source: str = "<scenario>") -> Scenario:
     """
     from aiotsim.sim.topologies import topology_problems
 
-    problems = [*radio_problems(s), *topology_problems(s), *world_problems(s)]
+    problems = [*radio_problems(s), *topology_problems(s), *data_problems(s), *world_problems(s)]
     if problems:
         raise ConfigError([f"{source}: {p}" for p in problems])
     return s

@@ -265,3 +265,19 @@ def test_run_outcome_exit_codes(tiny_scenario, tmp_path, monkeypatch, status, co
     res = runner.invoke(app, ["run", str(tiny_scenario), "-n", "2", "-q", "--out", str(tmp_path / "r")])
     assert res.exit_code == code, res.output
     assert f"{status} at iteration 2: loss is nan" in res.output
+
+
+def test_missing_data_files_stop_at_the_gate_not_at_the_first_read(tiny_scenario, tmp_path) -> None:
+    """A file data set with no data.path and an empty cache: validate (and so run) says how to get
+    the files, exit 2; a data.path that exists passes the gate (the run reads and checks it)."""
+    cache = tmp_path / "cache"
+    sets = ["data.dataset=mnist-idx", "model.name=mlp", f"data.cache_dir={cache}"]
+    res = _validate(tiny_scenario, *sets)
+    assert res.exit_code == 2
+    assert "dataset 'mnist-idx' is read from files: set data.path" in res.output
+    assert "data.download = true" in res.output
+    present = tmp_path / "mnist"
+    present.mkdir()
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_validated(tiny_scenario, [*sets, f"data.path={tmp_path / 'absent'}"])
+    assert load_validated(tiny_scenario, [*sets, f"data.path={present}"]).data.path == str(present)
