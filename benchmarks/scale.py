@@ -20,9 +20,18 @@ the subprocess's peak resident memory; ``KB/node`` (peak - resident memory befor
 built) / nodes; ``net %`` the network engine's share of the run's wall time; ``ratio`` run wall /
 bare-work wall (the issue's target: <= 1.2); ``-net`` the same ratio without the network engine's
 time, (run wall - network time) / bare wall: the simulator's own overhead on the real work;
+``each`` the lowest and highest ratio of single repeats (run wall / its own bare loop's wall);
 ``cpu`` the ratio of the two CPU times (``time.process_time``): on a shared machine the run and
 the bare loop, measured one after the other, can see different loads, which moves the wall ratio
-(by 0.3 and more at a load of 2-3 on 2 CPUs) but not, or far less, the CPU one.
+(by 0.3 and more at a load of 2-3 on 2 CPUs) and the CPU one less, but still (a contended cache
+and memory bus slow the CPU time too).
+
+Repeats (column ``rep``, ``--repeats``): a case is measured that many times in its subprocess,
+alternating run and bare loop (a fresh cluster each time), and every time column is the best
+(smallest) of its repeats, the run's and the bare loop's alike: on a shared machine a single
+pair can see two different loads (repeats of star 1,000 ``none`` gave ratios from 0.95 to 1.57
+one at a time), while the best of each estimates the quiet machine's cost. Peak memory is that
+of the first repeat. Default: 3 up to 1,000 nodes, 1 at 10,000 (whose run takes minutes).
 
 Iterations per case (column ``its``): ``--iterations`` for every scale, or by default enough for
 about 300 node gradients and at least 3 (10 nodes: 30; 100 and 1,000: 3), and 2 at 10,000 nodes:
@@ -30,7 +39,7 @@ small fleets are not measured on a handful of gradients, and a 10,000-node case 
 minutes (its bare work takes as long again).
 
 Run: ``python benchmarks/scale.py [--nodes 10 100 1000 10000] [--codecs none topk]
-[--topologies star hierarchical] [--iterations N]``. One torch thread per case.
+[--topologies star hierarchical] [--iterations N] [--repeats N]``. One torch thread per case.
 """
 
 from __future__ import annotations
@@ -77,13 +86,36 @@ def default_iterations(nodes: int) -> int:
     return 2 if nodes >= 10_000 else max(3, -(-300 // nodes))
 
 
+def default_repeats(nodes: int) -> int:
+    """Repeats of a case when ``--repeats`` is not given (see the module docstring)."""
+    return 1 if nodes >= 10_000 else 3
+
+
 def rss_mb() -> float:
     """Peak resident memory of this process so far, MB (Linux reports KB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_case(nodes: int, codec: str, topology: str, iterations: int) -> dict[str, Any]:
-    """One case in this process; returns its row."""
+def run_case(nodes: int, codec: str, topology: str, iterations: int, repeats: int = 1) -> dict[str, Any]:
+    """One case in this process, ``repeats`` times (run, then bare loop); returns its row, each
+    time column the best of its repeats and the peak memory the first repeat's."""
+    rows = [run_once(nodes, codec, topology, iterations) for _ in range(max(repeats, 1))]
+    row = dict(rows[0])
+    for key in ("wall_s", "cpu_s", "bare_s", "bare_cpu_s", "net_s"):
+        row[key] = min(r[key] for r in rows)
+    row.update(
+        repeats=len(rows),
+        s_per_it=row["wall_s"] / iterations,
+        net_share=row["net_s"] / row["wall_s"],
+        ratio=row["wall_s"] / row["bare_s"],
+        cpu_ratio=row["cpu_s"] / row["bare_cpu_s"],
+        ratios=[r["ratio"] for r in rows],
+    )
+    return row
+
+
+def run_once(nodes: int, codec: str, topology: str, iterations: int) -> dict[str, Any]:
+    """One run of a case and its bare loop in this process; returns its row."""
     import torch
 
     from aiotsim.network.flows import Network
@@ -105,9 +137,9 @@ def run_case(nodes: int, codec: str, topology: str, iterations: int) -> dict[str
 
         return wrapper
 
-    for name in NETWORK_ENTRIES:  # the engine's entry points (none calls another of them)
-        if hasattr(Network, name):
-            setattr(Network, name, timed(getattr(Network, name)))
+    originals = {name: getattr(Network, name) for name in NETWORK_ENTRIES if hasattr(Network, name)}
+    for name, fn in originals.items():  # the engine's entry points (none calls another of them)
+        setattr(Network, name, timed(fn))
     base_mb = rss_mb()
     t0 = time.perf_counter()
     cluster = Cluster(sc, device="cpu")
@@ -117,13 +149,15 @@ def run_case(nodes: int, codec: str, topology: str, iterations: int) -> dict[str
         t0, c0 = time.perf_counter(), time.process_time()
         summary = run_cluster(cluster, RunWriter(tmp, sc.to_toml()))
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    for name, fn in originals.items():  # unwrapped again for the next repeat
+        setattr(Network, name, fn)
     peak_mb = rss_mb()
     bare, bare_cpu = bare_work(cluster.learning, counts)
     return {
         "nodes": nodes, "codec": codec, "topology": topology, "iterations": iterations,
         "status": summary.get("status", "complete"), "setup_s": setup_s, "wall_s": wall,
         "s_per_it": wall / iterations, "peak_mb": peak_mb, "kb_per_node": (peak_mb - base_mb) * 1024 / nodes,
-        "net_share": net_s[0] / wall, "bare_s": bare, "ratio": wall / bare, "cpu_s": cpu,
+        "net_s": net_s[0], "net_share": net_s[0] / wall, "bare_s": bare, "ratio": wall / bare, "cpu_s": cpu,
         "bare_cpu_s": bare_cpu, "cpu_ratio": cpu / bare_cpu, **counts,
     }  # fmt: skip
 
@@ -187,19 +221,21 @@ def main() -> None:
     parser.add_argument("--codecs", nargs="+", default=["none", "topk"])
     parser.add_argument("--topologies", nargs="+", default=["star", "hierarchical"])
     parser.add_argument("--iterations", type=int, default=None, help="per case; default: by scale")
+    parser.add_argument("--repeats", type=int, default=None, help="per case; default: 3, 1 at 10,000 nodes")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per case, s")
-    parser.add_argument("--case", nargs=4, metavar=("NODES", "CODEC", "TOPOLOGY", "ITERATIONS"), help=argparse.SUPPRESS)
+    case_args = ("NODES", "CODEC", "TOPOLOGY", "ITERATIONS", "REPEATS")
+    parser.add_argument("--case", nargs=5, metavar=case_args, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
-        n, codec, topo, its = args.case
-        print(json.dumps(run_case(int(n), codec, topo, int(its))))
+        n, codec, topo, its, reps = args.case
+        print(json.dumps(run_case(int(n), codec, topo, int(its), int(reps))))
         return
     its_note = f"{args.iterations} iterations" if args.iterations else "iterations by scale (column its)"
     print(f"LeNet-5, sync, {its_note} per case, 1 torch thread; load average at start:"
           f" {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")  # fmt: skip
     header = (
-        f"{'topology':>12} {'nodes':>6} {'codec':>5} {'its':>4} {'setup s':>8} {'s/it':>8} {'peak MB':>8}"
-        f" {'KB/node':>8} {'net %':>6} {'bare s':>7} {'ratio':>6} {'-net':>6} {'cpu':>6}"
+        f"{'topology':>12} {'nodes':>6} {'codec':>5} {'its':>4} {'rep':>3} {'setup s':>8} {'s/it':>8} {'peak MB':>8}"
+        f" {'KB/node':>8} {'net %':>6} {'bare s':>7} {'ratio':>6} {'-net':>6} {'cpu':>6} {'each':>10}"
     )
     print(header)
     print("-" * len(header))
@@ -208,7 +244,8 @@ def main() -> None:
         for n in args.nodes:
             for codec in args.codecs:
                 its = args.iterations or default_iterations(n)
-                cmd = [sys.executable, __file__, "--case", str(n), codec, topo, str(its)]
+                reps = args.repeats or default_repeats(n)
+                cmd = [sys.executable, __file__, "--case", str(n), codec, topo, str(its), str(reps)]
                 try:
                     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
                 except subprocess.TimeoutExpired:
@@ -220,9 +257,10 @@ def main() -> None:
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 own = r["wall_s"] * (1 - r["net_share"]) / r["bare_s"]  # (wall - network) / bare
                 print(
-                    f"{topo:>12} {n:>6} {codec:>5} {its:>4} {r['setup_s']:>8.2f} {r['s_per_it']:>8.3f}"
+                    f"{topo:>12} {n:>6} {codec:>5} {its:>4} {reps:>3} {r['setup_s']:>8.2f} {r['s_per_it']:>8.3f}"
                     f" {r['peak_mb']:>8.0f} {r['kb_per_node']:>8.0f} {100 * r['net_share']:>5.1f}%"
-                    f" {r['bare_s']:>7.2f} {r['ratio']:>6.2f} {own:>6.2f} {r['cpu_ratio']:>6.2f}",
+                    f" {r['bare_s']:>7.2f} {r['ratio']:>6.2f} {own:>6.2f} {r['cpu_ratio']:>6.2f}"
+                    f" {min(r['ratios']):>4.2f}-{max(r['ratios']):<4.2f}",
                     flush=True,
                 )
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
