@@ -91,8 +91,7 @@ def test_signsgd_vote_is_unweighted(streamed: bool) -> None:
     stacked vote ignores them: one message, one vote)."""
     codec = get_codec_class("signsgd")(get_codec_class("signsgd").Params(scale="none"), seed=1)
     msgs = [
-        [codec.encode(torch.full(L.shape, s), L, codec.init_state(L, CPU, 0)) for L in LAYERS]
-        for s in (0.5, 2.0, -7.0)
+        [codec.encode(torch.full(L.shape, s), L, codec.init_state(L, CPU, 0)) for L in LAYERS] for s in (0.5, 2.0, -7.0)
     ]
     out = aggregate(codec, msgs, [1, 1, 50], streamed=streamed)
     for t, L in zip(out, LAYERS):
