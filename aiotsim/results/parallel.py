@@ -293,6 +293,7 @@ def _run_pool(jobs: Sequence[Job], n: int, emit: EventSink, stop: _StopOnSignal)
     results: list[JobResult] = [JobResult(j, None, "not run") for j in jobs]
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
+    others = {p.pid for p in mp.active_children()}  # children not of this pool (its workers come later)
     pool = ProcessPoolExecutor(
         max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(q, os.getpid(), RUN_THREADS)
     )
@@ -324,15 +325,18 @@ def _run_pool(jobs: Sequence[Job], n: int, emit: EventSink, stop: _StopOnSignal)
         pool.shutdown(wait=True)
     except BaseException:
         stop.fired = stop.fired or -1  # later signals must not interrupt the shutdown
-        _stop_pool(pool, q, on_event, started, ended)
+        workers = [p for p in mp.active_children() if p.pid not in others]
+        _stop_pool(pool, workers, q, on_event, started, ended)
         raise
     return results
 
 
-def _stop_pool(pool: ProcessPoolExecutor, q: Any, on_event: EventSink, started: set[int], ended: set[int]) -> None:
-    """Cancel what has not started, SIGTERM the workers (each ends its run as interrupted), kill any
-    left after :data:`STOP_GRACE_S`, then report the runs that ended (progress, the sweep's index)."""
-    procs = list((getattr(pool, "_processes", None) or {}).values())  # ProcessPoolExecutor's workers
+def _stop_pool(
+    pool: ProcessPoolExecutor, procs: list[Any], q: Any, on_event: EventSink, started: set[int], ended: set[int]
+) -> None:
+    """Cancel what has not started, SIGTERM the pool's worker processes ``procs`` (each ends its
+    run as interrupted), kill any left after :data:`STOP_GRACE_S`, then report the runs that ended
+    (progress, the sweep's index)."""
     pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
         if p.is_alive():
