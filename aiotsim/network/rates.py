@@ -63,6 +63,18 @@ class _Group:
     thr: list[tuple[float, int, int]] = field(default_factory=list)  # (threshold, version, fid)
     lev: list[tuple[float, int, int]] = field(default_factory=list)  # (cap, version, fid), min first
     cap: list[tuple[float, int, int]] = field(default_factory=list)  # (-cap, version, fid), max first
+    comp: _Comp | None = None  # its component (None: to be found again)
+    common: _Comp | None = None  # the component whose shared clock it runs on (None: its own clock)
+    base: float = 0.0  # bytes, on a shared clock: v = base + the clock's w
+    wkey: float = math.inf  # bytes, on a shared clock: its earliest threshold - base (inf: none)
+    # component sums: what it adds to them (leveled flows, capped use bytes/s, capped flows)
+    cn: int = 0
+    cu: float = 0.0
+    cc: int = 0
+    keys: list[float] = field(default_factory=lambda: [math.nan] * 4)  # FILL, LEV, CAP, CLOCK (see _Comp)
+    seqs: list[int] = field(default_factory=lambda: [-1] * 4)  # sequence of its live entry in each heap
+    chops: tuple[tuple[int, float], ...] = ()  # (position in _Comp.clinks, times crossed)
+    own: tuple[tuple[int, float], ...] = ()  # (link, times crossed) of the links no other group crosses
 
     def add_cap(self, x: float) -> None:
         """``s += x`` with the rounding error kept (caps of very different sizes come and go:
@@ -79,7 +91,13 @@ class _Group:
         return self.s + self.s_err
 
     def advance(self, now: float) -> None:
-        """Move the virtual clock to ``now`` at the current level."""
+        """Move the virtual clock to ``now`` at the current level (on a shared clock: move that
+        one, and read ``v``, ``t`` and ``lam`` from it)."""
+        c = self.common
+        if c is not None:
+            c.advance(now)
+            self.v, self.t, self.lam = self.base + c.w, c.t, c.lam
+            return
         if now > self.t:
             if self.n and self.lam > 0:
                 self.v += self.lam * (now - self.t)
@@ -97,6 +115,68 @@ class _Layout:
     shared: list[tuple[tuple[int, float], ...]]  # per group: its hops on links other groups cross too
     own: list[tuple[tuple[float, float], ...]]  # per group: (capacity index, times crossed) of its own links
     shared_pos: list[int]  # positions of the links crossed by more than one group
+
+
+FILL, LEV, CAP, CLOCK = 0, 1, 2, 3  # the heaps of a _Comp over its groups (index into _Group.keys/seqs)
+
+
+@dataclass(eq=False, slots=True)
+class _Comp:
+    """Groups connected through shared links, kept until a group of it is made or dropped.
+
+    *Fast* when every link crossed by more than one of its groups is crossed by all of them (a
+    server link behind gateways): then it also keeps, updated in O(log groups) per group that
+    changes, the sums over those *common* links (``ws``: leveled flows x times crossed, ``ss``:
+    capped use, bytes/s; Neumaier-compensated, ``we`` and ``se`` their errors) and min-heaps over
+    its groups of ``(key, seq, group)``: FILL, a group's own-link fill level (bytes/s); LEV, its
+    lowest leveled cap; CAP, minus its highest capped cap; CLOCK, on the shared clock, its next
+    threshold - base (bytes). An entry is live while its seq is the group's (``_Group.seqs``).
+    *Attached* (in the common regime: a common link fills first, every group at one level
+    ``lam``): its groups drain by one shared clock ``w`` (bytes per leveled flow, ``w += lam x
+    dt``), a group's clock being ``base + w``."""
+
+    groups: list[_Group]
+    lay: _Layout | None = None  # None: a lone group
+    fast: bool = False
+    views: dict[_Group, tuple[list[_Group], _Layout | None]] = field(default_factory=dict)
+    clinks: list[int] = field(default_factory=list)  # the common links
+    ws: list[float] = field(default_factory=list)
+    we: list[float] = field(default_factory=list)
+    ss: list[float] = field(default_factory=list)
+    se: list[float] = field(default_factory=list)
+    empty: int = 0  # groups with no leveled flow
+    ncap: int = 0  # capped flows
+    nflows: int = 0  # placed flows
+    heaps: list[list[tuple[float, int, _Group]]] = field(default_factory=lambda: [[], [], [], []])
+    attached: bool = False
+    w: float = 0.0  # bytes per leveled flow since attached
+    t: float = 0.0  # s
+    lam: float = 0.0  # bytes/s, the common level
+
+    def advance(self, now: float) -> None:
+        """Move the shared clock to ``now``."""
+        if now > self.t:
+            if self.lam > 0:
+                self.w += self.lam * (now - self.t)
+            self.t = now
+
+    def top(self, which: int) -> tuple[float, int, _Group] | None:
+        """The live top entry of heap ``which`` (stale entries dropped), or None."""
+        heap = self.heaps[which]
+        while heap:
+            entry = heap[0]
+            g = entry[2]
+            if g.comp is self and g.seqs[which] == entry[1]:
+                return entry
+            heapq.heappop(heap)
+        return None
+
+
+def _acc(s: float, e: float, x: float) -> tuple[float, float]:
+    """Neumaier summation: ``s + x`` and the rounding error ``e`` so far."""
+    t = s + x
+    e += (s - t) + x if abs(s) >= abs(x) else (x - t) + s
+    return t, e
 
 
 @dataclass(eq=False, slots=True)
@@ -145,9 +225,9 @@ class RateClasses:
         self._dirty: dict[_Group, None] = {}
         self._fin: list[tuple[float, int, int]] = []  # capped flows: (finish s, version, fid)
         self._ver = 0
-        # the component found from each group, and its links (cleared when a group is made or dropped)
-        self._comps: dict[_Group, list[_Group]] = {}
-        self._layouts: dict[_Group, _Layout] = {}
+        self._solo: dict[_Group, None] = {}  # groups on their own clock
+        self._commons: dict[_Comp, None] = {}  # attached components (their groups on the shared clock)
+        self._seq = 0  # entries of the components' heaps
 
     # ------------------------------------------------------------------ mutations
     def add(
@@ -207,6 +287,9 @@ class RateClasses:
         if f.mode == LEVELED:
             g = f.group
             assert g is not None
+            c = g.common
+            if c is not None:  # the shared clock: the same expression as due() and next_finish()
+                return (f.thr - g.base) - (c.w + c.lam * (now - c.t))
             return f.thr - (g.v + g.lam * (now - g.t))
         if f.mode == CAPPED:
             return f.rem - f.c * (now - f.t0)
@@ -216,8 +299,9 @@ class RateClasses:
         """Current rate of flow ``fid``, bytes/s (0 until placed, or while waiting)."""
         f = self.flows[fid]
         if f.mode == LEVELED:
-            assert f.group is not None
-            return max(f.group.lam, 0.0)
+            g = f.group
+            assert g is not None
+            return max(g.lam if g.common is None else g.common.lam, 0.0)
         if f.mode == CAPPED:
             return f.c
         return f.r if f.mode == PENDING else 0.0
@@ -231,12 +315,14 @@ class RateClasses:
         return self.flows[fid].c
 
     def advance(self, now: float) -> None:
-        """Move every group's virtual clock to ``now``."""
-        for g in self._groups.values():
+        """Move every virtual clock to ``now``."""
+        for g in self._solo:
             if now > g.t:  # _Group.advance, inlined: once per group per event
                 if g.n and g.lam > 0:
                     g.v += g.lam * (now - g.t)
                 g.t = now
+        for c in self._commons:
+            c.advance(now)
 
     def due(self, now: float, min_bytes: float, snap_s: float = -math.inf) -> list[int]:
         """Flows whose drain is complete at ``now``, any order: fewer than ``min_bytes`` left, or
@@ -254,7 +340,9 @@ class RateClasses:
             for fid in out:
                 self._pending.pop(fid)
         pop = heapq.heappop
-        for g in self._groups.values():
+        for c in self._commons:
+            self._due_common(c, now, min_bytes, snap_s, out)
+        for g in self._solo:
             if now > g.t:  # _Group.advance, inlined
                 if g.n and g.lam > 0:
                     g.v += g.lam * (now - g.t)
@@ -293,11 +381,57 @@ class RateClasses:
             out.append(fid)
         return out
 
+    def _due_common(self, c: _Comp, now: float, min_bytes: float, snap_s: float, out: list[int]) -> None:
+        """:meth:`due` over an attached component: its groups' next thresholds in one heap."""
+        c.advance(now)
+        lam, w = c.lam, c.w
+        if not lam > 0:
+            return
+        while (entry := self._clock_top(c)) is not None:
+            g = entry[2]
+            rem = entry[0] - w  # bytes: (threshold - base) - w, as in remaining()
+            eta = rem / lam  # s
+            if not (rem < min_bytes or now + eta <= now or eta <= snap_s):
+                return
+            out.append(heapq.heappop(g.thr)[2])
+            self._rekey(c, g)
+
+    def _clock_top(self, c: _Comp) -> tuple[float, int, _Group] | None:
+        """The live top of an attached component's CLOCK heap whose group's top threshold is live
+        (a stale one: the group re-keyed)."""
+        flows = self.flows
+        while (entry := c.top(CLOCK)) is not None:
+            g = entry[2]
+            if g.thr:
+                _, ver, fid = g.thr[0]
+                f = flows.get(fid)
+                if f is not None and f.ver == ver and f.mode == LEVELED:
+                    return entry
+            self._rekey(c, g)
+        return None
+
+    def _rekey(self, c: _Comp, g: _Group) -> None:
+        """Push ``g``'s next threshold (its heap's live top) - base onto ``c``'s CLOCK heap."""
+        if self._clean(g.thr, LEVELED):
+            g.wkey = g.thr[0][0] - g.base
+            self._push(c, g, CLOCK, g.wkey)
+        else:
+            g.wkey, g.seqs[CLOCK] = math.inf, -1
+
+    def _push(self, c: _Comp, g: _Group, which: int, key: float) -> None:
+        """Make ``key`` ``g``'s live entry in ``c``'s heap ``which``."""
+        self._seq += 1
+        g.keys[which], g.seqs[which] = key, self._seq
+        heapq.heappush(c.heaps[which], (key, self._seq, g))
+
     def next_finish(self, now: float) -> float:
         """Earliest time (s) at which a flow could be drained at the current rates (inf: none)."""
         best = math.inf
         clean, flows = self._clean, self.flows
-        for g in self._groups.values():
+        for c in self._commons:
+            if c.lam > 0 and (entry := self._clock_top(c)) is not None:
+                best = min(best, now + (entry[0] - (c.w + c.lam * (now - c.t))) / c.lam)
+        for g in self._solo:
             thr, lam = g.thr, g.lam
             if not (g.n and lam > 0 and thr):
                 continue
@@ -324,15 +458,13 @@ class RateClasses:
             touched = sorted(pending)
             for fid in touched:
                 self._place(fid, now)
-        while self._dirty:
-            g = next(iter(self._dirty))
-            comp = self._component(g)
-            if len(self._dirty) == 1:  # only g
-                self._dirty.clear()
-            else:
-                for h in comp:
-                    self._dirty.pop(h, None)
-            touched.extend(self._settle(comp, now))
+        while self._dirty:  # a settle may drop a group and so dirty its neighbours: again
+            dirty, self._dirty = self._dirty, {}
+            by_comp: dict[_Comp, list[_Group]] = {}  # in order of first dirty group
+            for g in dirty:
+                by_comp.setdefault(self._component(g), []).append(g)
+            for comp, groups in by_comp.items():
+                touched.extend(self._settle(comp, groups, now))
         return touched
 
     # ------------------------------------------------------------------ internals
@@ -371,9 +503,9 @@ class RateClasses:
         self._pending[fid] = None
 
     def _drop_group(self, g: _Group) -> None:
-        self._comps.clear()
-        self._layouts.clear()
+        self._forget(g.comp)
         del self._groups[g.key]
+        del self._solo[g]
         self._dirty.pop(g, None)
         for link, _ in g.key:
             groups = self._link_groups[link]
@@ -404,10 +536,13 @@ class RateClasses:
         g = self._groups.get(key)
         if g is None:
             g = self._groups[key] = _Group(key, t=now)
-            self._comps.clear()
-            self._layouts.clear()
+            self._solo[g] = None
             for link, _ in key:
-                self._link_groups.setdefault(link, {})[g] = None
+                groups = self._link_groups.setdefault(link, {})
+                for h in groups:  # their component grows: found again
+                    if h.comp is not None:
+                        self._forget(h.comp)
+                groups[g] = None
             g.lam = self._lone_level(g) if self._alone(g) else math.inf
         g.advance(now)
         self._put(f, fid, g, cap >= g.lam, now)
@@ -423,6 +558,10 @@ class RateClasses:
             g.n += 1
             heapq.heappush(g.thr, (f.thr, f.ver, fid))
             heapq.heappush(g.lev, (f.c, f.ver, fid))
+            c = g.common
+            if c is not None and f.thr - g.base < g.wkey:  # its next threshold on the shared clock
+                g.wkey = f.thr - g.base
+                self._push(c, g, CLOCK, g.wkey)
             return
         f.mode, f.t0 = CAPPED, now
         heapq.heappush(self._fin, (now + f.rem / f.c if f.c > 0 else math.inf, f.ver, fid))
@@ -447,13 +586,40 @@ class RateClasses:
     def _alone(self, g: _Group) -> bool:
         return all(len(self._link_groups[link]) == 1 for link, _ in g.key)
 
-    def _component(self, g: _Group) -> list[_Group]:
-        """The groups connected to ``g`` through shared links, in order of discovery from ``g``
-        (kept until a group is made or dropped: the set of groups and their links is what defines it)."""
-        comp = self._comps.get(g)
-        if comp is None:
-            comp = self._comps[g] = [g] if self._alone(g) else self._search(g)
-        return comp
+    def _component(self, g: _Group) -> _Comp:
+        """``g``'s component, found again after a group of it or next to it was made or dropped
+        (the set of groups and their links is what defines it)."""
+        c = g.comp
+        if c is None:
+            groups = [g] if self._alone(g) else self._search(g)
+            c = _Comp(groups)
+            for h in groups:
+                h.comp = c
+            if len(groups) > 1:
+                c.lay = self._layout(groups)
+                c.fast = len(c.lay.common) == len(c.lay.shared_pos)  # every shared link is common
+                if c.fast:
+                    self._init_sums(c)
+        return c
+
+    def _forget(self, c: _Comp | None) -> None:
+        """Drop a component whose groups change (its groups back on their own clocks)."""
+        if c is not None:
+            if c.attached:
+                self._detach(c)
+            for h in c.groups:
+                h.comp = None
+
+    def _view(self, c: _Comp, g: _Group) -> tuple[list[_Group], _Layout | None]:
+        """The component's groups in order of discovery from ``g`` and their layout: progressive
+        filling sums in that order (the first dirty group's, as before components were kept)."""
+        if g is c.groups[0]:
+            return c.groups, c.lay
+        view = c.views.get(g)
+        if view is None:
+            groups = self._search(g)
+            view = c.views[g] = (groups, self._layout(groups))
+        return view
 
     def _search(self, g: _Group) -> list[_Group]:
         seen: dict[_Group, None] = {g: None}
@@ -466,6 +632,85 @@ class RateClasses:
                         stack.append(h)
         return list(seen)
 
+    def _init_sums(self, c: _Comp) -> None:
+        """Set up a fast component's sums and heaps from its groups (O(groups))."""
+        lay = c.lay
+        assert lay is not None
+        pos = {k: j for j, k in enumerate(lay.common)}
+        c.clinks = [lay.links[k] for k in lay.common]
+        c.ws, c.we, c.ss, c.se = ([0.0] * len(pos) for _ in range(4))
+        c.empty = len(c.groups)
+        for g, hop, own in zip(c.groups, lay.hops, lay.own, strict=True):
+            g.chops, g.own = tuple((pos[k], m) for k, m in hop if k in pos), own
+            g.cn, g.cu, g.cc = 0, 0.0, 0
+            g.keys, g.seqs = [math.nan] * 4, [-1] * 4
+            self._refresh(c, g)
+
+    def _refresh(self, c: _Comp, g: _Group) -> None:
+        """Bring a fast component's sums and heap entries up to date with group ``g``."""
+        n, used, capped = g.n, g.s + g.s_err, g.capped  # g.used
+        if n != g.cn or used != g.cu or capped != g.cc:
+            ws, we, ss, se = c.ws, c.we, c.ss, c.se
+            for j, m in g.chops:
+                if n != g.cn:
+                    ws[j], we[j] = _acc(ws[j], we[j], m * (n - g.cn))
+                if used != g.cu:  # add the new use and take the old one off (compensated)
+                    ss[j], se[j] = _acc(ss[j], se[j], m * used)
+                    ss[j], se[j] = _acc(ss[j], se[j], -m * g.cu)
+            c.empty += (not n) - (not g.cn)
+            c.ncap += capped - g.cc
+            c.nflows += n + capped - g.cn - g.cc
+            if not c.ncap:  # no capped flow left: no use, whatever residue the sums kept
+                c.ss, c.se = [0.0] * len(ss), [0.0] * len(se)
+            g.cn, g.cu, g.cc = n, used, capped
+        fill = math.inf  # bytes/s, the level at which its own links fill (as in _fill_common)
+        if n:
+            for link, m in g.own:
+                x = (self.cap[link] - m * used) / (0.0 + m * n)
+                if x < fill:
+                    fill = x
+        lev = g.lev[0][0] if n and self._clean(g.lev, LEVELED) else math.inf
+        cap = g.cap[0][0] if capped and self._clean(g.cap, CAPPED) else math.inf  # -(its highest cap)
+        for which, key in ((FILL, fill), (LEV, lev), (CAP, cap)):
+            if key == math.inf:
+                g.keys[which], g.seqs[which] = key, -1
+            elif key != g.keys[which] or g.seqs[which] < 0:
+                self._push(c, g, which, key)
+
+    def _common_level(self, c: _Comp) -> float | None:
+        """:meth:`_fill_common` of a fast component from its sums and heaps, O(common links + log
+        groups): the level if a common link is among the first to fill, else None."""
+        if c.empty:
+            return None
+        cap, common = self.cap, math.inf
+        for j, link in enumerate(c.clinks):
+            x = (cap[link] - (c.ss[j] + c.se[j])) / (c.ws[j] + c.we[j])
+            if x < common:
+                common = x
+        own = c.top(FILL)
+        level = max(0.0, min(common, own[0] if own is not None else math.inf))
+        return level if common <= level * (1.0 + TIE) else None
+
+    def _attach(self, c: _Comp, now: float) -> None:
+        """Put a component's groups on one shared clock (they are all at one level)."""
+        for g in c.groups:
+            g.advance(now)
+        c.attached, c.w, c.t, c.heaps[CLOCK] = True, 0.0, now, []
+        for g in c.groups:
+            g.base, g.common = g.v, c
+            del self._solo[g]
+            self._rekey(c, g)
+        self._commons[c] = None
+
+    def _detach(self, c: _Comp) -> None:
+        """Give a component's groups their own clocks again (as of the shared clock's time)."""
+        for g in c.groups:
+            g.v, g.t, g.lam, g.common = g.base + c.w, c.t, c.lam, None
+            g.wkey, g.seqs[CLOCK] = math.inf, -1
+            self._solo[g] = None
+        c.attached, c.heaps[CLOCK] = False, []
+        del self._commons[c]
+
     def _lone_level(self, g: _Group) -> float:
         """Level of a group whose shared links carry no other group (bytes/s)."""
         lam = math.inf
@@ -477,38 +722,64 @@ class RateClasses:
                 lam = -math.inf
         return max(lam, 0.0) if g.n else lam
 
-    def _settle(self, comp: list[_Group], now: float) -> list[int]:
-        """Re-level a component and move flows across the levels until none moves."""
+    def _settle(self, c: _Comp, dirty: list[_Group], now: float) -> list[int]:
+        """Re-level a component whose groups ``dirty`` changed and move flows across the levels
+        until none moves."""
+        groups, lay = self._view(c, dirty[0])
         moved: list[int] = []
         near = self.report_near
-        for g in comp:
-            if now > g.t:
-                g.advance(now)
+        if c.fast:
+            for g in dirty:
+                self._refresh(c, g)
+        if c.attached:
+            c.advance(now)
             if near:
-                self._near_into(g, moved)  # at their cap now: they may not be after the re-leveling
-        lone, rounds, bound = len(comp) == 1, 0, 0
+                self._near_common(c, moved)
+        else:
+            for g in groups:
+                if now > g.t:
+                    g.advance(now)
+                if near:
+                    self._near_into(g, moved)  # at their cap now: they may not be after the re-leveling
+        rounds, bound = 0, 0
         while True:
-            if lone:
-                comp[0].lam = self._lone_level(comp[0])
-            else:
-                self._fill_levels(comp)
-            if self._settled(comp):
+            self._level(c, groups, lay, now)
+            if self._settled(c, groups):
                 break
-            step = self._fix(comp, now, up=True) or self._fix(comp, now, up=False)
+            step = self._fix(c, groups, now, up=True) or self._fix(c, groups, now, up=False)
             if not step:
                 break
             moved.extend(step)
             rounds += 1
             # bound: float ties cannot cycle (moves keep each group's flow count: computed once)
-            bound = bound or 4 * sum(g.n + g.capped for g in comp) + 8
+            bound = bound or 4 * (c.nflows if c.fast else sum(g.n + g.capped for g in groups)) + 8
             if rounds >= bound:
                 break
-        for g in comp:
+        if c.attached and near:
+            self._near_common(c, moved)
+        for g in dirty if c.attached else list(groups):
             if g.n == 0 and g.capped == 0 and g.key in self._groups:
                 self._drop_group(g)
-            elif near:
+            elif near and g.common is None:
                 self._near_into(g, moved)
         return moved
+
+    def _level(self, c: _Comp, groups: list[_Group], lay: _Layout | None, now: float) -> None:
+        """Set the levels of a component: a lone group's, one shared by an attached component's
+        groups, else progressive filling over its groups (attaching or detaching the shared
+        clock of a fast component as the common regime begins or ends)."""
+        if lay is None:
+            groups[0].lam = self._lone_level(groups[0])
+        elif not c.fast:
+            self._fill_levels(groups, lay, True)
+        elif (level := self._common_level(c)) is not None:
+            if not c.attached:
+                self._attach(c, now)
+            c.lam = level
+        else:
+            if c.attached:
+                self._detach(c)
+            self._fill_levels(groups, lay, False)
 
     def _near_into(self, g: _Group, out: list[int]) -> None:
         """Append :meth:`_near` of ``g`` to ``out``; the usual case (a live top entry not near
@@ -530,12 +801,30 @@ class RateClasses:
             heapq.heappush(g.lev, entry)
         return [entry[2] for entry in near]
 
-    def _settled(self, comp: list[_Group]) -> bool:
+    def _near_common(self, c: _Comp, out: list[int]) -> None:
+        """:meth:`_near` of every group of an attached component with a leveled cap near its level."""
+        lam, heap, popped = c.lam, c.heaps[LEV], []
+        while (top := c.top(LEV)) is not None and top[0] * (1.0 - NEAR) <= lam:
+            popped.append(heapq.heappop(heap))
+        for entry in popped:
+            heapq.heappush(heap, entry)
+            g = entry[2]
+            g.lam = lam
+            out.extend(self._near(g))
+
+    def _settled(self, c: _Comp, groups: list[_Group]) -> bool:
         """Whether no flow of the component has to move (:meth:`_fix` both ways would move
         none): every group's top capped flow is at or below its level and its top leveled flow
-        at or above it, checked on live top entries (a stale top: not known, False)."""
+        at or above it, checked on live top entries (a stale top: not known, False); in an
+        attached component, on the tops of its CAP and LEV heaps."""
+        if c.attached:
+            top = c.top(CAP)
+            if top is not None and -top[0] > c.lam:
+                return False
+            top = c.top(LEV)
+            return top is None or top[0] >= c.lam
         flows = self.flows
-        for g in comp:
+        for g in groups:
             lam = g.lam
             if g.capped:
                 cap, ver, fid = g.cap[0]
@@ -549,35 +838,54 @@ class RateClasses:
                     return False
         return True
 
-    def _fix(self, comp: list[_Group], now: float, up: bool) -> list[int]:
+    def _fix(self, c: _Comp, groups: list[_Group], now: float, up: bool) -> list[int]:
         """``up``: capped flows whose cap exceeds the level become leveled; else leveled flows
         whose cap is below the level become capped (a tie stays leveled: the same rate, and a
-        group keeps a leveled flow to define its level). Returns the fids moved."""
+        group keeps a leveled flow to define its level). Returns the fids moved. An attached
+        component visits only the groups its CAP or LEV heap puts across the level."""
         moved: list[int] = []
-        clean, flows = self._clean, self.flows
-        for g in comp:
-            heap, mode = (g.cap, CAPPED) if up else (g.lev, LEVELED)
-            if not (g.capped if up else g.n):  # no live entry: only stale ones, drop them at once
-                heap.clear()
-                continue
-            lam = g.lam
-            top = heap[0] if heap else None  # the usual case: a live top entry that does not move
-            if top is not None and ((-top[0] <= lam) if up else (top[0] >= lam)):
-                f = flows.get(top[2])
-                if f is not None and f.ver == top[1] and f.mode == mode:
-                    continue
-            while clean(heap, mode) and ((-heap[0][0] > lam) if up else (heap[0][0] < lam)):
-                fid = heapq.heappop(heap)[2]
-                self._move(fid, up, now)
-                moved.append(fid)
+        if c.attached:
+            which, lam = (CAP if up else LEV), c.lam
+            while (top := c.top(which)) is not None and ((-top[0] > lam) if up else (top[0] < lam)):
+                heapq.heappop(c.heaps[which])
+                g = top[2]
+                g.seqs[which] = -1
+                g.advance(now)  # its clock and level from the shared clock
+                self._fix_group(g, now, up, moved)
+                self._refresh(c, g)
+            return moved
+        for g in groups:
+            self._fix_group(g, now, up, moved)
+        if c.fast and moved:  # keep the sums and heaps (the common regime may begin next round)
+            for g in dict.fromkeys(self.flows[fid].group for fid in moved):
+                assert g is not None
+                self._refresh(c, g)
         return moved
 
-    def _fill_levels(self, comp: list[_Group]) -> None:
+    def _fix_group(self, g: _Group, now: float, up: bool, moved: list[int]) -> None:
+        """:meth:`_fix` within one group at its level ``g.lam``; appends the fids moved."""
+        heap, mode = (g.cap, CAPPED) if up else (g.lev, LEVELED)
+        if not (g.capped if up else g.n):  # no live entry: only stale ones, drop them at once
+            heap.clear()
+            return
+        lam = g.lam
+        top = heap[0] if heap else None  # the usual case: a live top entry that does not move
+        flows = self.flows
+        if top is not None and ((-top[0] <= lam) if up else (top[0] >= lam)):
+            f = flows.get(top[2])
+            if f is not None and f.ver == top[1] and f.mode == mode:
+                return
+        while self._clean(heap, mode) and ((-heap[0][0] > lam) if up else (heap[0][0] < lam)):
+            fid = heapq.heappop(heap)[2]
+            self._move(fid, up, now)
+            moved.append(fid)
+
+    def _fill_levels(self, comp: list[_Group], lay: _Layout, try_common: bool) -> None:
         """Progressive filling over the groups of a component (each weighs its leveled flows,
         capped flows' caps are fixed use); a group with no leveled flow gets the level at which
-        its tightest link is full (inf: a link of it has room, -inf: over-committed)."""
-        lay = self._layout(comp)
-        if lay.common and self._fill_common(comp, lay):
+        its tightest link is full (inf: a link of it has room, -inf: over-committed).
+        ``try_common``: first see whether a common link fills first (:meth:`_fill_common`)."""
+        if try_common and lay.common and self._fill_common(comp, lay):
             return
         links, hops = lay.links, lay.hops
         cap = self.cap
@@ -616,25 +924,23 @@ class RateClasses:
                     frozen.get(k, math.inf if spare[k] >= -SPARE_TOL * cap[links[k]] else -math.inf) for k, _ in hop
                 )
 
-    def _layout(self, comp: list[_Group]) -> _Layout:
+    @staticmethod
+    def _layout(comp: list[_Group]) -> _Layout:
         """The links of a component (in order of first use), each group's (position in them,
         times crossed) and the positions of the links that every group crosses (e.g. a server
-        link behind gateways), kept with the component."""
-        lay = self._layouts.get(comp[0])
-        if lay is None:
-            pos: dict[int, int] = {}
-            hops = [tuple((pos.setdefault(link, len(pos)), m) for link, m in g.key) for g in comp]
-            links = list(pos)
-            users = [0] * len(links)
-            for hop in hops:
-                for k, _ in hop:
-                    users[k] += 1
-            common = [k for k, u in enumerate(users) if u == len(comp)]
-            shared = [tuple((k, m) for k, m in hop if users[k] > 1) for hop in hops]
-            own = [tuple((links[k], m) for k, m in hop if users[k] == 1) for hop in hops]
-            shared_pos = [k for k, u in enumerate(users) if u > 1]
-            lay = self._layouts[comp[0]] = _Layout(links, hops, common, shared, own, shared_pos)
-        return lay
+        link behind gateways); kept with the component."""
+        pos: dict[int, int] = {}
+        hops = [tuple((pos.setdefault(link, len(pos)), m) for link, m in g.key) for g in comp]
+        links = list(pos)
+        users = [0] * len(links)
+        for hop in hops:
+            for k, _ in hop:
+                users[k] += 1
+        common = [k for k, u in enumerate(users) if u == len(comp)]
+        shared = [tuple((k, m) for k, m in hop if users[k] > 1) for hop in hops]
+        own = [tuple((links[k], m) for k, m in hop if users[k] == 1) for hop in hops]
+        shared_pos = [k for k, u in enumerate(users) if u > 1]
+        return _Layout(links, hops, common, shared, own, shared_pos)
 
     def _fill_common(self, comp: list[_Group], lay: _Layout) -> bool:
         """The first round of :meth:`_fill_levels` when every group has leveled flows, with the
