@@ -419,7 +419,10 @@ class RateClasses:
             g.wkey, g.seqs[CLOCK] = math.inf, -1
 
     def _push(self, c: _Comp, g: _Group, which: int, key: float) -> None:
-        """Make ``key`` ``g``'s live entry in ``c``'s heap ``which``."""
+        """Make ``key`` ``g``'s live entry in ``c``'s heap ``which`` (inf: none)."""
+        if key == math.inf:
+            g.keys[which], g.seqs[which] = key, 0
+            return
         self._seq += 1
         g.keys[which], g.seqs[which] = key, self._seq
         heapq.heappush(c.heaps[which], (key, self._seq, g))
@@ -623,9 +626,13 @@ class RateClasses:
 
     def _search(self, g: _Group) -> list[_Group]:
         seen: dict[_Group, None] = {g: None}
+        scanned: set[int] = set()  # links whose groups are all seen (a server link: once, not per group)
         stack = [g]
         while stack:
             for link, _ in stack.pop().key:
+                if link in scanned:
+                    continue
+                scanned.add(link)
                 for h in self._link_groups[link]:
                     if h not in seen:
                         seen[h] = None
@@ -669,13 +676,15 @@ class RateClasses:
                 x = (self.cap[link] - m * used) / (0.0 + m * n)
                 if x < fill:
                     fill = x
+        keys, seqs = g.keys, g.seqs
+        if fill != keys[FILL] or seqs[FILL] < 0:
+            self._push(c, g, FILL, fill)
         lev = g.lev[0][0] if n and self._clean(g.lev, LEVELED) else math.inf
+        if lev != keys[LEV] or seqs[LEV] < 0:
+            self._push(c, g, LEV, lev)
         cap = g.cap[0][0] if capped and self._clean(g.cap, CAPPED) else math.inf  # -(its highest cap)
-        for which, key in ((FILL, fill), (LEV, lev), (CAP, cap)):
-            if key == math.inf:
-                g.keys[which], g.seqs[which] = key, -1
-            elif key != g.keys[which] or g.seqs[which] < 0:
-                self._push(c, g, which, key)
+        if cap != keys[CAP] or seqs[CAP] < 0:
+            self._push(c, g, CAP, cap)
 
     def _common_level(self, c: _Comp) -> float | None:
         """:meth:`_fill_common` of a fast component from its sums and heaps, O(common links + log
@@ -725,7 +734,7 @@ class RateClasses:
     def _settle(self, c: _Comp, dirty: list[_Group], now: float) -> list[int]:
         """Re-level a component whose groups ``dirty`` changed and move flows across the levels
         until none moves."""
-        groups, lay = self._view(c, dirty[0])
+        groups, lay = ([], None) if c.attached else self._view(c, dirty[0])  # attached: not needed
         moved: list[int] = []
         near = self.report_near
         if c.fast:
@@ -743,7 +752,13 @@ class RateClasses:
                     self._near_into(g, moved)  # at their cap now: they may not be after the re-leveling
         rounds, bound = 0, 0
         while True:
-            self._level(c, groups, lay, now)
+            if not self._level(c, now):
+                if not groups:
+                    groups, lay = self._view(c, dirty[0])
+                if lay is None:
+                    groups[0].lam = self._lone_level(groups[0])
+                else:
+                    self._fill_levels(groups, lay, not c.fast)
             if self._settled(c, groups):
                 break
             step = self._fix(c, groups, now, up=True) or self._fix(c, groups, now, up=False)
@@ -764,22 +779,18 @@ class RateClasses:
                 self._near_into(g, moved)
         return moved
 
-    def _level(self, c: _Comp, groups: list[_Group], lay: _Layout | None, now: float) -> None:
-        """Set the levels of a component: a lone group's, one shared by an attached component's
-        groups, else progressive filling over its groups (attaching or detaching the shared
-        clock of a fast component as the common regime begins or ends)."""
-        if lay is None:
-            groups[0].lam = self._lone_level(groups[0])
-        elif not c.fast:
-            self._fill_levels(groups, lay, True)
-        elif (level := self._common_level(c)) is not None:
+    def _level(self, c: _Comp, now: float) -> bool:
+        """The common regime of a fast component: if a common link fills first, its groups on
+        the shared clock (attached if they were not) at that level: True. Else False, its groups
+        on their own clocks (detached if they were not), to be filled progressively."""
+        if c.fast and (level := self._common_level(c)) is not None:
             if not c.attached:
                 self._attach(c, now)
             c.lam = level
-        else:
-            if c.attached:
-                self._detach(c)
-            self._fill_levels(groups, lay, False)
+            return True
+        if c.attached:
+            self._detach(c)
+        return False
 
     def _near_into(self, g: _Group, out: list[int]) -> None:
         """Append :meth:`_near` of ``g`` to ``out``; the usual case (a live top entry not near
@@ -822,7 +833,7 @@ class RateClasses:
             if top is not None and -top[0] > c.lam:
                 return False
             top = c.top(LEV)
-            return top is None or top[0] >= c.lam
+            return top is None or top[0] >= c.lam * (1.0 - TIE)
         flows = self.flows
         for g in groups:
             lam = g.lam
@@ -834,19 +845,21 @@ class RateClasses:
             if g.n:
                 cap, ver, fid = g.lev[0]
                 f = flows.get(fid)
-                if f is None or f.ver != ver or f.mode != LEVELED or cap < lam:
+                if f is None or f.ver != ver or f.mode != LEVELED or cap < lam * (1.0 - TIE):
                     return False
         return True
 
     def _fix(self, c: _Comp, groups: list[_Group], now: float, up: bool) -> list[int]:
         """``up``: capped flows whose cap exceeds the level become leveled; else leveled flows
         whose cap is below the level become capped (a tie stays leveled: the same rate, and a
-        group keeps a leveled flow to define its level). Returns the fids moved. An attached
+        group keeps a leveled flow to define its level; a cap within TIE below the level is a tie:
+        else a level rounded up by an ulp caps flows that, once capped, leave the group a level
+        below their caps, and they move back and forth). Returns the fids moved. An attached
         component visits only the groups its CAP or LEV heap puts across the level."""
         moved: list[int] = []
         if c.attached:
-            which, lam = (CAP if up else LEV), c.lam
-            while (top := c.top(which)) is not None and ((-top[0] > lam) if up else (top[0] < lam)):
+            which, lam, low = (CAP if up else LEV), c.lam, c.lam * (1.0 - TIE)
+            while (top := c.top(which)) is not None and ((-top[0] > lam) if up else (top[0] < low)):
                 heapq.heappop(c.heaps[which])
                 g = top[2]
                 g.seqs[which] = -1
@@ -868,14 +881,14 @@ class RateClasses:
         if not (g.capped if up else g.n):  # no live entry: only stale ones, drop them at once
             heap.clear()
             return
-        lam = g.lam
+        lam, low = g.lam, g.lam * (1.0 - TIE)
         top = heap[0] if heap else None  # the usual case: a live top entry that does not move
         flows = self.flows
-        if top is not None and ((-top[0] <= lam) if up else (top[0] >= lam)):
+        if top is not None and ((-top[0] <= lam) if up else (top[0] >= low)):
             f = flows.get(top[2])
             if f is not None and f.ver == top[1] and f.mode == mode:
                 return
-        while self._clean(heap, mode) and ((-heap[0][0] > lam) if up else (heap[0][0] < lam)):
+        while self._clean(heap, mode) and ((-heap[0][0] > lam) if up else (heap[0][0] < low)):
             fid = heapq.heappop(heap)[2]
             self._move(fid, up, now)
             moved.append(fid)
