@@ -40,143 +40,26 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-PENDING, LEVELED, CAPPED, WAITING = 0, 1, 2, 3
-TIE = 1e-12  # relative: links filling this close to the level freeze together (progressive filling)
-NEAR = 1e-9  # relative: a leveled flow this close to its cap is reported as touched (see _near)
-SPARE_TOL = 1e-12  # relative: a link's spare capacity this close to 0 counts as exactly used
-
-
-@dataclass(eq=False, slots=True)
-class _Group:
-    """Flows with one set of shared links; ``key``: ((link, times crossed), ...)."""
-
-    key: tuple[tuple[int, float], ...]
-    lam: float = 0.0  # bytes/s, the level of its leveled flows
-    v: float = 0.0  # bytes drained per leveled flow, as of time t
-    t: float = 0.0  # s
-    n: int = 0  # leveled flows
-    capped: int = 0  # capped flows
-    s: float = 0.0  # bytes/s, sum of the capped flows' caps (with s_err: compensated, see add_cap)
-    s_err: float = 0.0  # bytes/s, rounding error of s so far (Neumaier)
-    thr: list[tuple[float, int, int]] = field(default_factory=list)  # (threshold, version, fid)
-    lev: list[tuple[float, int, int]] = field(default_factory=list)  # (cap, version, fid), min first
-    cap: list[tuple[float, int, int]] = field(default_factory=list)  # (-cap, version, fid), max first
-    comp: _Comp | None = None  # its component (None: to be found again)
-    common: _Comp | None = None  # the component whose shared clock it runs on (None: its own clock)
-    base: float = 0.0  # bytes, on a shared clock: v = base + the clock's w
-    wkey: float = math.inf  # bytes, on a shared clock: its earliest threshold - base (inf: none)
-    # component sums: what it adds to them (leveled flows, capped use bytes/s, capped flows)
-    cn: int = 0
-    cu: float = 0.0
-    cc: int = 0
-    keys: list[float] = field(default_factory=lambda: [math.nan] * 4)  # FILL, LEV, CAP, CLOCK (see _Comp)
-    seqs: list[int] = field(default_factory=lambda: [-1] * 4)  # sequence of its live entry in each heap
-    chops: tuple[tuple[int, float], ...] = ()  # (position in _Comp.clinks, times crossed)
-    own: tuple[tuple[int, float], ...] = ()  # (link, times crossed) of the links no other group crosses
-
-    def add_cap(self, x: float) -> None:
-        """``s += x`` with the rounding error kept (caps of very different sizes come and go:
-        a plain running sum would leave residues that a link at capacity 0 turns into rates)."""
-        t = self.s + x
-        self.s_err += (self.s - t) + x if abs(self.s) >= abs(x) else (x - t) + self.s
-        self.s = t
-        if not self.capped:
-            self.s = self.s_err = 0.0
-
-    @property
-    def used(self) -> float:
-        """Sum of the capped flows' caps, bytes/s."""
-        return self.s + self.s_err
-
-    def advance(self, now: float) -> None:
-        """Move the virtual clock to ``now`` at the current level (on a shared clock: move that
-        one, and read ``v``, ``t`` and ``lam`` from it)."""
-        c = self.common
-        if c is not None:
-            c.advance(now)
-            self.v, self.t, self.lam = self.base + c.w, c.t, c.lam
-            return
-        if now > self.t:
-            if self.n and self.lam > 0:
-                self.v += self.lam * (now - self.t)
-            self.t = now
-
-
-@dataclass(slots=True)
-class _Layout:
-    """How a component's groups use its links, found once per component (positions index
-    ``links``; a link is *own* to a group when no other group of the component crosses it)."""
-
-    links: list[int]  # the component's links, in order of first use
-    hops: list[tuple[tuple[int, float], ...]]  # per group: (position, times crossed) of each of its links
-    common: list[int]  # positions of the links that every group crosses (a server link behind gateways)
-    shared: list[tuple[tuple[int, float], ...]]  # per group: its hops on links other groups cross too
-    own: list[tuple[tuple[float, float], ...]]  # per group: (capacity index, times crossed) of its own links
-    shared_pos: list[int]  # positions of the links crossed by more than one group
-
-
-FILL, LEV, CAP, CLOCK = 0, 1, 2, 3  # the heaps of a _Comp over its groups (index into _Group.keys/seqs)
-
-
-@dataclass(eq=False, slots=True)
-class _Comp:
-    """Groups connected through shared links, kept until a group of it is made or dropped.
-
-    *Fast* when every link crossed by more than one of its groups is crossed by all of them (a
-    server link behind gateways): then it also keeps, updated in O(log groups) per group that
-    changes, the sums over those *common* links (``ws``: leveled flows x times crossed, ``ss``:
-    capped use, bytes/s; Neumaier-compensated, ``we`` and ``se`` their errors) and min-heaps over
-    its groups of ``(key, seq, group)``: FILL, a group's own-link fill level (bytes/s); LEV, its
-    lowest leveled cap; CAP, minus its highest capped cap; CLOCK, on the shared clock, its next
-    threshold - base (bytes). An entry is live while its seq is the group's (``_Group.seqs``).
-    *Attached* (in the common regime: a common link fills first, every group at one level
-    ``lam``): its groups drain by one shared clock ``w`` (bytes per leveled flow, ``w += lam x
-    dt``), a group's clock being ``base + w``."""
-
-    groups: list[_Group]
-    lay: _Layout | None = None  # None: a lone group
-    fast: bool = False
-    views: dict[_Group, tuple[list[_Group], _Layout | None]] = field(default_factory=dict)
-    clinks: list[int] = field(default_factory=list)  # the common links
-    ws: list[float] = field(default_factory=list)
-    we: list[float] = field(default_factory=list)
-    ss: list[float] = field(default_factory=list)
-    se: list[float] = field(default_factory=list)
-    empty: int = 0  # groups with no leveled flow
-    ncap: int = 0  # capped flows
-    nflows: int = 0  # placed flows
-    heaps: list[list[tuple[float, int, _Group]]] = field(default_factory=lambda: [[], [], [], []])
-    attached: bool = False
-    w: float = 0.0  # bytes per leveled flow since attached
-    t: float = 0.0  # s
-    lam: float = 0.0  # bytes/s, the common level
-
-    def advance(self, now: float) -> None:
-        """Move the shared clock to ``now``."""
-        if now > self.t:
-            if self.lam > 0:
-                self.w += self.lam * (now - self.t)
-            self.t = now
-
-    def top(self, which: int) -> tuple[float, int, _Group] | None:
-        """The live top entry of heap ``which`` (stale entries dropped), or None."""
-        heap = self.heaps[which]
-        while heap:
-            entry = heap[0]
-            g = entry[2]
-            if g.comp is self and g.seqs[which] == entry[1]:
-                return entry
-            heapq.heappop(heap)
-        return None
-
-
-def _acc(s: float, e: float, x: float) -> tuple[float, float]:
-    """Neumaier summation: ``s + x`` and the rounding error ``e`` so far."""
-    t = s + x
-    e += (s - t) + x if abs(s) >= abs(x) else (x - t) + s
-    return t, e
+from aiotsim.network.components import (
+    CAP,
+    CAPPED,
+    CLOCK,
+    LEV,
+    LEVELED,
+    NEAR,
+    PENDING,
+    SPARE_TOL,
+    TIE,
+    WAITING,
+    Component,
+    Group,
+    Layout,
+    clean,
+    layout,
+    search,
+)
 
 
 @dataclass(eq=False, slots=True)
@@ -187,7 +70,7 @@ class _Flow:
     rem: float  # wire bytes left as of t0 (PENDING, WAITING, CAPPED)
     t0: float = 0.0  # s
     mode: int = PENDING
-    group: _Group | None = None
+    group: Group | None = None
     c: float = math.inf  # bytes/s, effective cap when placed
     thr: float = 0.0  # LEVELED: threshold on the group's clock
     ver: int = 0
@@ -218,16 +101,15 @@ class RateClasses:
         self.cap = [float(c) for c in cap]
         self.users = [0] * len(cap)  # live flows crossing each link
         self._on_link: dict[int, dict[int, None]] = {}  # link -> fids crossing it
-        self._link_groups: dict[int, dict[_Group, None]] = {}
-        self._groups: dict[tuple[tuple[int, float], ...], _Group] = {}
+        self._link_groups: dict[int, dict[Group, None]] = {}
+        self._groups: dict[tuple[tuple[int, float], ...], Group] = {}
         self.flows: dict[int, _Flow] = {}
         self._pending: dict[int, None] = {}
-        self._dirty: dict[_Group, None] = {}
+        self._dirty: dict[Group, None] = {}
         self._fin: list[tuple[float, int, int]] = []  # capped flows: (finish s, version, fid)
         self._ver = 0
-        self._solo: dict[_Group, None] = {}  # groups on their own clock
-        self._commons: dict[_Comp, None] = {}  # attached components (their groups on the shared clock)
-        self._seq = 0  # entries of the components' heaps
+        self._solo: dict[Group, None] = {}  # groups on their own clock
+        self._commons: dict[Component, None] = {}  # attached components (their groups on the shared clock)
 
     # ------------------------------------------------------------------ mutations
     def add(
@@ -317,7 +199,7 @@ class RateClasses:
     def advance(self, now: float) -> None:
         """Move every virtual clock to ``now``."""
         for g in self._solo:
-            if now > g.t:  # _Group.advance, inlined: once per group per event
+            if now > g.t:  # Group.advance, inlined: once per group per event
                 if g.n and g.lam > 0:
                     g.v += g.lam * (now - g.t)
                 g.t = now
@@ -343,7 +225,7 @@ class RateClasses:
         for c in self._commons:
             self._due_common(c, now, min_bytes, snap_s, out)
         for g in self._solo:
-            if now > g.t:  # _Group.advance, inlined
+            if now > g.t:  # Group.advance, inlined
                 if g.n and g.lam > 0:
                     g.v += g.lam * (now - g.t)
                 g.t = now
@@ -381,7 +263,7 @@ class RateClasses:
             out.append(fid)
         return out
 
-    def _due_common(self, c: _Comp, now: float, min_bytes: float, snap_s: float, out: list[int]) -> None:
+    def _due_common(self, c: Component, now: float, min_bytes: float, snap_s: float, out: list[int]) -> None:
         """:meth:`due` over an attached component: its groups' next thresholds in one heap."""
         c.advance(now)
         lam, w = c.lam, c.w
@@ -396,7 +278,7 @@ class RateClasses:
             out.append(heapq.heappop(g.thr)[2])
             self._rekey(c, g)
 
-    def _clock_top(self, c: _Comp) -> tuple[float, int, _Group] | None:
+    def _clock_top(self, c: Component) -> tuple[float, int, Group] | None:
         """The live top of an attached component's CLOCK heap whose group's top threshold is live
         (a stale one: the group re-keyed)."""
         flows = self.flows
@@ -410,22 +292,13 @@ class RateClasses:
             self._rekey(c, g)
         return None
 
-    def _rekey(self, c: _Comp, g: _Group) -> None:
+    def _rekey(self, c: Component, g: Group) -> None:
         """Push ``g``'s next threshold (its heap's live top) - base onto ``c``'s CLOCK heap."""
         if self._clean(g.thr, LEVELED):
             g.wkey = g.thr[0][0] - g.base
-            self._push(c, g, CLOCK, g.wkey)
+            c.push(g, CLOCK, g.wkey)
         else:
             g.wkey, g.seqs[CLOCK] = math.inf, -1
-
-    def _push(self, c: _Comp, g: _Group, which: int, key: float) -> None:
-        """Make ``key`` ``g``'s live entry in ``c``'s heap ``which`` (inf: none)."""
-        if key == math.inf:
-            g.keys[which], g.seqs[which] = key, 0
-            return
-        self._seq += 1
-        g.keys[which], g.seqs[which] = key, self._seq
-        heapq.heappush(c.heaps[which], (key, self._seq, g))
 
     def next_finish(self, now: float) -> float:
         """Earliest time (s) at which a flow could be drained at the current rates (inf: none)."""
@@ -463,7 +336,11 @@ class RateClasses:
                 self._place(fid, now)
         while self._dirty:  # a settle may drop a group and so dirty its neighbours: again
             dirty, self._dirty = self._dirty, {}
-            by_comp: dict[_Comp, list[_Group]] = {}  # in order of first dirty group
+            if len(dirty) == 1:  # the usual case
+                g = next(iter(dirty))
+                touched.extend(self._settle(self._component(g), [g], now))
+                continue
+            by_comp: dict[Component, list[Group]] = {}  # in order of first dirty group
             for g in dirty:
                 by_comp.setdefault(self._component(g), []).append(g)
             for comp, groups in by_comp.items():
@@ -472,15 +349,8 @@ class RateClasses:
 
     # ------------------------------------------------------------------ internals
     def _clean(self, heap: list[tuple[float, int, int]], mode: int) -> bool:
-        """Drop stale entries from the top of ``heap``; whether an entry is left."""
-        flows = self.flows
-        while heap:
-            _, ver, fid = heap[0]
-            f = flows.get(fid)
-            if f is not None and f.ver == ver and f.mode == mode:
-                return True
-            heapq.heappop(heap)
-        return False
+        """Drop stale entries from the top of a group's ``heap``; whether an entry is left."""
+        return clean(heap, mode, self.flows)
 
     def _unplace(self, fid: int, now: float) -> None:
         """Take a flow out of its class (its bytes left frozen at ``now``) until the next solve."""
@@ -505,7 +375,7 @@ class RateClasses:
         f.ver = self._ver
         self._pending[fid] = None
 
-    def _drop_group(self, g: _Group) -> None:
+    def _drop_group(self, g: Group) -> None:
         self._forget(g.comp)
         del self._groups[g.key]
         del self._solo[g]
@@ -538,7 +408,7 @@ class RateClasses:
         key = tuple(shared)
         g = self._groups.get(key)
         if g is None:
-            g = self._groups[key] = _Group(key, t=now)
+            g = self._groups[key] = Group(key, t=now)
             self._solo[g] = None
             for link, _ in key:
                 groups = self._link_groups.setdefault(link, {})
@@ -551,7 +421,7 @@ class RateClasses:
         self._put(f, fid, g, cap >= g.lam, now)
         self._dirty[g] = None
 
-    def _put(self, f: _Flow, fid: int, g: _Group | None, leveled: bool, now: float) -> None:
+    def _put(self, f: _Flow, fid: int, g: Group | None, leveled: bool, now: float) -> None:
         """Enter ``f`` (bytes left ``f.rem`` at ``now``) as leveled or capped (group clock at now)."""
         self._ver += 1
         f.ver, f.group = self._ver, g
@@ -564,7 +434,7 @@ class RateClasses:
             c = g.common
             if c is not None and f.thr - g.base < g.wkey:  # its next threshold on the shared clock
                 g.wkey = f.thr - g.base
-                self._push(c, g, CLOCK, g.wkey)
+                c.push(g, CLOCK, g.wkey)
             return
         f.mode, f.t0 = CAPPED, now
         heapq.heappush(self._fin, (now + f.rem / f.c if f.c > 0 else math.inf, f.ver, fid))
@@ -586,26 +456,26 @@ class RateClasses:
             g.add_cap(-f.c)
         self._put(f, fid, g, leveled, now)
 
-    def _alone(self, g: _Group) -> bool:
+    def _alone(self, g: Group) -> bool:
         return all(len(self._link_groups[link]) == 1 for link, _ in g.key)
 
-    def _component(self, g: _Group) -> _Comp:
+    def _component(self, g: Group) -> Component:
         """``g``'s component, found again after a group of it or next to it was made or dropped
         (the set of groups and their links is what defines it)."""
         c = g.comp
         if c is None:
-            groups = [g] if self._alone(g) else self._search(g)
-            c = _Comp(groups)
+            groups = [g] if self._alone(g) else search(g, self._link_groups)
+            c = Component(groups)
             for h in groups:
                 h.comp = c
             if len(groups) > 1:
-                c.lay = self._layout(groups)
+                c.lay = layout(groups)
                 c.fast = len(c.lay.common) == len(c.lay.shared_pos)  # every shared link is common
                 if c.fast:
-                    self._init_sums(c)
+                    c.init_sums(self.cap, self.flows)
         return c
 
-    def _forget(self, c: _Comp | None) -> None:
+    def _forget(self, c: Component | None) -> None:
         """Drop a component whose groups change (its groups back on their own clocks)."""
         if c is not None:
             if c.attached:
@@ -613,94 +483,18 @@ class RateClasses:
             for h in c.groups:
                 h.comp = None
 
-    def _view(self, c: _Comp, g: _Group) -> tuple[list[_Group], _Layout | None]:
+    def _view(self, c: Component, g: Group) -> tuple[list[Group], Layout | None]:
         """The component's groups in order of discovery from ``g`` and their layout: progressive
         filling sums in that order (the first dirty group's, as before components were kept)."""
         if g is c.groups[0]:
             return c.groups, c.lay
         view = c.views.get(g)
         if view is None:
-            groups = self._search(g)
-            view = c.views[g] = (groups, self._layout(groups))
+            groups = search(g, self._link_groups)
+            view = c.views[g] = (groups, layout(groups))
         return view
 
-    def _search(self, g: _Group) -> list[_Group]:
-        seen: dict[_Group, None] = {g: None}
-        scanned: set[int] = set()  # links whose groups are all seen (a server link: once, not per group)
-        stack = [g]
-        while stack:
-            for link, _ in stack.pop().key:
-                if link in scanned:
-                    continue
-                scanned.add(link)
-                for h in self._link_groups[link]:
-                    if h not in seen:
-                        seen[h] = None
-                        stack.append(h)
-        return list(seen)
-
-    def _init_sums(self, c: _Comp) -> None:
-        """Set up a fast component's sums and heaps from its groups (O(groups))."""
-        lay = c.lay
-        assert lay is not None
-        pos = {k: j for j, k in enumerate(lay.common)}
-        c.clinks = [lay.links[k] for k in lay.common]
-        c.ws, c.we, c.ss, c.se = ([0.0] * len(pos) for _ in range(4))
-        c.empty = len(c.groups)
-        for g, hop, own in zip(c.groups, lay.hops, lay.own, strict=True):
-            g.chops, g.own = tuple((pos[k], m) for k, m in hop if k in pos), own
-            g.cn, g.cu, g.cc = 0, 0.0, 0
-            g.keys, g.seqs = [math.nan] * 4, [-1] * 4
-            self._refresh(c, g)
-
-    def _refresh(self, c: _Comp, g: _Group) -> None:
-        """Bring a fast component's sums and heap entries up to date with group ``g``."""
-        n, used, capped = g.n, g.s + g.s_err, g.capped  # g.used
-        if n != g.cn or used != g.cu or capped != g.cc:
-            ws, we, ss, se = c.ws, c.we, c.ss, c.se
-            for j, m in g.chops:
-                if n != g.cn:
-                    ws[j], we[j] = _acc(ws[j], we[j], m * (n - g.cn))
-                if used != g.cu:  # add the new use and take the old one off (compensated)
-                    ss[j], se[j] = _acc(ss[j], se[j], m * used)
-                    ss[j], se[j] = _acc(ss[j], se[j], -m * g.cu)
-            c.empty += (not n) - (not g.cn)
-            c.ncap += capped - g.cc
-            c.nflows += n + capped - g.cn - g.cc
-            if not c.ncap:  # no capped flow left: no use, whatever residue the sums kept
-                c.ss, c.se = [0.0] * len(ss), [0.0] * len(se)
-            g.cn, g.cu, g.cc = n, used, capped
-        fill = math.inf  # bytes/s, the level at which its own links fill (as in _fill_common)
-        if n:
-            for link, m in g.own:
-                x = (self.cap[link] - m * used) / (0.0 + m * n)
-                if x < fill:
-                    fill = x
-        keys, seqs = g.keys, g.seqs
-        if fill != keys[FILL] or seqs[FILL] < 0:
-            self._push(c, g, FILL, fill)
-        lev = g.lev[0][0] if n and self._clean(g.lev, LEVELED) else math.inf
-        if lev != keys[LEV] or seqs[LEV] < 0:
-            self._push(c, g, LEV, lev)
-        cap = g.cap[0][0] if capped and self._clean(g.cap, CAPPED) else math.inf  # -(its highest cap)
-        if cap != keys[CAP] or seqs[CAP] < 0:
-            self._push(c, g, CAP, cap)
-
-    def _common_level(self, c: _Comp) -> float | None:
-        """:meth:`_fill_common` of a fast component from its sums and heaps, O(common links + log
-        groups): the level if a common link is among the first to fill, else None."""
-        if c.empty:
-            return None
-        cap, common = self.cap, math.inf
-        for j, link in enumerate(c.clinks):
-            x = (cap[link] - (c.ss[j] + c.se[j])) / (c.ws[j] + c.we[j])
-            if x < common:
-                common = x
-        own = c.top(FILL)
-        level = max(0.0, min(common, own[0] if own is not None else math.inf))
-        return level if common <= level * (1.0 + TIE) else None
-
-    def _attach(self, c: _Comp, now: float) -> None:
+    def _attach(self, c: Component, now: float) -> None:
         """Put a component's groups on one shared clock (they are all at one level)."""
         for g in c.groups:
             g.advance(now)
@@ -711,7 +505,7 @@ class RateClasses:
             self._rekey(c, g)
         self._commons[c] = None
 
-    def _detach(self, c: _Comp) -> None:
+    def _detach(self, c: Component) -> None:
         """Give a component's groups their own clocks again (as of the shared clock's time)."""
         for g in c.groups:
             g.v, g.t, g.lam, g.common = g.base + c.w, c.t, c.lam, None
@@ -720,7 +514,7 @@ class RateClasses:
         c.attached, c.heaps[CLOCK] = False, []
         del self._commons[c]
 
-    def _lone_level(self, g: _Group) -> float:
+    def _lone_level(self, g: Group) -> float:
         """Level of a group whose shared links carry no other group (bytes/s)."""
         lam = math.inf
         for link, m in g.key:
@@ -731,7 +525,7 @@ class RateClasses:
                 lam = -math.inf
         return max(lam, 0.0) if g.n else lam
 
-    def _settle(self, c: _Comp, dirty: list[_Group], now: float) -> list[int]:
+    def _settle(self, c: Component, dirty: list[Group], now: float) -> list[int]:
         """Re-level a component whose groups ``dirty`` changed and move flows across the levels
         until none moves."""
         groups, lay = ([], None) if c.attached else self._view(c, dirty[0])  # attached: not needed
@@ -739,7 +533,7 @@ class RateClasses:
         near = self.report_near
         if c.fast:
             for g in dirty:
-                self._refresh(c, g)
+                c.refresh(g, self.cap, self.flows)
         if c.attached:
             c.advance(now)
             if near:
@@ -779,11 +573,11 @@ class RateClasses:
                 self._near_into(g, moved)
         return moved
 
-    def _level(self, c: _Comp, now: float) -> bool:
+    def _level(self, c: Component, now: float) -> bool:
         """The common regime of a fast component: if a common link fills first, its groups on
         the shared clock (attached if they were not) at that level: True. Else False, its groups
         on their own clocks (detached if they were not), to be filled progressively."""
-        if c.fast and (level := self._common_level(c)) is not None:
+        if c.fast and (level := c.common_level(self.cap)) is not None:
             if not c.attached:
                 self._attach(c, now)
             c.lam = level
@@ -792,7 +586,7 @@ class RateClasses:
             self._detach(c)
         return False
 
-    def _near_into(self, g: _Group, out: list[int]) -> None:
+    def _near_into(self, g: Group, out: list[int]) -> None:
         """Append :meth:`_near` of ``g`` to ``out``; the usual case (a live top entry not near
         the level: nothing near) checked inline."""
         if g.lev:
@@ -802,7 +596,7 @@ class RateClasses:
                 return
         out.extend(self._near(g))
 
-    def _near(self, g: _Group) -> list[int]:
+    def _near(self, g: Group) -> list[int]:
         """Leveled flows whose cap is within ``NEAR`` (relative) above the level: their rate is
         their cap for a caller testing ``rate >= cap x (1 - NEAR)`` (TCP's window binding)."""
         near = []
@@ -812,7 +606,7 @@ class RateClasses:
             heapq.heappush(g.lev, entry)
         return [entry[2] for entry in near]
 
-    def _near_common(self, c: _Comp, out: list[int]) -> None:
+    def _near_common(self, c: Component, out: list[int]) -> None:
         """:meth:`_near` of every group of an attached component with a leveled cap near its level."""
         lam, heap, popped = c.lam, c.heaps[LEV], []
         while (top := c.top(LEV)) is not None and top[0] * (1.0 - NEAR) <= lam:
@@ -823,7 +617,7 @@ class RateClasses:
             g.lam = lam
             out.extend(self._near(g))
 
-    def _settled(self, c: _Comp, groups: list[_Group]) -> bool:
+    def _settled(self, c: Component, groups: list[Group]) -> bool:
         """Whether no flow of the component has to move (:meth:`_fix` both ways would move
         none): every group's top capped flow is at or below its level and its top leveled flow
         at or above it, checked on live top entries (a stale top: not known, False); in an
@@ -849,7 +643,7 @@ class RateClasses:
                     return False
         return True
 
-    def _fix(self, c: _Comp, groups: list[_Group], now: float, up: bool) -> list[int]:
+    def _fix(self, c: Component, groups: list[Group], now: float, up: bool) -> list[int]:
         """``up``: capped flows whose cap exceeds the level become leveled; else leveled flows
         whose cap is below the level become capped (a tie stays leveled: the same rate, and a
         group keeps a leveled flow to define its level; a cap within TIE below the level is a tie:
@@ -865,17 +659,17 @@ class RateClasses:
                 g.seqs[which] = -1
                 g.advance(now)  # its clock and level from the shared clock
                 self._fix_group(g, now, up, moved)
-                self._refresh(c, g)
+                c.refresh(g, self.cap, self.flows)
             return moved
         for g in groups:
             self._fix_group(g, now, up, moved)
         if c.fast and moved:  # keep the sums and heaps (the common regime may begin next round)
             for g in dict.fromkeys(self.flows[fid].group for fid in moved):
                 assert g is not None
-                self._refresh(c, g)
+                c.refresh(g, self.cap, self.flows)
         return moved
 
-    def _fix_group(self, g: _Group, now: float, up: bool, moved: list[int]) -> None:
+    def _fix_group(self, g: Group, now: float, up: bool, moved: list[int]) -> None:
         """:meth:`_fix` within one group at its level ``g.lam``; appends the fids moved."""
         heap, mode = (g.cap, CAPPED) if up else (g.lev, LEVELED)
         if not (g.capped if up else g.n):  # no live entry: only stale ones, drop them at once
@@ -893,7 +687,7 @@ class RateClasses:
             self._move(fid, up, now)
             moved.append(fid)
 
-    def _fill_levels(self, comp: list[_Group], lay: _Layout, try_common: bool) -> None:
+    def _fill_levels(self, comp: list[Group], lay: Layout, try_common: bool) -> None:
         """Progressive filling over the groups of a component (each weighs its leveled flows,
         capped flows' caps are fixed use); a group with no leveled flow gets the level at which
         its tightest link is full (inf: a link of it has room, -inf: over-committed).
@@ -937,25 +731,7 @@ class RateClasses:
                     frozen.get(k, math.inf if spare[k] >= -SPARE_TOL * cap[links[k]] else -math.inf) for k, _ in hop
                 )
 
-    @staticmethod
-    def _layout(comp: list[_Group]) -> _Layout:
-        """The links of a component (in order of first use), each group's (position in them,
-        times crossed) and the positions of the links that every group crosses (e.g. a server
-        link behind gateways); kept with the component."""
-        pos: dict[int, int] = {}
-        hops = [tuple((pos.setdefault(link, len(pos)), m) for link, m in g.key) for g in comp]
-        links = list(pos)
-        users = [0] * len(links)
-        for hop in hops:
-            for k, _ in hop:
-                users[k] += 1
-        common = [k for k, u in enumerate(users) if u == len(comp)]
-        shared = [tuple((k, m) for k, m in hop if users[k] > 1) for hop in hops]
-        own = [tuple((links[k], m) for k, m in hop if users[k] == 1) for hop in hops]
-        shared_pos = [k for k, u in enumerate(users) if u > 1]
-        return _Layout(links, hops, common, shared, own, shared_pos)
-
-    def _fill_common(self, comp: list[_Group], lay: _Layout) -> bool:
+    def _fill_common(self, comp: list[Group], lay: Layout) -> bool:
         """The first round of :meth:`_fill_levels` when every group has leveled flows, with the
         same sums in the same order; if a link that every group crosses is among the first to
         fill, every group freezes at that level: set it and return True (else False, nothing
