@@ -21,19 +21,33 @@ cap changes (TCP window, trace), or its group's level crosses its cap. Heaps use
 (an entry is stale when its version differs from the flow's).
 
 Levels: a group whose shared links no other group uses has ``lam = min over its links of
-(capacity - capped use) / (times crossed x leveled flows)``; groups sharing links (gateways behind
-one server link) are filled progressively over the groups of that component, a group weighing its
-leveled flows (the same tie tolerance, 1e-12 relative, as
-:func:`aiotsim.network.flows.progressive_filling`); a component and the layout of its links are
-found once and kept until a group is made or dropped, and when a link that every group of the
-component crosses is among the first to fill, every group is frozen at that level at once (the
-usual case behind a server link). After a solve, capped flows whose cap exceeds
-the level become leveled and leveled flows below it become capped, until no flow moves; the
-result is the max-min fair allocation (every leveled flow's group is frozen at a saturated link
-where no flow is faster, every capped flow is below its level), so the rates equal progressive
-filling over all flows up to that tie tolerance. Cost of an event: O(log flows) per flow that
-moves, plus O(groups of the touched component x their links): it does not grow with the number
-of flows in flight for fleets of alike nodes.
+(capacity - capped use) / (times crossed x leveled flows)``. Groups sharing links form a
+**component** (:mod:`aiotsim.network.components`), found once and kept until a group of it or
+next to it is made or dropped; its groups are filled progressively, a group weighing its leveled
+flows (the same tie tolerance, 1e-12 relative, as :func:`aiotsim.network.flows.progressive_filling`).
+
+The **common regime** (gateways behind one server link): in a *fast* component, where every
+link crossed by more than one group is crossed by all of them (*common* links), running sums
+over the common links (leveled flows x times crossed, capped use; compensated) and a heap of the
+groups' own-link fill levels give, in O(log groups), whether a common link is among the first to
+fill; if so every group is at that one level and the component is *attached*: its groups drain
+by one shared clock ``w`` (a group's clock is ``base + w``, ``base`` set when it joins), a heap
+over the groups keyed by their next threshold - base gives the next completion, and heaps of the
+groups' lowest leveled and highest capped caps give the groups whose flows the level crosses.
+When the common link stops filling first (a gateway's own link binds, a group has no leveled
+flow: the tail of a round) the component is detached (each group back on its own clock, exactly
+where the shared one was) and filled progressively over all its groups; it attaches again when
+the common link fills first again.
+
+After a solve, capped flows whose cap exceeds the level become leveled and leveled flows below
+it become capped (a cap within the tie tolerance of the level is a tie: it stays), until no flow
+moves; the result is the max-min fair allocation (every leveled flow's group is frozen at a
+saturated link where no flow is faster, every capped flow is below its level), so the rates
+equal progressive filling over all flows up to that tie tolerance. Cost of an event: O(log flows)
+per flow that moves, plus O(log groups) in an attached component and O(groups of the touched
+component x their links) otherwise (and once per component found): it does not grow with the
+number of flows in flight for fleets of alike nodes, nor with the number of gateways while the
+server link is the bottleneck.
 """
 
 from __future__ import annotations
