@@ -18,10 +18,9 @@ from aiotsim.network.traces import GilbertElliott, parse_mahimahi
 RTOL = 1e-9
 # seeded cases of the slow test where the TCP transport still diverges from the reference (a flow's
 # round or finish lands one step apart): known, open, listed rather than hidden. Measured over the
-# 80 cases of each kind: hier/tcp 60 (8e-3 relative); traced/tcp (1 ms on/off trace, windows paced
-# as byte budgets) 9 and 66 (1e-4), 7 and 74 (arrival order differs, one flow up to 1.5x)
-KNOWN_DIVERGENT = {("hier", "tcp", 60), ("traced", "tcp", 7), ("traced", "tcp", 9), ("traced", "tcp", 66),
-                   ("traced", "tcp", 74)}  # fmt: skip
+# 80 cases of each kind: hier/tcp 60 (8e-3 relative). (traced/tcp 7, 9, 66 and 74 diverged until
+# a leveled cap within the tie tolerance of its level stopped moving back and forth in rates.py.)
+KNOWN_DIVERGENT = {("hier", "tcp", 60)}
 
 
 def run(cls: type, topo: Topology, sends: list[tuple[float, str, str, int]], transport: str, seed: int) -> list:
