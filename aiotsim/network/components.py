@@ -100,8 +100,8 @@ class Component:
 
     *Fast* when every link crossed by more than one of its groups is crossed by all of them (a
     server link behind gateways): then it also keeps, updated in O(log groups) per group that
-    changes, the sums over those *common* links (``ws``: leveled flows x times crossed, ``ss``:
-    capped use, bytes/s; Neumaier-compensated, ``we`` and ``se`` their errors) and min-heaps over
+    changes, the sums over those *common* links (``ws``: leveled flows x times crossed, whole
+    numbers; ``ss``: capped use, bytes/s, Neumaier-compensated, ``se`` its error) and min-heaps over
     its groups of ``(key, seq, group)``: FILL, a group's own-link fill level (bytes/s); LEV, its
     lowest leveled cap; CAP, minus its highest capped cap; CLOCK, on the shared clock, its next
     threshold - base (bytes). An entry is live while its seq is the group's (``Group.seqs``).
@@ -115,7 +115,6 @@ class Component:
     views: dict[Group, tuple[list[Group], Layout | None]] = field(default_factory=dict)
     clinks: list[int] = field(default_factory=list)  # the common links
     ws: list[float] = field(default_factory=list)
-    we: list[float] = field(default_factory=list)
     ss: list[float] = field(default_factory=list)
     se: list[float] = field(default_factory=list)
     empty: int = 0  # groups with no leveled flow
@@ -161,7 +160,7 @@ class Component:
         assert lay is not None
         pos = {k: j for j, k in enumerate(lay.common)}
         self.clinks = [lay.links[k] for k in lay.common]
-        self.ws, self.we, self.ss, self.se = ([0.0] * len(pos) for _ in range(4))
+        self.ws, self.ss, self.se = ([0.0] * len(pos) for _ in range(3))
         self.empty = len(self.groups)
         for g, hop, own in zip(self.groups, lay.hops, lay.own, strict=True):
             g.chops, g.own = tuple((pos[k], m) for k, m in hop if k in pos), own
@@ -173,10 +172,9 @@ class Component:
         """Bring a fast component's sums and heap entries up to date with group ``g``."""
         n, used, capped = g.n, g.s + g.s_err, g.capped  # g.used
         if n != g.cn or used != g.cu or capped != g.cc:
-            ws, we, ss, se = self.ws, self.we, self.ss, self.se
+            ws, ss, se = self.ws, self.ss, self.se
             for j, m in g.chops:
-                if n != g.cn:
-                    ws[j], we[j] = acc(ws[j], we[j], m * (n - g.cn))
+                ws[j] += m * (n - g.cn)  # whole numbers (times crossed x flows): exact
                 if used != g.cu:  # add the new use and take the old one off (compensated)
                     ss[j], se[j] = acc(ss[j], se[j], m * used)
                     ss[j], se[j] = acc(ss[j], se[j], -m * g.cu)
@@ -195,7 +193,14 @@ class Component:
         keys, seqs = g.keys, g.seqs
         if fill != keys[FILL] or seqs[FILL] < 0:
             self.push(g, FILL, fill)
-        lev = g.lev[0][0] if n and clean(g.lev, LEVELED, flows) else math.inf
+        lev = math.inf
+        if n and g.lev:  # the live top of its leveled caps (checked inline: it usually is live)
+            low, ver, fid = g.lev[0]
+            f = flows.get(fid)
+            if f is not None and f.ver == ver and f.mode == LEVELED:
+                lev = low
+            elif clean(g.lev, LEVELED, flows):
+                lev = g.lev[0][0]
         if lev != keys[LEV] or seqs[LEV] < 0:
             self.push(g, LEV, lev)
         top = g.cap[0][0] if capped and clean(g.cap, CAPPED, flows) else math.inf  # -(its highest cap)
@@ -209,7 +214,7 @@ class Component:
             return None
         common = math.inf
         for j, link in enumerate(self.clinks):
-            x = (cap[link] - (self.ss[j] + self.se[j])) / (self.ws[j] + self.we[j])
+            x = (cap[link] - (self.ss[j] + self.se[j])) / self.ws[j]
             if x < common:
                 common = x
         own = self.top(FILL)
