@@ -308,7 +308,7 @@ class RateClasses:
 
     def _rekey(self, c: Component, g: Group) -> None:
         """Push ``g``'s next threshold (its heap's live top) - base onto ``c``'s CLOCK heap."""
-        if self._clean(g.thr, LEVELED):
+        if clean(g.thr, LEVELED, self.flows):
             g.wkey = g.thr[0][0] - g.base
             c.push(g, CLOCK, g.wkey)
         else:
@@ -317,7 +317,7 @@ class RateClasses:
     def next_finish(self, now: float) -> float:
         """Earliest time (s) at which a flow could be drained at the current rates (inf: none)."""
         best = math.inf
-        clean, flows = self._clean, self.flows
+        flows = self.flows
         for c in self._commons:
             if c.lam > 0 and (entry := self._clock_top(c)) is not None:
                 best = min(best, now + (entry[0] - (c.w + c.lam * (now - c.t))) / c.lam)
@@ -328,13 +328,13 @@ class RateClasses:
             top, ver, fid = thr[0]
             f = flows.get(fid)
             if f is None or f.ver != ver or f.mode != LEVELED:  # a stale top: clean the heap
-                if not clean(thr, LEVELED):
+                if not clean(thr, LEVELED, flows):
                     continue
                 top = thr[0][0]
             at = now + (top - g.v - lam * (now - g.t)) / lam
             if at < best:
                 best = at
-        if clean(self._fin, CAPPED) and self._fin[0][0] < best:
+        if clean(self._fin, CAPPED, flows) and self._fin[0][0] < best:
             best = self._fin[0][0]
         return best
 
@@ -362,10 +362,6 @@ class RateClasses:
         return touched
 
     # ------------------------------------------------------------------ internals
-    def _clean(self, heap: list[tuple[float, int, int]], mode: int) -> bool:
-        """Drop stale entries from the top of a group's ``heap``; whether an entry is left."""
-        return clean(heap, mode, self.flows)
-
     def _unplace(self, fid: int, now: float) -> None:
         """Take a flow out of its class (its bytes left frozen at ``now``) until the next solve."""
         f = self.flows[fid]
@@ -539,10 +535,38 @@ class RateClasses:
                 lam = -math.inf
         return max(lam, 0.0) if g.n else lam
 
+    def _settle_lone(self, c: Component, now: float) -> list[int]:
+        """:meth:`_settle` of a component of one group (its level: :meth:`_lone_level`)."""
+        g = c.groups[0]
+        moved: list[int] = []
+        near = self.report_near
+        if now > g.t:
+            g.advance(now)
+        if near:
+            self._near_into(g, moved)  # at their cap now: they may not be after the re-leveling
+        for _ in range(4 * (g.n + g.capped) + 8):  # bound: float ties cannot cycle
+            g.lam = self._lone_level(g)
+            if self._settled(c, c.groups):
+                break
+            step: list[int] = []
+            self._fix_group(g, now, True, step)
+            if not step:
+                self._fix_group(g, now, False, step)
+            if not step:
+                break
+            moved.extend(step)
+        if g.n == 0 and g.capped == 0 and g.key in self._groups:
+            self._drop_group(g)
+        elif near:
+            self._near_into(g, moved)
+        return moved
+
     def _settle(self, c: Component, dirty: list[Group], now: float) -> list[int]:
         """Re-level a component whose groups ``dirty`` changed and move flows across the levels
         until none moves."""
-        groups, lay = ([], None) if c.attached else self._view(c, dirty[0])  # attached: not needed
+        if c.lay is None:
+            return self._settle_lone(c, now)
+        groups, lay = ([], c.lay) if c.attached else self._view(c, dirty[0])  # attached: not needed
         moved: list[int] = []
         near = self.report_near
         if c.fast:
@@ -563,10 +587,8 @@ class RateClasses:
             if not self._level(c, now):
                 if not groups:
                     groups, lay = self._view(c, dirty[0])
-                if lay is None:
-                    groups[0].lam = self._lone_level(groups[0])
-                else:
-                    self._fill_levels(groups, lay, not c.fast)
+                assert lay is not None
+                self._fill_levels(groups, lay, not c.fast)
             if self._settled(c, groups):
                 break
             step = self._fix(c, groups, now, up=True) or self._fix(c, groups, now, up=False)
@@ -614,7 +636,7 @@ class RateClasses:
         """Leveled flows whose cap is within ``NEAR`` (relative) above the level: their rate is
         their cap for a caller testing ``rate >= cap x (1 - NEAR)`` (TCP's window binding)."""
         near = []
-        while self._clean(g.lev, LEVELED) and g.lev[0][0] * (1.0 - NEAR) <= g.lam:
+        while clean(g.lev, LEVELED, self.flows) and g.lev[0][0] * (1.0 - NEAR) <= g.lam:
             near.append(heapq.heappop(g.lev))
         for entry in near:
             heapq.heappush(g.lev, entry)
@@ -696,7 +718,7 @@ class RateClasses:
             f = flows.get(top[2])
             if f is not None and f.ver == top[1] and f.mode == mode:
                 return
-        while self._clean(heap, mode) and ((-heap[0][0] > lam) if up else (heap[0][0] < low)):
+        while clean(heap, mode, flows) and ((-heap[0][0] > lam) if up else (heap[0][0] < low)):
             fid = heapq.heappop(heap)[2]
             self._move(fid, up, now)
             moved.append(fid)
