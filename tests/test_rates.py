@@ -396,3 +396,38 @@ def test_gateway_runs_over_time_equal_brute_force_filling(case: tuple[list[float
         assert done[key] == pytest.approx(at, rel=1e-9, abs=1e-9), key
     left = any(a and not b for a, b in zip(regime, regime[1:], strict=False))
     event(f"common regime: {'entered' if any(regime) else 'never'}{', left' if left else ''}")
+
+
+def test_a_fleet_behind_a_full_server_link_settles_without_a_pass_over_its_gateways(monkeypatch) -> None:
+    # 200 gateways (links 1..200, 10 B/s each) of 3 flows behind a 60 B/s server link (0): the
+    # server link fills first (0.1 B/s per flow, a gateway carries 0.3), so every group is on the
+    # shared clock. A finish and a start behind one gateway then cost one refresh (that group's)
+    # and no progressive filling over the gateways; due() and next_finish() see one component,
+    # no group on its own clock.
+    gateways = 200
+    rc = RateClasses([60.0] + [10.0] * gateways)
+    for k in range(3 * gateways):
+        rc.add(k, (0, 1 + k % gateways), (1.0, 1.0), 1.0 + k, math.inf, 0.0)
+    rc.solve(0.0)
+    assert len(rc._commons) == 1 and not rc._solo
+    assert {rc.rate(k) for k in range(3 * gateways)} == {0.1}
+    first = rc.next_finish(0.0)
+    assert first == pytest.approx(10.0)  # flow 0: 1 byte at 0.1 B/s
+
+    from aiotsim.network.components import Component
+
+    def no_filling(*_args: object) -> None:
+        raise AssertionError("progressive filling over the gateways")
+
+    refreshed: list[object] = []
+    refresh = Component.refresh
+    monkeypatch.setattr(RateClasses, "_fill_levels", no_filling)
+    monkeypatch.setattr(Component, "refresh", lambda c, g, *a: (refreshed.append(g), refresh(c, g, *a))[1])
+    assert rc.due(first, 1e-9) == [0]
+    rc.remove(0, first)
+    rc.add(10_000, (0, 1), (1.0, 1.0), 5.0, math.inf, first)  # a new upload behind gateway 1
+    rc.solve(first)
+    assert len(refreshed) == 1 and len(rc._commons) == 1 and not rc._solo
+    assert rc.rate(10_000) == rc.rate(1) == 0.1  # still 600 flows on 60 B/s
+    # flow 1 (2 bytes) drained 1 byte by t = 10: done at 20
+    assert rc.next_finish(first) == pytest.approx(20.0) and rc.remaining(1, first) == pytest.approx(1.0)
