@@ -18,10 +18,9 @@ from aiotsim.network.traces import GilbertElliott, parse_mahimahi
 RTOL = 1e-9
 # seeded cases of the slow test where the TCP transport still diverges from the reference (a flow's
 # round or finish lands one step apart): known, open, listed rather than hidden. Measured over the
-# 80 cases of each kind: hier/tcp 60 (8e-3 relative); traced/tcp (1 ms on/off trace, windows paced
-# as byte budgets) 9 and 66 (1e-4), 7 and 74 (arrival order differs, one flow up to 1.5x)
-KNOWN_DIVERGENT = {("hier", "tcp", 60), ("traced", "tcp", 7), ("traced", "tcp", 9), ("traced", "tcp", 66),
-                   ("traced", "tcp", 74)}  # fmt: skip
+# 80 cases of each kind: hier/tcp 60 (8e-3 relative). (traced/tcp 7, 9, 66 and 74 diverged until
+# a leveled cap within the tie tolerance of its level stopped moving back and forth in rates.py.)
+KNOWN_DIVERGENT = {("hier", "tcp", 60)}
 
 
 def run(cls: type, topo: Topology, sends: list[tuple[float, str, str, int]], transport: str, seed: int) -> list:
@@ -93,6 +92,49 @@ def compare_runs(kind: str, transport: str, cases: range) -> None:
         want = run(Reference, topo, sends, transport, seed=case)
         got = run(Network, topo, sends, transport, seed=case)
         assert [t.tag for t in got] == [t.tag for t in want], case  # same arrival order
+        for a, b in zip(want, got, strict=True):
+            assert b.end_s == pytest.approx(a.end_s, rel=RTOL), (case, a.tag)
+            assert (b.wire_bytes, b.start_s) == (a.wire_bytes, a.start_s)
+
+
+def gateway_fleet(rng: random.Random) -> tuple[Topology, list[tuple[float, str, str, int]]]:
+    """Many gateways of a few nodes each behind one server link, every node uploading to the
+    server once or twice (one upload at a time): the server link is often the first to fill (the
+    rate classes' common regime, one shared clock) and stops being so as gateways empty or a slow
+    backhaul binds."""
+    groups = [rng.randint(1, 6) for _ in range(rng.randint(4, 9))]
+    topo = Topology.hierarchical(
+        groups, 10e6, 10e6, 0.005, rng.choice([20e6, 4e6]), 20e6, 0.01,
+        server_bps=rng.choice([8e6, 30e6]), loss=rng.choice([0.0, 0.01]),
+    )  # fmt: skip
+    nodes = [v for v in topo.vertices if v.startswith("node")]
+    sends = []
+    for node in nodes:
+        at = rng.choice([0.0, 0.0, rng.uniform(0, 0.3)])
+        sends.append((at, node, "server", rng.choice([20_000, 60_000, rng.randint(1, 150_000)])))
+        if rng.random() < 0.5:  # a second upload once the first has surely arrived
+            sends.append((at + 2.0, node, "server", rng.choice([20_000, rng.randint(1, 150_000)])))
+    return topo, sends
+
+
+@pytest.mark.parametrize("transport", ["ideal", "tcp"])
+def test_gateway_fleets_match_the_vectorized_engine(transport: str) -> None:
+    compare_fleets(transport, range(4))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["ideal", "tcp"])
+def test_many_gateway_fleets_match_the_vectorized_engine(transport: str) -> None:
+    compare_fleets(transport, range(4, 40))
+
+
+def compare_fleets(transport: str, cases: range) -> None:
+    """:func:`compare_runs` for :func:`gateway_fleet` workloads."""
+    for case in cases:
+        topo, sends = gateway_fleet(random.Random(f"fleet/{transport}/{case}"))
+        want = run(Reference, topo, sends, transport, seed=case)
+        got = run(Network, topo, sends, transport, seed=case)
+        assert [t.tag for t in got] == [t.tag for t in want], case
         for a, b in zip(want, got, strict=True):
             assert b.end_s == pytest.approx(a.end_s, rel=RTOL), (case, a.tag)
             assert (b.wire_bytes, b.start_s) == (a.wire_bytes, a.start_s)

@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from aiotsim.network.flows import progressive_filling
-from aiotsim.network.rates import RateClasses
+from aiotsim.network.rates import NEAR, RateClasses
 
 REL = 1e-9
 
@@ -233,3 +233,201 @@ def test_gateways_behind_a_full_server_link_by_hand() -> None:
     rc.remove(3, 0.0)  # gateway 2's group is dropped: gateway 1 alone, still held by its link
     rc.solve(0.0)
     assert [rc.rate(k) for k in range(3)] == [1.5, 1.5, 1.5]
+
+
+def drive(caps: list[float], ops: list[tuple], check_rates: bool = True) -> tuple[dict, list[bool]]:
+    """Run rate classes through time as the network's controller does: jump to the next
+    completion or op, finish the flows due, apply the ops due (("add", t, key, links, mults,
+    nbytes, tcap), ("link", t, link, cap), ("cap", t, key, tcap)), solve; after every solve the
+    rates equal progressive filling (``check_rates``). Returns each flow's finish time and, per
+    solve, whether a component was on the shared clock (the common regime). A solve also
+    reports each flow that starts or stops running at its cap (within NEAR: what TCP needs,
+    ``report_near``)."""
+    caps = list(caps)
+    rc = RateClasses(list(caps), report_near=True)
+    ops = sorted(ops, key=lambda op: op[1])
+    flows: dict = {}
+    done: dict = {}
+    regime: list[bool] = []
+    bound: dict = {}  # flow -> whether it ran at its cap after the last solve
+    now = 0.0
+    for _ in range(10_000):  # a loop that makes no progress fails below
+        if not ops and not rc.flows:
+            return done, regime
+        now = min(rc.next_finish(now), ops[0][1] if ops else math.inf)
+        assert math.isfinite(now)
+        for key in rc.due(now, 1e-9):
+            rc.remove(key, now)
+            done[key] = now
+            del flows[key]
+        while ops and ops[0][1] <= now:
+            op = ops.pop(0)
+            if op[0] == "add":
+                _, _, key, links, mults, nbytes, tcap = op
+                rc.add(key, tuple(links), tuple(map(float, mults)), nbytes, tcap, now)
+                flows[key] = (links, mults, tcap)
+            elif op[0] == "link":
+                caps[op[2]] = op[3]
+                rc.set_link_cap(op[2], op[3], now)
+            elif op[2] in flows:
+                rc.set_tcap(op[2], op[3], now)
+                flows[op[2]] = (*flows[op[2]][:2], op[3])
+        touched = set(rc.solve(now))
+        regime.append(bool(rc._commons))
+        for key in flows:
+            at_cap = rc.rate(key) >= rc.cap_of(key) * (1.0 - NEAR)
+            assert bound.get(key) == at_cap or key in touched, (now, key)
+            bound[key] = at_cap
+        if check_rates:
+            for key, rate in reference(caps, flows).items():
+                assert rc.rate(key) == pytest.approx(rate, rel=REL, abs=1e-12), (now, key)
+    raise AssertionError("no progress")
+
+
+def fluid(caps: list[float], ops: list[tuple]) -> dict:
+    """The same runs by brute force: progressive filling over every live flow at every event, each
+    flow drained at its rate until the next event (the reference for finish times)."""
+    caps = list(caps)
+    ops = sorted(ops, key=lambda op: op[1])
+    flows: dict = {}
+    left: dict = {}
+    done: dict = {}
+    now = 0.0
+    while ops or left:
+        while ops and ops[0][1] <= now:
+            op = ops.pop(0)
+            if op[0] == "add":
+                flows[op[2]], left[op[2]] = (op[3], op[4], op[6]), float(op[5])
+            elif op[0] == "link":
+                caps[op[2]] = op[3]
+            elif op[2] in flows:
+                flows[op[2]] = (*flows[op[2]][:2], op[3])
+        rates = reference(caps, flows)
+        step = min([left[k] / rates[k] for k in left if rates[k] > 0] + [ops[0][1] - now if ops else math.inf])
+        now += step
+        for key in list(left):
+            left[key] -= rates[key] * step
+            if left[key] <= 1e-12:  # float residue of draining to its own finish time
+                done[key] = now
+                del left[key], flows[key]
+    return done
+
+
+def test_gateways_in_and_out_of_the_common_regime_by_hand() -> None:
+    # server link 0 (6 B/s) behind gateway 1 (3.5 B/s: flows a, b, c of 2, 10, 10 bytes) and
+    # gateway 2 (10 B/s: flows d, e, f of 1, 10, 10 bytes), all from t = 0.
+    # t in [0, 1]: server fill 6/6 = 1 < gateway 1's 3.5/3: the server link fills first, every
+    #   flow at 1 B/s (common regime). d finishes at t = 1.
+    # t in [1, 13/7]: server 6/5 = 1.2 > gateway 1's 3.5/3: gateway 1 fills first (a, b, c at
+    #   7/6), e and f share the rest of the server link, (6 - 3.5) / 2 = 1.25: not common.
+    #   a (1 byte left) finishes at 1 + 6/7 = 13/7.
+    # then b, c (8 bytes left) and e, f (10 - 1 - 1.25 x 6/7 = 55.5/7 left): server 6/4 = 1.5 <
+    #   gateway 1's 1.75: common again; e, f finish at 13/7 + 55.5/7/1.5 = 50/7, b and c have
+    #   8 - 1.5 x 37/7 = 1/14 left, then alone behind gateway 1 at 1.75: done at 50/7 + 2/49.
+    sizes = {"a": 2.0, "b": 10.0, "c": 10.0, "d": 1.0, "e": 10.0, "f": 10.0}
+    ops = [("add", 0.0, k, [0, 1 if k in "abc" else 2], [1, 1], n, math.inf) for k, n in sizes.items()]
+    done, regime = drive([6.0, 3.5, 10.0], ops)
+    want = {"d": 1.0, "a": 13 / 7, "e": 50 / 7, "f": 50 / 7, "b": 352 / 49, "c": 352 / 49}
+    assert done == pytest.approx(want, rel=1e-12)
+    # solves at t = 0, 1, 13/7, 50/7, 352/49: common, not, common, a lone group, none left
+    assert regime == [True, False, True, False, False]
+
+
+def test_two_gateways_of_two_flows_behind_one_server_link_by_hand() -> None:
+    # server 4 B/s; gateways 10 B/s: a (4 bytes), b (8) behind gateway 1, c (6), d (12) behind
+    # gateway 2. The server link fills first: 1 B/s each until a is done at t = 4; then 4/3 each:
+    # c (2 left) done at 5.5; b and d at 2 B/s: b (2 left) done at 6.5; d (4 left) alone at the
+    # server's 4 B/s: done at 7.5. A flow crossing the server link twice (e, 6 bytes, starting at
+    # t = 7.5 behind gateway 1) weighs 2 there: alone at 4 / 2 = 2 B/s, done at 10.5.
+    sizes = {"a": (1, 4.0), "b": (1, 8.0), "c": (2, 6.0), "d": (2, 12.0)}
+    ops = [("add", 0.0, k, [0, gw], [1, 1], n, math.inf) for k, (gw, n) in sizes.items()]
+    ops.append(("add", 7.5, "e", [0, 1], [2, 1], 6.0, math.inf))
+    done, regime = drive([4.0, 10.0, 10.0], ops)
+    assert done == pytest.approx({"a": 4.0, "c": 5.5, "b": 6.5, "d": 7.5, "e": 10.5}, rel=1e-12)
+    # solves at t = 0 and 4: common (at 4, b alone behind gateway 1 is a group of the server link
+    # only, c and d another); from 5.5 b and d are each alone behind their gateway: one group
+    # (the server link only), then no shared link at all
+    assert regime == [True, True, False, False, False, False]
+
+
+@st.composite
+def timed_hierarchy(draw: st.DrawFn) -> tuple[list[float], list[tuple]]:
+    """Gateways (links 1..G) behind a server link (link 0): flows start over time behind a
+    gateway (or straight on the server link), some with a private link or a TCP-like cap, some
+    crossing the server link twice; gateway and server capacities and flows' caps change over
+    time, so components go in and out of the common regime and flows between capped and leveled."""
+    gateways = draw(st.integers(2, 7))
+    caps = [draw(st.sampled_from([4.0, 6.0, 10.0, 12.5]))] + [
+        draw(st.sampled_from([1.0, 2.0, 3.5, 5.0, 20.0])) for _ in range(gateways)
+    ]
+    times = st.sampled_from([0.0, 0.0, 0.5, 1.0, 2.0, 3.0]) | st.floats(0.0, 4.0)
+    ops: list[tuple] = []
+    n_flows = draw(st.integers(1, 25))
+    for key in range(n_flows):
+        gw = draw(st.integers(0, gateways))
+        links, mults = ([0, gw] if gw else [0]), [draw(st.sampled_from([1, 1, 1, 2]))] + ([1] if gw else [])
+        if draw(st.integers(0, 3)) == 0:
+            caps.append(draw(CAPS))  # its private link
+            links, mults = [*links, len(caps) - 1], [*mults, 1]
+        tcap = draw(st.sampled_from([math.inf, math.inf, 0.3, 0.7, 1.0, 2.0]))
+        nbytes = draw(st.sampled_from([1.0, 2.0, 5.0, 10.0, 30.0]))
+        ops.append(("add", draw(times), key, links, mults, nbytes, tcap))
+    for _ in range(draw(st.integers(0, 6))):
+        if draw(st.booleans()):
+            ops.append(("link", draw(times), draw(st.integers(0, gateways)), draw(CAPS)))
+        else:
+            ops.append(
+                ("cap", draw(times), draw(st.integers(0, n_flows - 1)), draw(st.sampled_from([math.inf, 0.5, 3.0])))
+            )
+    return caps, ops
+
+
+@settings(max_examples=200, deadline=None)
+@given(timed_hierarchy())
+def test_gateway_runs_over_time_equal_brute_force_filling(case: tuple[list[float], list[tuple]]) -> None:
+    """Hierarchies driven through time: after every event the rates equal progressive filling
+    over every flow, and every flow finishes when the brute-force fluid run says (1e-9), through
+    switches in and out of the common regime (shared clock attached and detached)."""
+    caps, ops = case
+    done, regime = drive(caps, ops)
+    want = fluid(caps, ops)
+    assert done.keys() == want.keys()
+    for key, at in want.items():
+        assert done[key] == pytest.approx(at, rel=1e-9, abs=1e-9), key
+    left = any(a and not b for a, b in zip(regime, regime[1:], strict=False))
+    event(f"common regime: {'entered' if any(regime) else 'never'}{', left' if left else ''}")
+
+
+def test_a_fleet_behind_a_full_server_link_settles_without_a_pass_over_its_gateways(monkeypatch) -> None:
+    # 200 gateways (links 1..200, 10 B/s each) of 3 flows behind a 60 B/s server link (0): the
+    # server link fills first (0.1 B/s per flow, a gateway carries 0.3), so every group is on the
+    # shared clock. A finish and a start behind one gateway then cost one refresh (that group's)
+    # and no progressive filling over the gateways; due() and next_finish() see one component,
+    # no group on its own clock.
+    gateways = 200
+    rc = RateClasses([60.0] + [10.0] * gateways)
+    for k in range(3 * gateways):
+        rc.add(k, (0, 1 + k % gateways), (1.0, 1.0), 1.0 + k, math.inf, 0.0)
+    rc.solve(0.0)
+    assert len(rc._commons) == 1 and not rc._solo
+    assert {rc.rate(k) for k in range(3 * gateways)} == {0.1}
+    first = rc.next_finish(0.0)
+    assert first == pytest.approx(10.0)  # flow 0: 1 byte at 0.1 B/s
+
+    from aiotsim.network.components import Component
+
+    def no_filling(*_args: object) -> None:
+        raise AssertionError("progressive filling over the gateways")
+
+    refreshed: list[object] = []
+    refresh = Component.refresh
+    monkeypatch.setattr(RateClasses, "_fill_levels", no_filling)
+    monkeypatch.setattr(Component, "refresh", lambda c, g, *a: (refreshed.append(g), refresh(c, g, *a))[1])
+    assert rc.due(first, 1e-9) == [0]
+    rc.remove(0, first)
+    rc.add(10_000, (0, 1), (1.0, 1.0), 5.0, math.inf, first)  # a new upload behind gateway 1
+    rc.solve(first)
+    assert len(refreshed) == 1 and len(rc._commons) == 1 and not rc._solo
+    assert rc.rate(10_000) == rc.rate(1) == 0.1  # still 600 flows on 60 B/s
+    # flow 1 (2 bytes) drained 1 byte by t = 10: done at 20
+    assert rc.next_finish(first) == pytest.approx(20.0) and rc.remaining(1, first) == pytest.approx(1.0)

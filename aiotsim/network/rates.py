@@ -21,82 +21,59 @@ cap changes (TCP window, trace), or its group's level crosses its cap. Heaps use
 (an entry is stale when its version differs from the flow's).
 
 Levels: a group whose shared links no other group uses has ``lam = min over its links of
-(capacity - capped use) / (times crossed x leveled flows)``; groups sharing links (gateways behind
-one server link) are filled progressively over the groups of that component, a group weighing its
-leveled flows (the same tie tolerance, 1e-12 relative, as
-:func:`aiotsim.network.flows.progressive_filling`); a component and the layout of its links are
-found once and kept until a group is made or dropped, and when a link that every group of the
-component crosses is among the first to fill, every group is frozen at that level at once (the
-usual case behind a server link). After a solve, capped flows whose cap exceeds
-the level become leveled and leveled flows below it become capped, until no flow moves; the
-result is the max-min fair allocation (every leveled flow's group is frozen at a saturated link
-where no flow is faster, every capped flow is below its level), so the rates equal progressive
-filling over all flows up to that tie tolerance. Cost of an event: O(log flows) per flow that
-moves, plus O(groups of the touched component x their links): it does not grow with the number
-of flows in flight for fleets of alike nodes.
+(capacity - capped use) / (times crossed x leveled flows)``. Groups sharing links form a
+**component** (:mod:`aiotsim.network.components`), found once and kept until a group of it or
+next to it is made or dropped; its groups are filled progressively, a group weighing its leveled
+flows (the same tie tolerance, 1e-12 relative, as :func:`aiotsim.network.flows.progressive_filling`).
+
+The **common regime** (gateways behind one server link): in a *fast* component, where every
+link crossed by more than one group is crossed by all of them (*common* links), running sums
+over the common links (leveled flows x times crossed, capped use; compensated) and a heap of the
+groups' own-link fill levels give, in O(log groups), whether a common link is among the first to
+fill; if so every group is at that one level and the component is *attached*: its groups drain
+by one shared clock ``w`` (a group's clock is ``base + w``, ``base`` set when it joins), a heap
+over the groups keyed by their next threshold - base gives the next completion, and heaps of the
+groups' lowest leveled and highest capped caps give the groups whose flows the level crosses.
+When the common link stops filling first (a gateway's own link binds, a group has no leveled
+flow: the tail of a round) the component is detached (each group back on its own clock, exactly
+where the shared one was) and filled progressively over all its groups; it attaches again when
+the common link fills first again.
+
+After a solve, capped flows whose cap exceeds the level become leveled and leveled flows below
+it become capped (a cap within the tie tolerance of the level is a tie: it stays), until no flow
+moves; the result is the max-min fair allocation (every leveled flow's group is frozen at a
+saturated link where no flow is faster, every capped flow is below its level), so the rates
+equal progressive filling over all flows up to that tie tolerance. Cost of an event: O(log flows)
+per flow that moves, plus O(log groups) in an attached component and O(groups of the touched
+component x their links) otherwise (and once per component found): it does not grow with the
+number of flows in flight for fleets of alike nodes, nor with the number of gateways while the
+server link is the bottleneck.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-PENDING, LEVELED, CAPPED, WAITING = 0, 1, 2, 3
-TIE = 1e-12  # relative: links filling this close to the level freeze together (progressive filling)
-NEAR = 1e-9  # relative: a leveled flow this close to its cap is reported as touched (see _near)
-SPARE_TOL = 1e-12  # relative: a link's spare capacity this close to 0 counts as exactly used
-
-
-@dataclass(eq=False, slots=True)
-class _Group:
-    """Flows with one set of shared links; ``key``: ((link, times crossed), ...)."""
-
-    key: tuple[tuple[int, float], ...]
-    lam: float = 0.0  # bytes/s, the level of its leveled flows
-    v: float = 0.0  # bytes drained per leveled flow, as of time t
-    t: float = 0.0  # s
-    n: int = 0  # leveled flows
-    capped: int = 0  # capped flows
-    s: float = 0.0  # bytes/s, sum of the capped flows' caps (with s_err: compensated, see add_cap)
-    s_err: float = 0.0  # bytes/s, rounding error of s so far (Neumaier)
-    thr: list[tuple[float, int, int]] = field(default_factory=list)  # (threshold, version, fid)
-    lev: list[tuple[float, int, int]] = field(default_factory=list)  # (cap, version, fid), min first
-    cap: list[tuple[float, int, int]] = field(default_factory=list)  # (-cap, version, fid), max first
-
-    def add_cap(self, x: float) -> None:
-        """``s += x`` with the rounding error kept (caps of very different sizes come and go:
-        a plain running sum would leave residues that a link at capacity 0 turns into rates)."""
-        t = self.s + x
-        self.s_err += (self.s - t) + x if abs(self.s) >= abs(x) else (x - t) + self.s
-        self.s = t
-        if not self.capped:
-            self.s = self.s_err = 0.0
-
-    @property
-    def used(self) -> float:
-        """Sum of the capped flows' caps, bytes/s."""
-        return self.s + self.s_err
-
-    def advance(self, now: float) -> None:
-        """Move the virtual clock to ``now`` at the current level."""
-        if now > self.t:
-            if self.n and self.lam > 0:
-                self.v += self.lam * (now - self.t)
-            self.t = now
-
-
-@dataclass(slots=True)
-class _Layout:
-    """How a component's groups use its links, found once per component (positions index
-    ``links``; a link is *own* to a group when no other group of the component crosses it)."""
-
-    links: list[int]  # the component's links, in order of first use
-    hops: list[tuple[tuple[int, float], ...]]  # per group: (position, times crossed) of each of its links
-    common: list[int]  # positions of the links that every group crosses (a server link behind gateways)
-    shared: list[tuple[tuple[int, float], ...]]  # per group: its hops on links other groups cross too
-    own: list[tuple[tuple[float, float], ...]]  # per group: (capacity index, times crossed) of its own links
-    shared_pos: list[int]  # positions of the links crossed by more than one group
+from aiotsim.network.components import (
+    CAP,
+    CAPPED,
+    CLOCK,
+    LEV,
+    LEVELED,
+    NEAR,
+    PENDING,
+    SPARE_TOL,
+    TIE,
+    WAITING,
+    Component,
+    Group,
+    Layout,
+    clean,
+    layout,
+    search,
+)
 
 
 @dataclass(eq=False, slots=True)
@@ -107,7 +84,7 @@ class _Flow:
     rem: float  # wire bytes left as of t0 (PENDING, WAITING, CAPPED)
     t0: float = 0.0  # s
     mode: int = PENDING
-    group: _Group | None = None
+    group: Group | None = None
     c: float = math.inf  # bytes/s, effective cap when placed
     thr: float = 0.0  # LEVELED: threshold on the group's clock
     ver: int = 0
@@ -138,16 +115,15 @@ class RateClasses:
         self.cap = [float(c) for c in cap]
         self.users = [0] * len(cap)  # live flows crossing each link
         self._on_link: dict[int, dict[int, None]] = {}  # link -> fids crossing it
-        self._link_groups: dict[int, dict[_Group, None]] = {}
-        self._groups: dict[tuple[tuple[int, float], ...], _Group] = {}
+        self._link_groups: dict[int, dict[Group, None]] = {}
+        self._groups: dict[tuple[tuple[int, float], ...], Group] = {}
         self.flows: dict[int, _Flow] = {}
         self._pending: dict[int, None] = {}
-        self._dirty: dict[_Group, None] = {}
+        self._dirty: dict[Group, None] = {}
         self._fin: list[tuple[float, int, int]] = []  # capped flows: (finish s, version, fid)
         self._ver = 0
-        # the component found from each group, and its links (cleared when a group is made or dropped)
-        self._comps: dict[_Group, list[_Group]] = {}
-        self._layouts: dict[_Group, _Layout] = {}
+        self._solo: dict[Group, None] = {}  # groups on their own clock
+        self._commons: dict[Component, None] = {}  # attached components (their groups on the shared clock)
 
     # ------------------------------------------------------------------ mutations
     def add(
@@ -207,6 +183,9 @@ class RateClasses:
         if f.mode == LEVELED:
             g = f.group
             assert g is not None
+            c = g.common
+            if c is not None:  # the shared clock: the same expression as due() and next_finish()
+                return (f.thr - g.base) - (c.w + c.lam * (now - c.t))
             return f.thr - (g.v + g.lam * (now - g.t))
         if f.mode == CAPPED:
             return f.rem - f.c * (now - f.t0)
@@ -216,8 +195,9 @@ class RateClasses:
         """Current rate of flow ``fid``, bytes/s (0 until placed, or while waiting)."""
         f = self.flows[fid]
         if f.mode == LEVELED:
-            assert f.group is not None
-            return max(f.group.lam, 0.0)
+            g = f.group
+            assert g is not None
+            return max(g.lam if g.common is None else g.common.lam, 0.0)
         if f.mode == CAPPED:
             return f.c
         return f.r if f.mode == PENDING else 0.0
@@ -231,12 +211,14 @@ class RateClasses:
         return self.flows[fid].c
 
     def advance(self, now: float) -> None:
-        """Move every group's virtual clock to ``now``."""
-        for g in self._groups.values():
-            if now > g.t:  # _Group.advance, inlined: once per group per event
+        """Move every virtual clock to ``now``."""
+        for g in self._solo:
+            if now > g.t:  # Group.advance, inlined: once per group per event
                 if g.n and g.lam > 0:
                     g.v += g.lam * (now - g.t)
                 g.t = now
+        for c in self._commons:
+            c.advance(now)
 
     def due(self, now: float, min_bytes: float, snap_s: float = -math.inf) -> list[int]:
         """Flows whose drain is complete at ``now``, any order: fewer than ``min_bytes`` left, or
@@ -254,8 +236,10 @@ class RateClasses:
             for fid in out:
                 self._pending.pop(fid)
         pop = heapq.heappop
-        for g in self._groups.values():
-            if now > g.t:  # _Group.advance, inlined
+        for c in self._commons:
+            self._due_common(c, now, min_bytes, snap_s, out)
+        for g in self._solo:
+            if now > g.t:  # Group.advance, inlined
                 if g.n and g.lam > 0:
                     g.v += g.lam * (now - g.t)
                 g.t = now
@@ -293,24 +277,64 @@ class RateClasses:
             out.append(fid)
         return out
 
+    def _due_common(self, c: Component, now: float, min_bytes: float, snap_s: float, out: list[int]) -> None:
+        """:meth:`due` over an attached component: its groups' next thresholds in one heap."""
+        c.advance(now)
+        lam, w = c.lam, c.w
+        if not lam > 0:
+            return
+        while (entry := self._clock_top(c)) is not None:
+            g = entry[2]
+            rem = entry[0] - w  # bytes: (threshold - base) - w, as in remaining()
+            eta = rem / lam  # s
+            if not (rem < min_bytes or now + eta <= now or eta <= snap_s):
+                return
+            out.append(heapq.heappop(g.thr)[2])
+            self._rekey(c, g)
+
+    def _clock_top(self, c: Component) -> tuple[float, int, Group] | None:
+        """The live top of an attached component's CLOCK heap whose group's top threshold is live
+        (a stale one: the group re-keyed)."""
+        flows = self.flows
+        while (entry := c.top(CLOCK)) is not None:
+            g = entry[2]
+            if g.thr:
+                _, ver, fid = g.thr[0]
+                f = flows.get(fid)
+                if f is not None and f.ver == ver and f.mode == LEVELED:
+                    return entry
+            self._rekey(c, g)
+        return None
+
+    def _rekey(self, c: Component, g: Group) -> None:
+        """Push ``g``'s next threshold (its heap's live top) - base onto ``c``'s CLOCK heap."""
+        if clean(g.thr, LEVELED, self.flows):
+            g.wkey = g.thr[0][0] - g.base
+            c.push(g, CLOCK, g.wkey)
+        else:
+            g.wkey, g.seqs[CLOCK] = math.inf, -1
+
     def next_finish(self, now: float) -> float:
         """Earliest time (s) at which a flow could be drained at the current rates (inf: none)."""
         best = math.inf
-        clean, flows = self._clean, self.flows
-        for g in self._groups.values():
+        flows = self.flows
+        for c in self._commons:
+            if c.lam > 0 and (entry := self._clock_top(c)) is not None:
+                best = min(best, now + (entry[0] - (c.w + c.lam * (now - c.t))) / c.lam)
+        for g in self._solo:
             thr, lam = g.thr, g.lam
             if not (g.n and lam > 0 and thr):
                 continue
             top, ver, fid = thr[0]
             f = flows.get(fid)
             if f is None or f.ver != ver or f.mode != LEVELED:  # a stale top: clean the heap
-                if not clean(thr, LEVELED):
+                if not clean(thr, LEVELED, flows):
                     continue
                 top = thr[0][0]
             at = now + (top - g.v - lam * (now - g.t)) / lam
             if at < best:
                 best = at
-        if clean(self._fin, CAPPED) and self._fin[0][0] < best:
+        if clean(self._fin, CAPPED, flows) and self._fin[0][0] < best:
             best = self._fin[0][0]
         return best
 
@@ -324,29 +348,20 @@ class RateClasses:
             touched = sorted(pending)
             for fid in touched:
                 self._place(fid, now)
-        while self._dirty:
-            g = next(iter(self._dirty))
-            comp = self._component(g)
-            if len(self._dirty) == 1:  # only g
-                self._dirty.clear()
-            else:
-                for h in comp:
-                    self._dirty.pop(h, None)
-            touched.extend(self._settle(comp, now))
+        while self._dirty:  # a settle may drop a group and so dirty its neighbours: again
+            dirty, self._dirty = self._dirty, {}
+            if len(dirty) == 1:  # the usual case
+                g = next(iter(dirty))
+                touched.extend(self._settle(self._component(g), [g], now))
+                continue
+            by_comp: dict[Component, list[Group]] = {}  # in order of first dirty group
+            for g in dirty:
+                by_comp.setdefault(self._component(g), []).append(g)
+            for comp, groups in by_comp.items():
+                touched.extend(self._settle(comp, groups, now))
         return touched
 
     # ------------------------------------------------------------------ internals
-    def _clean(self, heap: list[tuple[float, int, int]], mode: int) -> bool:
-        """Drop stale entries from the top of ``heap``; whether an entry is left."""
-        flows = self.flows
-        while heap:
-            _, ver, fid = heap[0]
-            f = flows.get(fid)
-            if f is not None and f.ver == ver and f.mode == mode:
-                return True
-            heapq.heappop(heap)
-        return False
-
     def _unplace(self, fid: int, now: float) -> None:
         """Take a flow out of its class (its bytes left frozen at ``now``) until the next solve."""
         f = self.flows[fid]
@@ -370,10 +385,10 @@ class RateClasses:
         f.ver = self._ver
         self._pending[fid] = None
 
-    def _drop_group(self, g: _Group) -> None:
-        self._comps.clear()
-        self._layouts.clear()
+    def _drop_group(self, g: Group) -> None:
+        self._forget(g.comp)
         del self._groups[g.key]
+        del self._solo[g]
         self._dirty.pop(g, None)
         for link, _ in g.key:
             groups = self._link_groups[link]
@@ -403,17 +418,20 @@ class RateClasses:
         key = tuple(shared)
         g = self._groups.get(key)
         if g is None:
-            g = self._groups[key] = _Group(key, t=now)
-            self._comps.clear()
-            self._layouts.clear()
+            g = self._groups[key] = Group(key, t=now)
+            self._solo[g] = None
             for link, _ in key:
-                self._link_groups.setdefault(link, {})[g] = None
+                groups = self._link_groups.setdefault(link, {})
+                for h in groups:  # their component grows: found again
+                    if h.comp is not None:
+                        self._forget(h.comp)
+                groups[g] = None
             g.lam = self._lone_level(g) if self._alone(g) else math.inf
         g.advance(now)
         self._put(f, fid, g, cap >= g.lam, now)
         self._dirty[g] = None
 
-    def _put(self, f: _Flow, fid: int, g: _Group | None, leveled: bool, now: float) -> None:
+    def _put(self, f: _Flow, fid: int, g: Group | None, leveled: bool, now: float) -> None:
         """Enter ``f`` (bytes left ``f.rem`` at ``now``) as leveled or capped (group clock at now)."""
         self._ver += 1
         f.ver, f.group = self._ver, g
@@ -423,6 +441,10 @@ class RateClasses:
             g.n += 1
             heapq.heappush(g.thr, (f.thr, f.ver, fid))
             heapq.heappush(g.lev, (f.c, f.ver, fid))
+            c = g.common
+            if c is not None and f.thr - g.base < g.wkey:  # its next threshold on the shared clock
+                g.wkey = f.thr - g.base
+                c.push(g, CLOCK, g.wkey)
             return
         f.mode, f.t0 = CAPPED, now
         heapq.heappush(self._fin, (now + f.rem / f.c if f.c > 0 else math.inf, f.ver, fid))
@@ -444,29 +466,65 @@ class RateClasses:
             g.add_cap(-f.c)
         self._put(f, fid, g, leveled, now)
 
-    def _alone(self, g: _Group) -> bool:
+    def _alone(self, g: Group) -> bool:
         return all(len(self._link_groups[link]) == 1 for link, _ in g.key)
 
-    def _component(self, g: _Group) -> list[_Group]:
-        """The groups connected to ``g`` through shared links, in order of discovery from ``g``
-        (kept until a group is made or dropped: the set of groups and their links is what defines it)."""
-        comp = self._comps.get(g)
-        if comp is None:
-            comp = self._comps[g] = [g] if self._alone(g) else self._search(g)
-        return comp
+    def _component(self, g: Group) -> Component:
+        """``g``'s component, found again after a group of it or next to it was made or dropped
+        (the set of groups and their links is what defines it)."""
+        c = g.comp
+        if c is None:
+            groups = [g] if self._alone(g) else search(g, self._link_groups)
+            c = Component(groups)
+            for h in groups:
+                h.comp = c
+            if len(groups) > 1:
+                c.lay = layout(groups)
+                c.fast = len(c.lay.common) == len(c.lay.shared_pos)  # every shared link is common
+                if c.fast:
+                    c.init_sums(self.cap, self.flows)
+        return c
 
-    def _search(self, g: _Group) -> list[_Group]:
-        seen: dict[_Group, None] = {g: None}
-        stack = [g]
-        while stack:
-            for link, _ in stack.pop().key:
-                for h in self._link_groups[link]:
-                    if h not in seen:
-                        seen[h] = None
-                        stack.append(h)
-        return list(seen)
+    def _forget(self, c: Component | None) -> None:
+        """Drop a component whose groups change (its groups back on their own clocks)."""
+        if c is not None:
+            if c.attached:
+                self._detach(c)
+            for h in c.groups:
+                h.comp = None
 
-    def _lone_level(self, g: _Group) -> float:
+    def _view(self, c: Component, g: Group) -> tuple[list[Group], Layout | None]:
+        """The component's groups in order of discovery from ``g`` and their layout: progressive
+        filling sums in that order (the first dirty group's, as before components were kept)."""
+        if g is c.groups[0]:
+            return c.groups, c.lay
+        view = c.views.get(g)
+        if view is None:
+            groups = search(g, self._link_groups)
+            view = c.views[g] = (groups, layout(groups))
+        return view
+
+    def _attach(self, c: Component, now: float) -> None:
+        """Put a component's groups on one shared clock (they are all at one level)."""
+        for g in c.groups:
+            g.advance(now)
+        c.attached, c.w, c.t, c.heaps[CLOCK] = True, 0.0, now, []
+        for g in c.groups:
+            g.base, g.common = g.v, c
+            del self._solo[g]
+            self._rekey(c, g)
+        self._commons[c] = None
+
+    def _detach(self, c: Component) -> None:
+        """Give a component's groups their own clocks again (as of the shared clock's time)."""
+        for g in c.groups:
+            g.v, g.t, g.lam, g.common = g.base + c.w, c.t, c.lam, None
+            g.wkey, g.seqs[CLOCK] = math.inf, -1
+            self._solo[g] = None
+        c.attached, c.heaps[CLOCK] = False, []
+        del self._commons[c]
+
+    def _lone_level(self, g: Group) -> float:
         """Level of a group whose shared links carry no other group (bytes/s)."""
         lam = math.inf
         for link, m in g.key:
@@ -477,40 +535,94 @@ class RateClasses:
                 lam = -math.inf
         return max(lam, 0.0) if g.n else lam
 
-    def _settle(self, comp: list[_Group], now: float) -> list[int]:
-        """Re-level a component and move flows across the levels until none moves."""
+    def _settle_lone(self, c: Component, now: float) -> list[int]:
+        """:meth:`_settle` of a component of one group (its level: :meth:`_lone_level`)."""
+        g = c.groups[0]
         moved: list[int] = []
         near = self.report_near
-        for g in comp:
-            if now > g.t:
-                g.advance(now)
-            if near:
-                self._near_into(g, moved)  # at their cap now: they may not be after the re-leveling
-        lone, rounds, bound = len(comp) == 1, 0, 0
-        while True:
-            if lone:
-                comp[0].lam = self._lone_level(comp[0])
-            else:
-                self._fill_levels(comp)
-            if self._settled(comp):
+        if now > g.t:
+            g.advance(now)
+        if near:
+            self._near_into(g, moved)  # at their cap now: they may not be after the re-leveling
+        for _ in range(4 * (g.n + g.capped) + 8):  # bound: float ties cannot cycle
+            g.lam = self._lone_level(g)
+            if self._settled(c, c.groups):
                 break
-            step = self._fix(comp, now, up=True) or self._fix(comp, now, up=False)
+            step: list[int] = []
+            self._fix_group(g, now, True, step)
+            if not step:
+                self._fix_group(g, now, False, step)
+            if not step:
+                break
+            moved.extend(step)
+        if g.n == 0 and g.capped == 0 and g.key in self._groups:
+            self._drop_group(g)
+        elif near:
+            self._near_into(g, moved)
+        return moved
+
+    def _settle(self, c: Component, dirty: list[Group], now: float) -> list[int]:
+        """Re-level a component whose groups ``dirty`` changed and move flows across the levels
+        until none moves."""
+        if c.lay is None:
+            return self._settle_lone(c, now)
+        groups, lay = ([], c.lay) if c.attached else self._view(c, dirty[0])  # attached: not needed
+        moved: list[int] = []
+        near = self.report_near
+        if c.fast:
+            for g in dirty:
+                c.refresh(g, self.cap, self.flows)
+        if c.attached:
+            c.advance(now)
+            if near:
+                self._near_common(c, moved)
+        else:
+            for g in groups:
+                if now > g.t:
+                    g.advance(now)
+                if near:
+                    self._near_into(g, moved)  # at their cap now: they may not be after the re-leveling
+        rounds, bound = 0, 0
+        while True:
+            if not self._level(c, now):
+                if not groups:
+                    groups, lay = self._view(c, dirty[0])
+                assert lay is not None
+                self._fill_levels(groups, lay, not c.fast)
+            if self._settled(c, groups):
+                break
+            step = self._fix(c, groups, now, up=True) or self._fix(c, groups, now, up=False)
             if not step:
                 break
             moved.extend(step)
             rounds += 1
             # bound: float ties cannot cycle (moves keep each group's flow count: computed once)
-            bound = bound or 4 * sum(g.n + g.capped for g in comp) + 8
+            bound = bound or 4 * (c.nflows if c.fast else sum(g.n + g.capped for g in groups)) + 8
             if rounds >= bound:
                 break
-        for g in comp:
+        if c.attached and near:
+            self._near_common(c, moved)
+        for g in dirty if c.attached else list(groups):
             if g.n == 0 and g.capped == 0 and g.key in self._groups:
                 self._drop_group(g)
-            elif near:
+            elif near and g.common is None:
                 self._near_into(g, moved)
         return moved
 
-    def _near_into(self, g: _Group, out: list[int]) -> None:
+    def _level(self, c: Component, now: float) -> bool:
+        """The common regime of a fast component: if a common link fills first, its groups on
+        the shared clock (attached if they were not) at that level: True. Else False, its groups
+        on their own clocks (detached if they were not), to be filled progressively."""
+        if c.fast and (level := c.common_level(self.cap)) is not None:
+            if not c.attached:
+                self._attach(c, now)
+            c.lam = level
+            return True
+        if c.attached:
+            self._detach(c)
+        return False
+
+    def _near_into(self, g: Group, out: list[int]) -> None:
         """Append :meth:`_near` of ``g`` to ``out``; the usual case (a live top entry not near
         the level: nothing near) checked inline."""
         if g.lev:
@@ -520,22 +632,40 @@ class RateClasses:
                 return
         out.extend(self._near(g))
 
-    def _near(self, g: _Group) -> list[int]:
+    def _near(self, g: Group) -> list[int]:
         """Leveled flows whose cap is within ``NEAR`` (relative) above the level: their rate is
         their cap for a caller testing ``rate >= cap x (1 - NEAR)`` (TCP's window binding)."""
         near = []
-        while self._clean(g.lev, LEVELED) and g.lev[0][0] * (1.0 - NEAR) <= g.lam:
+        while clean(g.lev, LEVELED, self.flows) and g.lev[0][0] * (1.0 - NEAR) <= g.lam:
             near.append(heapq.heappop(g.lev))
         for entry in near:
             heapq.heappush(g.lev, entry)
         return [entry[2] for entry in near]
 
-    def _settled(self, comp: list[_Group]) -> bool:
+    def _near_common(self, c: Component, out: list[int]) -> None:
+        """:meth:`_near` of every group of an attached component with a leveled cap near its level."""
+        lam, heap, popped = c.lam, c.heaps[LEV], []
+        while (top := c.top(LEV)) is not None and top[0] * (1.0 - NEAR) <= lam:
+            popped.append(heapq.heappop(heap))
+        for entry in popped:
+            heapq.heappush(heap, entry)
+            g = entry[2]
+            g.lam = lam
+            out.extend(self._near(g))
+
+    def _settled(self, c: Component, groups: list[Group]) -> bool:
         """Whether no flow of the component has to move (:meth:`_fix` both ways would move
         none): every group's top capped flow is at or below its level and its top leveled flow
-        at or above it, checked on live top entries (a stale top: not known, False)."""
+        at or above it, checked on live top entries (a stale top: not known, False); in an
+        attached component, on the tops of its CAP and LEV heaps."""
+        if c.attached:
+            top = c.top(CAP)
+            if top is not None and -top[0] > c.lam:
+                return False
+            top = c.top(LEV)
+            return top is None or top[0] >= c.lam * (1.0 - TIE)
         flows = self.flows
-        for g in comp:
+        for g in groups:
             lam = g.lam
             if g.capped:
                 cap, ver, fid = g.cap[0]
@@ -545,39 +675,60 @@ class RateClasses:
             if g.n:
                 cap, ver, fid = g.lev[0]
                 f = flows.get(fid)
-                if f is None or f.ver != ver or f.mode != LEVELED or cap < lam:
+                if f is None or f.ver != ver or f.mode != LEVELED or cap < lam * (1.0 - TIE):
                     return False
         return True
 
-    def _fix(self, comp: list[_Group], now: float, up: bool) -> list[int]:
+    def _fix(self, c: Component, groups: list[Group], now: float, up: bool) -> list[int]:
         """``up``: capped flows whose cap exceeds the level become leveled; else leveled flows
         whose cap is below the level become capped (a tie stays leveled: the same rate, and a
-        group keeps a leveled flow to define its level). Returns the fids moved."""
+        group keeps a leveled flow to define its level; a cap within TIE below the level is a tie:
+        else a level rounded up by an ulp caps flows that, once capped, leave the group a level
+        below their caps, and they move back and forth). Returns the fids moved. An attached
+        component visits only the groups its CAP or LEV heap puts across the level."""
         moved: list[int] = []
-        clean, flows = self._clean, self.flows
-        for g in comp:
-            heap, mode = (g.cap, CAPPED) if up else (g.lev, LEVELED)
-            if not (g.capped if up else g.n):  # no live entry: only stale ones, drop them at once
-                heap.clear()
-                continue
-            lam = g.lam
-            top = heap[0] if heap else None  # the usual case: a live top entry that does not move
-            if top is not None and ((-top[0] <= lam) if up else (top[0] >= lam)):
-                f = flows.get(top[2])
-                if f is not None and f.ver == top[1] and f.mode == mode:
-                    continue
-            while clean(heap, mode) and ((-heap[0][0] > lam) if up else (heap[0][0] < lam)):
-                fid = heapq.heappop(heap)[2]
-                self._move(fid, up, now)
-                moved.append(fid)
+        if c.attached:
+            which, lam, low = (CAP if up else LEV), c.lam, c.lam * (1.0 - TIE)
+            while (top := c.top(which)) is not None and ((-top[0] > lam) if up else (top[0] < low)):
+                heapq.heappop(c.heaps[which])
+                g = top[2]
+                g.seqs[which] = -1
+                g.advance(now)  # its clock and level from the shared clock
+                self._fix_group(g, now, up, moved)
+                c.refresh(g, self.cap, self.flows)
+            return moved
+        for g in groups:
+            self._fix_group(g, now, up, moved)
+        if c.fast and moved:  # keep the sums and heaps (the common regime may begin next round)
+            for g in dict.fromkeys(self.flows[fid].group for fid in moved):
+                assert g is not None
+                c.refresh(g, self.cap, self.flows)
         return moved
 
-    def _fill_levels(self, comp: list[_Group]) -> None:
+    def _fix_group(self, g: Group, now: float, up: bool, moved: list[int]) -> None:
+        """:meth:`_fix` within one group at its level ``g.lam``; appends the fids moved."""
+        heap, mode = (g.cap, CAPPED) if up else (g.lev, LEVELED)
+        if not (g.capped if up else g.n):  # no live entry: only stale ones, drop them at once
+            heap.clear()
+            return
+        lam, low = g.lam, g.lam * (1.0 - TIE)
+        top = heap[0] if heap else None  # the usual case: a live top entry that does not move
+        flows = self.flows
+        if top is not None and ((-top[0] <= lam) if up else (top[0] >= low)):
+            f = flows.get(top[2])
+            if f is not None and f.ver == top[1] and f.mode == mode:
+                return
+        while clean(heap, mode, flows) and ((-heap[0][0] > lam) if up else (heap[0][0] < low)):
+            fid = heapq.heappop(heap)[2]
+            self._move(fid, up, now)
+            moved.append(fid)
+
+    def _fill_levels(self, comp: list[Group], lay: Layout, try_common: bool) -> None:
         """Progressive filling over the groups of a component (each weighs its leveled flows,
         capped flows' caps are fixed use); a group with no leveled flow gets the level at which
-        its tightest link is full (inf: a link of it has room, -inf: over-committed)."""
-        lay = self._layout(comp)
-        if lay.common and self._fill_common(comp, lay):
+        its tightest link is full (inf: a link of it has room, -inf: over-committed).
+        ``try_common``: first see whether a common link fills first (:meth:`_fill_common`)."""
+        if try_common and lay.common and self._fill_common(comp, lay):
             return
         links, hops = lay.links, lay.hops
         cap = self.cap
@@ -616,27 +767,7 @@ class RateClasses:
                     frozen.get(k, math.inf if spare[k] >= -SPARE_TOL * cap[links[k]] else -math.inf) for k, _ in hop
                 )
 
-    def _layout(self, comp: list[_Group]) -> _Layout:
-        """The links of a component (in order of first use), each group's (position in them,
-        times crossed) and the positions of the links that every group crosses (e.g. a server
-        link behind gateways), kept with the component."""
-        lay = self._layouts.get(comp[0])
-        if lay is None:
-            pos: dict[int, int] = {}
-            hops = [tuple((pos.setdefault(link, len(pos)), m) for link, m in g.key) for g in comp]
-            links = list(pos)
-            users = [0] * len(links)
-            for hop in hops:
-                for k, _ in hop:
-                    users[k] += 1
-            common = [k for k, u in enumerate(users) if u == len(comp)]
-            shared = [tuple((k, m) for k, m in hop if users[k] > 1) for hop in hops]
-            own = [tuple((links[k], m) for k, m in hop if users[k] == 1) for hop in hops]
-            shared_pos = [k for k, u in enumerate(users) if u > 1]
-            lay = self._layouts[comp[0]] = _Layout(links, hops, common, shared, own, shared_pos)
-        return lay
-
-    def _fill_common(self, comp: list[_Group], lay: _Layout) -> bool:
+    def _fill_common(self, comp: list[Group], lay: Layout) -> bool:
         """The first round of :meth:`_fill_levels` when every group has leveled flows, with the
         same sums in the same order; if a link that every group crosses is among the first to
         fill, every group freezes at that level: set it and return True (else False, nothing
