@@ -58,6 +58,7 @@ from typing import TypeVar
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from aiotsim.errors import ConfigError
 from aiotsim.network.link import Link
@@ -82,6 +83,15 @@ __all__ = ["FlowState", "Network", "Transfer", "max_min_rates", "progressive_fil
 DONE_BYTES = 1e-9
 TRANSPORTS = ("tcp", "ideal")
 ROUND_EPS_S = 1e-9  # s; a round boundary this close to now is due (float rounding of timers)
+
+
+def _armed(env: simpy.Environment) -> simpy.Event:
+    """An event that is triggered (ok, value None) but not scheduled: the controller schedules it
+    with ``env.schedule``, exactly where ``env.timeout`` would put a new one, and re-arms it after
+    it fired (SimPy sets its callbacks to None then)."""
+    event = simpy.Event(env)
+    event._ok, event._value = True, None
+    return event
 
 
 def _never_lost(_segments: int) -> None:
@@ -188,6 +198,11 @@ class Transfer:
         Names of the links crossed, in order.
     nodes : list of str
         Vertices along the route, both ends included.
+
+    Notes
+    -----
+    ``path`` and ``nodes`` are the network's lists for the (src, dst) pair, shared by every record
+    of that pair (no copy per transfer): read them, do not modify them.
     """
 
     src: str
@@ -233,6 +248,11 @@ class _Path:
     mults_t: tuple[float, ...] = ()  # times each is crossed
     jitters: tuple[float, ...] = ()  # s, jitter scale of each link with jitter, in path order (one draw each)
     traced_t: tuple[int, ...] = ()  # the distinct link indices that have a capacity trace
+    # overhead.wire_bytes' terms, computed once (send repeats its float operations in its order)
+    seg: int = 0  # payload bytes per packet, mtu - header (0: a format wire_bytes refuses)
+    per_packet: int = 0  # header + framing bytes per packet
+    ack_factor: float = 1.0  # 1 + ACK packets per data packet
+    keep: float = 1.0  # 1 - end-to-end loss
 
 
 @dataclass(slots=True)
@@ -337,7 +357,9 @@ class Network:
         self._rounds: list[tuple[float, int, int, _TcpFlow]] = []  # (round end s, slot, seq, flow)
         self._seq = 0
         self._paced: dict[int, None] = {}  # slots of TCP flows on traced paths
-        self._gen = 0  # generation of the pending completion timer
+        self._timer: simpy.Event | None = None  # the pending controller timer (others in the queue are stale)
+        self._spare: list[simpy.Event] = []  # fired timers, re-armed instead of new ones
+        self._update = _armed(env)  # the zero-delay update after sends, re-armed for each instant
         self._update_pending = False
         self._init_time_varying(all_links)
 
@@ -379,7 +401,10 @@ class Network:
             event.succeed(record)
             return event
         fmt = path.fmt
-        wire = wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)  # bytes
+        if path.seg > 0:  # overhead.wire_bytes, its operations in its order, on the path's constants
+            wire = (nbytes + max(1, math.ceil(nbytes / path.seg)) * path.per_packet * path.ack_factor) / path.keep
+        else:  # a format wire_bytes refuses: let it say why
+            wire = wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)
         delay = fmt.latency_s  # s
         if fmt.loss > 0 and self.transport == "ideal":  # TCP draws its losses round by round
             delay += retransmission_delay(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, 2.0 * fmt.latency_s)
@@ -397,9 +422,10 @@ class Network:
                 heapq.heappush(self._due_heap, (float(self._due[i]), i))
         if self.transport == "tcp":
             self._tcp_start(slot, src, dst, path, wire, now)
-        if not self._update_pending:
+        if not self._update_pending:  # as env.timeout(0): the same queue entry, one object for all
             self._update_pending = True
-            env.timeout(0).callbacks.append(self._on_update)
+            self._update.callbacks = [self._on_update]
+            env.schedule(self._update, NORMAL, 0.0)
         return event
 
     def tcp_state(self) -> dict[str, object]:
@@ -468,11 +494,13 @@ class Network:
         for link in links:
             counts[link.name] = counts.get(link.name, 0) + 1
         index = [self._link_index[n] for n in counts]
+        fmt = path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0)
+        valid = fmt.mtu > fmt.header_bytes and 0.0 <= fmt.loss < 1.0  # else wire_bytes raises at send
         path = _Path(
             links=links,
             names=[link.name for link in links],
             nodes=self.topology.route_nodes(src, dst),
-            fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
+            fmt=fmt,
             bottleneck_Bps=min((self._cap[i] / c for i, c in zip(index, counts.values(), strict=True)), default=np.inf),
             inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
             bursty=tuple(link.loss_model for link in links if link.loss_model is not None),
@@ -481,6 +509,10 @@ class Network:
             mults_t=tuple(float(c) for c in counts.values()),
             jitters=tuple(link.jitter_s for link in links if link.jitter_s > 0),
             traced_t=tuple(i for i in index if self._is_traced[i]),
+            seg=fmt.mtu - fmt.header_bytes if valid else 0,
+            per_packet=fmt.header_bytes + fmt.framing_bytes,
+            ack_factor=1.0 + fmt.acks_per_packet,
+            keep=1.0 - fmt.loss,
         )
         self._paths[(src, dst)] = path
         return path
@@ -500,7 +532,8 @@ class Network:
         self._step()
 
     def _on_timer(self, event: simpy.Event) -> None:
-        if event.value == self._gen:
+        self._spare.append(event)  # fired: it may be re-armed (even by the step it runs)
+        if event is self._timer:
             self._step()
 
     def _step(self) -> None:
@@ -513,7 +546,7 @@ class Network:
         # zero-rate gap of a trace
         for slot in sorted(self._rates.due(now, DONE_BYTES, SNAP_S if traced else -math.inf)):
             self._finish(slot)
-        self._gen += 1
+        self._timer = None  # a timer still in the queue is stale now
         if not self._rates.flows:
             return
         if traced:
@@ -525,7 +558,11 @@ class Network:
         if self.transport == "tcp":
             self._tcp_settle(touched + planned, now)
         next_dt = self._next_event_s(now) - now  # s
-        self.env.timeout(max(next_dt, 0.0), value=self._gen).callbacks.append(self._on_timer)
+        # as env.timeout(max(next_dt, 0)): the same queue entry, on a fired timer re-armed
+        timer = self._spare.pop() if self._spare else _armed(self.env)
+        timer.callbacks = [self._on_timer]
+        self._timer = timer
+        self.env.schedule(timer, NORMAL, max(next_dt, 0.0))
 
     def _next_event_s(self, now: float) -> float:
         """Time (s) of the next event: a completion, the end of a TCP round of a window-limited
@@ -695,18 +732,19 @@ class Network:
         carried = self._carried
         for i, m in zip(f.path.links_t, f.path.mults_t, strict=True):  # a few hops: no numpy call
             carried[i] += f.wire * m
-        record = Transfer(
-            f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + delay,
-            list(f.path.names), list(f.path.nodes),
-        )  # fmt: skip
+        record = Transfer(f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + delay, f.path.names, f.path.nodes)
         event = f.event
         if delay > 0:  # the caller's event itself fires at arrival: one event, not a timer and a succeed
             event._ok, event._value = True, record
-            event.callbacks.insert(0, lambda _e: self.transfers.append(record))  # before its waiters
-            self.env.schedule(event, simpy.events.NORMAL, delay)
+            event.callbacks.insert(0, self._deliver)  # before its waiters
+            self.env.schedule(event, NORMAL, delay)
         else:
             self.transfers.append(record)
             event.succeed(record)
+
+    def _deliver(self, event: simpy.Event) -> None:
+        """First callback of an arriving transfer's event: its record joins :attr:`transfers`."""
+        self.transfers.append(event._value)
 
     # ------------------------------------------------------------------ time-varying links
     def _init_time_varying(self, links: Mapping[str, Link]) -> None:
