@@ -356,6 +356,7 @@ class Network:
         self._tcp_flows: list[_TcpFlow | None] = []  # by slot
         self._rounds: list[tuple[float, int, int, _TcpFlow]] = []  # (round end s, slot, seq, flow)
         self._seq = 0
+        self._starting: list[int] = []  # slots whose first round starts now (a reused connection)
         self._paced: dict[int, None] = {}  # slots of TCP flows on traced paths
         self._timer: simpy.Event | None = None  # the pending controller timer (others in the queue are stale)
         self._spare: list[simpy.Event] = []  # fired timers, re-armed instead of new ones
@@ -490,30 +491,30 @@ class Network:
     def _path(self, src: str, dst: str) -> _Path:
         """The path of a (src, dst) pair and what it costs, computed once per pair."""
         links = self.topology.route(src, dst)
+        names = [link.name for link in links]
         counts: dict[str, int] = {}  # link name -> times crossed, in order of first crossing
-        for link in links:
-            counts[link.name] = counts.get(link.name, 0) + 1
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
         index = [self._link_index[n] for n in counts]
         fmt = path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0)
         valid = fmt.mtu > fmt.header_bytes and 0.0 <= fmt.loss < 1.0  # else wire_bytes raises at send
+        cap = self._cap
         path = _Path(
-            links=links,
-            names=[link.name for link in links],
-            nodes=self.topology.route_nodes(src, dst),
-            fmt=fmt,
-            bottleneck_Bps=min((self._cap[i] / c for i, c in zip(index, counts.values(), strict=True)), default=np.inf),
-            inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
-            bursty=tuple(link.loss_model for link in links if link.loss_model is not None),
-            traced=any(link.trace is not None and link.trace.rates.size > 1 for link in links),
+            links, names, self.topology.route_nodes(src, dst), fmt,
+            min((cap[i] / c for i, c in zip(index, counts.values(), strict=True)), default=np.inf),
+            sum(1.0 / link.capacity_Bps for link in links),
             links_t=tuple(index),
             mults_t=tuple(float(c) for c in counts.values()),
-            jitters=tuple(link.jitter_s for link in links if link.jitter_s > 0),
-            traced_t=tuple(i for i in index if self._is_traced[i]),
             seg=fmt.mtu - fmt.header_bytes if valid else 0,
             per_packet=fmt.header_bytes + fmt.framing_bytes,
             ack_factor=1.0 + fmt.acks_per_packet,
             keep=1.0 - fmt.loss,
-        )
+        )  # fmt: skip
+        if not self._plain.issuperset(index):  # loss models, traces, jitter: the usual path has none
+            path.bursty = tuple(link.loss_model for link in links if link.loss_model is not None)
+            path.traced = any(link.trace is not None and link.trace.rates.size > 1 for link in links)
+            path.jitters = tuple(link.jitter_s for link in links if link.jitter_s > 0)
+            path.traced_t = tuple(i for i in index if self._is_traced[i])
         self._paths[(src, dst)] = path
         return path
 
@@ -573,6 +574,8 @@ class Network:
             heapq.heappop(self._rounds)
         if self._rounds:
             at = min(at, self._rounds[0][0])
+        if self._starting:
+            at = min(at, now)
         while self._due_heap and not self._due_valid(self._due_heap[0]):
             heapq.heappop(self._due_heap)
         if self._due_heap:
@@ -610,9 +613,12 @@ class Network:
         self._tcp_flows[slot] = t
         if path.traced:
             self._paced[slot] = None
-        # SYN, SYN-ACK before the first data (+ 1 s, 2 s, ... per lost SYN)
-        end = now + handshake_s(rtt, lambda n: self._lose(fmt.loss, n, path.bursty)) if fresh else now
-        self._set_round(slot, t, end, 0.0 if fresh else np.inf, now)
+        if fresh:  # SYN, SYN-ACK before the first data (+ 1 s, 2 s, ... per lost SYN)
+            end = now + handshake_s(rtt, lambda n: self._lose(fmt.loss, n, path.bursty))
+            self._set_round(slot, t, end, 0.0, now)
+        else:  # its first round is due now (its cap is already none); no heap entry needed
+            t.round_end = now
+            self._starting.append(slot)
 
     def _set_round(self, slot: int, t: _TcpFlow, end: float, cap: float, now: float) -> None:
         """Set a TCP flow's next round boundary (s; inf: none) and window cap (bytes/s)."""
@@ -629,7 +635,8 @@ class Network:
     def _tcp_rounds(self, now: float) -> list[int]:
         """Start a new round trip for every flow whose round ended (window -> rate cap), in slot
         order (the order of the loss draws); return their slots."""
-        due = set()
+        due = set(self._starting)
+        self._starting.clear()
         while self._rounds and self._rounds[0][0] <= now + ROUND_EPS_S:
             entry = heapq.heappop(self._rounds)
             if self._round_valid(entry):
@@ -750,6 +757,12 @@ class Network:
     def _init_time_varying(self, links: Mapping[str, Link]) -> None:
         """Index the links with a capacity trace; a separate generator for sampled losses."""
         self._traces = {self._link_index[n]: lk.trace for n, lk in links.items() if lk.trace is not None}
+        # links with no trace, loss model or jitter (a path of only these needs none of their tuples)
+        self._plain = {
+            self._link_index[n]
+            for n, lk in links.items()
+            if lk.trace is None and lk.loss_model is None and not lk.jitter_s > 0
+        }
         self._is_traced = np.zeros(len(self._link_names) + 1, dtype=bool)  # [links + 1]
         self._is_traced[list(self._traces)] = True
         # [links + 1] s: when each traced link's capacity next changes, as of its last refresh (it
