@@ -253,6 +253,9 @@ class _Path:
     per_packet: int = 0  # header + framing bytes per packet
     ack_factor: float = 1.0  # 1 + ACK packets per data packet
     keep: float = 1.0  # 1 - end-to-end loss
+    # TCP: (rtt s, segment wire bytes, bdp segments, max window segments, s/byte of store and
+    # forward on the non-bottleneck hops), computed at the path's first TCP flow (None: not yet)
+    tcp: tuple[float, float, float, float, float] | None = None
 
 
 @dataclass(slots=True)
@@ -587,10 +590,9 @@ class Network:
         """Attach TCP state to a new flow: its connection (fresh or reused, idle restart), and a
         handshake round trip when the connection is new."""
         p, fmt = self.tcp, path.fmt
-        rtt = 2.0 * fmt.latency_s  # s
-        if rtt <= 0:
+        if fmt.latency_s <= 0:
             return  # no round trip: the window never limits, the fluid model is exact
-        seg_wire = fmt.mtu + fmt.framing_bytes + (fmt.header_bytes + fmt.framing_bytes) * fmt.acks_per_packet
+        rtt, seg_wire, bdp, max_window, hop_s = path.tcp or self._tcp_path(path)
         conn = self._conns.get((src, dst))
         fresh = conn is None or conn.busy or p.connection == "per-transfer"
         if fresh:
@@ -603,13 +605,8 @@ class Network:
         conn.busy = True
         # store and forward: the last packet is also serialized on every hop but the bottleneck,
         # whose time the fluid drain already counts (s)
-        last = min(seg_wire, wire)  # wire bytes
-        pipeline = last * (path.inv_cap_sum - 1.0 / path.bottleneck_Bps)
-        t = _TcpFlow(
-            conn, rtt, seg_wire, path.bottleneck_Bps * rtt / seg_wire,
-            max(p.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0), fmt.loss, extra_delay=max(pipeline, 0.0),
-            bursty=path.bursty, traced=path.traced,
-        )  # fmt: skip
+        pipeline = min(seg_wire, wire) * hop_s  # s; min(...): the last packet's wire bytes
+        t = _TcpFlow(conn, rtt, seg_wire, bdp, max_window, fmt.loss, max(pipeline, 0.0), path.bursty, path.traced)
         self._tcp_flows[slot] = t
         if path.traced:
             self._paced[slot] = None
@@ -619,6 +616,16 @@ class Network:
         else:  # its first round is due now (its cap is already none); no heap entry needed
             t.round_end = now
             self._starting.append(slot)
+
+    def _tcp_path(self, path: _Path) -> tuple[float, float, float, float, float]:
+        """A path's TCP constants (:attr:`_Path.tcp`), computed once."""
+        fmt = path.fmt
+        rtt = 2.0 * fmt.latency_s  # s
+        seg_wire = fmt.mtu + fmt.framing_bytes + (fmt.header_bytes + fmt.framing_bytes) * fmt.acks_per_packet
+        bdp = path.bottleneck_Bps * rtt / seg_wire  # segments
+        max_window = max(self.tcp.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0)  # segments
+        path.tcp = (rtt, seg_wire, bdp, max_window, path.inv_cap_sum - 1.0 / path.bottleneck_Bps)
+        return path.tcp
 
     def _set_round(self, slot: int, t: _TcpFlow, end: float, cap: float, now: float) -> None:
         """Set a TCP flow's next round boundary (s; inf: none) and window cap (bytes/s)."""
@@ -645,11 +652,12 @@ class Network:
         for slot in slots:
             t = self._tcp_flows[slot]
             assert t is not None
-            rate = self._rates.rate(slot)  # bytes/s; below the window's cap: the fair share limited it
-            held = (t.loss > 0 or t.bursty) and 0 < rate < t.cap * (1 - 1e-9)
+            lossy = t.loss > 0 or t.bursty
+            # bytes/s; below the window's cap: the fair share limited it (read only where losses are drawn)
+            rate = self._rates.rate(slot) if lossy else 0.0
+            held = lossy and 0 < rate < t.cap * (1 - 1e-9)
             share = rate * t.rtt / t.seg_wire if held else np.inf  # segments per round trip
             left = self._rates.remaining(slot, now)  # wire bytes
-            lossy = t.loss > 0 or t.bursty
             rd = plan_round(
                 t.conn, self.tcp, now, left / t.seg_wire, t.rtt, t.bdp, t.max_window,
                 (lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty)) if lossy else _never_lost,
