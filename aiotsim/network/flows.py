@@ -351,7 +351,8 @@ class Network:
         # bytes/s per link, plus a dummy link of infinite capacity (kept for indexing by path)
         self._cap = np.array([all_links[n].capacity_Bps for n in self._link_names] + [np.inf])
         self._rates = RateClasses(self._cap[:-1].tolist(), report_near=transport == "tcp")
-        self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link
+        self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link (change in place only)
+        self._carried_mv = memoryview(self._carried)  # the same buffer: Python float adds, no numpy scalars
         self.transfers: list[Transfer] = []
         self._paths: dict[tuple[str, str], _Path] = {}
         self._flows: list[_Flow | None] = []  # by slot
@@ -744,9 +745,9 @@ class Network:
             self._tcp_flows[slot] = None
             t.conn.busy, t.conn.last_active_s = False, now
             delay += t.extra_delay
-        carried = self._carried
+        carried, wire = self._carried_mv, f.wire
         for i, m in zip(f.path.links_t, f.path.mults_t, strict=True):  # a few hops: no numpy call
-            carried[i] += f.wire * m
+            carried[i] += wire * m
         record = Transfer(f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + delay, f.path.names, f.path.nodes)
         event = f.event
         if delay > 0:  # the caller's event itself fires at arrival: one event, not a timer and a succeed
