@@ -494,7 +494,7 @@ class Network:
     # ------------------------------------------------------------------ controller
     def _path(self, src: str, dst: str) -> _Path:
         """The path of a (src, dst) pair and what it costs, computed once per pair."""
-        links = self.topology.route(src, dst)
+        links, nodes = self.topology.route_with_nodes(src, dst)
         names = [link.name for link in links]
         counts: dict[str, int] = {}  # link name -> times crossed, in order of first crossing
         for name in names:
@@ -504,7 +504,7 @@ class Network:
         valid = fmt.mtu > fmt.header_bytes and 0.0 <= fmt.loss < 1.0  # else wire_bytes raises at send
         cap = self._cap
         path = _Path(
-            links, names, self.topology.route_nodes(src, dst), fmt,
+            links, names, nodes, fmt,
             min((cap[i] / c for i, c in zip(index, counts.values(), strict=True)), default=np.inf),
             sum(1.0 / link.capacity_Bps for link in links),
             links_t=tuple(index),
