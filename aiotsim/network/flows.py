@@ -29,7 +29,8 @@ ends and trace changes in heaps. A flow start asks for one zero-delay update (fl
 the same instant cost one re-leveling); the controller then finishes the flows drained now (in
 slot order), reads the traced capacities and plans the TCP rounds due now (in slot order: the
 order of the loss draws), re-levels only the groups touched and schedules a single timer at the
-next event; a timer made stale by a later update is ignored. A drained flow's caller's event is
+next event; a timer made stale by a later update is ignored (fired timers and the one update
+event are re-armed, not made anew). A drained flow's caller's event is
 itself scheduled at the arrival time (its record appended to :attr:`Network.transfers` by its
 first callback), one SimPy event per arrival. An event costs O(log flows) per flow whose rate
 class changes plus O(groups sharing a link with a touched group, and groups in use), not work over
