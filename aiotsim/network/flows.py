@@ -361,7 +361,9 @@ class Network:
         self._tcp_flows: list[_TcpFlow | None] = []  # by slot
         self._rounds: list[tuple[float, int, int, _TcpFlow]] = []  # (round end s, slot, seq, flow)
         self._seq = 0
-        self._starting: list[int] = []  # slots whose first round starts now (a reused connection)
+        # (round end s, slot, 0, flow) of first rounds due now (a reused connection): heap entries
+        # that need no heap, all due at the next step
+        self._starting: list[tuple[float, int, int, _TcpFlow]] = []
         self._paced: dict[int, None] = {}  # slots of TCP flows on traced paths
         self._timer: simpy.Event | None = None  # the pending controller timer (others in the queue are stale)
         self._spare: list[simpy.Event] = []  # fired timers, re-armed instead of new ones
@@ -579,8 +581,9 @@ class Network:
             heapq.heappop(self._rounds)
         if self._rounds:
             at = min(at, self._rounds[0][0])
-        if self._starting:
-            at = min(at, now)
+        for entry in self._starting:  # (none left after a step's rounds: kept exact all the same)
+            if self._round_valid(entry):
+                at = min(at, entry[0])
         while self._due_heap and not self._due_valid(self._due_heap[0]):
             heapq.heappop(self._due_heap)
         if self._due_heap:
@@ -617,7 +620,7 @@ class Network:
             self._set_round(slot, t, end, 0.0, now)
         else:  # its first round is due now (its cap is already none); no heap entry needed
             t.round_end = now
-            self._starting.append(slot)
+            self._starting.append((now, slot, 0, t))
 
     def _tcp_path(self, path: _Path) -> tuple[float, float, float, float, float]:
         """A path's TCP constants (:attr:`_Path.tcp`), computed once."""
@@ -644,7 +647,7 @@ class Network:
     def _tcp_rounds(self, now: float) -> list[int]:
         """Start a new round trip for every flow whose round ended (window -> rate cap), in slot
         order (the order of the loss draws); return their slots."""
-        due = set(self._starting)
+        due = {entry[1] for entry in self._starting if self._round_valid(entry)}
         self._starting.clear()
         while self._rounds and self._rounds[0][0] <= now + ROUND_EPS_S:
             entry = heapq.heappop(self._rounds)
