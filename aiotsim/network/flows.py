@@ -368,6 +368,9 @@ class Network:
         self._timer: simpy.Event | None = None  # the pending controller timer (others in the queue are stale)
         self._spare: list[simpy.Event] = []  # fired timers, re-armed instead of new ones
         self._update = _armed(env)  # the zero-delay update after sends, re-armed for each instant
+        # callback lists of the timers and of the update: SimPy only reads them, so one list each
+        self._timer_callbacks = [self._on_timer]
+        self._update_callbacks = [self._on_update]
         self._update_pending = False
         self._init_time_varying(all_links)
 
@@ -432,7 +435,7 @@ class Network:
             self._tcp_start(slot, src, dst, path, wire, now)
         if not self._update_pending:  # as env.timeout(0): the same queue entry, one object for all
             self._update_pending = True
-            self._update.callbacks = [self._on_update]
+            self._update.callbacks = self._update_callbacks
             env.schedule(self._update, NORMAL, 0.0)
         return event
 
@@ -552,7 +555,10 @@ class Network:
         # due() moves the groups' clocks to now. Done: under DONE_BYTES left, or so little that no
         # float time step can drain it; on a traced path a rounding residue must not wait out a
         # zero-rate gap of a trace
-        for slot in sorted(self._rates.due(now, DONE_BYTES, SNAP_S if traced else -math.inf)):
+        done = self._rates.due(now, DONE_BYTES, SNAP_S if traced else -math.inf)
+        if len(done) > 1:
+            done.sort()  # slot order
+        for slot in done:
             self._finish(slot)
         self._timer = None  # a timer still in the queue is stale now
         if not self._rates.flows:
@@ -568,7 +574,7 @@ class Network:
         next_dt = self._next_event_s(now) - now  # s
         # as env.timeout(max(next_dt, 0)): the same queue entry, on a fired timer re-armed
         timer = self._spare.pop() if self._spare else _armed(self.env)
-        timer.callbacks = [self._on_timer]
+        timer.callbacks = self._timer_callbacks
         self._timer = timer
         self.env.schedule(timer, NORMAL, max(next_dt, 0.0))
 
@@ -741,7 +747,8 @@ class Network:
         now = self.env.now
         self._rates.remove(slot, now)
         self._flows[slot] = None
-        self._paced.pop(slot, None)
+        if self._paced:
+            self._paced.pop(slot, None)
         self._free.append(slot)
         delay = f.delay
         t = self._tcp_flows[slot]
