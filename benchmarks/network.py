@@ -10,7 +10,8 @@ at distinct times. Measured: :class:`aiotsim.network.Network` under ``transport 
 bare ``env.timeout``.
 
 Reported: flows completed per wall second and the slow-down against the plain SimPy loop (target
-of issue 13: <= 10x at 1,000 and 10,000 concurrent flows). The loop takes a few ms, so one run of
+of issue 13: <= 10x at 1,000 and 10,000 concurrent flows), in wall time and in CPU time (the
+process's, which other load on a shared machine disturbs less). The loop takes a few ms, so one run of
 it is at the mercy of the machine's noise: its time is the best of ``--ref-repeats`` runs (which
 makes the slow-down, if anything, larger).
 
@@ -56,8 +57,8 @@ def make_topology(kind: str, n_nodes: int) -> Topology:
     return own_links(n_nodes)
 
 
-def network_run(n_nodes: int, rounds: int, kind: str, transport: str, seed: int = 0) -> tuple[int, float]:
-    """Run the workload on :class:`Network`; return (flows completed, wall s)."""
+def network_run(n_nodes: int, rounds: int, kind: str, transport: str, seed: int = 0) -> tuple[int, float, float]:
+    """Run the workload on :class:`Network`; return (flows completed, wall s, CPU s)."""
     rng = np.random.default_rng(seed)
     sizes = rng.integers(50_000, 150_001, size=(n_nodes, rounds))  # bytes
     env = simpy.Environment()
@@ -71,13 +72,13 @@ def network_run(n_nodes: int, rounds: int, kind: str, transport: str, seed: int 
 
     for i in range(len(nodes)):
         env.process(node(i))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     env.run()
-    return len(net.transfers), time.perf_counter() - t0
+    return len(net.transfers), time.perf_counter() - t0, time.process_time() - c0
 
 
-def timeout_run(n_nodes: int, rounds: int, seed: int = 0) -> tuple[int, float]:
-    """The reference: same processes, each 'flow' one plain timeout; return (events, wall s)."""
+def timeout_run(n_nodes: int, rounds: int, seed: int = 0) -> tuple[int, float, float]:
+    """The reference: same processes, each 'flow' one plain timeout; return (events, wall s, CPU s)."""
     rng = np.random.default_rng(seed)
     durations = rng.uniform(0.05, 0.15, size=(n_nodes, rounds))  # s
     env = simpy.Environment()
@@ -90,9 +91,9 @@ def timeout_run(n_nodes: int, rounds: int, seed: int = 0) -> tuple[int, float]:
 
     for i in range(n_nodes):
         env.process(node(i))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     env.run()
-    return count[0], time.perf_counter() - t0
+    return count[0], time.perf_counter() - t0, time.process_time() - c0
 
 
 def main() -> None:
@@ -109,21 +110,22 @@ def main() -> None:
         f" {args.rounds} uploads of 50-150 KB per node"
     )
     header = f"{'topo':>5} {'nodes':>6} {'flows':>7} {'transport':>9} {'wall s':>8} {'flows/s':>9}"
-    header += f" {'simpy s':>8} {'x simpy':>8}"
+    header += f" {'simpy s':>8} {'x simpy':>8} {'cpu x':>6}"
     print(header)
     print("-" * len(header))
     for n in args.nodes:
         runs = [timeout_run(n, args.rounds) for _ in range(max(args.ref_repeats, 1))]
-        events, ref_wall = runs[0][0], min(wall for _, wall in runs)
+        events, ref_wall, ref_cpu = runs[0][0], min(r[1] for r in runs), min(r[2] for r in runs)
         for kind in args.topologies:
             for transport in args.transports:
-                flows, wall = network_run(n, args.rounds, kind, transport)
+                flows, wall, cpu = network_run(n, args.rounds, kind, transport)
                 assert flows == events == n * args.rounds
                 print(
                     f"{kind:>5} {n:>6} {flows:>7} {transport:>9} {wall:>8.3f} {flows / wall:>9.0f}"
-                    f" {ref_wall:>8.4f} {wall / ref_wall:>7.1f}x"
+                    f" {ref_wall:>8.4f} {wall / ref_wall:>7.1f}x {cpu / ref_cpu:>5.1f}x"
                 )
-    print("x simpy = wall / wall of a plain SimPy loop with the same processes and events")
+    print("x simpy = wall / wall of a plain SimPy loop with the same processes and events;")
+    print("cpu x = the same ratio in CPU time (process_time), less sensitive to other load on the machine")
 
 
 if __name__ == "__main__":

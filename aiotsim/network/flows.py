@@ -29,7 +29,8 @@ ends and trace changes in heaps. A flow start asks for one zero-delay update (fl
 the same instant cost one re-leveling); the controller then finishes the flows drained now (in
 slot order), reads the traced capacities and plans the TCP rounds due now (in slot order: the
 order of the loss draws), re-levels only the groups touched and schedules a single timer at the
-next event; a timer made stale by a later update is ignored. A drained flow's caller's event is
+next event; a timer made stale by a later update is ignored (fired timers and the one update
+event are re-armed, not made anew). A drained flow's caller's event is
 itself scheduled at the arrival time (its record appended to :attr:`Network.transfers` by its
 first callback), one SimPy event per arrival. An event costs O(log flows) per flow whose rate
 class changes plus O(groups sharing a link with a touched group, and groups in use), not work over
@@ -58,6 +59,7 @@ from typing import TypeVar
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from aiotsim.errors import ConfigError
 from aiotsim.network.link import Link
@@ -82,6 +84,15 @@ __all__ = ["FlowState", "Network", "Transfer", "max_min_rates", "progressive_fil
 DONE_BYTES = 1e-9
 TRANSPORTS = ("tcp", "ideal")
 ROUND_EPS_S = 1e-9  # s; a round boundary this close to now is due (float rounding of timers)
+
+
+def _armed(env: simpy.Environment) -> simpy.Event:
+    """An event that is triggered (ok, value None) but not scheduled: the controller schedules it
+    with ``env.schedule``, exactly where ``env.timeout`` would put a new one, and re-arms it after
+    it fired (SimPy sets its callbacks to None then)."""
+    event = simpy.Event(env)
+    event._ok, event._value = True, None
+    return event
 
 
 def _never_lost(_segments: int) -> None:
@@ -188,6 +199,11 @@ class Transfer:
         Names of the links crossed, in order.
     nodes : list of str
         Vertices along the route, both ends included.
+
+    Notes
+    -----
+    ``path`` and ``nodes`` are the network's lists for the (src, dst) pair, shared by every record
+    of that pair (no copy per transfer): read them, do not modify them.
     """
 
     src: str
@@ -233,6 +249,14 @@ class _Path:
     mults_t: tuple[float, ...] = ()  # times each is crossed
     jitters: tuple[float, ...] = ()  # s, jitter scale of each link with jitter, in path order (one draw each)
     traced_t: tuple[int, ...] = ()  # the distinct link indices that have a capacity trace
+    # overhead.wire_bytes' terms, computed once (send repeats its float operations in its order)
+    seg: int = 0  # payload bytes per packet, mtu - header (0: a format wire_bytes refuses)
+    per_packet: int = 0  # header + framing bytes per packet
+    ack_factor: float = 1.0  # 1 + ACK packets per data packet
+    keep: float = 1.0  # 1 - end-to-end loss
+    # TCP: (rtt s, segment wire bytes, bdp segments, max window segments, s/byte of store and
+    # forward on the non-bottleneck hops), computed at the path's first TCP flow (None: not yet)
+    tcp: tuple[float, float, float, float, float] | None = None
 
 
 @dataclass(slots=True)
@@ -328,7 +352,8 @@ class Network:
         # bytes/s per link, plus a dummy link of infinite capacity (kept for indexing by path)
         self._cap = np.array([all_links[n].capacity_Bps for n in self._link_names] + [np.inf])
         self._rates = RateClasses(self._cap[:-1].tolist(), report_near=transport == "tcp")
-        self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link
+        self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link (change in place only)
+        self._carried_mv = memoryview(self._carried)  # the same buffer: Python float adds, no numpy scalars
         self.transfers: list[Transfer] = []
         self._paths: dict[tuple[str, str], _Path] = {}
         self._flows: list[_Flow | None] = []  # by slot
@@ -336,8 +361,16 @@ class Network:
         self._tcp_flows: list[_TcpFlow | None] = []  # by slot
         self._rounds: list[tuple[float, int, int, _TcpFlow]] = []  # (round end s, slot, seq, flow)
         self._seq = 0
+        # (round end s, slot, 0, flow) of first rounds due now (a reused connection): heap entries
+        # that need no heap, all due at the next step
+        self._starting: list[tuple[float, int, int, _TcpFlow]] = []
         self._paced: dict[int, None] = {}  # slots of TCP flows on traced paths
-        self._gen = 0  # generation of the pending completion timer
+        self._timer: simpy.Event | None = None  # the pending controller timer (others in the queue are stale)
+        self._spare: list[simpy.Event] = []  # fired timers, re-armed instead of new ones
+        self._update = _armed(env)  # the zero-delay update after sends, re-armed for each instant
+        # callback lists of the timers and of the update: SimPy only reads them, so one list each
+        self._timer_callbacks = [self._on_timer]
+        self._update_callbacks = [self._on_update]
         self._update_pending = False
         self._init_time_varying(all_links)
 
@@ -379,7 +412,10 @@ class Network:
             event.succeed(record)
             return event
         fmt = path.fmt
-        wire = wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)  # bytes
+        if path.seg > 0:  # overhead.wire_bytes, its operations in its order, on the path's constants
+            wire = (nbytes + max(1, math.ceil(nbytes / path.seg)) * path.per_packet * path.ack_factor) / path.keep
+        else:  # a format wire_bytes refuses: let it say why
+            wire = wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)
         delay = fmt.latency_s  # s
         if fmt.loss > 0 and self.transport == "ideal":  # TCP draws its losses round by round
             delay += retransmission_delay(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, 2.0 * fmt.latency_s)
@@ -397,9 +433,10 @@ class Network:
                 heapq.heappush(self._due_heap, (float(self._due[i]), i))
         if self.transport == "tcp":
             self._tcp_start(slot, src, dst, path, wire, now)
-        if not self._update_pending:
+        if not self._update_pending:  # as env.timeout(0): the same queue entry, one object for all
             self._update_pending = True
-            env.timeout(0).callbacks.append(self._on_update)
+            self._update.callbacks = self._update_callbacks
+            env.schedule(self._update, NORMAL, 0.0)
         return event
 
     def tcp_state(self) -> dict[str, object]:
@@ -463,25 +500,31 @@ class Network:
     # ------------------------------------------------------------------ controller
     def _path(self, src: str, dst: str) -> _Path:
         """The path of a (src, dst) pair and what it costs, computed once per pair."""
-        links = self.topology.route(src, dst)
+        links, nodes = self.topology.route_with_nodes(src, dst)
+        names = [link.name for link in links]
         counts: dict[str, int] = {}  # link name -> times crossed, in order of first crossing
-        for link in links:
-            counts[link.name] = counts.get(link.name, 0) + 1
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
         index = [self._link_index[n] for n in counts]
+        fmt = path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0)
+        valid = fmt.mtu > fmt.header_bytes and 0.0 <= fmt.loss < 1.0  # else wire_bytes raises at send
+        cap = self._cap
         path = _Path(
-            links=links,
-            names=[link.name for link in links],
-            nodes=self.topology.route_nodes(src, dst),
-            fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
-            bottleneck_Bps=min((self._cap[i] / c for i, c in zip(index, counts.values(), strict=True)), default=np.inf),
-            inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
-            bursty=tuple(link.loss_model for link in links if link.loss_model is not None),
-            traced=any(link.trace is not None and link.trace.rates.size > 1 for link in links),
+            links, names, nodes, fmt,
+            min((cap[i] / c for i, c in zip(index, counts.values(), strict=True)), default=np.inf),
+            sum(1.0 / link.capacity_Bps for link in links),
             links_t=tuple(index),
             mults_t=tuple(float(c) for c in counts.values()),
-            jitters=tuple(link.jitter_s for link in links if link.jitter_s > 0),
-            traced_t=tuple(i for i in index if self._is_traced[i]),
-        )
+            seg=fmt.mtu - fmt.header_bytes if valid else 0,
+            per_packet=fmt.header_bytes + fmt.framing_bytes,
+            ack_factor=1.0 + fmt.acks_per_packet,
+            keep=1.0 - fmt.loss,
+        )  # fmt: skip
+        if not self._plain.issuperset(index):  # loss models, traces, jitter: the usual path has none
+            path.bursty = tuple(link.loss_model for link in links if link.loss_model is not None)
+            path.traced = any(link.trace is not None and link.trace.rates.size > 1 for link in links)
+            path.jitters = tuple(link.jitter_s for link in links if link.jitter_s > 0)
+            path.traced_t = tuple(i for i in index if self._is_traced[i])
         self._paths[(src, dst)] = path
         return path
 
@@ -500,7 +543,8 @@ class Network:
         self._step()
 
     def _on_timer(self, event: simpy.Event) -> None:
-        if event.value == self._gen:
+        self._spare.append(event)  # fired: it may be re-armed (even by the step it runs)
+        if event is self._timer:
             self._step()
 
     def _step(self) -> None:
@@ -511,9 +555,12 @@ class Network:
         # due() moves the groups' clocks to now. Done: under DONE_BYTES left, or so little that no
         # float time step can drain it; on a traced path a rounding residue must not wait out a
         # zero-rate gap of a trace
-        for slot in sorted(self._rates.due(now, DONE_BYTES, SNAP_S if traced else -math.inf)):
+        done = self._rates.due(now, DONE_BYTES, SNAP_S if traced else -math.inf)
+        if len(done) > 1:
+            done.sort()  # slot order
+        for slot in done:
             self._finish(slot)
-        self._gen += 1
+        self._timer = None  # a timer still in the queue is stale now
         if not self._rates.flows:
             return
         if traced:
@@ -525,7 +572,11 @@ class Network:
         if self.transport == "tcp":
             self._tcp_settle(touched + planned, now)
         next_dt = self._next_event_s(now) - now  # s
-        self.env.timeout(max(next_dt, 0.0), value=self._gen).callbacks.append(self._on_timer)
+        # as env.timeout(max(next_dt, 0)): the same queue entry, on a fired timer re-armed
+        timer = self._spare.pop() if self._spare else _armed(self.env)
+        timer.callbacks = self._timer_callbacks
+        self._timer = timer
+        self.env.schedule(timer, NORMAL, max(next_dt, 0.0))
 
     def _next_event_s(self, now: float) -> float:
         """Time (s) of the next event: a completion, the end of a TCP round of a window-limited
@@ -536,6 +587,9 @@ class Network:
             heapq.heappop(self._rounds)
         if self._rounds:
             at = min(at, self._rounds[0][0])
+        for entry in self._starting:  # (none left after a step's rounds: kept exact all the same)
+            if self._round_valid(entry):
+                at = min(at, entry[0])
         while self._due_heap and not self._due_valid(self._due_heap[0]):
             heapq.heappop(self._due_heap)
         if self._due_heap:
@@ -547,10 +601,9 @@ class Network:
         """Attach TCP state to a new flow: its connection (fresh or reused, idle restart), and a
         handshake round trip when the connection is new."""
         p, fmt = self.tcp, path.fmt
-        rtt = 2.0 * fmt.latency_s  # s
-        if rtt <= 0:
+        if fmt.latency_s <= 0:
             return  # no round trip: the window never limits, the fluid model is exact
-        seg_wire = fmt.mtu + fmt.framing_bytes + (fmt.header_bytes + fmt.framing_bytes) * fmt.acks_per_packet
+        rtt, seg_wire, bdp, max_window, hop_s = path.tcp or self._tcp_path(path)
         conn = self._conns.get((src, dst))
         fresh = conn is None or conn.busy or p.connection == "per-transfer"
         if fresh:
@@ -563,19 +616,27 @@ class Network:
         conn.busy = True
         # store and forward: the last packet is also serialized on every hop but the bottleneck,
         # whose time the fluid drain already counts (s)
-        last = min(seg_wire, wire)  # wire bytes
-        pipeline = last * (path.inv_cap_sum - 1.0 / path.bottleneck_Bps)
-        t = _TcpFlow(
-            conn, rtt, seg_wire, path.bottleneck_Bps * rtt / seg_wire,
-            max(p.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0), fmt.loss, extra_delay=max(pipeline, 0.0),
-            bursty=path.bursty, traced=path.traced,
-        )  # fmt: skip
+        pipeline = min(seg_wire, wire) * hop_s  # s; min(...): the last packet's wire bytes
+        t = _TcpFlow(conn, rtt, seg_wire, bdp, max_window, fmt.loss, max(pipeline, 0.0), path.bursty, path.traced)
         self._tcp_flows[slot] = t
         if path.traced:
             self._paced[slot] = None
-        # SYN, SYN-ACK before the first data (+ 1 s, 2 s, ... per lost SYN)
-        end = now + handshake_s(rtt, lambda n: self._lose(fmt.loss, n, path.bursty)) if fresh else now
-        self._set_round(slot, t, end, 0.0 if fresh else np.inf, now)
+        if fresh:  # SYN, SYN-ACK before the first data (+ 1 s, 2 s, ... per lost SYN)
+            end = now + handshake_s(rtt, lambda n: self._lose(fmt.loss, n, path.bursty))
+            self._set_round(slot, t, end, 0.0, now)
+        else:  # its first round is due now (its cap is already none); no heap entry needed
+            t.round_end = now
+            self._starting.append((now, slot, 0, t))
+
+    def _tcp_path(self, path: _Path) -> tuple[float, float, float, float, float]:
+        """A path's TCP constants (:attr:`_Path.tcp`), computed once."""
+        fmt = path.fmt
+        rtt = 2.0 * fmt.latency_s  # s
+        seg_wire = fmt.mtu + fmt.framing_bytes + (fmt.header_bytes + fmt.framing_bytes) * fmt.acks_per_packet
+        bdp = path.bottleneck_Bps * rtt / seg_wire  # segments
+        max_window = max(self.tcp.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0)  # segments
+        path.tcp = (rtt, seg_wire, bdp, max_window, path.inv_cap_sum - 1.0 / path.bottleneck_Bps)
+        return path.tcp
 
     def _set_round(self, slot: int, t: _TcpFlow, end: float, cap: float, now: float) -> None:
         """Set a TCP flow's next round boundary (s; inf: none) and window cap (bytes/s)."""
@@ -592,7 +653,8 @@ class Network:
     def _tcp_rounds(self, now: float) -> list[int]:
         """Start a new round trip for every flow whose round ended (window -> rate cap), in slot
         order (the order of the loss draws); return their slots."""
-        due = set()
+        due = {entry[1] for entry in self._starting if self._round_valid(entry)}
+        self._starting.clear()
         while self._rounds and self._rounds[0][0] <= now + ROUND_EPS_S:
             entry = heapq.heappop(self._rounds)
             if self._round_valid(entry):
@@ -601,11 +663,12 @@ class Network:
         for slot in slots:
             t = self._tcp_flows[slot]
             assert t is not None
-            rate = self._rates.rate(slot)  # bytes/s; below the window's cap: the fair share limited it
-            held = (t.loss > 0 or t.bursty) and 0 < rate < t.cap * (1 - 1e-9)
+            lossy = t.loss > 0 or t.bursty
+            # bytes/s; below the window's cap: the fair share limited it (read only where losses are drawn)
+            rate = self._rates.rate(slot) if lossy else 0.0
+            held = lossy and 0 < rate < t.cap * (1 - 1e-9)
             share = rate * t.rtt / t.seg_wire if held else np.inf  # segments per round trip
             left = self._rates.remaining(slot, now)  # wire bytes
-            lossy = t.loss > 0 or t.bursty
             rd = plan_round(
                 t.conn, self.tcp, now, left / t.seg_wire, t.rtt, t.bdp, t.max_window,
                 (lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty)) if lossy else _never_lost,
@@ -684,7 +747,8 @@ class Network:
         now = self.env.now
         self._rates.remove(slot, now)
         self._flows[slot] = None
-        self._paced.pop(slot, None)
+        if self._paced:
+            self._paced.pop(slot, None)
         self._free.append(slot)
         delay = f.delay
         t = self._tcp_flows[slot]
@@ -692,26 +756,33 @@ class Network:
             self._tcp_flows[slot] = None
             t.conn.busy, t.conn.last_active_s = False, now
             delay += t.extra_delay
-        carried = self._carried
+        carried, wire = self._carried_mv, f.wire
         for i, m in zip(f.path.links_t, f.path.mults_t, strict=True):  # a few hops: no numpy call
-            carried[i] += f.wire * m
-        record = Transfer(
-            f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + delay,
-            list(f.path.names), list(f.path.nodes),
-        )  # fmt: skip
+            carried[i] += wire * m
+        record = Transfer(f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + delay, f.path.names, f.path.nodes)
         event = f.event
         if delay > 0:  # the caller's event itself fires at arrival: one event, not a timer and a succeed
             event._ok, event._value = True, record
-            event.callbacks.insert(0, lambda _e: self.transfers.append(record))  # before its waiters
-            self.env.schedule(event, simpy.events.NORMAL, delay)
+            event.callbacks.insert(0, self._deliver)  # before its waiters
+            self.env.schedule(event, NORMAL, delay)
         else:
             self.transfers.append(record)
             event.succeed(record)
+
+    def _deliver(self, event: simpy.Event) -> None:
+        """First callback of an arriving transfer's event: its record joins :attr:`transfers`."""
+        self.transfers.append(event._value)
 
     # ------------------------------------------------------------------ time-varying links
     def _init_time_varying(self, links: Mapping[str, Link]) -> None:
         """Index the links with a capacity trace; a separate generator for sampled losses."""
         self._traces = {self._link_index[n]: lk.trace for n, lk in links.items() if lk.trace is not None}
+        # links with no trace, loss model or jitter (a path of only these needs none of their tuples)
+        self._plain = {
+            self._link_index[n]
+            for n, lk in links.items()
+            if lk.trace is None and lk.loss_model is None and not lk.jitter_s > 0
+        }
         self._is_traced = np.zeros(len(self._link_names) + 1, dtype=bool)  # [links + 1]
         self._is_traced[list(self._traces)] = True
         # [links + 1] s: when each traced link's capacity next changes, as of its last refresh (it

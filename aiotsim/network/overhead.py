@@ -142,14 +142,17 @@ def path_format(links: Sequence[Link]) -> PathFormat:
     """
     if not links:
         raise ConfigError("path_format needs at least one link")
+    first = links[0]  # one pass (once per path of a fleet): min / max keep the first of equals, as min() / max()
+    mtu, header, framing, acks = first.mtu, first.header_bytes, first.framing_bytes, first.acks_per_packet
     keep = 1.0
     for link in links:
         keep *= 1.0 - link.loss
-    return PathFormat(
-        mtu=min(link.mtu for link in links),
-        header_bytes=max(link.header_bytes for link in links),
-        framing_bytes=max(link.framing_bytes for link in links),
-        acks_per_packet=max(link.acks_per_packet for link in links),
-        loss=1.0 - keep,
-        latency_s=sum(link.latency_s for link in links),
-    )
+        if link.mtu < mtu:
+            mtu = link.mtu
+        if link.header_bytes > header:
+            header = link.header_bytes
+        if link.framing_bytes > framing:
+            framing = link.framing_bytes
+        if link.acks_per_packet > acks:
+            acks = link.acks_per_packet
+    return PathFormat(mtu, header, framing, acks, 1.0 - keep, sum(link.latency_s for link in links))

@@ -189,6 +189,11 @@ class Topology:
         """Vertices of :meth:`route` from ``src`` to ``dst``, both ends included."""
         return list(self._route(src, dst)[1])
 
+    def route_with_nodes(self, src: str, dst: str) -> tuple[list[Link], list[str]]:
+        """:meth:`route` and :meth:`route_nodes` of one pair from one cache lookup (new lists)."""
+        links, nodes = self._route(src, dst)
+        return list(links), list(nodes)
+
     def _route(self, src: str, dst: str) -> tuple[list[Link], list[str]]:
         """The cached (links, vertices) of the route; the cost of a new pair is the search up to
         ``dst`` (a first search from a vertex stops there; a second one keeps the whole tree), so

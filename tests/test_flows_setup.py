@@ -1,0 +1,86 @@
+"""What a (src, dst) pair costs, computed once per pair: the wire bytes of a send from the path's
+constants must be exactly (bit for bit) :func:`overhead.wire_bytes`, the one-pass
+:func:`overhead.path_format` must combine links as documented, and one route lookup gives the
+same links and vertices as :meth:`Topology.route` and :meth:`Topology.route_nodes`."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import simpy
+
+from aiotsim.errors import ConfigError
+from aiotsim.network import Link, Network, Topology
+from aiotsim.network.overhead import path_format, wire_bytes
+
+
+def chain(links: list[Link]) -> Topology:
+    """v0 -> v1 -> ... over ``links`` in order."""
+    topo = Topology()
+    for k in range(len(links) + 1):
+        topo.add_node(f"v{k}", "node")
+    for k, link in enumerate(links):
+        topo.add_link(f"v{k}", f"v{k + 1}", link)
+    return topo
+
+
+def random_link(rng: random.Random, k: int) -> Link:
+    header = rng.choice([0, 20, 40, 52])
+    return Link(
+        f"l{k}",
+        rng.uniform(1e5, 1e8),
+        rng.choice([0.0, 0.001, 0.013]),
+        mtu=rng.choice([header + 1, 576, 1280, 1500, 9000]),
+        header_bytes=header,
+        loss=rng.choice([0.0, 0.0, 1e-3, 0.07, 0.3]),
+        framing_bytes=rng.choice([0, 14, 38]),
+        acks_per_packet=rng.choice([0.0, 0.5, 1.0 / 3.0]),
+    )
+
+
+def test_wire_bytes_of_a_send_equal_overhead_wire_bytes_bit_for_bit() -> None:
+    rng = random.Random(13)
+    for case in range(60):
+        links = [random_link(rng, k) for k in range(rng.randint(1, 4))]
+        fmt = path_format(links)
+        if fmt.mtu <= fmt.header_bytes:  # min MTU at or below the max header: refused below
+            continue
+        env = simpy.Environment()
+        net = Network(env, chain(links), transport="ideal")
+        last = f"v{len(links)}"
+        sizes = [0, 1, fmt.mtu - fmt.header_bytes, fmt.mtu - fmt.header_bytes + 1, rng.randint(1, 10**7)]
+        for n in sizes:
+            net.send("v0", last, n, tag=str(n))
+        env.run()
+        for t in net.transfers:
+            want = wire_bytes(t.nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)
+            assert t.wire_bytes == want, (case, t.nbytes)  # exact: the same float operations
+            assert net.wire_bytes_for("v0", last, t.nbytes) == want
+
+
+def test_a_path_whose_mtu_is_below_a_header_is_refused_at_send() -> None:
+    # min MTU 100 (first link), max header 120 (second link): no payload fits a packet
+    links = [Link("a", 1e6, mtu=100, header_bytes=20), Link("b", 1e6, mtu=1500, header_bytes=120)]
+    net = Network(simpy.Environment(), chain(links))
+    with pytest.raises(ConfigError, match="mtu"):
+        net.send("v0", "v2", 1000)
+
+
+def test_path_format_combines_links_as_documented() -> None:
+    a = Link("a", 1e6, 0.002, mtu=1500, header_bytes=40, loss=0.1, framing_bytes=14, acks_per_packet=0.5)
+    b = Link("b", 1e6, 0.003, mtu=576, header_bytes=52, loss=0.2, framing_bytes=0, acks_per_packet=0.0)
+    fmt = path_format([a, b])
+    assert (fmt.mtu, fmt.header_bytes, fmt.framing_bytes, fmt.acks_per_packet) == (576, 52, 14, 0.5)
+    assert fmt.loss == pytest.approx(1.0 - 0.9 * 0.8, rel=1e-15)  # 0.28
+    assert fmt.latency_s == pytest.approx(0.005, rel=1e-15)
+
+
+def test_route_with_nodes_is_route_and_route_nodes() -> None:
+    topo = Topology.hierarchical([2, 3], 1e6, 1e6, 0.01, 5e6, 5e6, 0.02)
+    for node in topo.nodes:
+        links, nodes = topo.route_with_nodes(node, "server")
+        assert links == topo.route(node, "server") and nodes == topo.route_nodes(node, "server")
+        assert nodes[0] == node and nodes[-1] == "server" and len(nodes) == len(links) + 1
+        links.clear()  # new lists: the cached route is not touched
+        assert len(topo.route(node, "server")) == len(nodes) - 1
