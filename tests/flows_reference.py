@@ -323,7 +323,8 @@ class Network:
                 index=np.array([self._link_index[n] for n in counts], dtype=np.intp),
                 mult=np.array(list(counts.values()), dtype=float),
                 fmt=path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0),
-                bottleneck_Bps=min((self._cap[self._link_index[n]] / c for n, c in counts.items()), default=np.inf),
+                # nominal rates (a traced link's mean), as the engine under test: not the trace's rate of the moment
+                bottleneck_Bps=min((link.capacity_Bps / counts[link.name] for link in links), default=np.inf),
                 inv_cap_sum=sum(1.0 / link.capacity_Bps for link in links),
                 bursty=tuple(link.loss_model for link in links if link.loss_model is not None),
                 traced=any(link.trace is not None and link.trace.rates.size > 1 for link in links),

@@ -11,7 +11,14 @@ from aiotsim.errors import ConfigError
 from aiotsim.network.flows import Network
 from aiotsim.network.link import Link
 from aiotsim.network.topology import Topology
-from aiotsim.network.traces import GilbertElliott, load_trace, parse_csv, parse_mahimahi, retransmitted_packets
+from aiotsim.network.traces import (
+    GilbertElliott,
+    RateTrace,
+    load_trace,
+    parse_csv,
+    parse_mahimahi,
+    retransmitted_packets,
+)
 
 # 8 Mbit/s (1e6 B/s) on [0, 1) s, 16 Mbit/s (2e6 B/s) on [1, 3) s, period 3 s: 5e6 bytes a loop
 STEP_CSV = ["time_s, mbps", "0, 8", "1, 16", "3, 0"]
@@ -382,3 +389,39 @@ def test_tcp_on_a_sparse_ms_trace_makes_up_empty_milliseconds_within_its_round()
     tcp = tcp_end(one_link(sparse, latency_s=0.03), 0.0, 1_000_000, "tcp")
     assert ideal == pytest.approx(1e6 / 300e3 + 0.03, rel=1e-3)  # bytes / mean rate + one-way latency
     assert ideal < tcp < 1.35 * ideal
+
+
+@pytest.mark.filterwarnings("error")
+def test_a_tcp_paths_constants_do_not_depend_on_when_the_path_was_first_built() -> None:
+    """TCP's bandwidth-delay product comes from the path's nominal rates. A path first built while
+    a traced link on it was at 0 (another flow in use made the network read the trace) once kept a
+    bottleneck of 0: a BDP of 0 and a store-and-forward term through 1 / 0. The same transfer must
+    end at the same time whether its path was built before or during the trace's gap."""
+
+    def end_of_b(build_early: bool) -> float:
+        topo = Topology("gap")
+        for v, role in (("a", "node"), ("b", "node"), ("hub", "gateway"), ("server", "server")):
+            topo.add_node(v, role)
+        topo.add_link("a", "hub", Link("a.up", 8e6, 0.005))
+        topo.add_link("b", "hub", Link("b.up", 8e6, 0.005))
+        gap = RateTrace([0.0, 0.5], [0.0, 2e6], period_s=1.0)  # bytes/s: off for 0.5 s, then 2 MB/s
+        topo.add_link("hub", "server", Link("hub.up", 8e6, 0.005, trace=gap))
+        env = simpy.Environment()
+        net = Network(env, topo, seed=0, transport="tcp")
+        if build_early:
+            net.wire_bytes_for("b", "server", 100_000)  # b's path built at t = 0, before the link is read
+        net.send("a", "server", 100_000)  # the traced link carries a flow from t = 0: its rate, 0, is read
+        done: list[float] = []
+
+        def b():  # type: ignore[no-untyped-def]
+            yield env.timeout(0.1)  # b's first send: its path is built now, inside the gap
+            record = yield net.send("b", "server", 100_000)
+            done.append(record.end_s)
+
+        env.process(b())
+        env.run()
+        return done[0]
+
+    late, early = end_of_b(False), end_of_b(True)
+    assert late == early
+    assert 0.5 < late < 1.0  # nothing crosses the gap; then both flows share 2 MB/s until the next one

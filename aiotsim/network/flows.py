@@ -241,7 +241,7 @@ class _Path:
     names: list[str]  # link names crossed, in order
     nodes: list[str]  # vertices, both ends included
     fmt: PathFormat
-    bottleneck_Bps: float  # smallest capacity / times crossed along the path, bytes/s
+    bottleneck_Bps: float  # smallest nominal capacity / times crossed along the path, bytes/s (TCP's BDP)
     inv_cap_sum: float  # s/byte: sum over the path's hops of 1 / capacity (store and forward)
     bursty: tuple[GilbertElliott, ...] = ()  # loss models sampled per transfer (empty: expected loss)
     traced: bool = False  # a link of the path has a bandwidth trace that varies
@@ -351,6 +351,7 @@ class Network:
         self._link_index = {name: i for i, name in enumerate(self._link_names)}
         # bytes/s per link, plus a dummy link of infinite capacity (kept for indexing by path)
         self._cap = np.array([all_links[n].capacity_Bps for n in self._link_names] + [np.inf])
+        self._nominal = self._cap.copy()  # [links + 1] bytes/s; traced links: their nominal (mean) rate
         self._rates = RateClasses(self._cap[:-1].tolist(), report_near=transport == "tcp")
         self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link (change in place only)
         self._carried_mv = memoryview(self._carried)  # the same buffer: Python float adds, no numpy scalars
@@ -508,7 +509,7 @@ class Network:
         index = [self._link_index[n] for n in counts]
         fmt = path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0)
         valid = fmt.mtu > fmt.header_bytes and 0.0 <= fmt.loss < 1.0  # else wire_bytes raises at send
-        cap = self._cap
+        cap = self._nominal  # a traced link's nominal (mean) rate, not the trace's rate of the moment
         path = _Path(
             links, names, nodes, fmt,
             min((cap[i] / c for i, c in zip(index, counts.values(), strict=True)), default=np.inf),
