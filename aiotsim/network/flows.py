@@ -33,10 +33,11 @@ next event; a timer made stale by a later update is ignored (fired timers and th
 event are re-armed, not made anew). A drained flow's caller's event is
 itself scheduled at the arrival time (its record appended to :attr:`Network.transfers` by its
 first callback), one SimPy event per arrival. An event costs O(log flows) per flow whose rate
-class changes plus O(groups sharing a link with a touched group, and groups in use), not work over
-every flow in flight. Rates equal progressive filling over all flows (:func:`progressive_filling`, kept
-as the reference) up to its 1e-12 tie tolerance. Time lives in the network: callers only
-``yield`` the event that :meth:`Network.send` returns.
+class changes plus, for a touched component of groups, O(log groups) while a link all its groups
+cross fills first (gateways behind a server link, see :mod:`aiotsim.network.components`) and
+O(its groups) otherwise: not work over every flow in flight. Rates equal progressive filling
+over all flows (:func:`progressive_filling`, kept as the reference) up to its 1e-12 tie tolerance.
+Time lives in the network: callers only ``yield`` the event that :meth:`Network.send` returns.
 
 Time-varying links (a :class:`~aiotsim.network.traces.RateTrace` on a link): capacities are
 piecewise constant, so the controller also wakes at the next capacity change of every traced link
