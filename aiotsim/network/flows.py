@@ -64,7 +64,14 @@ from simpy.events import NORMAL
 
 from aiotsim.errors import ConfigError
 from aiotsim.network.link import Link
-from aiotsim.network.overhead import PathFormat, packets, path_format, retransmission_delay, wire_bytes
+from aiotsim.network.overhead import (
+    PathFormat,
+    packets,
+    path_format,
+    retransmission_delay,
+    wire_bytes,
+    wire_total,
+)
 from aiotsim.network.rates import RateClasses
 from aiotsim.network.tcp import (
     Connection,
@@ -414,8 +421,8 @@ class Network:
             event.succeed(record)
             return event
         fmt = path.fmt
-        if path.seg > 0:  # overhead.wire_bytes, its operations in its order, on the path's constants
-            wire = (nbytes + max(1, math.ceil(nbytes / path.seg)) * path.per_packet * path.ack_factor) / path.keep
+        if path.seg > 0:  # overhead.wire_bytes on the path's constants (checked once, at the path)
+            wire = wire_total(nbytes, path.seg, path.per_packet, path.ack_factor, path.keep)
         else:  # a format wire_bytes refuses: let it say why
             wire = wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)
         delay = fmt.latency_s  # s
@@ -589,9 +596,6 @@ class Network:
             heapq.heappop(self._rounds)
         if self._rounds:
             at = min(at, self._rounds[0][0])
-        for entry in self._starting:  # (none left after a step's rounds: kept exact all the same)
-            if self._round_valid(entry):
-                at = min(at, entry[0])
         while self._due_heap and not self._due_valid(self._due_heap[0]):
             heapq.heappop(self._due_heap)
         if self._due_heap:

@@ -85,10 +85,19 @@ def wire_bytes(
     """
     if not 0.0 <= loss < 1.0:
         raise ConfigError(f"loss(={loss}) must be in [0, 1)")
-    n = packets(payload_bytes, mtu, header_bytes)
+    packets(payload_bytes, mtu, header_bytes)  # checks the payload and the format
     per_packet = header_bytes + framing_bytes  # bytes of overhead per packet on the wire
-    total = payload_bytes + n * per_packet * (1.0 + acks_per_packet)
-    return total / (1.0 - loss)
+    return wire_total(payload_bytes, mtu - header_bytes, per_packet, 1.0 + acks_per_packet, 1.0 - loss)
+
+
+def wire_total(payload_bytes: int, seg: int, per_packet: int, ack_factor: float, keep: float) -> float:
+    """:func:`wire_bytes` on a format's terms, unchecked (a path computes them once per pair).
+
+    ``seg`` payload bytes per packet (mtu - header, > 0), ``per_packet`` overhead bytes per packet
+    (header + framing), ``ack_factor`` = 1 + ACK packets per data packet, ``keep`` = 1 - loss.
+    """
+    n = max(1, math.ceil(payload_bytes / seg))  # packets, as :func:`packets`
+    return (payload_bytes + n * per_packet * ack_factor) / keep
 
 
 def retransmission_delay(payload_bytes: int, mtu: int, header_bytes: int, loss: float, rtt_s: float) -> float:
