@@ -67,6 +67,19 @@ def test_a_path_whose_mtu_is_below_a_header_is_refused_at_send() -> None:
         net.send("v0", "v2", 1000)
 
 
+def test_wire_bytes_for_checks_its_size_and_refuses_a_path_no_payload_fits() -> None:
+    ok = Network(simpy.Environment(), chain([Link("a", 1e6, mtu=1500, header_bytes=40)]))
+    for bad in (-1, 2.5, True, "10"):
+        with pytest.raises(ConfigError, match="must be an integer >= 0"):
+            ok.wire_bytes_for("v0", "v1", bad)  # type: ignore[arg-type]
+    assert ok.wire_bytes_for("v0", "v1", 1461) == 1461 + 2 * 40  # two packets of 1460 payload bytes
+    links = [Link("a", 1e6, mtu=100, header_bytes=20), Link("b", 1e6, mtu=1500, header_bytes=120)]
+    net = Network(simpy.Environment(), chain(links))
+    for _ in range(2):  # the second call reads the pair's cached path: refused all the same
+        with pytest.raises(ConfigError, match="mtu"):
+            net.wire_bytes_for("v0", "v2", 1000)
+
+
 def test_path_format_combines_links_as_documented() -> None:
     a = Link("a", 1e6, 0.002, mtu=1500, header_bytes=40, loss=0.1, framing_bytes=14, acks_per_packet=0.5)
     b = Link("b", 1e6, 0.003, mtu=576, header_bytes=52, loss=0.2, framing_bytes=0, acks_per_packet=0.0)

@@ -103,6 +103,14 @@ def _armed(env: simpy.Environment) -> simpy.Event:
     return event
 
 
+def _checked_bytes(nbytes: object) -> int:
+    """A payload size (bytes) as an int; ConfigError unless an integer >= 0 (bool refused)."""
+    odd = type(nbytes) is not int and (isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)))
+    if odd or nbytes < 0:  # type: ignore[operator]
+        raise ConfigError(f"nbytes(={nbytes!r}) must be an integer >= 0")
+    return int(nbytes)  # type: ignore[call-overload]
+
+
 def _never_lost(_segments: int) -> None:
     """The loss draw of a loss-free path (``Network._lose`` with no loss draws nothing): no loss."""
     return None
@@ -407,10 +415,7 @@ class Network:
             Fires when the last byte has arrived at ``dst``; its value is the :class:`Transfer`.
             A transfer from a vertex to itself arrives at once and costs nothing.
         """
-        odd = type(nbytes) is not int and (isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)))
-        if odd or nbytes < 0:
-            raise ConfigError(f"nbytes(={nbytes!r}) must be an integer >= 0")
-        nbytes = int(nbytes)
+        nbytes = _checked_bytes(nbytes)
         path = self._paths.get((src, dst)) or self._path(src, dst)
         env = self.env
         event = simpy.Event(env)
@@ -421,10 +426,7 @@ class Network:
             event.succeed(record)
             return event
         fmt = path.fmt
-        if path.seg > 0:  # overhead.wire_bytes on the path's constants (checked once, at the path)
-            wire = wire_total(nbytes, path.seg, path.per_packet, path.ack_factor, path.keep)
-        else:  # a format wire_bytes refuses: let it say why
-            wire = wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)
+        wire = self._wire(path, nbytes)
         delay = fmt.latency_s  # s
         if fmt.loss > 0 and self.transport == "ideal":  # TCP draws its losses round by round
             delay += retransmission_delay(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, 2.0 * fmt.latency_s)
@@ -486,15 +488,15 @@ class Network:
         (the same figure :meth:`send` charges), without sending anything. On a path with
         Gilbert-Elliott links this samples the losses of the next :meth:`send` of the same
         ``(src, dst, nbytes)`` (kept for it, first in first out), so both see the same bytes."""
-        path = self._path(src, dst)
+        nbytes = _checked_bytes(nbytes)
+        path = self._paths.get((src, dst)) or self._path(src, dst)  # computed once per pair, as in send
         if not path.links:
             return 0.0
         if path.bursty:
             sample = self._sampled_loss(path, nbytes)
             self._presampled.setdefault((src, dst, nbytes), deque()).append(sample)
             return sample[0]
-        fmt = path.fmt
-        return wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)
+        return self._wire(path, nbytes)
 
     @property
     def active_flows(self) -> list[FlowState]:
@@ -536,6 +538,16 @@ class Network:
             path.traced_t = tuple(i for i in index if self._is_traced[i])
         self._paths[(src, dst)] = path
         return path
+
+    @staticmethod
+    def _wire(path: _Path, nbytes: int) -> float:
+        """Wire bytes of ``nbytes`` payload on ``path``: :func:`overhead.wire_bytes` on the path's
+        constants (its checks passed once, at the path), or wire_bytes itself where they failed
+        (it says why)."""
+        if path.seg > 0:
+            return wire_total(nbytes, path.seg, path.per_packet, path.ack_factor, path.keep)
+        fmt = path.fmt
+        return wire_bytes(nbytes, fmt.mtu, fmt.header_bytes, fmt.loss, fmt.framing_bytes, fmt.acks_per_packet)
 
     def _slot(self) -> int:
         """A free slot, lowest first (the slot list grows by doubling, as the arrays once did)."""
