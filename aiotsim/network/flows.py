@@ -748,7 +748,8 @@ class Network:
                 bound = self._rates.rate(slot) >= t.cap * (1.0 - 1e-9)  # held at its window
                 stepping = math.isfinite(t.round_end)
                 if stepping and not bound and t.cap > 0 and t.loss == 0.0 and not t.bursty and not t.traced:
-                    self._set_round(slot, t, np.inf, t.conn.cwnd * t.seg_wire / t.rtt, now)  # window no longer binds
+                    t.round_end, t.cap = np.inf, t.conn.cwnd * t.seg_wire / t.rtt  # window no longer binds
+                    self._rates.lift_tcap(slot, t.cap, now)  # where its rate stays: kept in place
                     relax = True
                     changed.add(slot)
                 elif not stepping and bound and math.isfinite(t.cap):

@@ -107,7 +107,9 @@ class RateClasses:
     Mutations (:meth:`add`, :meth:`remove`, :meth:`set_tcap`, :meth:`set_link_cap`) record what
     changed; :meth:`solve` places the flows that moved and re-levels the touched groups once, so
     flows starting at one instant cost one solve. Until then a moved flow keeps draining at its old
-    rate; a new one has rate 0.
+    rate; a new one has rate 0. Two cap changes that move no other flow's rate are done at once
+    (a capped flow with every link private takes its new cap; :meth:`lift_tcap` keeps a leveled
+    flow in place): the same state as the solve would leave, and the solve still returns them.
     """
 
     def __init__(self, cap: list[float], report_near: bool = False) -> None:
@@ -124,6 +126,7 @@ class RateClasses:
         self._ver = 0
         self._solo: dict[Group, None] = {}  # groups on their own clock
         self._commons: dict[Component, None] = {}  # attached components (their groups on the shared clock)
+        self._reported: list[int] = []  # fids kept in place by lift_tcap: the next solve returns them
 
     # ------------------------------------------------------------------ mutations
     def add(
@@ -161,9 +164,68 @@ class RateClasses:
     def set_tcap(self, fid: int, tcap: float, now: float) -> None:
         """Change flow ``fid``'s TCP cap (bytes/s; inf: none; 0: waiting)."""
         f = self.flows[fid]
-        if f.tcap != tcap:
-            self._unplace(fid, now)
-            f.tcap = float(tcap)
+        if f.tcap == tcap:
+            return
+        if f.mode == CAPPED and f.group is None and tcap > 0 and self._recap_alone(f, fid, float(tcap), now):
+            return
+        self._unplace(fid, now)
+        f.tcap = float(tcap)
+
+    def _recap_alone(self, f: _Flow, fid: int, tcap: float, now: float) -> bool:
+        """A capped flow with no group (every link private) re-placed at once: no other flow's
+        rate depends on its cap, so the next solve would only put it back, capped at the new cap.
+        Done here with the same float operations and versions as :meth:`_unplace` then
+        :meth:`_place`; the next solve returns it. False (nothing done) if a link became shared."""
+        cap = tcap
+        for link, m in zip(f.links, f.mults, strict=True):
+            if self.users[link] > 1:
+                return False
+            cap = min(cap, self.cap[link] / m)
+        rem = f.rem - f.c * (now - f.t0)  # bytes, remaining() of a capped flow
+        self._ver += 2  # _unplace's version, then _put's
+        f.tcap, f.c, f.rem, f.t0, f.r, f.ver = tcap, cap, rem, now, 0.0, self._ver
+        heapq.heappush(self._fin, (now + rem / cap if cap > 0 else math.inf, f.ver, fid))
+        self._reported.append(fid)
+        return True
+
+    def lift_tcap(self, fid: int, tcap: float, now: float) -> None:
+        """:meth:`set_tcap` where the flow's rate stays: a leveled flow of a settled lone group
+        (not dirty, not its only flow) whose new effective cap stays above the level (not within
+        ``NEAR`` of it) keeps its rate, so it keeps its place: no re-placement and no re-leveling
+        of its group. Its threshold and version are re-taken as a re-placement takes them
+        (``v + bytes left``, two versions), and the flows a re-leveling would report (it, and
+        with ``report_near`` its group's flows near their caps) join the next :meth:`solve`'s
+        result: the same state and the same result as :meth:`set_tcap` then :meth:`solve`, float
+        for float. Otherwise it is :meth:`set_tcap`."""
+        f = self.flows[fid]
+        g = f.group
+        if f.tcap == tcap:
+            return
+        c = g.comp if g is not None else None
+        if (
+            f.mode != LEVELED or g is None or c is None or c.lay is not None or g.common is not None
+            or g in self._dirty or g.n + g.capped < 2
+        ):  # fmt: skip
+            self.set_tcap(fid, tcap, now)
+            return
+        cap = float(tcap)
+        for link, m in zip(f.links, f.mults, strict=True):  # as _place: private links cap it
+            if self.users[link] <= 1:
+                cap = min(cap, self.cap[link] / m)
+        lam = g.lam
+        if not (cap >= lam and cap * (1.0 - NEAR) > lam and lam == self._lone_level(g)):
+            self.set_tcap(fid, tcap, now)
+            return
+        rem = self.remaining(fid, now)  # bytes, as _unplace takes it, then _put
+        g.advance(now)
+        self._ver += 2  # _unplace's version, then _put's
+        f.tcap, f.c, f.rem, f.t0, f.r, f.ver = float(tcap), cap, rem, now, 0.0, self._ver
+        f.thr = g.v + rem
+        heapq.heappush(g.thr, (f.thr, f.ver, fid))
+        heapq.heappush(g.lev, (f.c, f.ver, fid))
+        self._reported.append(fid)
+        if self.report_near:
+            self._near_into(g, self._reported)
 
     def set_link_cap(self, link: int, cap: float, now: float) -> None:
         """Change a link's capacity (bytes/s)."""
@@ -343,11 +405,13 @@ class RateClasses:
         """Place the flows that moved, re-level the touched groups; return the fids placed or moved
         (in no particular order)."""
         touched: list[int] = []
+        if self._reported:
+            touched, self._reported = self._reported, []
         if self._pending:
             pending, self._pending = self._pending, {}
-            touched = sorted(pending)
-            for fid in touched:
+            for fid in sorted(pending):
                 self._place(fid, now)
+                touched.append(fid)
         while self._dirty:  # a settle may drop a group and so dirty its neighbours: again
             dirty, self._dirty = self._dirty, {}
             if len(dirty) == 1:  # the usual case
