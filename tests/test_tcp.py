@@ -125,6 +125,16 @@ def test_loss_response_fast_retransmit_cubic_and_reno() -> None:
         assert conn.cwnd == pytest.approx(kept) and conn.ssthresh == pytest.approx(kept)
 
 
+def test_a_float_residue_above_the_window_does_not_cost_a_round_trip() -> None:
+    # 40 segments left as a difference of float sums can read 40 x (1 + 1e-12): the last round
+    # all the same (before FINAL_TOL the reference engine paid a 50 ms round for it, hier/tcp 60)
+    for left, final in ((40.0, True), (40.0 * (1 + 1e-12), True), (40.001, False), (41.0, False)):
+        conn = Connection(cwnd=40.0, ssthresh=100.0)
+        rd = plan_round(conn, TcpParams(), 0.0, left, 0.05, 1e4, 1e4, scripted())
+        assert (rd.segments, rd.final) == (min(40, left), final), left
+        assert conn.cwnd == (40.0 if final else 80.0)  # slow start doubles the window unless it ends
+
+
 def test_loss_at_the_tail_costs_a_timeout_and_in_the_last_round_an_rtt() -> None:
     p = TcpParams()
     # last round of 30 segments, loss at segment 10: 19 behind -> fast retransmit, +1 RTT

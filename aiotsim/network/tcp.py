@@ -64,6 +64,9 @@ SYN_RETRIES = 6  # SYN retransmissions before giving up (Linux tcp_syn_retries, 
 MAX_BACKOFFS = 6  # RTO doublings at most (beyond that the transfer's time is meaningless anyway)
 SEGMENTS_PER_ACK = 2.0  # delayed ACKs: one ACK (one RTT sample) per 2 segments
 MIN_WINDOW = 2.0  # segments, the smallest window after a fast-retransmit cut
+# relative: a transfer whose segments left exceed the window by less than this goes in this round
+# (bytes left are a difference of float sums: a residue of 1e-12 segments must not cost a round trip)
+FINAL_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -314,7 +317,7 @@ def plan_round(
     conn.cwnd = min(conn.cwnd, max_window)
     window = max(math.floor(conn.cwnd), 1)  # whole segments in flight
     sent = min(window, left_segments)
-    final = left_segments <= window
+    final = left_segments <= window * (1.0 + FINAL_TOL)
     span = rtt_s * max(1.0, sent / share_segments)  # s, this round's RTT with its queueing
     acked = conn.acked  # segments acknowledged before this round (the RTO's samples)
     lost = _losses(math.ceil(sent), lose)
