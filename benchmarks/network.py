@@ -60,6 +60,16 @@ def make_topology(kind: str, n_nodes: int) -> Topology:
 
 def network_run(n_nodes: int, rounds: int, kind: str, transport: str, seed: int = 0) -> tuple[int, float, float]:
     """Run the workload on :class:`Network`; return (flows completed, wall s, CPU s)."""
+    env, net = network_setup(n_nodes, rounds, kind, transport, seed)
+    t0, c0 = time.perf_counter(), time.process_time()
+    env.run()
+    return len(net.transfers), time.perf_counter() - t0, time.process_time() - c0
+
+
+def network_setup(
+    n_nodes: int, rounds: int, kind: str, transport: str, seed: int = 0
+) -> tuple[simpy.Environment, Network]:
+    """The workload's environment, network and node processes, not yet run."""
     rng = np.random.default_rng(seed)
     sizes = rng.integers(50_000, 150_001, size=(n_nodes, rounds))  # bytes
     env = simpy.Environment()
@@ -73,13 +83,19 @@ def network_run(n_nodes: int, rounds: int, kind: str, transport: str, seed: int 
 
     for i in range(len(nodes)):
         env.process(node(i))
-    t0, c0 = time.perf_counter(), time.process_time()
-    env.run()
-    return len(net.transfers), time.perf_counter() - t0, time.process_time() - c0
+    return env, net
 
 
 def timeout_run(n_nodes: int, rounds: int, seed: int = 0) -> tuple[int, float, float]:
     """The reference: same processes, each 'flow' one plain timeout; return (events, wall s, CPU s)."""
+    env, count = timeout_setup(n_nodes, rounds, seed)
+    t0, c0 = time.perf_counter(), time.process_time()
+    env.run()
+    return count[0], time.perf_counter() - t0, time.process_time() - c0
+
+
+def timeout_setup(n_nodes: int, rounds: int, seed: int = 0) -> tuple[simpy.Environment, list[int]]:
+    """The reference's environment and processes, not yet run, and its counter of finished 'flows'."""
     rng = np.random.default_rng(seed)
     durations = rng.uniform(0.05, 0.15, size=(n_nodes, rounds))  # s
     env = simpy.Environment()
@@ -92,9 +108,7 @@ def timeout_run(n_nodes: int, rounds: int, seed: int = 0) -> tuple[int, float, f
 
     for i in range(n_nodes):
         env.process(node(i))
-    t0, c0 = time.perf_counter(), time.process_time()
-    env.run()
-    return count[0], time.perf_counter() - t0, time.process_time() - c0
+    return env, count
 
 
 def main() -> None:
