@@ -8,6 +8,7 @@ ratio would compare the run against less work than it did.
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,25 @@ def test_a_star_rounds_work_is_counted_for_the_bare_loop(codec: str) -> None:
     assert row["status"] == "complete" and row["bare_s"] > 0 and row["cpu_ratio"] > 0
     assert row["repeats"] == 2 and len(row["ratios"]) == 2
     assert Network.send is send  # the timing wrappers are taken off after each repeat
+
+
+@pytest.mark.slow
+def test_each_iteration_is_timed_and_the_steady_ratio_leaves_out_the_first() -> None:
+    """iot10, 3 sync iterations: one wall time per iteration (a metrics row each), together no
+    more than the run's wall time; the steady ratio compares the last two with 2/3 of the bare
+    loop (the bare loop's work is the same in every iteration)."""
+    row = _scale_module().run_case(10, "none", "star", 3, repeats=1)
+    times = row["iteration_s"]
+    assert len(times) == 3 and all(t > 0 for t in times)
+    assert sum(times) <= row["wall_s"]
+    assert row["later_s"] == pytest.approx(row["wall_s"] - times[0])
+    assert row["steady"] == pytest.approx((row["wall_s"] - times[0]) / (row["bare_s"] * 2 / 3))
+
+
+def test_the_steady_ratio_of_hand_cases() -> None:
+    """Later iterations 6 s against 9 s of bare work over 3 iterations: 6 / 6 = 1; one iteration
+    has no later ones."""
+    scale = _scale_module()
+    assert scale.steady_ratio(6.0, 9.0, 3) == pytest.approx(1.0)
+    assert scale.steady_ratio(3.0, 4.0, 2) == pytest.approx(1.5)
+    assert math.isnan(scale.steady_ratio(1.0, 1.0, 1))
