@@ -5,13 +5,14 @@ same links and vertices as :meth:`Topology.route` and :meth:`Topology.route_node
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 import simpy
 
 from aiotsim.errors import ConfigError
-from aiotsim.network import Link, Network, Topology
+from aiotsim.network import Link, Network, Topology, Transfer
 from aiotsim.network.overhead import path_format, wire_bytes
 
 
@@ -97,3 +98,30 @@ def test_route_with_nodes_is_route_and_route_nodes() -> None:
         assert nodes[0] == node and nodes[-1] == "server" and len(nodes) == len(links) + 1
         links.clear()  # new lists: the cached route is not touched
         assert len(topo.route(node, "server")) == len(nodes) - 1
+
+
+def test_a_path_s_bottleneck_and_store_and_forward_terms_by_hand() -> None:
+    """Chain of 1, 0.4 and 2 Mbit/s: the bottleneck is 0.4 Mbit/s = 50,000 bytes/s, and the sum of
+    1 / capacity is 1/125,000 + 1/50,000 + 1/250,000 s/byte."""
+    links = [Link("a", 1e6, 0.001), Link("b", 4e5, 0.002), Link("c", 2e6, 0.003)]
+    path = Network(simpy.Environment(), chain(links))._path("v0", "v3")
+    assert path.bottleneck_Bps == 50_000.0
+    assert path.inv_cap_sum == pytest.approx(1 / 125_000 + 1 / 50_000 + 1 / 250_000, rel=1e-15)
+    assert path.links_t == (0, 1, 2) and path.mults_t == (1.0, 1.0, 1.0)
+    assert type(path.bottleneck_Bps) is float
+
+
+def test_a_completed_transfer_is_the_frozen_record_its_constructor_makes() -> None:
+    """The engine builds records without the dataclass __init__: they must be the same records."""
+    env = simpy.Environment()
+    net = Network(env, chain([Link("a", 1e6, 0.01), Link("b", 2e6, 0.02)]))
+    event = net.send("v0", "v2", 12_345, tag="grad/it0")
+    env.run()
+    record = event.value
+    assert record == Transfer(**dataclasses.asdict(record)) and net.transfers == [record]
+    assert (record.src, record.dst, record.tag, record.nbytes) == ("v0", "v2", "grad/it0", 12_345)
+    assert record.path == ["a", "b"] and record.nodes == ["v0", "v1", "v2"]
+    assert record.duration_s == pytest.approx(record.end_s) and record.end_s > 0.03  # latency 30 ms
+    assert repr(record).startswith("Transfer(src='v0', dst='v2', tag='grad/it0', nbytes=12345")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.tag = "changed"  # type: ignore[misc]
