@@ -56,7 +56,7 @@ import math
 from collections import deque
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import simpy
@@ -195,8 +195,7 @@ def progressive_filling(cap: np.ndarray, links: np.ndarray, mults: np.ndarray) -
     return rates
 
 
-@dataclass(frozen=True)
-class Transfer:
+class Transfer(NamedTuple):
     """A completed transfer, for traces and accounting.
 
     Attributes
@@ -219,7 +218,11 @@ class Transfer:
     Notes
     -----
     ``path`` and ``nodes`` are the network's lists for the (src, dst) pair, shared by every record
-    of that pair (no copy per transfer): read them, do not modify them.
+    of that pair (no copy per transfer): read them, do not modify them. A named tuple, not a
+    dataclass: a record is made per flow and kept (by :attr:`Network.transfers` and the run's
+    trace) for the whole run, and a tuple is made in a third of a frozen dataclass's time (0.8
+    against 2.3 us, which sets each field through ``object.__setattr__``) and is smaller (232
+    against 264 bytes with its numbers; a 10,000-node run of 20 iterations keeps 400,000).
     """
 
     src: str
@@ -236,19 +239,6 @@ class Transfer:
     def duration_s(self) -> float:
         """``end_s - start_s``, s."""
         return self.end_s - self.start_s
-
-
-def _transfer(
-    src: str, dst: str, tag: str, nbytes: int, wire: float, start: float, end: float, path: list[str], nodes: list[str]
-) -> Transfer:
-    """``Transfer(src, dst, tag, nbytes, wire, start, end, path, nodes)``, the same record, made
-    without the frozen dataclass's ``__init__`` (one ``object.__setattr__`` call per field: about
-    1.7 of its 2.3 us, once per flow)."""
-    record = object.__new__(Transfer)
-    record.__dict__.update(
-        src=src, dst=dst, tag=tag, nbytes=nbytes, wire_bytes=wire, start_s=start, end_s=end, path=path, nodes=nodes
-    )
-    return record
 
 
 @dataclass(frozen=True)
@@ -798,7 +788,7 @@ class Network:
         carried, wire = self._carried_mv, f.wire
         for i, m in zip(f.path.links_t, f.path.mults_t, strict=True):  # a few hops: no numpy call
             carried[i] += wire * m
-        record = _transfer(f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + delay, f.path.names, f.path.nodes)
+        record = Transfer(f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + delay, f.path.names, f.path.nodes)
         event = f.event
         if delay > 0:  # the caller's event itself fires at arrival: one event, not a timer and a succeed
             event._ok, event._value = True, record
