@@ -48,6 +48,8 @@ def test_sync_topk_with_node_momentum_resumes_exactly(tiny_scenario: Path, tmp_p
     sc = load_scenario(tiny_scenario, over)
     ref, crash = killed_and_resumed(sc, tmp_path, every=2, kill=5)  # checkpoint after iteration 3
     assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
+    # the timeline too: spans kept before the checkpoint come back as its event dicts
+    assert (crash / "trace.json").read_bytes() == (ref / "trace.json").read_bytes()
     assert read_summary(crash)["complete"]
     assert not list(crash.glob("*.tmp"))  # written through a temporary file, then moved
     # the run finished after its checkpoint: resuming again cuts the rows after it and redoes them

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -279,7 +280,7 @@ class FreezeSink(MemorySink):
         self.note()
         super().write_metrics(row)
 
-    def write_trace(self, events: list[dict[str, Any]]) -> None:
+    def write_trace(self, events: Iterable[dict[str, Any]]) -> None:
         self.note()
         super().write_trace(events)
 

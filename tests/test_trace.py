@@ -10,6 +10,9 @@ import pytest
 
 from aiotsim.api import run_scenario
 from aiotsim.config import load_scenario
+from aiotsim.network import Transfer
+from aiotsim.results import store
+from aiotsim.sim.trace import TraceRecorder
 
 TESTS = Path(__file__).parent
 NODES, ITERATIONS = 2, 3
@@ -62,3 +65,36 @@ def test_spans_end_with_the_simulated_time(trace) -> None:
     assert end_s == pytest.approx(summary["sim_time_s"], rel=1e-9)
     ups = [e for e in spans if e["name"] == "upload"]
     assert sum(e["args"]["bytes"] for e in ups) == summary["bytes_up"]
+
+
+def test_kept_spans_become_the_documented_events() -> None:
+    """A compute span and a transfer, kept as tuples during the run, by hand as event dicts; time
+    order, ties by process then track; a span restored from a checkpoint comes back as it was."""
+    rec = TraceRecorder()
+    tr = Transfer("node0", "server", "up", 1000, 1080.0, 0.25, 0.75, ["node0.up"], ["node0", "server"])
+    rec.transfer(tr, "upload", version=3)
+    rec.span("node0", "compute", 0.125, 0.125, version=3)
+    rec.span("server", "aggregate", 0.75, 0.0)
+    events = list(rec.events())
+    meta, spans = events[:5], events[5:]
+    assert [m["args"]["name"] for m in meta] == ["compute", "network", "node0 -> server", "node0", "server"]
+    assert spans == [
+        {"name": "compute", "cat": "compute", "ph": "X", "ts": 125_000.0, "dur": 125_000.0, "pid": 1, "tid": 2,
+         "args": {"version": 3}},
+        {"name": "upload", "cat": "network", "ph": "X", "ts": 250_000.0, "dur": 500_000.0, "pid": 2, "tid": 1,
+         "args": {"bytes": 1000, "wire_bytes": 1080.0, "version": 3}},
+        {"name": "aggregate", "cat": "compute", "ph": "X", "ts": 750_000.0, "dur": 0.0, "pid": 1, "tid": 3,
+         "args": {}},
+    ]  # fmt: skip
+    again = TraceRecorder()
+    again.load_state(rec.state())
+    assert list(again.events()) == list(rec.events())
+    assert all(isinstance(e, tuple) for e in rec._spans)  # dicts only when read
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 7])
+def test_trace_json_in_pieces_is_json_dumps_of_the_whole(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pieces of 3 events joined: the bytes of one json.dumps, at every count around a piece's end."""
+    monkeypatch.setattr(store, "TRACE_CHUNK", 3)
+    events = [{"name": f"e{i}", "ts": i * 0.1, "args": {"k": [i, None]}} for i in range(n)]
+    assert "".join(store._trace_json(iter(events))) == json.dumps({"traceEvents": events, "displayTimeUnit": "ms"})

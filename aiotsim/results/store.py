@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import logging
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -24,6 +25,7 @@ from aiotsim.errors import ResultsError
 from aiotsim.records import EVAL_FIELDS, METRIC_FIELDS
 
 SCHEMA_VERSION = 1
+TRACE_CHUNK = 10_000  # trace events encoded per piece of trace.json
 
 
 @dataclass
@@ -73,9 +75,11 @@ class RunWriter:
         """Append and flush one evaluation's row."""
         self.evals.write(row)
 
-    def write_trace(self, events: list[dict[str, Any]]) -> None:
-        """``trace.json`` in Chrome trace-event format (opens in Perfetto)."""
-        atomic_write(self.dir / "trace.json", json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    def write_trace(self, events: Iterable[dict[str, Any]]) -> None:
+        """``trace.json`` in Chrome trace-event format (opens in Perfetto): the bytes of
+        ``json.dumps({"traceEvents": [...], "displayTimeUnit": "ms"})``, written
+        :data:`TRACE_CHUNK` events at a time (a fleet run has millions: never one string)."""
+        atomic_write(self.dir / "trace.json", _trace_json(events))
 
     def finish(self, summary: dict[str, Any]) -> Path:
         """Close the logs and write ``summary.json`` (atomically). Returns its path."""
@@ -94,14 +98,27 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename, so that a reader sees
-    either the old file or the whole new one, never a part."""
+def _trace_json(events: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """Pieces of ``json.dumps({"traceEvents": list(events), "displayTimeUnit": "ms"})``."""
+    yield '{"traceEvents": ['
+    it, sep = iter(events), ""
+    while chunk := list(itertools.islice(it, TRACE_CHUNK)):
+        yield sep + json.dumps(chunk)[1:-1]  # "[a, b]" -> "a, b": the list's own separators
+        sep = ", "
+    yield '], "displayTimeUnit": "ms"}'
+
+
+def atomic_write(path: Path, data: str | bytes | Iterable[str]) -> None:
+    """Write ``data`` (or its pieces, in order) to ``path`` through a temporary file and a rename,
+    so that a reader sees either the old file or the whole new one, never a part."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     if isinstance(data, bytes):
         tmp.write_bytes(data)
-    else:
+    elif isinstance(data, str):
         tmp.write_text(data)
+    else:
+        with tmp.open("w") as fh:
+            fh.writelines(data)
     os.replace(tmp, path)
 
 

@@ -12,6 +12,7 @@ a run directory; a test may collect rows in memory).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,8 +33,8 @@ class RunSink(Protocol):
     def write_eval(self, row: dict[str, Any]) -> None:
         """One evaluation's row."""
 
-    def write_trace(self, events: list[dict[str, Any]]) -> None:
-        """The run's Chrome/Perfetto trace events, once, at the end."""
+    def write_trace(self, events: Iterable[dict[str, Any]]) -> None:
+        """The run's Chrome/Perfetto trace events, once, at the end (made as they are read)."""
 
     def finish(self, summary: dict[str, Any]) -> Any:
         """The summary, once, last."""
