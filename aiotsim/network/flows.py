@@ -105,10 +105,11 @@ def _armed(env: simpy.Environment) -> simpy.Event:
 
 def _checked_bytes(nbytes: object) -> int:
     """A payload size (bytes) as an int; ConfigError unless an integer >= 0 (bool refused)."""
-    odd = type(nbytes) is not int and (isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)))
-    if odd or nbytes < 0:  # type: ignore[operator]
+    if type(nbytes) is int and nbytes >= 0:  # the usual case
+        return nbytes
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
         raise ConfigError(f"nbytes(={nbytes!r}) must be an integer >= 0")
-    return int(nbytes)  # type: ignore[call-overload]
+    return int(nbytes)
 
 
 def _never_lost(_segments: int) -> None:

@@ -396,7 +396,7 @@ class RateClasses:
             at = now + (top - g.v - lam * (now - g.t)) / lam
             if at < best:
                 best = at
-        if clean(self._fin, CAPPED, flows) and self._fin[0][0] < best:
+        if self._fin and clean(self._fin, CAPPED, flows) and self._fin[0][0] < best:
             best = self._fin[0][0]
         return best
 
