@@ -148,9 +148,10 @@ class RateClasses:
 
     def remove(self, fid: int, now: float) -> None:
         """Finish flow ``fid``."""
-        self._unplace(fid, now)
+        f = self.flows.pop(fid)  # its heap entries go stale with it
         self._pending.pop(fid, None)
-        f = self.flows.pop(fid)
+        if f.mode != PENDING:
+            self._leave(f, now)
         on_link, count = self._on_link, self.users
         for link in f.links:
             users = on_link[link]
@@ -433,6 +434,16 @@ class RateClasses:
             self._pending[fid] = None
             return
         f.rem, f.t0, f.r = self.remaining(fid, now), now, self.rate(fid)
+        self._leave(f, now)
+        f.mode, f.group = PENDING, None
+        self._ver += 1
+        f.ver = self._ver
+        self._pending[fid] = None
+
+    def _leave(self, f: _Flow, now: float) -> None:
+        """Take a placed flow out of its group's counts (the group re-leveled at the next solve,
+        dropped when empty); what it had left is :meth:`_unplace`'s business, not a finished
+        flow's."""
         g = f.group
         if g is not None:
             g.advance(now)
@@ -444,10 +455,6 @@ class RateClasses:
             self._dirty[g] = None
             if g.n == 0 and g.capped == 0:
                 self._drop_group(g)
-        f.mode, f.group = PENDING, None
-        self._ver += 1
-        f.ver = self._ver
-        self._pending[fid] = None
 
     def _drop_group(self, g: Group) -> None:
         self._forget(g.comp)
