@@ -98,3 +98,18 @@ def test_trace_json_in_pieces_is_json_dumps_of_the_whole(n: int, monkeypatch: py
     monkeypatch.setattr(store, "TRACE_CHUNK", 3)
     events = [{"name": f"e{i}", "ts": i * 0.1, "args": {"k": [i, None]}} for i in range(n)]
     assert "".join(store._trace_json(iter(events))) == json.dumps({"traceEvents": events, "displayTimeUnit": "ms"})
+
+
+def test_a_trace_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    """Pieces written through a temporary file: an error while they are made keeps the previous
+    trace.json whole and removes the half-written temporary."""
+    target = tmp_path / "trace.json"
+    target.write_text("old")
+
+    def events():  # noqa: ANN202
+        yield {"name": "a"}
+        raise RuntimeError("made midway")
+
+    with pytest.raises(RuntimeError, match="made midway"):
+        store.atomic_write(target, store._trace_json(events()))
+    assert target.read_text() == "old" and not list(tmp_path.glob("*.tmp"))

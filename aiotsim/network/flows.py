@@ -529,8 +529,7 @@ class Network:
             i = link_index[name]
             index.append(i)
             mults.append(float(c))
-            if cap[i] / c < bottleneck:
-                bottleneck = cap[i] / c
+            bottleneck = min(bottleneck, cap[i] / c)
         fmt = path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0)
         valid = fmt.mtu > fmt.header_bytes and 0.0 <= fmt.loss < 1.0  # else wire_bytes raises at send
         path = _Path(

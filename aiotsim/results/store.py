@@ -117,8 +117,12 @@ def atomic_write(path: Path, data: str | bytes | Iterable[str]) -> None:
     elif isinstance(data, str):
         tmp.write_text(data)
     else:
-        with tmp.open("w") as fh:
-            fh.writelines(data)
+        try:
+            with tmp.open("w") as fh:
+                fh.writelines(data)
+        except BaseException:  # the pieces failed midway: no half file left, the old one stays
+            tmp.unlink(missing_ok=True)
+            raise
     os.replace(tmp, path)
 
 
