@@ -125,3 +125,21 @@ def test_a_completed_transfer_is_an_immutable_record_of_the_send() -> None:
     with pytest.raises(AttributeError):
         record.tag = "changed"  # type: ignore[misc]
     assert not hasattr(record, "__dict__")
+
+
+@pytest.mark.parametrize("transport", ["ideal", "tcp"])
+def test_a_network_keeping_no_records_delivers_the_same_ones(transport: str) -> None:
+    """keep_records=False: the transfers list stays empty, every send's event still carries a
+    record equal to the one a recording network makes (delayed, zero-latency and self sends)."""
+
+    def run(keep: bool) -> tuple[list[Transfer], list[Transfer]]:
+        env = simpy.Environment()
+        links = [Link("a", 1e6, 0.01), Link("b", 2e6, 0.0)]
+        net = Network(env, chain(links), transport=transport, keep_records=keep)
+        events = [net.send("v0", "v2", 5_000), net.send("v1", "v2", 0), net.send("v1", "v1", 7)]
+        env.run()
+        return [e.value for e in events], net.transfers
+
+    kept, kept_list = run(True)
+    values, empty = run(False)
+    assert values == kept and empty == [] and sorted(kept_list, key=kept.index) == kept

@@ -148,7 +148,8 @@ class Cluster:
         """A fresh SimPy environment starting at ``now`` (s), with its network and mailboxes;
         nothing may be in flight (a new cluster, or a resumed one at a quiescent point)."""
         self.env = simpy.Environment(initial_time=now)
-        self.net = Network(self.env, self.topology, seed=self.sc.scenario.seed, **transport_options(self.sc.network))
+        opts = transport_options(self.sc.network)  # no list of records: the trace keeps those it shows
+        self.net = Network(self.env, self.topology, seed=self.sc.scenario.seed, keep_records=False, **opts)
         self.mailbox: dict[str, simpy.Store] = {v: simpy.Store(self.env) for v in [SERVER, *self.gateways]}
 
     def _node_state(self, spec: NodeSpec) -> NodeState:
