@@ -110,6 +110,13 @@ class ScenarioSection:
     seed: int = opt(0, f"seed of every random choice (data split, init, codecs, network), 0..{MAX_SEED}",
                     between(0, MAX_SEED))  # fmt: skip
     iterations: int = opt(100, f"training iterations to simulate, 1..{MAX_ITERATIONS}", between(1, MAX_ITERATIONS))
+    trace_nodes: int = opt(
+        -1,
+        f"nodes whose tracks trace.json keeps, -1..{MAX_NODES}: -1 every node; N that many spread evenly over "
+        "the fleet (node0 and every (nodes/N)-th); 0 none. The server, gateways and their links are always "
+        "kept. A kept span costs about 300 B of memory until the run ends (4 per node and iteration)",
+        between(-1, MAX_NODES),
+    )
 
 
 @dataclass(frozen=True)

@@ -74,9 +74,12 @@ def test_checkpoint_holds_the_run_state(tiny_scenario: Path, tmp_path: Path) -> 
 
 def test_hierarchical_powersgd_resumes_exactly(tiny_scenario: Path, tmp_path: Path) -> None:
     over = ["nodes.count=4", "network.topology=hierarchical", "network.gateways=2", "compressor.name=powersgd"]
-    sc = load_scenario(tiny_scenario, [*over, "scenario.iterations=6"])
+    sc = load_scenario(tiny_scenario, [*over, "scenario.iterations=6", "scenario.trace_nodes=1"])
     ref, crash = killed_and_resumed(sc, tmp_path, every=2, kill=5)
     assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
+    # the tracks of node0, the gateways and the server only, before the checkpoint and after it
+    assert (crash / "trace.json").read_bytes() == (ref / "trace.json").read_bytes()
+    assert b'"node1"' not in (ref / "trace.json").read_bytes() and b'"node0"' in (ref / "trace.json").read_bytes()
 
 
 def test_partial_with_dropouts_and_stragglers_resumes_exactly(tiny_scenario: Path, tmp_path: Path) -> None:

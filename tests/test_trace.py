@@ -12,7 +12,8 @@ from aiotsim.api import run_scenario
 from aiotsim.config import load_scenario
 from aiotsim.network import Transfer
 from aiotsim.results import store
-from aiotsim.sim.trace import TraceRecorder
+from aiotsim.results.fingerprint import fingerprint_run_dir
+from aiotsim.sim.trace import TraceRecorder, kept_nodes
 
 TESTS = Path(__file__).parent
 NODES, ITERATIONS = 2, 3
@@ -113,3 +114,54 @@ def test_a_trace_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path
     with pytest.raises(RuntimeError, match="made midway"):
         store.atomic_write(target, store._trace_json(events()))
     assert target.read_text() == "old" and not list(tmp_path.glob("*.tmp"))
+
+
+# ---- scenario.trace_nodes: the tracks of some nodes only ------------------------------------------
+def test_kept_nodes_are_spread_evenly_over_the_fleet() -> None:
+    assert kept_nodes(10, 3) == {0, 3, 6}  # 10 * k // 3 for k = 0, 1, 2
+    assert kept_nodes(1000, 4) == {0, 250, 500, 750}
+    assert kept_nodes(7, 6) == {0, 1, 2, 3, 4, 5}  # distinct while trace_nodes <= count
+    assert kept_nodes(5, 0) == frozenset()
+    assert kept_nodes(5, -1) is None and kept_nodes(5, 5) is None and kept_nodes(5, 9) is None  # all
+
+
+def test_a_recorder_keeps_a_kept_node_s_tracks_and_those_that_name_no_node() -> None:
+    rec = TraceRecorder(nodes={3})
+    tracks = ["node3", "node4", "node3 -> gw0", "gw0 -> node4", "node2 -> node3", "node4 -> node5",
+              "gw0", "gw0 -> server", "server", "node30", "node3x"]  # fmt: skip
+    for t in tracks:
+        rec.span(t, "compute", 0.0, 1.0)
+    kept = [m["args"]["name"] for m in rec.events() if m["name"] == "thread_name"]
+    # node30 is not node 3; node3x is no sensor node's name
+    assert kept == ["node3", "node3 -> gw0", "node2 -> node3", "gw0", "gw0 -> server", "server", "node3x"]
+    spans = [e for e in rec.events() if e["ph"] == "X"]
+    assert sorted(e["tid"] for e in spans) == list(range(1, len(kept) + 1))  # ids of kept tracks only
+    rec.span("node4", "compute", 2.0, 1.0)  # a dropped track stays dropped
+    assert len([e for e in rec.events() if e["ph"] == "X"]) == len(kept)
+
+
+def _tracks_and_spans(run_dir: Path) -> tuple[set[str], list[tuple]]:
+    """Track names and the spans as (track, name, ts, dur, args), tids replaced by names."""
+    events = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    spans = [(names[(e["pid"], e["tid"])], e["name"], e["ts"], e["dur"], json.dumps(e["args"]))
+             for e in events if e["ph"] == "X"]  # fmt: skip
+    return set(names.values()), spans
+
+
+@pytest.mark.parametrize("topology", ["hierarchical", "ring"])
+def test_a_run_tracing_some_nodes_keeps_their_spans_and_the_same_results(topology: str, tmp_path: Path) -> None:
+    """trace_nodes = 2 of 4: the same metrics and summary as the full trace, and the full trace's
+    spans on the kept tracks (node0 and node2, their links, gateways, server), no others."""
+    over = ["nodes.count=4", f"network.topology={topology}", "network.gateways=2", "scenario.iterations=2"]
+    full, some = tmp_path / "full", tmp_path / "some"
+    run_scenario(load_scenario(TESTS / "tiny.toml", over), full, device="cpu")
+    run_scenario(load_scenario(TESTS / "tiny.toml", [*over, "scenario.trace_nodes=2"]), some, device="cpu")
+    assert fingerprint_run_dir(some) == fingerprint_run_dir(full)
+    all_tracks, all_spans = _tracks_and_spans(full)
+    tracks, spans = _tracks_and_spans(some)
+    expected = {t for t in all_tracks if not ({"node1", "node3"} & set(t.split(" -> ")))}
+    if topology == "ring":  # node0 -> node1 is node0's; node1 -> node2 is node2's
+        expected |= {"node0 -> node1", "node1 -> node2", "node2 -> node3", "node3 -> node0"} & all_tracks
+    assert tracks == expected and "node0" in tracks and "node2" in tracks and "node1" not in tracks
+    assert spans == [s for s in all_spans if s[0] in expected]

@@ -4,16 +4,30 @@ Spans are complete events (``"ph": "X"``) with ``ts`` and ``dur`` in microsecond
 time. Nodes (and the server) are threads of process 1 ("compute"); each directed link route
 (``node3 -> server``) is a thread of process 2 ("network"), so a run's timeline opens in
 https://ui.perfetto.dev or chrome://tracing as one row per node and one per link.
+``scenario.trace_nodes`` keeps the tracks of some nodes only (a fleet's timeline costs about 1.2 KB
+per node and iteration of memory until the run ends, and its file the same order on disk).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Set
 from typing import Any
 
 US = 1e6  # trace time unit: microseconds per simulated second
 
 PID_COMPUTE, PID_NETWORK = 1, 2
+NODE_VERTEX = re.compile(r"node(\d+)")  # a sensor node's vertex name (sim.topologies.node_name)
+
+
+def kept_nodes(count: int, trace_nodes: int) -> frozenset[int] | None:
+    """Indices of the nodes whose tracks a run's trace keeps (``scenario.trace_nodes``): None for
+    all of them (``trace_nodes`` < 0 or >= ``count``), else ``trace_nodes`` indices spread evenly
+    over ``0..count-1`` (``k * count // trace_nodes``: node0 and every ``count/trace_nodes``-th, so a
+    fleet split into groups by index shows each group)."""
+    if trace_nodes < 0 or trace_nodes >= count:
+        return None
+    return frozenset(k * count // trace_nodes for k in range(trace_nodes))
 
 
 class TraceRecorder:
@@ -26,18 +40,39 @@ class TraceRecorder:
     :class:`~aiotsim.network.flows.Transfer` record (the network keeps it anyway) with duration
     ``None``. About 110 bytes a span instead of 550 for the dicts; spans restored from a
     checkpoint stay the event dicts they were saved as.
+
+    Parameters
+    ----------
+    nodes : set of int, optional
+        Keep only a kept node's tracks (see :func:`kept_nodes`): its own and its links' in and out
+        (``node3``, ``node3 -> gw0``, ``node2 -> node3`` on a ring, for node 3), and every track
+        that names no sensor node (``gw0``, ``gw0 -> server``). None keeps all.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, nodes: Set[int] | None = None) -> None:
         self._spans: list[tuple[Any, ...] | dict[str, Any]] = []
         self._tids: dict[tuple[int, str], int] = {}
         self._names: dict[tuple[str, ...], tuple[str, ...]] = {}  # one tuple per set of arg names
+        self._nodes = nodes
+        self._dropped: set[tuple[int, str]] = set()  # tracks left out (see ``nodes``)
 
     def _tid(self, pid: int, track: str) -> int:
+        """The track's id (numbered from 1 in order of first use), 0 for a track left out."""
         key = (pid, track)
-        if key not in self._tids:
-            self._tids[key] = len(self._tids) + 1
-        return self._tids[key]
+        tid = self._tids.get(key)
+        if tid is None:
+            if key in self._dropped or not self._keeps(track):
+                self._dropped.add(key)
+                return 0
+            tid = self._tids[key] = len(self._tids) + 1
+        return tid
+
+    def _keeps(self, track: str) -> bool:
+        """Whether the track names a kept node or no sensor node (as an end of ``a -> b``)."""
+        if self._nodes is None:
+            return True
+        named = [int(m[1]) for m in map(NODE_VERTEX.fullmatch, track.split(" -> ")) if m]
+        return not named or any(i in self._nodes for i in named)
 
     def _keys(self, args: dict[str, Any]) -> tuple[str, ...]:
         keys = tuple(args)
@@ -46,12 +81,14 @@ class TraceRecorder:
     def span(self, track: str, name: str, start_s: float, dur_s: float, **args: Any) -> None:
         """A compute-side span (compute, encode, aggregate) on ``track`` (a node or the server)."""
         tid = self._tid(PID_COMPUTE, track)
-        self._spans.append((PID_COMPUTE, tid, name, start_s, dur_s, self._keys(args), *args.values()))
+        if tid:
+            self._spans.append((PID_COMPUTE, tid, name, start_s, dur_s, self._keys(args), *args.values()))
 
     def transfer(self, tr: Any, name: str, **args: Any) -> None:
         """A network transfer (a ``Transfer`` record) on the track of its route."""
         tid = self._tid(PID_NETWORK, f"{tr.src} -> {tr.dst}")
-        self._spans.append((PID_NETWORK, tid, name, tr, None, self._keys(args), *args.values()))
+        if tid:
+            self._spans.append((PID_NETWORK, tid, name, tr, None, self._keys(args), *args.values()))
 
     def state(self) -> dict[str, Any]:
         """The spans and track ids so far, as plain data (for a checkpoint)."""

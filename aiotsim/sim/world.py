@@ -40,7 +40,7 @@ from aiotsim.sim.learning import Learning, LocalState
 from aiotsim.sim.observe import before_step, observe_global
 from aiotsim.sim.stops import Diverged, Stalled, non_finite
 from aiotsim.sim.topologies import SERVER, NodeSpec, build_topology, node_layout, node_name
-from aiotsim.sim.trace import TraceRecorder
+from aiotsim.sim.trace import TraceRecorder, kept_nodes
 
 Proc = Generator[simpy.Event, Any, Any]
 STALL_RETRIES = 1000  # a run with no node online for this many retry_s periods has stalled
@@ -129,7 +129,7 @@ class Cluster:
         self.gateway_states: dict[str, list[CodecState]] = {
             gw: self.learning.new_states(100_000 + k) for k, gw in enumerate(self.gateways)
         }
-        self.trace = TraceRecorder()
+        self.trace = TraceRecorder(kept_nodes(self.n, s.scenario.trace_nodes))
         self.totals = Totals()
         self.window = Window()
         self.version = 0  # model version the server holds
