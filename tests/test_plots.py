@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from aiotsim.api import run_scenario
 from aiotsim.cli import app
+from aiotsim.config import load_scenario
+from aiotsim.results import plots
 from aiotsim.results.compare import plan_comparison
 from aiotsim.results.parallel import run_local
 from aiotsim.results.sweep import load_sweep, write_manifest
@@ -110,3 +113,36 @@ def test_plot_unknown_format_exits_2(runs, tmp_path) -> None:
         app, ["plot", str(runs), "-o", str(tmp_path / "f"), "--formats", "png,gif"], catch_exceptions=False
     )
     assert res.exit_code == 2 and "unknown gif" in res.output
+
+
+def test_shown_tracks_keep_every_row_that_fits_else_a_spread_of_owners() -> None:
+    tracks = ["gw0", "gw0 -> server", "server -> gw0", "node0", "node0 -> gw0", "gw0 -> node0",
+              "node1", "node1 -> gw0", "server"]  # fmt: skip
+    assert plots.shown_tracks(tracks, 9) == (tracks, ["gw0", "node0", "node1"], 3)
+    # 5 rows: the server's 1 + gw0's 3 (gw0 and node0 would be 1 + 3 + 3); "gw0 -> node0" is node0's
+    assert plots.shown_tracks(tracks, 5) == (["gw0", "gw0 -> server", "server -> gw0", "server"], ["gw0"], 3)
+    rows = [f"node{i}" for i in range(10)]
+    spread = ["node0", "node2", "node5", "node7"]  # 10 * j // 4
+    assert plots.shown_tracks(rows, 4) == (spread, spread, 10)
+    assert plots.shown_tracks(rows, 0)[1] == ["node0"]  # at least one owner
+
+
+def test_a_fleet_s_timeline_shows_a_spread_of_its_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """6 nodes on a star: 19 rows (3 a node and the server's); at most 8 shows node0 and node3
+    (owners 0 and 6 // 2) with their links and the server, and the title says so."""
+    run_dir = tmp_path / "run"
+    run_scenario(load_scenario(TESTS / "tiny.toml", ["nodes.count=6"], iterations=2), run_dir, device="cpu")
+    monkeypatch.setattr(plots, "TIMELINE_MAX_ROWS", 8)
+    figures = []
+
+    def keep(fig, out_dir, stem, formats):  # noqa: ANN001, ANN202
+        figures.append(fig)
+        return []
+
+    monkeypatch.setattr(plots, "_save", keep)
+    plots.plot_timeline(plots.load_run(run_dir), tmp_path, ["png"])
+    ax = figures[0].axes[0]
+    rows = [t.get_text() for t in ax.get_yticklabels()]
+    node0, node3 = ["node0", "node0 -> server", "server -> node0"], ["node3", "node3 -> server", "server -> node3"]
+    assert rows == [*node0, *node3, "server"]
+    assert ax.get_title().endswith("(2 of 6 nodes, spread evenly)")

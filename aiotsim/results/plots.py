@@ -44,6 +44,7 @@ from aiotsim.results.compare import time_to_accuracy  # noqa: E402
 from aiotsim.results.store import Warn, make_dir, read_evals, read_json, read_metrics, read_summary  # noqa: E402
 from aiotsim.results.store import warn as store_warn  # noqa: E402
 from aiotsim.results.sweep import is_sweep_dir, read_manifest  # noqa: E402
+from aiotsim.sim.trace import NODE_VERTEX  # noqa: E402
 
 MB = 1e6  # bytes per MB (decimal, as network rates are)
 PHASE_COLORS = {
@@ -55,6 +56,9 @@ PHASE_COLORS = {
     "decode": "#937860",
 }
 TIMELINE_ITERATIONS = 3  # iterations shown in a timeline
+# rows in a timeline (a node's compute and each of its links is a row): a larger fleet shows the
+# rows of nodes spread evenly over it, as many as fit
+TIMELINE_MAX_ROWS = 60
 SEED_KEY = "scenario.seed"
 CODEC_KEY = "compressor.name"
 
@@ -426,34 +430,71 @@ def _track_order(name: str) -> tuple[Any, ...]:
     return (m is None, re.sub(r"\d+$", "", ends[0]), num, kind, name)
 
 
+def _owner(track: str) -> str:
+    """Whose row a track is: the first sensor node it names (``gw0 -> node3``: node3), else its
+    first end other than the server (``gw0 -> server``: gw0), else the server."""
+    ends = [p.strip() for p in track.split("->")]
+    named = [e for e in ends if NODE_VERTEX.fullmatch(e)] or [e for e in ends if e != "server"]
+    return named[0] if named else "server"
+
+
+def shown_tracks(tracks: Sequence[str], max_rows: int = TIMELINE_MAX_ROWS) -> tuple[list[str], list[str], int]:
+    """The rows a timeline shows (in the order of ``tracks``), the owners (nodes, gateways: see
+    :func:`_owner`) whose rows they are, and how many owners there are, the server not counted:
+    every row when there are at most ``max_rows``, else the server's rows and those of owners spread
+    evenly over the others (the first, then every ``n/k``-th), as many as fit (at least one)."""
+    rows: dict[str, list[str]] = {}
+    for t in tracks:
+        rows.setdefault(_owner(t), []).append(t)
+    server = rows.pop("server", [])
+    owners = list(rows)
+    if len(tracks) <= max_rows:
+        return list(tracks), owners, len(owners)
+    picked = owners[:1]  # at least one
+    for k in range(min(len(owners), max_rows), 1, -1):
+        spread = [owners[j * len(owners) // k] for j in range(k)]
+        if len(server) + sum(len(rows[o]) for o in spread) <= max_rows:
+            picked = spread
+            break
+    keep = set(server).union(*(rows[o] for o in picked))
+    return [t for t in tracks if t in keep], picked, len(owners)
+
+
 def plot_timeline(run: Run, out_dir: Path, formats: Sequence[str], iterations: int = TIMELINE_ITERATIONS) -> list[Path]:
-    """Gantt chart of the first ``iterations`` iterations: a row per node and per link."""
+    """Gantt chart of the first ``iterations`` iterations: a row per node and per link (at most
+    :data:`TIMELINE_MAX_ROWS`: see :func:`shown_tracks`)."""
     names, spans = load_trace(run.dir)
     # The window ends when the `iterations`-th iteration ends (metrics.csv); spans starting before it
     # belong to those iterations, whatever the synchronization mode.
     ends = [row["sim_time_s"] for row in run.metrics]
     t_end_us = ends[min(iterations, len(ends)) - 1] * 1e6 if ends else float("inf")  # s -> trace us
     spans = [e for e in spans if e["ts"] <= t_end_us]
-    tracks = sorted({names.get((e["pid"], e["tid"]), f"{e['pid']}/{e['tid']}") for e in spans}, key=_track_order)
+    track_of = {key: names.get(key, f"{key[0]}/{key[1]}") for key in {(e["pid"], e["tid"]) for e in spans}}
+    tracks, shown, total = shown_tracks(sorted(set(track_of.values()), key=_track_order), TIMELINE_MAX_ROWS)
     row = {t: i for i, t in enumerate(tracks)}
+    # one broken_barh per (row, phase), in order of first appearance: a bar artist per span made a
+    # 1,000-node timeline take 45 s
+    bars: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for e in spans:
+        track = track_of[(e["pid"], e["tid"])]
+        if track in row:
+            bars.setdefault((track, e["name"]), []).append((e["ts"] / 1e6, e["dur"] / 1e6))  # trace us -> s
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.28 * len(tracks)))
     seen: set[str] = set()
     extra = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"])
     colors = dict(PHASE_COLORS)
-    for e in spans:
-        track = names.get((e["pid"], e["tid"]), f"{e['pid']}/{e['tid']}")
-        color = colors.setdefault(e["name"], next(extra, "#999999"))
-        start, dur = e["ts"] / 1e6, e["dur"] / 1e6  # trace microseconds -> s
-        ax.broken_barh(
-            [(start, dur)], (row[track] - 0.4, 0.8), color=color, label=None if e["name"] in seen else e["name"]
-        )
-        seen.add(e["name"])
+    for (track, name), ranges in bars.items():
+        color = colors.setdefault(name, next(extra, "#999999"))
+        ax.broken_barh(ranges, (row[track] - 0.4, 0.8), color=color, label=None if name in seen else name)
+        seen.add(name)
     ax.set_yticks(range(len(tracks)), tracks, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("simulated time (s)")
+    what = "nodes" if all(NODE_VERTEX.fullmatch(o) for o in shown) else "nodes and gateways"
+    part = "" if len(shown) == total else f" ({len(shown):,} of {total:,} {what}, spread evenly)"
     ax.set_title(
         f"Timeline of the first {iterations} iterations: {run.summary.get('scenario')} / "
-        f"{run.group or run.summary['compressor']}",
+        f"{run.group or run.summary['compressor']}{part}",
         pad=26,
     )
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=6, fontsize=8, frameon=False)
