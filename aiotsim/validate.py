@@ -41,6 +41,10 @@ NODE_OVERHEAD_BYTES = 64_000
 # makes when the data set is on its device).
 IN_FLIGHT_BUFFERS = {"stacked": 3, "streamed": 1}
 SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode scratch ...
+# The run's timeline (trace.json): a node's compute, encode, upload and download spans of an
+# iteration, kept until the run ends, B (measured: 2,000 nodes, topk, resident memory's growth per
+# iteration). scenario.trace_nodes keeps fewer nodes' spans.
+TIMELINE_BYTES_PER_NODE_ITERATION = 1_200
 MEMORY_ENV = "AIOTSIM_MAX_MEMORY_GB"
 
 
@@ -55,18 +59,20 @@ class WorldSize:
     per_node_bytes: int = 0  # one node's state and in-flight message, B
     state_dtype: str = "float32"
     aggregation: str = "stacked"  # training.aggregation as resolved ("auto" -> stacked/streamed)
+    timeline_bytes: int = 0  # the spans trace.json is written from, at the run's end
 
     @property
     def total(self) -> int:
         """All of it, bytes."""
-        return self.nodes_bytes + self.server_bytes + self.data_bytes
+        return self.nodes_bytes + self.server_bytes + self.data_bytes + self.timeline_bytes
 
     def describe(self) -> str:
         """``~12.3 MB (61,706 parameters; nodes 9.9 MB = 987.0 KB per node, state float32; ...)``."""
         return (
             f"~{fmt_bytes(self.total)} ({self.params:,} parameters; nodes {fmt_bytes(self.nodes_bytes)}"
             f" = {fmt_bytes(self.per_node_bytes)} per node, state {self.state_dtype}, {self.aggregation} aggregation; "
-            f"server {fmt_bytes(self.server_bytes)}, data {fmt_bytes(self.data_bytes)})"
+            f"server {fmt_bytes(self.server_bytes)}, data {fmt_bytes(self.data_bytes)}, "
+            f"timeline {fmt_bytes(self.timeline_bytes)})"
         )
 
 
@@ -129,7 +135,25 @@ def world_size(s: Scenario) -> WorldSize | None:
         per_node_bytes=per_node,
         state_dtype=s.nodes.state_dtype,
         aggregation=mode,
+        timeline_bytes=round(traced_node_iterations(s) * TIMELINE_BYTES_PER_NODE_ITERATION),
     )
+
+
+def traced_node_iterations(s: Scenario) -> float:
+    """Node-iterations whose spans the run's timeline keeps: the nodes at work per iteration (the
+    fleet; async: one, an iteration being one server update; federated: a round's selection with
+    its overcommit) x iterations, scaled by the share of nodes ``scenario.trace_nodes`` keeps."""
+    n, mode = s.nodes.count, s.training.mode
+    if mode == "async":
+        per_iteration = 1
+    elif mode == "federated":
+        from aiotsim.config import per_round_count
+
+        per_iteration = min(n, math.ceil(per_round_count(s) * (1.0 + s.nodes.overcommit)))
+    else:
+        per_iteration = n
+    kept = 1.0 if s.scenario.trace_nodes < 0 else min(1.0, s.scenario.trace_nodes / n)
+    return per_iteration * kept * s.scenario.iterations
 
 
 def resolved_aggregation(s: Scenario, params: int) -> str:
@@ -210,6 +234,7 @@ def world_problems(s: Scenario) -> list[str]:
         out.append(
             f"nodes.count: the run would need {size.describe()}, more than the {fmt_bytes(limit)} allowed "
             f"(80% of this machine's memory, or ${MEMORY_ENV}); use fewer nodes or a smaller model/data set"
+            + (", or fewer nodes' timelines (scenario.trace_nodes)" if size.timeline_bytes > 0.1 * size.total else "")
         )
     return out
 

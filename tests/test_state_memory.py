@@ -12,7 +12,7 @@ from aiotsim.api import run_scenario
 from aiotsim.compress.base import CodecState
 from aiotsim.config import load_scenario
 from aiotsim.sim.storage import narrow_states, step_velocity, widen_states
-from aiotsim.validate import NODE_OVERHEAD_BYTES, world_size
+from aiotsim.validate import NODE_OVERHEAD_BYTES, fmt_bytes, world_size
 
 P = 55_210  # parameters of tests/tiny.toml's MLP on the 8x8 digits
 
@@ -48,6 +48,26 @@ def test_estimate_streams_a_fleet_too_big_to_stack(tiny_scenario) -> None:
     small = world_size(load_scenario(tiny_scenario, ["nodes.count=4000", "data.samples_per_node=1"]))
     assert (big.aggregation, small.aggregation) == ("streamed", "stacked")
     assert small.per_node_bytes - big.per_node_bytes == 2 * P * 4
+
+
+@pytest.mark.parametrize(
+    ("sets", "node_iterations"),
+    [
+        ([], 100 * 10),  # every node, every iteration
+        (["scenario.trace_nodes=10"], 10 * 10),  # 10 of the 100 nodes' tracks
+        (["scenario.trace_nodes=500"], 100 * 10),  # more than the fleet: all of it
+        (["scenario.trace_nodes=0"], 0),
+        (["training.mode=async"], 1 * 10),  # an iteration is one node's update
+        (["training.mode=federated", "nodes.per_round=0.1", "nodes.overcommit=0.5"], 15 * 10),  # ceil(10 x 1.5)
+    ],
+)
+def test_estimate_counts_the_timeline_the_run_keeps(tiny_scenario, sets, node_iterations) -> None:
+    """100 nodes x 10 iterations: 1,200 B per traced node and iteration, part of the total."""
+    sc = load_scenario(tiny_scenario, ["nodes.count=100", "data.samples_per_node=10", "scenario.iterations=10", *sets])
+    size = world_size(sc)
+    assert size.timeline_bytes == node_iterations * 1_200
+    assert size.total == size.nodes_bytes + size.server_bytes + size.data_bytes + size.timeline_bytes
+    assert f"timeline {fmt_bytes(node_iterations * 1_200)}" in size.describe()
 
 
 def test_fp16_velocity_steps_in_fp32_from_the_rounded_state() -> None:
