@@ -81,9 +81,15 @@ class BatchProgress:
 def _run_jobs(
     jobs: list[Job], workers: int | None, ray_address: str | None, quiet: bool, skipped: int, after_each: Any = None
 ) -> list[JobResult]:
-    """Run ``jobs`` locally or on Ray under progress bars; ``after_each()`` runs when a run ends."""
-    from aiotsim.results.parallel import run_local, run_ray
+    """Run ``jobs`` locally or on Ray under progress bars; ``after_each()`` runs when a run ends.
+    Locally, as many at once as fit in memory (see :func:`~aiotsim.validate.batch_workers`)."""
+    from aiotsim.results.parallel import default_workers, job_scenario, run_local, run_ray
+    from aiotsim.validate import batch_workers
 
+    if ray_address is None and jobs:
+        workers, note = batch_workers(map(job_scenario, jobs), workers, default_workers())
+        if note:
+            err.print(note, highlight=False)
     with BatchProgress(jobs, quiet=quiet, skipped=skipped) as bars:
 
         def on_event(e: Event) -> None:

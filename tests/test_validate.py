@@ -23,7 +23,7 @@ from aiotsim.cli import app
 from aiotsim.cli_common import slug
 from aiotsim.config import load_scenario
 from aiotsim.errors import ConfigError
-from aiotsim.validate import load_validated, world_size
+from aiotsim.validate import PROCESS_BYTES, batch_workers, load_validated, world_size
 
 runner = CliRunner()
 
@@ -281,3 +281,33 @@ def test_missing_data_files_stop_at_the_gate_not_at_the_first_read(tiny_scenario
     with pytest.raises(ConfigError, match="does not exist"):
         load_validated(tiny_scenario, [*sets, f"data.path={tmp_path / 'absent'}"])
     assert load_validated(tiny_scenario, [*sets, f"data.path={present}"]).data.path == str(present)
+
+
+# ---- batches: runs at once that fit in memory ---------------------------------------------------------
+def test_batch_workers_fit_the_largest_run_in_memory(tiny_scenario, monkeypatch) -> None:
+    """Limit 2.5 runs of the largest (each with its process): 2 at once; --jobs beyond is refused
+    naming how many fit; two seeds of one scenario count once; the larger scenario sets the size."""
+    small = load_scenario(tiny_scenario)
+    seeds = [small.replace(**{"scenario.seed": k}) for k in (1, 2, 3)]
+    big = small.replace(**{"nodes.count": 200, "data.samples_per_node": 4})
+    each = world_size(big).total + PROCESS_BYTES
+    assert each > world_size(small).total + PROCESS_BYTES
+    monkeypatch.setenv("AIOTSIM_MAX_MEMORY_GB", str(2.5 * each / 1e9))
+    n, note = batch_workers([*seeds, big], None, cores=8)
+    assert n == 2 and note.startswith("2 runs at once, not one per core (8)")
+    assert batch_workers([*seeds, big], None, cores=1) == (1, None)
+    assert batch_workers([*seeds, big], 2, cores=8) == (2, None)
+    with pytest.raises(ConfigError, match=r"--jobs 3: .* use --jobs 2 or fewer"):
+        batch_workers([*seeds, big], 3, cores=8)
+    # the small ones alone: 2.5 x each of the big one fits more of them
+    fit = int(2.5 * each // (world_size(small).total + PROCESS_BYTES))
+    assert batch_workers(seeds, None, cores=64)[0] == min(64, fit) > 2
+
+
+def test_compare_with_more_jobs_than_fit_exits_2_and_runs_nothing(tiny_scenario, tmp_path, monkeypatch) -> None:
+    each = world_size(load_scenario(tiny_scenario)).total + PROCESS_BYTES
+    monkeypatch.setenv("AIOTSIM_MAX_MEMORY_GB", str(1.5 * each / 1e9))
+    res = runner.invoke(app, ["compare", str(tiny_scenario), "-c", "none,2bit", "-j", "2", "-o", str(tmp_path / "c")])
+    assert res.exit_code == 2, res.output
+    assert "--jobs 2" in res.output and "use --jobs 1 or fewer" in res.output and "Traceback" not in res.output
+    assert not list((tmp_path / "c").rglob("metrics.csv"))

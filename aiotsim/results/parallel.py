@@ -43,10 +43,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiotsim.errors import AiotsimError
 from aiotsim.results.store import atomic_write
+
+if TYPE_CHECKING:
+    from aiotsim.config import Scenario
 
 # Files of a run directory, in the order the Ray driver writes them (summary last: it marks completion).
 RUN_FILES = ("scenario.toml", "metrics.csv", "evals.csv", "trace.json", "summary.json")
@@ -132,12 +135,18 @@ def default_workers() -> int:
     return max(os.cpu_count() or 1, 1)
 
 
+def job_scenario(job: Job) -> Scenario:
+    """The job's scenario, from its resolved TOML."""
+    from aiotsim.config import scenario_from_dict
+
+    return scenario_from_dict(tomllib.loads(job.scenario_toml), source=f"{job.out_dir}/scenario.toml")
+
+
 def _run_job(job: Job, index: int, emit: Callable[[Event], None]) -> dict[str, Any]:
     """Run one job in this process, reporting progress through ``emit``. Returns the summary."""
     from aiotsim.api import Progress, run_scenario
-    from aiotsim.config import scenario_from_dict
 
-    sc = scenario_from_dict(tomllib.loads(job.scenario_toml), source=f"{job.out_dir}/scenario.toml")
+    sc = job_scenario(job)
     emit(Event("start", index, 0, sc.scenario.iterations))
 
     def on_progress(p: Progress) -> None:
@@ -497,4 +506,4 @@ __all__ = [
     "BatchError",
     "Stopped",
     "RUN_THREADS",
-    "stop_on_signals", "run_local", "run_ray", "ray_available", "default_workers"]
+    "stop_on_signals", "run_local", "run_ray", "ray_available", "default_workers", "job_scenario"]
