@@ -313,10 +313,12 @@ def batch_workers(scenarios: Iterable[Scenario], requested: int | None, cores: i
     Each worker may hold the largest run's estimate (:func:`world_size`) plus :data:`PROCESS_BYTES`;
     together they must fit in :func:`memory_limit`. ``requested`` (``--jobs``) is kept when they fit
     and refused (:class:`ConfigError`, naming how many fit) when not; without it, one per core,
-    capped by memory. Estimates are computed once per scenario that differs in more than its seed.
+    capped by memory. Never more than there are runs. Estimates are computed once per scenario
+    that differs in more than its seed.
     """
+    runs = list(scenarios)
     sizes: dict[str, int] = {}
-    for s in scenarios:
+    for s in runs:
         d = s.to_dict()
         d["scenario"].pop("seed")
         key = repr(d)
@@ -324,17 +326,19 @@ def batch_workers(scenarios: Iterable[Scenario], requested: int | None, cores: i
             size = world_size(s)
             sizes[key] = size.total if size is not None else 0
     if not sizes:
-        return requested or cores, None
+        return 1, None
+    want = None if requested is None else min(requested, len(runs))
+    cores = min(cores, len(runs))
     each = max(sizes.values()) + PROCESS_BYTES
     limit = memory_limit()
     fit = max(1, limit // each)
     what = f"~{fmt_bytes(each)} a run at most (with its process), {fmt_bytes(limit)} allowed "
     what += f"(80% of this machine's memory, or ${MEMORY_ENV})"
-    if requested is not None:
-        if requested > fit:
-            raise ConfigError(f"--jobs {requested}: {requested} runs at once would not fit in memory: {what}; "
+    if want is not None:
+        if want > fit:
+            raise ConfigError(f"--jobs {requested}: {want} runs at once would not fit in memory: {what}; "
                               f"use --jobs {fit} or fewer")  # fmt: skip
-        return requested, None
+        return want, None
     if fit < cores:
-        return fit, f"{fit} run{'s' if fit > 1 else ''} at once, not one per core ({cores}): {what}"
+        return fit, f"{fit} run{'s' if fit > 1 else ''} at once, not {cores} (one per core): {what}"
     return cores, None

@@ -294,11 +294,16 @@ def test_batch_workers_fit_the_largest_run_in_memory(tiny_scenario, monkeypatch)
     assert each > world_size(small).total + PROCESS_BYTES
     monkeypatch.setenv("AIOTSIM_MAX_MEMORY_GB", str(2.5 * each / 1e9))
     n, note = batch_workers([*seeds, big], None, cores=8)
-    assert n == 2 and note.startswith("2 runs at once, not one per core (8)")
+    assert n == 2 and note.startswith("2 runs at once, not 4 (one per core)")  # 4 runs
     assert batch_workers([*seeds, big], None, cores=1) == (1, None)
     assert batch_workers([*seeds, big], 2, cores=8) == (2, None)
     with pytest.raises(ConfigError, match=r"--jobs 3: .* use --jobs 2 or fewer"):
         batch_workers([*seeds, big], 3, cores=8)
+    with pytest.raises(ConfigError, match=r"--jobs 8: 4 runs at once"):  # 8 asked, 4 runs: 4 would go
+        batch_workers([*seeds, big], 8, cores=8)
+    # never more than the runs: 4 asked for 2 runs that fit together
+    assert batch_workers([seeds[0], big], 4, cores=8) == (2, None)
+    assert batch_workers([big], None, cores=8) == (1, None)  # no note: one run, nothing held back
     # the small ones alone: 2.5 x each of the big one fits more of them
     fit = int(2.5 * each // (world_size(small).total + PROCESS_BYTES))
     assert batch_workers(seeds, None, cores=64)[0] == min(64, fit) > 2
