@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiotsim.errors import TopologyError
 from aiotsim.network import Link, Network, Topology
@@ -209,3 +211,40 @@ def test_routes_from_stopped_searches_and_kept_trees_equal_a_full_search() -> No
             assert [lk.name for lk in topo.route(a, b)] == [
                 next(lk.name for d, lk in topo._out[u].items() if d == v) for u, v in zip(nodes, nodes[1:])
             ]
+
+
+def _reference_or_none(topo: Topology, src: str, dst: str) -> list[str] | None:
+    """:func:`_reference_route`, None when ``dst`` cannot be reached."""
+    try:
+        return _reference_route(topo, src, dst)
+    except KeyError:  # dst never reached: no parent
+        return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 9).flatmap(lambda n: st.tuples(st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n))))  # noqa: E501
+def test_routes_equal_a_full_search_on_random_directed_graphs(graph: tuple[int, list[tuple[int, int]]]) -> None:
+    """Random directed graphs, many of whose vertices have one way out (chains, loops of them,
+    dead ends): every pair's route, from a cold and from a warm cache, is the full search's path,
+    or TopologyError exactly when there is none."""
+    import itertools
+
+    n, edges = graph
+
+    def build() -> Topology:
+        topo = Topology("random")
+        for v in range(n):
+            topo.add_node(f"v{v}", "node")
+        for a, b in dict.fromkeys((a, b) for a, b in edges if a != b):
+            topo.add_link(f"v{a}", f"v{b}", Link(f"l{a}-{b}", 1e6, 0.001))
+        return topo
+
+    ref, warm = build(), build()
+    for a, b in itertools.permutations(ref.vertices, 2):
+        want = _reference_or_none(ref, a, b)
+        for topo in (build(), warm):
+            if want is None:
+                with pytest.raises(TopologyError, match=f"no route from '{a}' to '{b}'"):
+                    topo.route_nodes(a, b)
+            else:
+                assert topo.route_nodes(a, b) == want

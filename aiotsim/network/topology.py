@@ -204,8 +204,11 @@ class Topology:
         cached = self._routes.get(key)
         if cached is not None:
             return cached
+        outs = self._out[src]
         if src == dst:
             path: tuple[list[Link], list[str]] = ([], [src])
+        elif len(outs) == 1:  # one way out (a sensor behind its gateway)
+            path = self._walk(src, dst)
         else:
             parents = self._trees.get(src)
             if parents is None:
@@ -225,6 +228,33 @@ class Topology:
             path = ([self._out[a][b] for a, b in zip(nodes, nodes[1:])], nodes)
         self._routes[key] = path
         return path
+
+    def _walk(self, src: str, dst: str) -> tuple[list[Link], list[str]]:
+        """The route from ``src``, which has one way out, to ``dst``: along vertices with one way out
+        until ``dst`` or a vertex with several, then that vertex's route. The same route as a search
+        from ``src``: it meets the other vertices in the order a search from that vertex does, so
+        their parents are the same, and no shortest route from it passes the vertices walked,
+        whose only ways out lead back to it. A gateway's nodes share its search (its second keeps
+        its tree) instead of each visiting the gateway's other nodes."""
+        links: list[Link] = []
+        nodes, walked = [src], {src}
+        v = src
+        while len(self._out[v]) == 1:
+            ((v, link),) = self._out[v].items()
+            if v in walked:  # a loop of one-way vertices without dst
+                break
+            links.append(link)
+            nodes.append(v)
+            walked.add(v)
+            if v == dst:
+                return links, nodes
+        else:
+            try:
+                more, rest = self._route(v, dst)
+            except TopologyError:
+                raise TopologyError(f"no route from {src!r} to {dst!r}") from None
+            return links + more, nodes + rest[1:]
+        raise TopologyError(f"no route from {src!r} to {dst!r}")
 
     def validate(self) -> list[str]:
         """Problems that keep this topology from carrying a training round, one per line.
@@ -577,17 +607,21 @@ class Topology:
 
     def _bfs(self, src: str, stop: str | None = None) -> dict[str, tuple[int, str | None]]:
         """Breadth-first search from ``src``: vertex -> (hops, parent); it ends as soon as ``stop``
-        is reached (the parents found up to then are those of the full search)."""
+        is reached (the parents found up to then are those of the full search: ``stop``'s is the
+        first vertex in search order it is a neighbour of, so a gateway's other nodes, listed
+        before the server among its neighbours, are not visited for a node's route up)."""
         seen: dict[str, tuple[int, str | None]] = {src: (0, None)}
         queue = deque([src])
         while queue:
             v = queue.popleft()
             hops = seen[v][0] + 1
-            for w in self._out[v]:
+            outs = self._out[v]
+            if stop is not None and stop in outs:  # not seen: the search would have ended
+                seen[stop] = (hops, v)
+                return seen
+            for w in outs:
                 if w not in seen:
                     seen[w] = (hops, v)
-                    if w == stop:
-                        return seen
                     queue.append(w)
         return seen
 
