@@ -54,7 +54,8 @@ def run_scenario(
     device : str
         ``"auto"``, ``"cpu"`` or ``"cuda"``: where the real learning runs.
     on_progress : callable, optional
-        Called with a :class:`~aiotsim.records.Progress` after every iteration.
+        Called with a :class:`~aiotsim.records.Progress` after every iteration, and within a long
+        one about once a second with its gradients so far (``gradients`` > 0).
     threads : int or "auto"
         torch intra-op threads for the run (``torch.set_num_threads``), restored afterwards;
         ``"auto"``: the CPUs this process may use (affinity mask capped by the cgroup v2
@@ -250,7 +251,8 @@ def run(
     num_classes : int, optional
         Classes of ``dataset`` (default: the largest label + 1).
     on_progress : callable, optional
-        Called with a :class:`~aiotsim.records.Progress` after every iteration.
+        Called with a :class:`~aiotsim.records.Progress` after every iteration, and within a long
+        one about once a second with its gradients so far (``gradients`` > 0).
     checkpoint_every : int
         Write ``checkpoint.pt`` every this many iterations (0: never); see :func:`resume`.
 

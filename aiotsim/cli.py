@@ -75,7 +75,7 @@ def _progress(quiet: bool) -> Progress:
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("sim {task.fields[sim]:>8.2f} s  loss {task.fields[loss]:.4f}"),
+        TextColumn("sim {task.fields[sim]:>8.2f} s  loss {task.fields[loss]:.4f}{task.fields[work]}"),
         TimeElapsedColumn(),
         console=err,
         disable=quiet,
@@ -100,10 +100,12 @@ def _resume_run(run_dir: Path, device: str, on_progress: Any, threads: str, ever
 def _simulate(name: str, total: int, out_dir: Path, quiet: bool, call: Any) -> dict[str, Any]:
     """Run ``call(on_progress)`` under a progress bar; SIGTERM/SIGHUP stop it like Ctrl-C."""
     with SignalInterrupt(), _progress(quiet) as progress:
-        task = progress.add_task(name, total=total, sim=0.0, loss=float("nan"))
+        task = progress.add_task(name, total=total, sim=0.0, loss=float("nan"), work="")
 
         def on_progress(p: Any) -> None:
-            progress.update(task, completed=p.iteration, total=p.total, sim=p.sim_time_s, loss=p.loss)
+            # within a long iteration: the gradients it has computed so far (a fleet's take minutes)
+            work = f"  +{p.gradients:,} gradients" if p.gradients else ""
+            progress.update(task, completed=p.iteration, total=p.total, sim=p.sim_time_s, loss=p.loss, work=work)
 
         try:
             with writing_to(out_dir):

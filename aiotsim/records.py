@@ -134,13 +134,15 @@ class RunSummary:
 
 @dataclass
 class Progress:
-    """What a progress display needs after each iteration."""
+    """What a progress display needs after each iteration, and during a long one (``gradients`` >
+    0: the node gradients computed in the iteration under way; the other fields the last row's)."""
 
     iteration: int  # iterations completed
     total: int  # iterations asked for
     sim_time_s: float
     loss: float
     accuracy: float | None = None
+    gradients: int = 0  # > 0: a report within an iteration (see aiotsim.sim.heartbeat)
 
 
 METRIC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(MetricsRow))

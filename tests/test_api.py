@@ -102,3 +102,32 @@ def test_bad_data_lists_every_problem() -> None:
 def test_bad_scenario_argument() -> None:
     with pytest.raises(ConfigError, match="a scenario must be a TOML path, a Scenario or a dict"):
         aiotsim.run(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("nodes", "batched"), [(2, "false"), (4, "false"), (4, "true")])
+def test_progress_within_iterations_counts_their_gradients(
+    tiny_scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodes: int, batched: str
+) -> None:
+    """With reports due at once, every gradient of a sync iteration after its first reports the
+    count so far with the last row's fields; rows report as before, gradients 0; the results are
+    those of a run that reported nothing."""
+    from aiotsim.records import Progress
+    from aiotsim.sim import heartbeat
+
+    sc = load_scenario(tiny_scenario, [f"nodes.count={nodes}", f"nodes.batched={batched}"], iterations=3)
+    quiet = run_scenario(sc, tmp_path / "quiet")
+    monkeypatch.setattr(heartbeat, "HEARTBEAT_S", 0.0)
+    seen: list[Progress] = []
+    run_scenario(sc, tmp_path / "beat", on_progress=seen.append)
+    rows = [p for p in seen if p.gradients == 0]
+    want = []
+    for k in range(3):
+        want += [(k, g) for g in range(2, nodes + 1)] + [(k + 1, 0)]
+    assert [(p.iteration, p.gradients) for p in seen] == want
+    for p in seen:
+        if p.gradients:  # the fields of the row before it (nan / 0 before the first)
+            before = ([r for r in rows if r.iteration == p.iteration] or [Progress(0, 3, 0.0, float("nan"))])[0]
+            assert (p.sim_time_s, p.accuracy, p.total) == (before.sim_time_s, None, 3)
+            assert p.loss == before.loss or (p.loss != p.loss and before.loss != before.loss)  # nan
+    assert fingerprint_run_dir(tmp_path / "beat") == fingerprint_run_dir(tmp_path / "quiet")
+    assert quiet["complete"]

@@ -7,7 +7,8 @@ Building a :class:`Cluster` turns a scenario into everything a strategy drives:
   ``rejoin_prob``, also the source of transient stragglers);
 * gateways (their codec states and compute model) and the server (model, optimizer and the real
   computations, all in :class:`~aiotsim.sim.learning.Learning`);
-* the SimPy environment, the network, a mailbox per aggregator, the trace and the accounting.
+* the SimPy environment, the network, a mailbox per aggregator, the trace, the accounting and
+  the progress reports (:mod:`aiotsim.sim.heartbeat`).
 
 Its interface is small: availability, a node's gradient with its simulated cost, traffic
 accounting (:meth:`Cluster.send`, :meth:`Cluster.account`), :meth:`Cluster.apply` (decode,
@@ -36,6 +37,7 @@ from aiotsim.sim.accounting import RunFacts, RunSink, Totals, Window, mean, summ
 from aiotsim.sim.aggregate import Aggregation
 from aiotsim.sim.energy import EnergyMeter, get_radio
 from aiotsim.sim.fleet import NodeTable
+from aiotsim.sim.heartbeat import Heartbeat
 from aiotsim.sim.learning import Learning, LocalState
 from aiotsim.sim.observe import before_step, observe_global
 from aiotsim.sim.stops import Diverged, Stalled, non_finite
@@ -111,7 +113,7 @@ class Cluster:
     ) -> None:
         self.sc = s = scenario
         self.device = resolve_device(device)
-        self.on_progress = on_progress
+        self.heartbeat = Heartbeat(on_progress, s.scenario.iterations)
         self.n = s.nodes.count
         self.mode = s.training.mode
         self.layout = node_layout(s)
@@ -183,6 +185,7 @@ class Cluster:
         """
         st, nd = self.nodes[i], self.sc.nodes
         g = self.learning.gradient(st.local, params)
+        self.heartbeat.gradient(self.totals.iterations)
         bad = non_finite([g.loss])
         if bad:
             raise Diverged(f"iteration {self.totals.iterations}: node {i}'s {bad}")
@@ -193,8 +196,7 @@ class Cluster:
 
     def codec_time(self, model: ComputeModel, wall_s: float, copies: int = 1) -> float:
         """Simulated seconds of encoding/decoding the whole model ``copies`` times on ``model``."""
-        elements = self.learning.elements * copies
-        return model.codec_time(wall_s, elements, self.learning.codec.encode_flops_per_element)
+        return model.codec_time(wall_s, self.learning.elements * copies, self.learning.codec.encode_flops_per_element)
 
     def downlink_bytes(self, i: int) -> int:
         """Payload bytes node ``i`` must download to hold the current version: the update
@@ -207,9 +209,7 @@ class Cluster:
         """Raise :class:`Stalled` when no node is at work and nothing has been dispatched, has
         arrived or completed for ``stall_limit_s`` simulated seconds (1000 x ``nodes.retry_s``):
         every node is offline and the clock would otherwise race on without end."""
-        if any(st.busy for st in self.nodes):
-            return
-        if self.env.now - self.last_activity_s >= self.stall_limit_s:
+        if not any(st.busy for st in self.nodes) and self.env.now - self.last_activity_s >= self.stall_limit_s:
             raise Stalled(
                 f"no node online for {self.stall_limit_s:g} simulated seconds "
                 f"({STALL_RETRIES} x nodes.retry_s) before iteration {self.totals.iterations}"
@@ -324,8 +324,7 @@ class Cluster:
             acc, loss = self.evaluate()
             self.sink.write_eval(EvalRow(it, now, acc, loss).as_dict())
             t.evals.append((it, now, acc, loss))
-        if self.on_progress:
-            self.on_progress(Progress(it + 1, s.scenario.iterations, now, row.loss, acc))
+        self.heartbeat.row(Progress(it + 1, s.scenario.iterations, now, row.loss, acc))
 
     def evaluate(self) -> tuple[float, float]:
         """Accuracy and loss of the global model on the held-out test split."""
