@@ -131,3 +131,18 @@ def test_progress_within_iterations_counts_their_gradients(
             assert p.loss == before.loss or (p.loss != p.loss and before.loss != before.loss)  # nan
     assert fingerprint_run_dir(tmp_path / "beat") == fingerprint_run_dir(tmp_path / "quiet")
     assert quiet["complete"]
+
+
+def test_progress_within_federated_rounds_counts_local_steps(
+    tiny_scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2 nodes x 3 local steps a round: reports at the 2nd to 6th gradient of each round."""
+    from aiotsim.records import Progress
+    from aiotsim.sim import heartbeat
+
+    monkeypatch.setattr(heartbeat, "HEARTBEAT_S", 0.0)
+    over = ["training.mode=federated", "training.local_steps=3", "nodes.per_round=0"]
+    seen: list[Progress] = []
+    run_scenario(load_scenario(tiny_scenario, over, iterations=2), tmp_path / "run", on_progress=seen.append)
+    want = [(0, g) for g in range(2, 7)] + [(1, 0)] + [(1, g) for g in range(2, 7)] + [(2, 0)]
+    assert [(p.iteration, p.gradients) for p in seen] == want

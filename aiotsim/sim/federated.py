@@ -16,6 +16,7 @@ with ``server_lr = 1`` takes the sync step ``x - lr * mean(g_i)``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import simpy
@@ -57,8 +58,15 @@ def local_steps(learning: Learning, local: LocalState) -> int:
     return t.local_steps
 
 
-def local_update(learning: Learning, local: LocalState, start: list[torch.Tensor], steps: int) -> LocalResult:
-    """``steps`` local SGD steps from the parameters ``start`` (not modified) on the node's batches."""
+def local_update(
+    learning: Learning,
+    local: LocalState,
+    start: list[torch.Tensor],
+    steps: int,
+    on_step: Callable[[], None] | None = None,
+) -> LocalResult:
+    """``steps`` local SGD steps from the parameters ``start`` (not modified) on the node's batches;
+    ``on_step()`` after each gradient (progress reports)."""
     t = learning.sc.training
     w = [p.detach().clone() for p in start]
     buf: list[torch.Tensor] | None = None
@@ -66,6 +74,8 @@ def local_update(learning: Learning, local: LocalState, start: list[torch.Tensor
     for _ in range(steps):
         x, y = local.stream.next()
         res = learning.computer.gradient(w, x, y, per_sample_sq=learning.codec.needs_sq_grad)
+        if on_step is not None:
+            on_step()
         g, sq = [gi.detach() for gi in res.grads], res.sq_grads
         losses.append(res.loss)
         wall += res.wall_s
@@ -101,7 +111,7 @@ def federated_node(
     c.trace.transfer(tr, "download", version=rnd)
     st.held_version = rnd
     steps = local_steps(learning, st.local)
-    res = local_update(learning, st.local, start, steps)
+    res = local_update(learning, st.local, start, steps, lambda: c.heartbeat.gradient(c.totals.iterations))
     compute_s = _compute_time(c, i, res)
     t1 = env.now
     yield env.timeout(compute_s)
