@@ -68,9 +68,8 @@ class BatchProgress:
         elif e.kind == "iter":
             task = self.running.get(e.index)
             if task is not None:
-                self.progress.update(
-                    task, completed=e.iteration, total=e.total, info=f"sim {e.sim_time_s:8.2f} s  loss {e.loss:.4f}"
-                )
+                info = f"sim {e.sim_time_s:8.2f} s  loss {e.loss:.4f}" + (f"  +{e.gradients:,}" if e.gradients else "")
+                self.progress.update(task, completed=e.iteration, total=e.total, info=info)
         elif e.kind == "done":
             task = self.running.pop(e.index, None)
             if task is not None:

@@ -146,3 +146,19 @@ def test_progress_within_federated_rounds_counts_local_steps(
     run_scenario(load_scenario(tiny_scenario, over, iterations=2), tmp_path / "run", on_progress=seen.append)
     want = [(0, g) for g in range(2, 7)] + [(1, 0)] + [(1, g) for g in range(2, 7)] + [(2, 0)]
     assert [(p.iteration, p.gradients) for p in seen] == want
+
+
+def test_a_batch_job_passes_its_reports_within_iterations_on(
+    tiny_scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compare/sweep job's events carry the gradient counts (the batch bars show them)."""
+    from aiotsim.results import parallel
+    from aiotsim.sim import heartbeat
+
+    monkeypatch.setattr(heartbeat, "HEARTBEAT_S", 0.0)
+    sc = load_scenario(tiny_scenario, ["nodes.count=3"], iterations=2)
+    events: list[parallel.Event] = []
+    parallel._run_job(parallel.Job("tiny", sc.to_toml(), str(tmp_path / "run")), 5, events.append)
+    iters = [(e.iteration, e.gradients) for e in events if e.kind == "iter"]
+    assert iters == [(0, 2), (0, 3), (1, 0), (1, 2), (1, 3), (2, 0)]
+    assert events[0].kind == "start" and all(e.index == 5 for e in events)

@@ -112,6 +112,7 @@ class Event:
     total: int = 0
     sim_time_s: float = 0.0  # simulated seconds so far
     loss: float = float("nan")
+    gradients: int = 0  # > 0: within an iteration, its gradients so far (see aiotsim.sim.heartbeat)
 
 
 @dataclass
@@ -150,7 +151,7 @@ def _run_job(job: Job, index: int, emit: Callable[[Event], None]) -> dict[str, A
     emit(Event("start", index, 0, sc.scenario.iterations))
 
     def on_progress(p: Progress) -> None:
-        emit(Event("iter", index, p.iteration, p.total, float(p.sim_time_s), float(p.loss)))
+        emit(Event("iter", index, p.iteration, p.total, float(p.sim_time_s), float(p.loss), p.gradients))
 
     return run_scenario(sc, job.out_dir, device=job.device, on_progress=on_progress, threads=job.threads)
 
