@@ -155,3 +155,24 @@ def test_augmented_stream_resumes_exactly(tiny_scenario: Path, tmp_path: Path) -
     ref, crash = killed_and_resumed(sc, tmp_path, every=2, kill=5)
     assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
     assert "aug_gen" in load(crash / CHECKPOINT_NAME)["nodes"][0]["stream"]
+
+
+def test_state_copies_keep_containers_and_named_tuples() -> None:
+    """Tensors copied to the CPU inside lists, tuples, dicts and named tuples (rebuilt from their
+    fields, not from one iterable); other values kept as they are."""
+    from typing import NamedTuple
+
+    from aiotsim.sim import checkpoint
+
+    class Pair(NamedTuple):
+        a: torch.Tensor
+        b: int
+
+    t = torch.ones(2, requires_grad=True)
+    state = {"p": Pair(t, 3), "l": [t, "x"], "t": (t,)}
+    copied = checkpoint._cpu(state)
+    assert type(copied["p"]) is Pair and copied["p"].b == 3 and not copied["p"].a.requires_grad
+    assert copied["p"].a is not t and torch.equal(copied["p"].a, t.detach())
+    assert type(copied["l"]) is list and copied["l"][1] == "x" and type(copied["t"]) is tuple
+    moved = checkpoint._to(Pair(t, 4), torch.device("cpu"))
+    assert type(moved) is Pair and moved.b == 4

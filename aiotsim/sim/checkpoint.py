@@ -151,8 +151,13 @@ def _cpu(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: _cpu(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu(v) for v in obj)
+        return _rebuilt(obj, [_cpu(v) for v in obj])
     return obj
+
+
+def _rebuilt(seq: list[Any] | tuple[Any, ...], items: list[Any]) -> Any:
+    """A list or tuple of ``seq``'s type holding ``items`` (a named tuple takes them as arguments)."""
+    return type(seq)(*items) if hasattr(seq, "_fields") else type(seq)(items)
 
 
 def _codec_state(state: CodecState) -> dict[str, Any]:
@@ -233,7 +238,7 @@ def _to(obj: Any, device: torch.device) -> Any:
     if isinstance(obj, torch.Tensor):
         return obj.to(device)
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_to(v, device) for v in obj)
+        return _rebuilt(obj, [_to(v, device) for v in obj])
     return obj
 
 
