@@ -507,4 +507,10 @@ __all__ = [
     "BatchError",
     "Stopped",
     "RUN_THREADS",
-    "stop_on_signals", "run_local", "run_ray", "ray_available", "default_workers", "job_scenario"]
+    "stop_on_signals",
+    "run_local",
+    "run_ray",
+    "ray_available",
+    "default_workers",
+    "job_scenario",
+]
