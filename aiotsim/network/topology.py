@@ -608,8 +608,8 @@ class Topology:
     def _bfs(self, src: str, stop: str | None = None) -> dict[str, tuple[int, str | None]]:
         """Breadth-first search from ``src``: vertex -> (hops, parent); it ends as soon as ``stop``
         is reached (the parents found up to then are those of the full search: ``stop``'s is the
-        first vertex in search order it is a neighbour of, so a gateway's other nodes, listed
-        before the server among its neighbours, are not visited for a node's route up)."""
+        first vertex in search order it is a neighbour of, so that vertex's other neighbours need
+        not be visited)."""
         seen: dict[str, tuple[int, str | None]] = {src: (0, None)}
         queue = deque([src])
         while queue:
