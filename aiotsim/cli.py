@@ -306,11 +306,11 @@ def calibrate(
     full: Annotated[bool, typer.Option(help="every case, up to 10 MB x 8 flows (several minutes)")] = False,
     repeats: Annotated[int, typer.Option(help="measurements per case (median kept)", min=1)] = 1,
     against: Annotated[
-        str, typer.Option(help="'real': TCP through a shaped loopback; 'ns3': ns-3 packet-level TCP (aiotsim[ns3])")
+        str, typer.Option(help="'real': TCP through a shaped loopback; 'ns3': ns-3 packet-level TCP (aiotsim\\[ns3])")
     ] = "real",
 ) -> None:
     """Validate the network model against real TCP through a tc-shaped loopback (needs root),
-    or against ns-3's packet-level TCP (`--against ns3`, needs `pip install aiotsim[ns3]`).
+    or against ns-3's packet-level TCP (`--against ns3`, needs `pip install aiotsim\\[ns3]`).
 
     real: creates a private network namespace, shapes its loopback with `tc tbf`, times real TCP
     transfers of 1 KB..10 MB with 1, 2, 4 and 8 concurrent flows, and prints measured vs

@@ -221,7 +221,7 @@ def sweep(
         typer.Option(
             "--ray",
             help="run on Ray: `--ray` alone starts a local Ray instance, `--ray ADDRESS` joins a cluster "
-            "(e.g. auto, ray://head:10001); needs pip install 'aiotsim[ray]'",
+            "(e.g. auto, ray://head:10001); needs pip install 'aiotsim\\[ray]'",
         ),
     ] = False,
     address: Annotated[
