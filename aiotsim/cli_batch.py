@@ -213,7 +213,7 @@ def sweep(
         Path, typer.Argument(help="sweep TOML file, e.g. scenarios/sweep_uplink.toml", show_default=False)
     ],
     out_dir: Annotated[
-        Path | None, typer.Option("--out", "-o", help="sweep directory (default: [sweep] out, else runs/sweep-NAME)")
+        Path | None, typer.Option("--out", "-o", help="sweep directory (default: \\[sweep] out, else runs/sweep-NAME)")
     ] = None,
     jobs: JobsOpt = None,
     ray: Annotated[

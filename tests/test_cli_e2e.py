@@ -185,8 +185,10 @@ def test_run_checkpoint_and_resume_from_the_cli(tiny_scenario: Path, tmp_path: P
     assert res.exit_code == 2 and "no checkpoint.pt" in res.output
 
 
-@pytest.mark.parametrize(("command", "extra"), [("sweep", "aiotsim[ray]"), ("calibrate", "aiotsim[ns3]")])
+@pytest.mark.parametrize(
+    ("command", "extra"), [("sweep", "aiotsim[ray]"), ("calibrate", "aiotsim[ns3]"), ("sweep", "[sweep] out")]
+)
 def test_help_names_the_extras_to_install(command: str, extra: str) -> None:
-    """Rich markup would eat an unescaped ``[ray]``: the help must show the whole install name."""
+    """Rich markup would eat an unescaped ``[ray]``: the help must show it whole."""
     res = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "250"})
     assert res.exit_code == 0 and extra in res.output
