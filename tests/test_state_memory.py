@@ -141,3 +141,30 @@ def test_fp16_state_run_completes_close_to_fp32(tiny_scenario, tmp_path) -> None
         assert summary["status"] == "complete"
         accs[dtype] = summary["final_accuracy"]
     assert abs(accs["float16"] - accs["float32"]) < 0.1
+
+
+@pytest.mark.parametrize(("mode", "most"), [("sync", 1), ("partial", 8)])
+def test_a_sync_round_holds_one_gradient_at_a_time(tiny_scenario, tmp_path, monkeypatch, mode, most) -> None:
+    """8 nodes start together: in a sync round each encodes its gradient as soon as it is
+    computed and drops it, so one is alive at a time; in a partial round the server may step
+    during a node's compute, so the encode waits for it and all 8 are held over their compute.
+    (No momentum: with momentum on the nodes the gradient handed on is the kept velocity.)"""
+    import weakref
+
+    from aiotsim.sim.world import Cluster
+
+    alive, peak = [0], [0]
+    real = Cluster.gradient
+
+    def counted(self, i, params):  # noqa: ANN001, ANN202
+        out = real(self, i, params)
+        alive[0] += 1
+        peak[0] = max(peak[0], alive[0])
+        weakref.finalize(out[0][0], lambda: alive.__setitem__(0, alive[0] - 1))
+        return out
+
+    monkeypatch.setattr(Cluster, "gradient", counted)
+    over = ["nodes.count=8", "compressor.name=topk", f"training.mode={mode}", "training.partial_k=8",
+            "training.momentum=0"]  # fmt: skip
+    run_scenario(load_scenario(tiny_scenario, over, iterations=2), tmp_path / "run", device="cpu")
+    assert peak[0] == most

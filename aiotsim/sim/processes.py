@@ -37,9 +37,15 @@ def node_round(c: Cluster, i: int, version: int, download: simpy.Event | None, w
     t0 = env.now
     params = c.snapshots.get(version) if c.mode != "sync" else None
     grads, loss, compute_s, sq = c.gradient(i, params)
+    encoded, st.local.encoded = st.local.encoded, None  # encoded in a batch at dispatch, if so
+    if encoded is None and c.mode == "sync":
+        # nothing touches the node's codec state before its encode in a sync round (the server
+        # waits for it): encode now, so that a fleet starting together does not hold every
+        # node's gradient over its compute time (10,000 x the model)
+        encoded = learning.encode(grads, st.local.states, sq)
+        grads = sq = None
     yield env.timeout(compute_s)
     c.trace.span(name, "compute", t0, compute_s, version=version)
-    encoded, st.local.encoded = st.local.encoded, None  # encoded in a batch at dispatch, if so
     payloads, wall = encoded or learning.encode(grads, st.local.states, sq)
     wall += learning.mask_momentum(st.local, payloads)
     grads = sq = None  # encoded: not held while the upload is in flight (10,000 nodes x model)
