@@ -168,3 +168,25 @@ def test_a_sync_round_holds_one_gradient_at_a_time(tiny_scenario, tmp_path, monk
             "training.momentum=0"]  # fmt: skip
     run_scenario(load_scenario(tiny_scenario, over, iterations=2), tmp_path / "run", device="cpu")
     assert peak[0] == most
+
+
+def test_a_streamed_run_trims_the_heap_every_so_many_gradients(tiny_scenario, monkeypatch) -> None:
+    """Every TRIM_EVERY-th gradient of an iteration (here 3: the 3rd and 6th of 7), counted
+    afresh after each row; a stacked run never trims between rows."""
+    from aiotsim.records import Progress
+    from aiotsim.sim import heartbeat
+    from aiotsim.sim.world import Cluster
+
+    trims: list[int] = []
+    monkeypatch.setattr(heartbeat, "TRIM_EVERY", 3)
+    monkeypatch.setattr(heartbeat, "trim_heap", lambda: trims.append(beat.gradients) or True)
+    beat = heartbeat.Heartbeat(None, 5, trim=True)
+    for _ in range(7):
+        beat.gradient(0)
+    beat.row(Progress(1, 5, 1.0, 0.5))
+    for _ in range(2):
+        beat.gradient(1)
+    assert trims == [3, 6]
+    streamed = Cluster(load_scenario(tiny_scenario, ["training.aggregation=streamed"]), device="cpu")
+    stacked = Cluster(load_scenario(tiny_scenario, ["training.aggregation=stacked"]), device="cpu")
+    assert (streamed.heartbeat.trim_every, stacked.heartbeat.trim_every) == (3, 0)

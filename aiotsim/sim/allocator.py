@@ -42,4 +42,7 @@ def trim_heap() -> bool:
     return bool(trim(0)) if trim is not None else False
 
 
-__all__ = ["trim_heap"]
+# gradients between trims within a round of a streamed (fleet) run (see aiotsim.sim.heartbeat)
+TRIM_EVERY = 1_000
+
+__all__ = ["trim_heap", "TRIM_EVERY"]

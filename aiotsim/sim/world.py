@@ -113,11 +113,11 @@ class Cluster:
     ) -> None:
         self.sc = s = scenario
         self.device = resolve_device(device)
-        self.heartbeat = Heartbeat(on_progress, s.scenario.iterations)
         self.n = s.nodes.count
         self.mode = s.training.mode
         self.layout = node_layout(s)
         self.learning = Learning(s, self.device, [spec.share for spec in self.layout], model, data)
+        self.heartbeat = Heartbeat(on_progress, s.scenario.iterations, self.learning.aggregation_mode == "streamed")
         self.model_name = s.model.name if model is None else type(model).__name__
         self.dataset_name = s.data.dataset if data is None else data.name
         self.nodes = NodeTable(self.n, lambda i: self._node_state(self.layout[i]), eager=self.mode != "federated")
