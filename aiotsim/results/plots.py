@@ -44,7 +44,7 @@ from aiotsim.results.compare import time_to_accuracy  # noqa: E402
 from aiotsim.results.store import Warn, make_dir, read_evals, read_json, read_metrics, read_summary  # noqa: E402
 from aiotsim.results.store import warn as store_warn  # noqa: E402
 from aiotsim.results.sweep import is_sweep_dir, read_manifest  # noqa: E402
-from aiotsim.sim.trace import NODE_VERTEX  # noqa: E402
+from aiotsim.sim.trace import NODE_VERTEX, spread  # noqa: E402
 
 MB = 1e6  # bytes per MB (decimal, as network rates are)
 PHASE_COLORS = {
@@ -452,9 +452,9 @@ def shown_tracks(tracks: Sequence[str], max_rows: int = TIMELINE_MAX_ROWS) -> tu
         return list(tracks), owners, len(owners)
     picked = owners[:1]  # at least one
     for k in range(min(len(owners), max_rows), 1, -1):
-        spread = [owners[j * len(owners) // k] for j in range(k)]
-        if len(server) + sum(len(rows[o]) for o in spread) <= max_rows:
-            picked = spread
+        spaced = [owners[j] for j in spread(len(owners), k)]
+        if len(server) + sum(len(rows[o]) for o in spaced) <= max_rows:
+            picked = spaced
             break
     keep = set(server).union(*(rows[o] for o in picked))
     return [t for t in tracks if t in keep], picked, len(owners)

@@ -20,6 +20,12 @@ PID_COMPUTE, PID_NETWORK = 1, 2
 NODE_VERTEX = re.compile(r"node(\d+)")  # a sensor node's vertex name (sim.topologies.node_name)
 
 
+def spread(count: int, k: int) -> list[int]:
+    """``k`` indices spread evenly over ``0..count-1`` for ``k <= count``: ``j * count // k``, so 0
+    and every ``count/k``-th (distinct, since ``count/k >= 1``)."""
+    return [j * count // k for j in range(k)]
+
+
 def kept_nodes(count: int, trace_nodes: int) -> frozenset[int] | None:
     """Indices of the nodes whose tracks a run's trace keeps (``scenario.trace_nodes``): None for
     all of them (``trace_nodes`` < 0 or >= ``count``), else ``trace_nodes`` indices spread evenly
@@ -27,7 +33,7 @@ def kept_nodes(count: int, trace_nodes: int) -> frozenset[int] | None:
     fleet split into groups by index shows each group)."""
     if trace_nodes < 0 or trace_nodes >= count:
         return None
-    return frozenset(k * count // trace_nodes for k in range(trace_nodes))
+    return frozenset(spread(count, trace_nodes))
 
 
 class TraceRecorder:
