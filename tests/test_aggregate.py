@@ -296,26 +296,30 @@ def test_runs_agree_between_stacked_and_streamed(case: str) -> None:
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
 
 
-def test_a_streamed_round_returns_freed_heap_pages_and_a_stacked_one_leaves_malloc_alone(monkeypatch: Any) -> None:
-    """glibc: malloc_trim runs; a streamed aggregation trims once per result, a stacked one never
-    (nothing process-wide is changed: a pinned mmap threshold had slowed every later allocation)."""
+def test_a_streamed_round_asks_the_runs_trimmer_and_a_stacked_one_leaves_malloc_alone() -> None:
+    """glibc: malloc_trim runs; a streamed aggregation asks the run's trimmer once per result, a
+    stacked one has none (nothing process-wide is changed: a pinned mmap threshold had slowed every
+    later allocation)."""
     import platform
 
-    from aiotsim.sim import aggregate as aggregate_module
-    from aiotsim.sim.allocator import trim_heap
+    from aiotsim.sim.allocator import HeapTrimmer, trim_heap
 
     assert isinstance(trim_heap(), bool) and (platform.libc_ver()[0] == "glibc" or trim_heap() is False)
-    calls: list[int] = []
-    monkeypatch.setattr(aggregate_module, "trim_heap", lambda: calls.append(1) or True)
-    for mode, want in (("stacked", []), ("streamed", [1])):
+    for mode, want in (("stacked", None), ("streamed", 2)):
         learning = Cluster(scenario(mode), device="cpu").learning
-        agg = learning.aggregation()
+        assert (learning.trimmer is None) == (want is None), mode
+        calls: list[int] = []
+        if learning.trimmer is not None:  # no growth: it trims the first time only (margin: a TB)
+            learning.trimmer = HeapTrimmer(margin=1 << 40, rss=lambda: 1 << 30, trim=lambda: calls.append(1) or True)
         dense = learning.dense  # a gateway's dense fp32 message: decodable whatever the codec
         cpu = torch.device("cpu")
         msg = [dense.encode(torch.ones(L.numel), L, dense.init_state(L, cpu, 0)) for L in learning.layers]
-        agg.add(msg, 1, dense=True)
-        agg.result()
-        assert calls == want, mode
+        for _ in range(2):
+            agg = learning.aggregation()
+            agg.add(msg, 1, dense=True)
+            agg.result()
+        assert calls == ([] if want is None else [1]), mode
+        assert learning.trimmer is None or learning.trimmer.trims == 1
 
 
 # ---- the stack buffer ----------------------------------------------------------------------------

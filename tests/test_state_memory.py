@@ -170,17 +170,20 @@ def test_a_sync_round_holds_one_gradient_at_a_time(tiny_scenario, tmp_path, monk
     assert peak[0] == most
 
 
-def test_a_streamed_run_trims_the_heap_every_so_many_gradients(tiny_scenario, monkeypatch) -> None:
+def test_a_streamed_run_asks_for_a_trim_every_so_many_gradients(tiny_scenario, monkeypatch) -> None:
     """Every TRIM_EVERY-th gradient of an iteration (here 3: the 3rd and 6th of 7), counted
-    afresh after each row; a stacked run never trims between rows."""
+    afresh after each row; a stacked run has no trimmer. With resident memory that always grows
+    past the margin, each ask is a trim."""
     from aiotsim.records import Progress
     from aiotsim.sim import heartbeat
+    from aiotsim.sim.allocator import HeapTrimmer
     from aiotsim.sim.world import Cluster
 
     trims: list[int] = []
+    rss = iter(range(0, 100 << 30, 1 << 30))  # B: 1 GB more at every ask
     monkeypatch.setattr(heartbeat, "TRIM_EVERY", 3)
-    monkeypatch.setattr(heartbeat, "trim_heap", lambda: trims.append(beat.gradients) or True)
-    beat = heartbeat.Heartbeat(None, 5, trim=True)
+    trimmer = HeapTrimmer(rss=lambda: next(rss), trim=lambda: trims.append(beat.gradients) or True)
+    beat = heartbeat.Heartbeat(None, 5, trimmer)
     for _ in range(7):
         beat.gradient(0)
     beat.row(Progress(1, 5, 1.0, 0.5))
@@ -190,3 +193,25 @@ def test_a_streamed_run_trims_the_heap_every_so_many_gradients(tiny_scenario, mo
     streamed = Cluster(load_scenario(tiny_scenario, ["training.aggregation=streamed"]), device="cpu")
     stacked = Cluster(load_scenario(tiny_scenario, ["training.aggregation=stacked"]), device="cpu")
     assert (streamed.heartbeat.trim_every, stacked.heartbeat.trim_every) == (3, 0)
+    assert streamed.heartbeat.trimmer is streamed.learning.trimmer is not None  # one level per run
+    assert stacked.heartbeat.trimmer is None
+
+
+def test_the_trimmer_trims_only_when_resident_memory_sets_a_new_high() -> None:
+    """Hand-made resident memory (MB) against a 64 MB margin: the first ask trims; then a trim
+    only above the last trim's level + 64; a fall (the trim gave pages back) and the climb back
+    to the level (the next round reusing them) trim nothing; unknown memory always trims."""
+    from aiotsim.sim.allocator import HeapTrimmer
+
+    mb = 1 << 20
+    seen = [100, 150, 165, 1000, 400, 990, 1000, 1064, 1065, 1129, 1130]
+    rss = iter(seen)
+    done: list[int] = []
+    trimmer = HeapTrimmer(margin=64 * mb, rss=lambda: next(rss) * mb, trim=lambda: done.append(1) or True)
+    asked = [trimmer.maybe_trim() for _ in seen]
+    #        100   150    165   1000  400    990    1000   1064   1065  1129   1130
+    want = [True, False, True, True, False, False, False, False, True, False, True]
+    assert asked == want
+    assert trimmer.trims == len(done) == 5 and trimmer.level == 1130 * mb
+    blind = HeapTrimmer(rss=lambda: None, trim=lambda: True)
+    assert [blind.maybe_trim() for _ in range(3)] == [True, True, True]

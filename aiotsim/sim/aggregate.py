@@ -37,7 +37,7 @@ import torch
 
 from aiotsim.compress.base import Codec, LayerInfo, Payload, RunningAggregate
 from aiotsim.errors import CodecError, ConfigError
-from aiotsim.sim.allocator import trim_heap
+from aiotsim.sim.allocator import HeapTrimmer
 
 STACK_LIMIT_BYTES = 10**9  # "auto": stream when nodes x parameters x 4 B exceeds this
 MODES = ("auto", "stacked", "streamed")
@@ -90,6 +90,9 @@ class Aggregation:
         (signSGD's vote), as the stacked form does.
     buffer : StackBuffer, optional
         Stacked form: the memory to stack into, shared by the aggregations of a run.
+    trimmer : HeapTrimmer, optional
+        Streamed form: the run's heap trims, asked at each :meth:`result` (the messages just
+        folded in were freed; it trims if the resident memory set a new high). None: no trim.
     """
 
     def __init__(
@@ -102,9 +105,10 @@ class Aggregation:
         streamed: bool,
         weighted: bool,
         buffer: StackBuffer | None = None,
+        trimmer: HeapTrimmer | None = None,
     ) -> None:
         self.codecs, self.dense, self.layers, self.device = codecs, dense, layers, device
-        self.streamed, self.weighted, self.buffer = streamed, weighted, buffer
+        self.streamed, self.weighted, self.buffer, self.trimmer = streamed, weighted, buffer, trimmer
         self.messages: list[tuple[list[Payload], int, bool]] = []  # stacked: kept until result()
         self.sums: list[RunningAggregate] | None = None  # streamed: one accumulator per layer
         self.count = 0  # messages added
@@ -150,7 +154,8 @@ class Aggregation:
         if self.streamed:
             sums = self.sums or [c.aggregate_start(L, self.device) for c, L in zip(self.codecs, self.layers)]
             agg = [c.aggregate_finish(acc, L) for c, L, acc in zip(self.codecs, self.layers, sums)]
-            trim_heap()
+            if self.trimmer is not None:
+                self.trimmer.maybe_trim()
         else:
             agg = self._stacked()
         sync_device(self.device)

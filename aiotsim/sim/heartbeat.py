@@ -7,10 +7,11 @@ the iteration under way has computed (:attr:`~aiotsim.records.Progress.gradients
 computes does not depend on it.
 
 The same count paces the C heap's trims in a fleet run (:mod:`aiotsim.sim.allocator`): a
-streamed aggregation trims once a round, and within a round the heap could still grow by the
+streamed aggregation may trim at each result, and within a round the heap could still grow by the
 holes that gradients and encodes leave between messages (iot10k with ``topk``: 6.0 -> 7.1 GB in
 one round of twenty, given back at its end); every :data:`~aiotsim.sim.allocator.TRIM_EVERY`
-gradients it is trimmed too (10,000 nodes: about 10 ms each, 0.1 s a round of 3 minutes).
+gradients the run's :class:`~aiotsim.sim.allocator.HeapTrimmer` is asked too, and trims when the
+resident memory has set a new high (10,000 nodes: about 10 ms a trim).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from aiotsim.records import Progress
-from aiotsim.sim.allocator import TRIM_EVERY, trim_heap
+from aiotsim.sim.allocator import TRIM_EVERY, HeapTrimmer
 
 HEARTBEAT_S = 1.0  # wall seconds between reports within an iteration
 
@@ -29,13 +30,16 @@ HEARTBEAT_S = 1.0  # wall seconds between reports within an iteration
 class Heartbeat:
     """Calls ``on_progress`` with each row's :class:`Progress`, and with the gradients computed
     since (``gradients`` > 0, the other fields the last row's) at a gradient that comes
-    :data:`HEARTBEAT_S` or more after the iteration's first one or the last such call; trims
-    the heap every :data:`~aiotsim.sim.allocator.TRIM_EVERY` gradients of an iteration with
-    ``trim`` (a streamed aggregation's run)."""
+    :data:`HEARTBEAT_S` or more after the iteration's first one or the last such call; asks
+    ``trimmer`` (a streamed aggregation's run) to trim every :data:`~aiotsim.sim.allocator.TRIM_EVERY`
+    gradients of an iteration."""
 
-    def __init__(self, on_progress: Callable[[Progress], None] | None, total: int, trim: bool = False) -> None:
+    def __init__(
+        self, on_progress: Callable[[Progress], None] | None, total: int, trimmer: HeapTrimmer | None = None
+    ) -> None:
         self.on_progress = on_progress
-        self.trim_every = TRIM_EVERY if trim else 0  # gradients between heap trims (0: none)
+        self.trimmer = trimmer
+        self.trim_every = TRIM_EVERY if trimmer is not None else 0  # gradients between trim checks (0: none)
         self.last = Progress(0, total, 0.0, math.nan)
         self.gradients = 0
         self.due = math.inf  # wall time (time.monotonic) of the next report within an iteration
@@ -43,8 +47,8 @@ class Heartbeat:
     def gradient(self, completed: int) -> None:
         """A node's gradient was computed; ``completed``: the run's iterations done before it."""
         self.gradients += 1
-        if self.trim_every and self.gradients % self.trim_every == 0:
-            trim_heap()
+        if self.trimmer is not None and self.gradients % self.trim_every == 0:
+            self.trimmer.maybe_trim()
         if self.gradients == 1:  # the interval starts with the iteration's work, not with setup
             self.due = time.monotonic() + HEARTBEAT_S
         elif self.on_progress is not None and time.monotonic() >= self.due:

@@ -33,6 +33,7 @@ from aiotsim.learn.datasets import Dataset, SyntheticSpec, load_dataset
 from aiotsim.learn.models import build_model, layer_infos
 from aiotsim.learn.partition import node_shards
 from aiotsim.sim.aggregate import Aggregation, StackBuffer, aggregation_mode, sync_device
+from aiotsim.sim.allocator import HeapTrimmer
 from aiotsim.sim.pages import StatePages
 from aiotsim.sim.stops import Diverged
 from aiotsim.sim.storage import DTYPES, narrow_states, step_velocity, widen_states
@@ -133,6 +134,7 @@ class Learning:
         self.server_states = self.new_states(-1)  # compressed (bidirectional) downlink
         self.aggregation_mode = aggregation_mode(s.training.aggregation, len(shares), self.elements, type(self.codec))
         self.stack_buffer = StackBuffer()  # stacked aggregations reuse its pages round after round
+        self.trimmer = HeapTrimmer() if self.aggregation_mode == "streamed" else None  # the run's heap trims
         self.state_dtype = DTYPES[s.nodes.state_dtype]  # storage of residuals and velocities
         self.pages = StatePages()  # where that state lives (CPU): off the C heap
         # momentum lives on the server optimizer, unless the codec applies it itself (DGC) or the
@@ -225,14 +227,12 @@ class Learning:
     def aggregation(self) -> Aggregation:
         """An empty aggregation of uploads (``training.aggregation``: stacked or streamed)."""
         return Aggregation(
-            self.layer_codecs,
-            self.dense,
-            self.layers,
-            self.device,
+            self.layer_codecs, self.dense, self.layers, self.device,
             streamed=self.aggregation_mode == "streamed",
             weighted=self.codec.supports_ring(),  # a mean; signSGD's vote counts each message once
             buffer=self.stack_buffer,
-        )
+            trimmer=self.trimmer,
+        )  # fmt: skip
 
     def decode_aggregate(
         self, messages: list[list[Payload]], weights: list[int], dense: list[bool]

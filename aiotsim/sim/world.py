@@ -117,7 +117,7 @@ class Cluster:
         self.mode = s.training.mode
         self.layout = node_layout(s)
         self.learning = Learning(s, self.device, [spec.share for spec in self.layout], model, data)
-        self.heartbeat = Heartbeat(on_progress, s.scenario.iterations, self.learning.aggregation_mode == "streamed")
+        self.heartbeat = Heartbeat(on_progress, s.scenario.iterations, self.learning.trimmer)
         self.model_name = s.model.name if model is None else type(model).__name__
         self.dataset_name = s.data.dataset if data is None else data.name
         self.nodes = NodeTable(self.n, lambda i: self._node_state(self.layout[i]), eager=self.mode != "federated")
