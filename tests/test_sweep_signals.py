@@ -136,6 +136,10 @@ def test_stopped_sweep_ends_its_workers_and_resumes_to_identical_results(
             assert json.loads((d / "summary.json").read_text())["status"] == "interrupted"
 
     # Resumed: only the rest runs, and every point equals the uninterrupted sweep byte for byte.
+    # The three signals stop a sweep through one handler (cli_common.SignalInterrupt) and leave
+    # the same kind of state (checked above for each): one resume covers them (a minute a resume)
+    if signame != "SIGTERM":
+        return
     res = subprocess.run(_sweep_cmd(sweep_file, out), env=_env(), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"{len(done)} already complete, {SEEDS - len(done)} to run" in res.stdout.replace("\n", " ")
