@@ -45,7 +45,8 @@ small fleets are not measured on a handful of gradients, and a 10,000-node case 
 minutes (its bare work takes as long again).
 
 Run: ``python benchmarks/scale.py [--nodes 10 100 1000 10000] [--codecs none topk]
-[--topologies star hierarchical] [--iterations N] [--repeats N]``. One torch thread per case.
+[--topologies star hierarchical] [--iterations N] [--repeats N] [--aggregation auto|stacked|streamed]``
+(column ``agg``: the aggregation the run used; ``auto`` streams above 1 GB of stack). One torch thread per case.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ NETWORK_ENTRIES = ("send", "_step", "wire_bytes_for")
 STAR_FILES = {10: "iot10.toml", 100: "iot100.toml", 1000: "iot1000.toml", 10_000: "iot10k.toml"}
 
 
-def scenario_for(nodes: int, codec: str, topology: str, iterations: int) -> Any:
+def scenario_for(nodes: int, codec: str, topology: str, iterations: int, aggregation: str = "auto") -> Any:
     """The case's scenario (see the module docstring)."""
     from aiotsim.api import as_scenario
 
@@ -78,6 +79,7 @@ def scenario_for(nodes: int, codec: str, topology: str, iterations: int) -> Any:
         "compressor.name": codec,
         "training.eval_every": 10**6,  # evaluation is not the subject here
         "data.eval_samples": 100,
+        "training.aggregation": aggregation,
     }
     if topology == "star":
         path = STAR_FILES.get(nodes, "iot1000.toml")
@@ -103,10 +105,12 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_case(nodes: int, codec: str, topology: str, iterations: int, repeats: int = 1) -> dict[str, Any]:
+def run_case(
+    nodes: int, codec: str, topology: str, iterations: int, repeats: int = 1, aggregation: str = "auto"
+) -> dict[str, Any]:
     """One case in this process, ``repeats`` times (run, then bare loop); returns its row, each
     time column the best of its repeats and the peak memory the first repeat's."""
-    rows = [run_once(nodes, codec, topology, iterations) for _ in range(max(repeats, 1))]
+    rows = [run_once(nodes, codec, topology, iterations, aggregation) for _ in range(max(repeats, 1))]
     row = dict(rows[0])
     for key in ("wall_s", "cpu_s", "bare_s", "bare_cpu_s", "net_s", "later_s"):
         row[key] = min(r[key] for r in rows)
@@ -130,7 +134,7 @@ def steady_ratio(later_s: float, bare_s: float, iterations: int) -> float:
     return later_s / (bare_s * (iterations - 1) / iterations)
 
 
-def run_once(nodes: int, codec: str, topology: str, iterations: int) -> dict[str, Any]:
+def run_once(nodes: int, codec: str, topology: str, iterations: int, aggregation: str = "auto") -> dict[str, Any]:
     """One run of a case and its bare loop in this process; returns its row."""
     import torch
 
@@ -140,7 +144,7 @@ def run_once(nodes: int, codec: str, topology: str, iterations: int) -> dict[str
     from aiotsim.sim.world import Cluster
 
     torch.set_num_threads(1)
-    sc = scenario_for(nodes, codec, topology, iterations)
+    sc = scenario_for(nodes, codec, topology, iterations, aggregation)
     net_s = [0.0]
 
     def timed(fn: Any) -> Any:
@@ -174,6 +178,7 @@ def run_once(nodes: int, codec: str, topology: str, iterations: int) -> dict[str
     bare, bare_cpu = bare_work(cluster.learning, counts)
     return {
         "nodes": nodes, "codec": codec, "topology": topology, "iterations": iterations,
+        "aggregation": cluster.learning.aggregation_mode,
         "status": summary.get("status", "complete"), "setup_s": setup_s, "wall_s": wall,
         "s_per_it": wall / iterations, "peak_mb": peak_mb, "kb_per_node": (peak_mb - base_mb) * 1024 / nodes,
         "net_s": net_s[0], "net_share": net_s[0] / wall, "bare_s": bare, "ratio": wall / bare, "cpu_s": cpu,
@@ -257,18 +262,22 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=None, help="per case; default: by scale")
     parser.add_argument("--repeats", type=int, default=None, help="per case; default: 3, 1 at 10,000 nodes")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per case, s")
-    case_args = ("NODES", "CODEC", "TOPOLOGY", "ITERATIONS", "REPEATS")
-    parser.add_argument("--case", nargs=5, metavar=case_args, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--aggregation", default="auto", choices=["auto", "stacked", "streamed"], help="training.aggregation"
+    )
+    case_args = ("NODES", "CODEC", "TOPOLOGY", "ITERATIONS", "REPEATS", "AGGREGATION")
+    parser.add_argument("--case", nargs=6, metavar=case_args, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
-        n, codec, topo, its, reps = args.case
-        print(json.dumps(run_case(int(n), codec, topo, int(its), int(reps))))
+        n, codec, topo, its, reps, agg = args.case
+        print(json.dumps(run_case(int(n), codec, topo, int(its), int(reps), agg)))
         return
     its_note = f"{args.iterations} iterations" if args.iterations else "iterations by scale (column its)"
     print(f"LeNet-5, sync, {its_note} per case, 1 torch thread; load average at start:"
           f" {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")  # fmt: skip
     header = (
-        f"{'topology':>12} {'nodes':>6} {'codec':>5} {'its':>4} {'rep':>3} {'setup s':>8} {'s/it':>8} {'peak MB':>8}"
+        f"{'topology':>12} {'nodes':>6} {'codec':>5} {'agg':>8} {'its':>4} {'rep':>3} {'setup s':>8} {'s/it':>8}"
+        f" {'peak MB':>8}"
         f" {'KB/node':>8} {'net %':>6} {'bare s':>7} {'ratio':>6} {'-net':>6} {'cpu':>6} {'steady':>6} {'each':>10}"
     )
     print(header)
@@ -279,7 +288,7 @@ def main() -> None:
             for codec in args.codecs:
                 its = args.iterations or default_iterations(n)
                 reps = args.repeats or default_repeats(n)
-                cmd = [sys.executable, __file__, "--case", str(n), codec, topo, str(its), str(reps)]
+                cmd = [sys.executable, __file__, "--case", str(n), codec, topo, str(its), str(reps), args.aggregation]
                 try:
                     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
                 except subprocess.TimeoutExpired:
@@ -291,7 +300,8 @@ def main() -> None:
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 own = r["wall_s"] * (1 - r["net_share"]) / r["bare_s"]  # (wall - network) / bare
                 print(
-                    f"{topo:>12} {n:>6} {codec:>5} {its:>4} {reps:>3} {r['setup_s']:>8.2f} {r['s_per_it']:>8.3f}"
+                    f"{topo:>12} {n:>6} {codec:>5} {r['aggregation']:>8} {its:>4} {reps:>3} {r['setup_s']:>8.2f}"
+                    f" {r['s_per_it']:>8.3f}"
                     f" {r['peak_mb']:>8.0f} {r['kb_per_node']:>8.0f} {100 * r['net_share']:>5.1f}%"
                     f" {r['bare_s']:>7.2f} {r['ratio']:>6.2f} {own:>6.2f} {r['cpu_ratio']:>6.2f} {r['steady']:>6.2f}"
                     f" {min(r['ratios']):>4.2f}-{max(r['ratios']):<4.2f}",

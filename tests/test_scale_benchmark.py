@@ -62,3 +62,12 @@ def test_the_steady_ratio_of_hand_cases() -> None:
     assert scale.steady_ratio(6.0, 9.0, 3) == pytest.approx(1.0)
     assert scale.steady_ratio(3.0, 4.0, 2) == pytest.approx(1.5)
     assert math.isnan(scale.steady_ratio(1.0, 1.0, 1))
+
+
+def test_the_aggregation_asked_is_the_one_the_case_runs() -> None:
+    """``--aggregation streamed`` makes a 10-node case stream (auto stacks it: 10 x LeNet-5 is far
+    below the 1 GB limit); the row says which one ran."""
+    scale = _scale_module()
+    rows = {agg: scale.run_case(10, "none", "star", 1, repeats=1, aggregation=agg) for agg in ("auto", "streamed")}
+    assert (rows["auto"]["aggregation"], rows["streamed"]["aggregation"]) == ("stacked", "streamed")
+    assert rows["auto"]["gradients"] == rows["streamed"]["gradients"] == 10
