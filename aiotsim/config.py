@@ -22,6 +22,7 @@ import dataclasses
 import math
 import tomllib
 import typing
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,20 @@ def shape_sides(v: Any) -> str | None:
     return None
 
 
+def trace_nodes_range(v: int | list[int]) -> str | None:
+    """``scenario.trace_nodes``: a count in -1..MAX_NODES, or distinct node indices (each below
+    nodes.count: checked with the node count, :func:`_timeline_problems`)."""
+    if isinstance(v, int):
+        return between(-1, MAX_NODES)(v)
+    bad = next((i for i in v if not 0 <= i < MAX_NODES), None)
+    if bad is not None:
+        return f"node indices must be in [0, {MAX_NODES - 1}], got {bad!r}"
+    twice = next((i for i, times in Counter(v).items() if times > 1), None)
+    if twice is not None:
+        return f"node {twice} is listed twice; name each node once"
+    return None
+
+
 @dataclass(frozen=True)
 class ScenarioSection:
     """``[scenario]``: identity and length of the run."""
@@ -110,12 +125,13 @@ class ScenarioSection:
     seed: int = opt(0, f"seed of every random choice (data split, init, codecs, network), 0..{MAX_SEED}",
                     between(0, MAX_SEED))  # fmt: skip
     iterations: int = opt(100, f"training iterations to simulate, 1..{MAX_ITERATIONS}", between(1, MAX_ITERATIONS))
-    trace_nodes: int = opt(
+    trace_nodes: int | list[int] = opt(
         -1,
         f"nodes whose tracks trace.json keeps, -1..{MAX_NODES}: -1 every node; N that many spread evenly over "
-        "the fleet (node0 and every (nodes/N)-th); 0 none. The server, gateways and their links are always "
+        "the fleet (node0 and every (nodes/N)-th); 0 none; or a list of node indices, e.g. [0, 17, 4242] "
+        "(node17 is the trace's track 'node17'). The server, gateways and their links are always "
         "kept. A kept span costs about 300 B of memory until the run ends (4 per node and iteration)",
-        between(-1, MAX_NODES),
+        trace_nodes_range,
     )
 
 
@@ -265,9 +281,7 @@ class TrainingSection:
     )
     server_momentum: float = opt(0.9, "federated: server momentum / FedAdam beta1, [0, 1)", fraction)
     server_beta2: float = opt(0.99, "federated: FedAdam beta2, [0, 1)", fraction)
-    server_tau: float = opt(
-        1e-3, "federated: FedAdam adaptivity tau (added to sqrt(v)), (0, 1]", positive_at_most(1.0)
-    )
+    server_tau: float = opt(1e-3, "federated: FedAdam adaptivity tau (added to sqrt(v)), (0, 1]", positive_at_most(1.0))
     round_deadline_s: float = opt(
         0.0,
         f"federated: a round closes this many simulated seconds after it opens; later uploads are "
@@ -763,6 +777,7 @@ def cross_checks(s: Scenario) -> list[str]:
         *_codec_downlink_problems(s),
         *_data_file_problems(s),
         *_trace_problems(s),
+        *_timeline_problems(s),
     ]
 
 
@@ -806,6 +821,15 @@ def _trace_problems(s: Scenario) -> list[str]:
             if v
         )
     return out
+
+
+def _timeline_problems(s: Scenario) -> list[str]:
+    """``scenario.trace_nodes`` as a list: every index names a node of the fleet."""
+    listed, n = s.scenario.trace_nodes, s.nodes.count
+    if isinstance(listed, int) or all(i < n for i in listed):
+        return []
+    bad = next(i for i in listed if i >= n)
+    return [f"scenario.trace_nodes: node {bad} is not in the fleet of {n} nodes (nodes.count); list indices 0..{n - 1}"]
 
 
 def _data_file_problems(s: Scenario) -> list[str]:

@@ -153,7 +153,8 @@ def traced_node_iterations(s: Scenario) -> float:
         per_iteration = min(n, math.ceil(per_round_count(s) * (1.0 + s.nodes.overcommit)))
     else:
         per_iteration = n
-    kept = 1.0 if s.scenario.trace_nodes < 0 else min(1.0, s.scenario.trace_nodes / n)
+    listed = s.scenario.trace_nodes
+    kept = len(listed) / n if isinstance(listed, list) else 1.0 if listed < 0 else min(1.0, listed / n)
     return per_iteration * kept * s.scenario.iterations
 
 

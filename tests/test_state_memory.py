@@ -57,6 +57,7 @@ def test_estimate_streams_a_fleet_too_big_to_stack(tiny_scenario) -> None:
         (["scenario.trace_nodes=10"], 10 * 10),  # 10 of the 100 nodes' tracks
         (["scenario.trace_nodes=500"], 100 * 10),  # more than the fleet: all of it
         (["scenario.trace_nodes=0"], 0),
+        (["scenario.trace_nodes=[5, 50, 99]"], 3 * 10),  # 3 nodes named
         (["training.mode=async"], 1 * 10),  # an iteration is one node's update
         (["training.mode=federated", "nodes.per_round=0.1", "nodes.overcommit=0.5"], 15 * 10),  # ceil(10 x 1.5)
     ],

@@ -10,6 +10,7 @@ import pytest
 
 from aiotsim.api import run_scenario
 from aiotsim.config import load_scenario
+from aiotsim.errors import ConfigError
 from aiotsim.network import Transfer
 from aiotsim.results import store
 from aiotsim.results.fingerprint import fingerprint_run_dir
@@ -123,6 +124,7 @@ def test_kept_nodes_are_spread_evenly_over_the_fleet() -> None:
     assert kept_nodes(7, 6) == {0, 1, 2, 3, 4, 5}  # distinct while trace_nodes <= count
     assert kept_nodes(5, 0) == frozenset()
     assert kept_nodes(5, -1) is None and kept_nodes(5, 5) is None and kept_nodes(5, 9) is None  # all
+    assert kept_nodes(1000, [17, 3, 999]) == {3, 17, 999} and kept_nodes(5, []) == frozenset()  # named
 
 
 def test_a_recorder_keeps_a_kept_node_s_tracks_and_those_that_name_no_node() -> None:
@@ -165,3 +167,36 @@ def test_a_run_tracing_some_nodes_keeps_their_spans_and_the_same_results(topolog
         expected |= {"node0 -> node1", "node1 -> node2", "node2 -> node3", "node3 -> node0"} & all_tracks
     assert tracks == expected and "node0" in tracks and "node2" in tracks and "node1" not in tracks
     assert spans == [s for s in all_spans if s[0] in expected]
+    named = tmp_path / "named"  # the same two nodes by index: the same trace, byte for byte
+    run_scenario(load_scenario(TESTS / "tiny.toml", [*over, "scenario.trace_nodes=[2, 0]"]), named, device="cpu")
+    assert (named / "trace.json").read_bytes() == (some / "trace.json").read_bytes()
+
+
+def test_a_run_keeps_the_tracks_of_the_nodes_it_names(tmp_path: Path) -> None:
+    """trace_nodes = [1, 3] of 5 on a star: node1's and node3's tracks and links, the server's; no
+    other node's; the same results as the full trace."""
+    over = ["nodes.count=5", "scenario.iterations=2"]
+    full, named = tmp_path / "full", tmp_path / "named"
+    run_scenario(load_scenario(TESTS / "tiny.toml", over), full, device="cpu")
+    run_scenario(load_scenario(TESTS / "tiny.toml", [*over, "scenario.trace_nodes=[3, 1]"]), named, device="cpu")
+    assert fingerprint_run_dir(named) == fingerprint_run_dir(full)
+    all_tracks, all_spans = _tracks_and_spans(full)
+    tracks, spans = _tracks_and_spans(named)
+    nodes = {v for t in tracks for v in t.split(" -> ") if v.startswith("node")}
+    assert nodes == {"node1", "node3"} and {"node1", "node3", "server", "node1 -> server"} <= tracks
+    assert spans == [s for s in all_spans if s[0] in tracks] and tracks < all_tracks
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("[1, 5]", "node 5 is not in the fleet of 5 nodes (nodes.count); list indices 0..4"),
+        ("[2, 0, 2]", "node 2 is listed twice; name each node once"),
+        ("[-1]", "node indices must be in [0, 99999], got -1"),
+        ("[0.5]", "must be an integer or a list of integers, got [0.5]"),
+    ],
+)
+def test_named_trace_nodes_outside_the_fleet_are_refused(value: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_scenario(TESTS / "tiny.toml", ["nodes.count=5", f"scenario.trace_nodes={value}"])
+    assert any(p.endswith(f"scenario.trace_nodes: {problem}") for p in err.value.problems), err.value.problems

@@ -11,7 +11,7 @@ per node and iteration of memory until the run ends, and its file the same order
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Set
+from collections.abc import Iterator, Sequence, Set
 from typing import Any
 
 US = 1e6  # trace time unit: microseconds per simulated second
@@ -26,11 +26,14 @@ def spread(count: int, k: int) -> list[int]:
     return [j * count // k for j in range(k)]
 
 
-def kept_nodes(count: int, trace_nodes: int) -> frozenset[int] | None:
-    """Indices of the nodes whose tracks a run's trace keeps (``scenario.trace_nodes``): None for
-    all of them (``trace_nodes`` < 0 or >= ``count``), else ``trace_nodes`` indices spread evenly
-    over ``0..count-1`` (``k * count // trace_nodes``: node0 and every ``count/trace_nodes``-th, so a
-    fleet split into groups by index shows each group)."""
+def kept_nodes(count: int, trace_nodes: int | Sequence[int]) -> frozenset[int] | None:
+    """Indices of the nodes whose tracks a run's trace keeps (``scenario.trace_nodes``): the
+    listed ones when it is a list; None for all of them (``trace_nodes`` < 0 or >= ``count``),
+    else ``trace_nodes`` indices spread evenly over ``0..count-1`` (``k * count // trace_nodes``:
+    node0 and every ``count/trace_nodes``-th, so a fleet split into groups by index shows each
+    group)."""
+    if not isinstance(trace_nodes, int):
+        return frozenset(trace_nodes)
     if trace_nodes < 0 or trace_nodes >= count:
         return None
     return frozenset(spread(count, trace_nodes))
