@@ -746,6 +746,11 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scen
     problems: list[str] = []
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a scenario must be a TOML table")
+    if isinstance(data.get("sweep"), dict) and "scenario" not in data:  # a sweep file given as a scenario
+        raise ConfigError(
+            f"{source}: a sweep file ([sweep], [set], [grid]), not a scenario; run it with `aiotsim sweep "
+            f"{source}` (`--dry-run` checks it and lists its points)"
+        )
     sections: dict[str, Any] = {}
     for name, raw in data.items():
         if name not in SECTIONS:

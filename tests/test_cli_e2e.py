@@ -169,6 +169,18 @@ def test_error_lines_keep_their_brackets(write_toml) -> None:
     assert "[netwrok]: unknown section (did you mean 'network'?)" in res.output
 
 
+def test_a_sweep_file_given_as_a_scenario_says_which_command_runs_it(tmp_path: Path) -> None:
+    """validate/run of scenarios/sweep_nodes.toml: one line naming `aiotsim sweep`, exit 2, nothing
+    written (before: three 'unknown section' lines for [sweep], [set] and [grid])."""
+    sweep = Path(__file__).resolve().parents[1] / "scenarios" / "sweep_nodes.toml"
+    for args in (["validate", str(sweep)], ["run", str(sweep), "--out", str(tmp_path / "r"), "-q"]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "Traceback" not in res.output
+        assert "a sweep file ([sweep], [set], [grid]), not a scenario; run it with `aiotsim sweep" in res.output
+        assert "unknown section" not in res.output
+    assert not (tmp_path / "r").exists()
+
+
 def test_run_checkpoint_and_resume_from_the_cli(tiny_scenario: Path, tmp_path: Path) -> None:
     """`run --checkpoint-every` writes checkpoint.pt; `run --resume` continues it to the same files
     as the uninterrupted run; a directory without a checkpoint is a clear exit 2."""
