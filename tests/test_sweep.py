@@ -170,3 +170,16 @@ def test_a_sweep_name_cannot_leave_runs(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="sweep.name: must be a plain name"):
         load_sweep(tmp_path / "s.toml")
     assert load_sweep(tmp_path / "s.toml", out_dir=tmp_path / "out").out_dir == tmp_path / "out"  # --out is fine
+
+
+def test_a_scenario_given_as_a_sweep_file_says_which_command_runs_it(tmp_path: Path) -> None:
+    """`aiotsim sweep scenarios/iot10.toml`: one line naming `aiotsim run` and how to sweep it,
+    exit 2 (before: an 'unknown table' line per section and 'sweep.base: required')."""
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "iot10.toml"
+    with pytest.raises(ConfigError) as err:
+        load_sweep(scenario)
+    assert len(err.value.problems) == 1
+    assert "a scenario, not a sweep file; run it with `aiotsim run" in err.value.problems[0]
+    assert '[sweep] base = "iot10.toml"' in err.value.problems[0]
+    res = CliRunner().invoke(app, ["sweep", str(scenario), "--out", str(tmp_path / "s")])
+    assert res.exit_code == 2 and "unknown table" not in res.output and not (tmp_path / "s").exists()

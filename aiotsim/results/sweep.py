@@ -129,6 +129,11 @@ def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
     """
     p = Path(path)
     data = read_toml(p)
+    if "scenario" in data and not {"sweep", "set", "grid"} & set(data):  # a scenario given as a sweep file
+        raise ConfigError(
+            f"{p}: a scenario, not a sweep file; run it with `aiotsim run {p}`, or sweep it from a file "
+            f'with [sweep] base = "{p.name}" and [grid] "section.key" = [values]'
+        )
     problems = _structure_problems(data, str(p))
     head = data.get("sweep") if isinstance(data.get("sweep"), dict) else {}
     base = _base_path(p, head, problems)
