@@ -746,7 +746,7 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scen
     problems: list[str] = []
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a scenario must be a TOML table")
-    if isinstance(data.get("sweep"), dict) and "scenario" not in data:  # a sweep file given as a scenario
+    if isinstance(data.get("sweep"), dict):  # a sweep file given as a scenario (no scenario has [sweep])
         raise ConfigError(
             f"{source}: a sweep file ([sweep], [set], [grid]), not a scenario; run it with `aiotsim sweep "
             f"{source}` (`--dry-run` checks it and lists its points)"
@@ -1027,6 +1027,11 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     """Parse a TOML file; a missing file or a syntax error is a ConfigError naming the file.
     Trace file paths in it are made absolute from the file's directory (:func:`resolve_trace_paths`)."""
     p = Path(path)
+    if p.is_dir() and (p / "scenario.toml").is_file():  # a run directory, not its scenario
+        raise ConfigError(
+            f"{p}: a run directory, not a scenario file; run its scenario again with `aiotsim run "
+            f"{p / 'scenario.toml'}`, plot it with `aiotsim plot {p}`"
+        )
     if not p.is_file():
         raise ConfigError(f"{p}: no such scenario file (see scenarios/ for examples)")
     try:

@@ -181,6 +181,20 @@ def test_a_sweep_file_given_as_a_scenario_says_which_command_runs_it(tmp_path: P
     assert not (tmp_path / "r").exists()
 
 
+def test_a_run_directory_or_a_scenario_in_the_wrong_place_gets_a_pointer(tiny_scenario: Path, tmp_path: Path) -> None:
+    """run/validate of a run directory name its scenario.toml and `aiotsim plot`; plot of a
+    scenario file says what plot reads; each exit 2, one line, no traceback."""
+    run_dir = tmp_path / "r"
+    assert runner.invoke(app, ["run", str(tiny_scenario), "--out", str(run_dir), "-q"]).exit_code == 0
+    for args, says in (
+        (["run", str(run_dir)], f"not a scenario file; run its scenario again with `aiotsim run {run_dir}/"),
+        (["validate", str(run_dir)], f"plot it with `aiotsim plot {run_dir}`"),
+        (["plot", str(tiny_scenario)], "a scenario or sweep file; plot reads what a run, compare or sweep wrote"),
+    ):  # fmt: skip
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and says in res.output.replace("\n", "") and "Traceback" not in res.output, args
+
+
 def test_run_checkpoint_and_resume_from_the_cli(tiny_scenario: Path, tmp_path: Path) -> None:
     """`run --checkpoint-every` writes checkpoint.pt; `run --resume` continues it to the same files
     as the uninterrupted run; a directory without a checkpoint is a clear exit 2."""

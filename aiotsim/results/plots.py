@@ -147,7 +147,9 @@ def collect(paths: Sequence[str | Path], warn: Warn | None = None) -> tuple[list
     got = _Inputs([], [], [], set())
     for path in paths:
         p = Path(path)
-        if not p.is_dir():
+        if p.is_file() and p.suffix == ".toml":  # a scenario or sweep file: nothing run yet
+            got.problems.append(f"{p}: a scenario or sweep file; plot reads what a run, compare or sweep wrote")
+        elif not p.is_dir():
             got.problems.append(f"{p}: no such directory")
         elif is_sweep_dir(p):
             _collect_sweep(p, got)
