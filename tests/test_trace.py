@@ -151,37 +151,41 @@ def _tracks_and_spans(run_dir: Path) -> tuple[set[str], list[tuple]]:
     return set(names.values()), spans
 
 
+def _traced_and_full(tmp_path: Path, over: list[str], trace_nodes: str) -> tuple[Path, tuple, tuple]:
+    """Runs of tiny.toml with ``over`` (2 iterations), every node traced and ``trace_nodes``; checks
+    their results are the same; returns the traced run's directory and each run's tracks and spans."""
+    over = [*over, "scenario.iterations=2"]
+    full, some = tmp_path / "full", tmp_path / "some"
+    run_scenario(load_scenario(TESTS / "tiny.toml", over), full, device="cpu")
+    run_scenario(load_scenario(TESTS / "tiny.toml", [*over, f"scenario.trace_nodes={trace_nodes}"]), some, device="cpu")
+    assert fingerprint_run_dir(some) == fingerprint_run_dir(full)
+    return some, _tracks_and_spans(full), _tracks_and_spans(some)
+
+
 @pytest.mark.parametrize("topology", ["hierarchical", "ring"])
 def test_a_run_tracing_some_nodes_keeps_their_spans_and_the_same_results(topology: str, tmp_path: Path) -> None:
     """trace_nodes = 2 of 4: the same metrics and summary as the full trace, and the full trace's
     spans on the kept tracks (node0 and node2, their links, gateways, server), no others."""
-    over = ["nodes.count=4", f"network.topology={topology}", "network.gateways=2", "scenario.iterations=2"]
-    full, some = tmp_path / "full", tmp_path / "some"
-    run_scenario(load_scenario(TESTS / "tiny.toml", over), full, device="cpu")
-    run_scenario(load_scenario(TESTS / "tiny.toml", [*over, "scenario.trace_nodes=2"]), some, device="cpu")
-    assert fingerprint_run_dir(some) == fingerprint_run_dir(full)
-    all_tracks, all_spans = _tracks_and_spans(full)
-    tracks, spans = _tracks_and_spans(some)
+    over = ["nodes.count=4", f"network.topology={topology}", "network.gateways=2"]
+    some, (all_tracks, all_spans), (tracks, spans) = _traced_and_full(tmp_path, over, "2")
     expected = {t for t in all_tracks if not ({"node1", "node3"} & set(t.split(" -> ")))}
     if topology == "ring":  # node0 -> node1 is node0's; node1 -> node2 is node2's
         expected |= {"node0 -> node1", "node1 -> node2", "node2 -> node3", "node3 -> node0"} & all_tracks
     assert tracks == expected and "node0" in tracks and "node2" in tracks and "node1" not in tracks
     assert spans == [s for s in all_spans if s[0] in expected]
     named = tmp_path / "named"  # the same two nodes by index: the same trace, byte for byte
-    run_scenario(load_scenario(TESTS / "tiny.toml", [*over, "scenario.trace_nodes=[2, 0]"]), named, device="cpu")
+    run_scenario(
+        load_scenario(TESTS / "tiny.toml", [*over, "scenario.iterations=2", "scenario.trace_nodes=[2, 0]"]),
+        named,
+        device="cpu",
+    )
     assert (named / "trace.json").read_bytes() == (some / "trace.json").read_bytes()
 
 
 def test_a_run_keeps_the_tracks_of_the_nodes_it_names(tmp_path: Path) -> None:
     """trace_nodes = [1, 3] of 5 on a star: node1's and node3's tracks and links, the server's; no
     other node's; the same results as the full trace."""
-    over = ["nodes.count=5", "scenario.iterations=2"]
-    full, named = tmp_path / "full", tmp_path / "named"
-    run_scenario(load_scenario(TESTS / "tiny.toml", over), full, device="cpu")
-    run_scenario(load_scenario(TESTS / "tiny.toml", [*over, "scenario.trace_nodes=[3, 1]"]), named, device="cpu")
-    assert fingerprint_run_dir(named) == fingerprint_run_dir(full)
-    all_tracks, all_spans = _tracks_and_spans(full)
-    tracks, spans = _tracks_and_spans(named)
+    _, (all_tracks, all_spans), (tracks, spans) = _traced_and_full(tmp_path, ["nodes.count=5"], "[3, 1]")
     nodes = {v for t in tracks for v in t.split(" -> ") if v.startswith("node")}
     assert nodes == {"node1", "node3"} and {"node1", "node3", "server", "node1 -> server"} <= tracks
     assert spans == [s for s in all_spans if s[0] in tracks] and tracks < all_tracks
