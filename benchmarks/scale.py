@@ -24,8 +24,10 @@ time, (run wall - network time) / bare wall: the simulator's own overhead on the
 work's share of them (bare x (its - 1) / its). The first iteration carries one-time work the
 bare loop has not (each node's state written into fresh pages, the aggregation stack, every
 pair's path), so a 2-iteration case shows whether its ratio would hold over a long run. Measured
-star ``none``, quiet: 3,000 nodes x 3 iterations, best of 3: ratio 1.35, steady 1.35 (the excess
-is in every iteration); 10,000 x 2: ratio 1.05, steady 1.00.
+star ``none``: 3,000 nodes x 3 iterations, best of 3: ratio 1.35, steady 1.35 (the excess in every
+iteration; not reproduced on 2026-11-24, best of 2 at load 2: stacked 0.90, streamed 1.00, and
+streamed 1.23, steady 1.35, while it trimmed the heap at every round's end); 10,000 x 2: ratio
+1.05, steady 1.00.
 ``each`` the lowest and highest ratio of single repeats (run wall / its own bare loop's wall);
 ``cpu`` the ratio of the two CPU times (``time.process_time``): on a shared machine the run and
 the bare loop, measured one after the other, can see different loads, which moves the wall ratio
