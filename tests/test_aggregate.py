@@ -310,7 +310,7 @@ def test_a_streamed_round_asks_the_runs_trimmer_and_a_stacked_one_leaves_malloc_
         assert (learning.trimmer is None) == (want is None), mode
         calls: list[int] = []
         if learning.trimmer is not None:  # no growth: it trims the first time only (margin: a TB)
-            learning.trimmer = HeapTrimmer(margin=1 << 40, rss=lambda: 1 << 30, trim=lambda: calls.append(1) or True)
+            learning.trimmer = HeapTrimmer(1 << 40, rss=lambda: 1 << 30, trim=lambda c=calls: c.append(1) or True)
         dense = learning.dense  # a gateway's dense fp32 message: decodable whatever the codec
         cpu = torch.device("cpu")
         msg = [dense.encode(torch.ones(L.numel), L, dense.init_state(L, cpu, 0)) for L in learning.layers]
