@@ -59,16 +59,16 @@ def resident_bytes() -> int | None:
 class HeapTrimmer:
     """Trims the C heap only when the process's resident memory has set a new high.
 
-    A trim gives back every free page of the heap, including those the next round's messages
-    would have reused: those pages are faulted in and zeroed again. A sync fleet frees its
-    messages in flight at every round's end and allocates as many the next round, so a trim each
-    round cost a re-fault of all of them (3,000 nodes, ``none``, 3 rounds, streamed: 745,000
-    minor faults and 3.7 s of system time; trimming on a new high: 388,000 and 1.9 s, the same
-    2,033 MB peak; never trimming: 386,000). What a trim is
-    for is the peak: free pages matter only when the resident memory would otherwise climb past
-    what the run has already held. So :meth:`maybe_trim` trims when the resident memory exceeds
-    the level at the last trim by more than ``margin`` bytes (the first call always trims), and
-    a run whose rounds reuse their memory stops trimming once its first round has set the level.
+    A trim gives back every free page of the heap, including those the next round's messages would
+    have reused: those pages are faulted in and zeroed again. A sync fleet frees its messages in
+    flight at every round's end and allocates as many the next round, so a trim each round cost a
+    re-fault of all of them (3,000 nodes, ``none``, 3 rounds, streamed: 745,000 minor faults and 3.7
+    s of system time; trimming on a new high: 388,000 and 1.9 s, the same 2,033 MB peak; never
+    trimming: 386,000). What a trim is for is the peak: free pages matter only when the resident
+    memory would otherwise climb past what the run has already held. So :meth:`maybe_trim` trims
+    when the resident memory exceeds the level at the last trim by more than ``margin`` bytes (the
+    first call always trims), and a run whose rounds reuse their memory stops trimming once its
+    first round has set the level.
 
     Parameters
     ----------
@@ -83,7 +83,7 @@ class HeapTrimmer:
         self,
         margin: int = TRIM_MARGIN_BYTES,
         rss: Callable[[], int | None] = resident_bytes,
-        trim: Callable[[], bool] | None = None,
+        trim: Callable[[], bool] = trim_heap,
     ) -> None:
         self.margin, self._rss, self._trim = margin, rss, trim
         self.level = -1  # B, resident memory when it last trimmed (-1: never)
@@ -97,7 +97,7 @@ class HeapTrimmer:
             return False
         self.level = max(self.level, rss if rss is not None else 0)
         self.trims += 1
-        (self._trim or trim_heap)()
+        self._trim()
         return True
 
 
