@@ -63,6 +63,30 @@ def test_kept_count_rounds_float_noise_and_clips() -> None:
     assert kept_count(2.5, 100, reading="count") == 3 and kept_count(2.5, 100, reading="percent") == 3
 
 
+def test_algorithm1_on_gradients_whose_fp32_squares_overflow() -> None:
+    """|g| = 1e20 (a diverging run): (g - mu)^2 = 1e40 is past fp32's 3.4e38; sigma comes from
+    float64 instead (it raised OverflowError in kept_count: S was inf). G8 x 1e20: mu 0, sigma =
+    SIGMA8 x 1e20, gamma unchanged (a ratio), H = 0.5 (ln 2pi + 2 ln sigma + 1)."""
+    t = pgc_threshold(torch.tensor(G8) * 1e20)
+    sigma = SIGMA8 * 1e20
+    assert t.sigma == pytest.approx(sigma, rel=1e-6)
+    assert t.entropy == pytest.approx(0.5 * (math.log(2 * math.pi) + 2 * math.log(sigma) + 1), rel=1e-6)
+    assert t.gamma == pytest.approx(GAMMA8, rel=1e-6)
+    assert t.k == kept_count(t.sparsity, 8) == 8  # S = 46.6 x 0.6: every element
+    assert kept_count(math.inf, 8) == kept_count(math.nan, 8) == 8  # an infinite gradient: all
+
+
+@pytest.mark.parametrize("name", ["pgc", "pgc-paper"])
+def test_a_diverging_pgc_run_reports_divergence(tiny_scenario, tmp_path, name: str) -> None:
+    """lr 1000 on the tiny MLP: the gradients grow past 1e19 before the loss is NaN."""
+    from aiotsim.api import run_scenario
+    from aiotsim.config import load_scenario
+
+    sc = load_scenario(tiny_scenario, [f"compressor.name={name}", "training.lr=1000", "scenario.iterations=8"])
+    summary = run_scenario(sc, tmp_path / "run")
+    assert summary["status"] == "diverged", summary
+
+
 def test_pgc_paper_drops_and_pgc_keeps_the_rest() -> None:
     layer = LayerInfo("w", (8,))
     paper, resid = build_codec("pgc-paper", {}), build_codec("pgc", {})

@@ -86,7 +86,7 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload, as_float
 from aiotsim.compress.memory import Sent, momentum_velocity
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparse import decode_sparse, sparse_payload
+from aiotsim.compress.sparse import decode_sparse, sparse_bound, sparse_payload
 from aiotsim.compress.sparsify import ValueDtype, round_values, topk_indices, value_dtype_opt
 from aiotsim.schema import fraction, opt, positive
 
@@ -112,9 +112,12 @@ def kept_count(s: float, n: int, scale: float = 1.0, reading: TopkReading = "fra
     ``"fraction"``: ``ceil(scale * S * n)`` (S the kept fraction); ``"count"``: ``ceil(scale * S)``
     (the paper's words "find the first S large gradient values" read literally); ``"percent"``:
     ``ceil(scale * S * n / 100)``. The product is rounded to 9 decimals first, so float noise
-    (``0.3 * 100 = 30.000000000000004``) does not add an element.
+    (``0.3 * 100 = 30.000000000000004``) does not add an element. A non-finite ``S`` (statistics of
+    an infinite gradient) keeps all ``n``: the run then meets the infinity and reports divergence.
     """
     per = {"fraction": s * n, "count": s, "percent": s * n / 100.0}[reading]  # elements, real
+    if not math.isfinite(scale * per):
+        return n
     return min(n, max(1, math.ceil(round(scale * per, 9))))
 
 
@@ -133,7 +136,10 @@ def pgc_threshold(g: torch.Tensor, scale: float = 1.0, reading: TopkReading = "f
     # Sums accumulate in float64 so the statistics of large layers stay exact enough.
     g_sum = float(mag.sum(dtype=torch.float64))
     mu = float(flat.sum(dtype=torch.float64)) / n
-    sigma = math.sqrt(float(((flat - mu) ** 2).sum(dtype=torch.float64)) / n)
+    squares = float(((flat - mu) ** 2).sum(dtype=torch.float64))
+    if math.isinf(squares):  # fp32 squares overflow above |g - mu| ~ 1.8e19 (a diverging run)
+        squares = float(((flat.double() - mu) ** 2).sum())
+    sigma = math.sqrt(squares / n)
     if g_sum == 0.0:
         return PGCThreshold(mu, sigma, math.inf, 0.0, 0.0, 0, math.inf)
     gamma = abs((float(flat.max()) - float(flat.min())) / g_sum)
@@ -225,6 +231,10 @@ class PartitionGradientCompression(Codec[PGCState]):
             idx = torch.nonzero(mag >= thr.alpha).reshape(-1)  # T_alpha: |acc| >= alpha sent
         values = round_values(flat[idx], self.params.value_dtype)
         return sparse_payload(idx, values, n, self.params.value_dtype), Sent.sparse(idx, values)
+
+    def message_bound(self, layer: LayerInfo) -> int:
+        """Every element may reach alpha (ties, a flat gradient): n indices and n values."""
+        return sparse_bound(layer.numel, layer.numel, self.params.value_dtype)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return decode_sparse(payload, layer, self.params.value_dtype)
