@@ -79,7 +79,7 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparse import decode_sparse, sparse_payload
+from aiotsim.compress.sparse import decode_sparse, sparse_bound, sparse_payload
 from aiotsim.compress.sparsify import ValueDtype, k_of, round_values, topk_indices, value_dtype_opt
 from aiotsim.schema import fraction, non_negative, opt, unit_interval
 
@@ -160,6 +160,10 @@ class AggregationAware(Codec[AggAwareState]):
         idx = self.select(flat, state, k_of(self.params.ratio, n))  # [k]
         values = round_values(flat[idx], self.params.value_dtype)
         return sparse_payload(idx, values, n, self.params.value_dtype), Sent.sparse(idx, values)
+
+    def message_bound(self, layer: LayerInfo) -> int:
+        """k values, and k indices in the costliest form the index coding may pick."""
+        return sparse_bound(layer.numel, k_of(self.params.ratio, layer.numel), self.params.value_dtype)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return decode_sparse(payload, layer, self.params.value_dtype)

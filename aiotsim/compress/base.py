@@ -271,6 +271,22 @@ class Codec(ABC, Generic[S]):
         st.step += 1
         return payload
 
+    def message_bound(self, layer: LayerInfo) -> int:
+        """Most bytes :meth:`encode` puts on the wire for ``layer``, whatever the gradient and step:
+        what the memory estimate (``aiotsim validate``) counts for a message in flight.
+
+        Default: the size of one encode of a seeded standard-normal gradient from a fresh state,
+        exact for a codec whose message size follows from the layer alone (so many codes, bits or
+        values per element). A codec whose size depends on the values (a threshold, an index set's
+        coding) overrides it with a bound; tests check every codec's messages against it.
+        """
+        gen = torch.Generator().manual_seed(0)
+        probe = torch.randn(layer.shape, generator=gen).to(layer.dtype)
+        state = self.init_state(layer, torch.device("cpu"), node=0)
+        if self.needs_sq_grad:
+            state.sq_grad = probe.float().square()
+        return self.encode(probe, layer, state).nbytes
+
     def _feedback_input(self, grad: torch.Tensor, state: S) -> torch.Tensor:
         """What error feedback accumulates: the gradient itself, unless the codec transforms it
         first (DGC: clipping and momentum correction, so the residual accumulates velocity)."""

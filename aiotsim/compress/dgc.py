@@ -35,7 +35,7 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
 from aiotsim.compress.memory import Sent, momentum_velocity
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparse import decode_sparse, sparse_payload
+from aiotsim.compress.sparse import decode_sparse, sparse_bound, sparse_payload
 from aiotsim.compress.sparsify import ValueDtype, exact_topk_mask, k_of, round_values, value_dtype_opt
 from aiotsim.schema import at_least, fraction, non_negative, opt, unit_interval
 
@@ -132,6 +132,14 @@ class DeepGradientCompression(Codec[DGCState]):
             state.momentum.view(-1)[idx] = 0.0  # momentum factor masking
         # the role then keeps v <- v - sent (0 where sent)
         return sparse_payload(idx, values, n, self.params.value_dtype), Sent.sparse(idx, values)
+
+    def message_bound(self, layer: LayerInfo) -> int:
+        """The most :meth:`_select` passes: at the lowest sparsity (the warm-up's first stage), k
+        or up to ``fallback_factor`` x k through the sampled threshold (more: the exact k)."""
+        n, p = layer.numel, self.params
+        lowest = min(p.sparsity, WARMUP_SPARSITIES[0]) if p.warmup_steps > 0 else p.sparsity
+        k = k_of(1.0 - lowest, n)
+        return sparse_bound(n, min(n, max(k, math.floor(p.fallback_factor * k))), p.value_dtype)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return decode_sparse(payload, layer, self.params.value_dtype)

@@ -85,6 +85,7 @@ from aiotsim.compress.packing import (
     bit_width,
     decode_indices,
     encode_indices,
+    index_bound,
     pack_bits,
     pack_uint,
     unpack_bits,
@@ -352,6 +353,17 @@ class FFTSparsification(Codec[CodecState]):
         )
         # the node keeps what the server will not see: dropped bins and rounding error
         return payload, Sent(dense=sent_flat)
+
+    def message_bound(self, layer: LayerInfo) -> int:
+        """The header, the most bins the schedule keeps (at one of its ends) in the costliest index
+        coding, and their real and imaginary parts at the widest exponent field the values may need."""
+        p = self.params
+        chunks, length = self.chunking(layer.numel)
+        bins = chunks * (length // 2 + 1)
+        k = max(self.kept_bins(bins, 0), self.kept_bins(bins, p.schedule_steps))
+        widths = range(2 + p.mantissa_bits, 2 + p.max_exponent_bits + p.mantissa_bits)  # 1 + E + M, E >= 1
+        words = max(sum(math.ceil(2 * k * bits / 8) for _, bits in word_parts(w)) for w in widths)
+        return 4 + index_bound(k, bins) + words
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         n = layer.numel

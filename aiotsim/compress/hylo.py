@@ -63,8 +63,10 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
+    VALUE_BYTES,
     decode_indices,
     encode_indices,
+    index_bound,
     pack_bits,
     pack_f32,
     pack_values,
@@ -251,6 +253,15 @@ class Hylo(Codec[CodecState]):
         sent_rows[idx] = unpack_values(packed, self.params.value_dtype).view(k, cols)
         payload = Payload({"indices": encode_indices(idx, rows), "values": packed})
         return payload, Sent(dense=sent_rows)
+
+    def message_bound(self, layer: LayerInfo) -> int:
+        """The kernel route: its k kernels' values and k indices in the costliest form the index
+        coding may pick; the others send a fixed number of codes or values (the default's probe)."""
+        if self.route(layer) != "kernels":
+            return super().message_bound(layer)
+        rows, cols = self.kernel_grid(layer)
+        k = self.kernels_sent(layer)
+        return index_bound(k, rows) + k * cols * VALUE_BYTES[self.params.value_dtype]
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         route = self.route(layer)

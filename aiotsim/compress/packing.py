@@ -150,6 +150,14 @@ def index_coding_sizes(count: int, n: int, max_gap: int) -> dict[int, int]:
     return {IDX_PLAIN: _IDX_HEADER + plain, IDX_DELTA: _IDX_HEADER + delta, IDX_BITMAP: _IDX_HEADER + bitmap}
 
 
+def index_bound(count: int, n: int) -> int:
+    """Most bytes :func:`encode_indices` takes for ``count`` indices into ``[0, n)``, whatever
+    the set: it picks the cheapest form, never above the plain or the bitmap one (delta's width,
+    that of the largest gap, is at most plain's); non-decreasing in ``count``."""
+    sizes = index_coding_sizes(count, n, max_gap=0)
+    return min(sizes[IDX_PLAIN], sizes[IDX_BITMAP])
+
+
 def _largest_gap_in_byte(b: int) -> int:
     """Largest distance between consecutive set bits of the byte ``b`` (0 with fewer than two)."""
     ones = [i for i in range(8) if (b >> i) & 1]
@@ -317,6 +325,9 @@ def pack_f16(values: torch.Tensor | list[float], device: torch.device | None = N
 def unpack_f16(buf: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`pack_f16`, returned as fp32 (``.float()`` makes the copy)."""
     return _aligned(buf, 2).view(torch.float16).float()
+
+
+VALUE_BYTES = {"fp32": 4, "fp16": 2}  # bytes per sparse value, by value_dtype
 
 
 def pack_values(values: torch.Tensor, value_dtype: str) -> torch.Tensor:

@@ -10,7 +10,16 @@ from __future__ import annotations
 import torch
 
 from aiotsim.compress.base import LayerInfo, Payload
-from aiotsim.compress.packing import decode_bitmap, decode_indices, encode_indices, pack_values, unpack_values, view_f32
+from aiotsim.compress.packing import (
+    VALUE_BYTES,
+    decode_bitmap,
+    decode_indices,
+    encode_indices,
+    index_bound,
+    pack_values,
+    unpack_values,
+    view_f32,
+)
 from aiotsim.errors import CodecError
 
 
@@ -34,6 +43,12 @@ def sparse_payload(
         order = torch.argsort(indices)
         indices, values = indices[order], values[order]
     return Payload({"indices": encode_indices(indices, n, mask), "values": pack_values(values, value_dtype)})
+
+
+def sparse_bound(n: int, most: int, value_dtype: str = "fp32") -> int:
+    """Most bytes :func:`sparse_payload` takes for at most ``most`` values of an ``n``-element
+    tensor, whatever they are: the index bound plus the values (both non-decreasing in the count)."""
+    return index_bound(most, n) + most * VALUE_BYTES[value_dtype]
 
 
 def scatter_sparse(index_buf: torch.Tensor, values: torch.Tensor, layer: LayerInfo) -> torch.Tensor:

@@ -59,6 +59,7 @@ from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, 
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
     encode_indices,
+    index_bound,
     index_count,
     pack_bits,
     pack_u32,
@@ -68,7 +69,7 @@ from aiotsim.compress.packing import (
     unpack_values,
 )
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparse import decode_sparse, scatter_sparse, sparse_payload
+from aiotsim.compress.sparse import decode_sparse, scatter_sparse, sparse_bound, sparse_payload
 from aiotsim.errors import CodecError
 from aiotsim.schema import opt, positive, unit_interval
 
@@ -176,6 +177,10 @@ class TopK(Codec[CodecState]):
         idx = topk_indices(flat.abs(), k_of(self.params.ratio, flat.numel()))  # [k]
         values = round_values(flat[idx], self.params.value_dtype)  # [k] fp32
         return sparse_payload(idx, values, flat.numel(), self.params.value_dtype), Sent.sparse(idx, values)
+
+    def message_bound(self, layer: LayerInfo) -> int:
+        """k values, and k indices in the costliest form the index coding may pick."""
+        return sparse_bound(layer.numel, k_of(self.params.ratio, layer.numel), self.params.value_dtype)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return decode_sparse(payload, layer, self.params.value_dtype)
@@ -309,6 +314,13 @@ class Threshold(Codec[CodecState]):
             return payload, Sent.sparse(idx, values)
         values = round_values(picked, self.params.value_dtype)
         return sparse_payload(idx, values, n, self.params.value_dtype, send), Sent.sparse(idx, values)
+
+    def message_bound(self, layer: LayerInfo) -> int:
+        """Every element may pass tau: n indices, and n values (or n sign bits)."""
+        n = layer.numel
+        if self.params.quantize:
+            return index_bound(n, n) + math.ceil(n / 8)
+        return sparse_bound(n, n, self.params.value_dtype)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         if not self.params.quantize:

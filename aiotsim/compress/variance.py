@@ -48,6 +48,7 @@ Wire format: the shared index coding of :mod:`aiotsim.compress.sparse`, then eit
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -56,6 +57,7 @@ from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_floa
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
     encode_indices,
+    index_bound,
     index_count,
     pack_bits,
     pack_f32,
@@ -63,7 +65,7 @@ from aiotsim.compress.packing import (
     unpack_f32,
 )
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparse import decode_sparse, scatter_sparse, sparse_payload
+from aiotsim.compress.sparse import decode_sparse, scatter_sparse, sparse_bound, sparse_payload
 from aiotsim.compress.sparsify import ValueDtype, round_values, value_dtype_opt
 from aiotsim.schema import opt, positive, unit_interval
 
@@ -182,6 +184,14 @@ class VarianceCompression(Codec[VarianceState]):
         # the role keeps r <- r - q(r) where sent, and with decay_residual r <- zeta r where unsent
         decay = torch.where(send, 1.0, zeta) if self.params.decay_residual and zeta < 1.0 else None
         return payload, Sent.sparse(idx, values, decay)
+
+    def message_bound(self, layer: LayerInfo) -> int:
+        """Every element may pass ``r^2 > alpha v``: n indices, and n values (or a scale and n
+        4-bit codes)."""
+        n = layer.numel
+        if self.params.quantize:
+            return index_bound(n, n) + 4 + math.ceil(n / 2)
+        return sparse_bound(n, n, self.params.value_dtype)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         if not self.params.quantize:
