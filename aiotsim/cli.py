@@ -224,16 +224,19 @@ def _run_new(
 @expected_errors
 def validate(
     scenario: ScenarioArg,
+    compressor: CompressorOpt = None,
+    iterations: IterOpt = None,
     set_: SetOpt = None,
 ) -> None:
     """Check a scenario file and report every problem, one per line (exit 2 if any).
 
     A scenario that validates runs: validate checks what `aiotsim run` would refuse, including the
-    memory the simulated world would take (printed).
+    memory the simulated world would take (printed). It takes run's overrides, so
+    `aiotsim validate FILE -c topk` checks what `aiotsim run FILE -c topk` would run.
     """
     from aiotsim.validate import load_validated, world_size
 
-    sc = load_validated(scenario, set_ or [])
+    sc = load_validated(scenario, set_ or [], compressor=compressor, iterations=iterations)
     out.print(
         f"{scenario}: ok ({sc.nodes.count} nodes, {sc.model.name} on {sc.data.dataset}, "
         f"compressor {sc.compressor.name}, {sc.network.topology} topology)",

@@ -7,7 +7,8 @@ one layer up (this module may import :mod:`aiotsim.sim`; nothing below imports i
 * a custom topology is built and checked (every node reaches its aggregator);
 * radio profiles exist (the profiles live with the energy model, in ``aiotsim.sim.energy``);
 * the model takes the data set's input shape, and every node gets at least one training sample;
-* the memory the world would take (model parameters x per-node buffers x nodes, plus the data) is
+* the memory the world would take (model parameters x per-node buffers x nodes, each node's
+  message at its codec's :meth:`~aiotsim.compress.base.Codec.message_bound`, plus the data) is
   estimated before anything is allocated, and refused above :func:`memory_limit`.
 
 ``aiotsim validate`` and ``aiotsim run`` both go through :func:`load_validated`, so if validate
@@ -16,6 +17,8 @@ says ok, run does not refuse the scenario.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
 from collections.abc import Iterable
@@ -33,14 +36,14 @@ STATE_BYTES = {"float32": 4, "float16": 2}  # nodes.state_dtype
 # Python objects, per-layer seeded generators (about 2.6 KB each) and batch stream of one node, B
 # (measured: LeNet-5 on MNIST, 1,000 nodes)
 NODE_OVERHEAD_BYTES = 64_000
-# Model-sized fp32 buffers per node while an aggregation is under way, by training.aggregation.
-# stacked: its message (the dense size bounds every codec's), its decoded gradient and its row of
-# the stacked copy the mean is taken from (measured peak, LeNet-5, 1,000 nodes, none: 1.5 MB per
-# node with the allocator's slack; estimate 1.05 MB). streamed: its message only, from its encode
-# until the server folds it into the sums (measured: iot10k's data, 2,000 nodes, none: live tensors
-# 610 KB per node = velocity + message + a 100 KB copy of its data shard, which a node no longer
-# makes when the data set is on its device).
-IN_FLIGHT_BUFFERS = {"stacked": 3, "streamed": 1}
+# Model-sized fp32 buffers per node while an aggregation is under way besides its message (counted
+# at its codec's Codec.message_bound), by training.aggregation. stacked: its decoded gradient and
+# its row of the stacked copy the mean is taken from (measured peak, LeNet-5, 1,000 nodes, none:
+# 1.5 MB per node with the allocator's slack; estimate 1.05 MB). streamed: none, the message only,
+# from its encode until the server folds it into the sums (measured: iot10k's data, 2,000 nodes,
+# none: live tensors 610 KB per node = velocity + message + a 100 KB copy of its data shard, which
+# a node no longer makes when the data set is on its device).
+IN_FLIGHT_BUFFERS = {"stacked": 2, "streamed": 0}
 SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode scratch ...
 # The run's timeline (trace.json): a node's compute, encode, upload and download spans of an
 # iteration, kept until the run ends, B (measured: 2,000 nodes, topk, resident memory's growth per
@@ -58,6 +61,7 @@ class WorldSize:
     server_bytes: int
     data_bytes: int
     per_node_bytes: int = 0  # one node's state and in-flight message, B
+    message_bytes: int = 0  # one node's message at its codec's bound, B
     state_dtype: str = "float32"
     aggregation: str = "stacked"  # training.aggregation as resolved ("auto" -> stacked/streamed)
     timeline_bytes: int = 0  # the spans trace.json is written from, at the run's end
@@ -71,7 +75,8 @@ class WorldSize:
         """``~12.3 MB (61,706 parameters; nodes 9.9 MB = 987.0 KB per node, state float32; ...)``."""
         return (
             f"~{fmt_bytes(self.total)} ({self.params:,} parameters; nodes {fmt_bytes(self.nodes_bytes)}"
-            f" = {fmt_bytes(self.per_node_bytes)} per node, state {self.state_dtype}, {self.aggregation} aggregation; "
+            f" = {fmt_bytes(self.per_node_bytes)} per node, state {self.state_dtype}, message"
+            f" {fmt_bytes(self.message_bytes)}, {self.aggregation} aggregation; "
             f"server {fmt_bytes(self.server_bytes)}, data {fmt_bytes(self.data_bytes)}, "
             f"timeline {fmt_bytes(self.timeline_bytes)})"
         )
@@ -120,24 +125,52 @@ def world_size(s: Scenario) -> WorldSize | None:
     known, params = data_shape(s), parameter_count(s)
     if known is None or params is None:
         return None
-    shape, _, train, test = known
+    shape, classes, train, test = known
     per_model = params * BYTES_PER_VALUE
     stored, extra = node_state_buffers(s)
     mode = resolved_aggregation(s, params)
-    # kept between rounds (residual, velocity: at state_dtype; other codec state: fp32) + what an
-    # aggregation holds per node (see IN_FLIGHT_BUFFERS) + fixed overhead
+    message = message_bytes(s, shape, classes)
+    # kept between rounds (residual, velocity: at state_dtype; other codec state: fp32) + its
+    # message and what an aggregation holds per node besides (see IN_FLIGHT_BUFFERS) + overhead
     per_node = params * (stored * STATE_BYTES[s.nodes.state_dtype] + extra * BYTES_PER_VALUE)
-    per_node += IN_FLIGHT_BUFFERS[mode] * per_model + NODE_OVERHEAD_BYTES
+    per_node += message + IN_FLIGHT_BUFFERS[mode] * per_model + NODE_OVERHEAD_BYTES
     return WorldSize(
         params=params,
         nodes_bytes=stateful_nodes(s) * per_node,
         server_bytes=SERVER_BUFFERS * per_model,
         data_bytes=(train + test) * math.prod(shape) * BYTES_PER_VALUE,
         per_node_bytes=per_node,
+        message_bytes=message,
         state_dtype=s.nodes.state_dtype,
         aggregation=mode,
         timeline_bytes=round(traced_node_iterations(s) * TIMELINE_BYTES_PER_NODE_ITERATION),
     )
+
+
+def message_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int:
+    """Most bytes of one node's message: its codec's :meth:`~aiotsim.compress.base.Codec.message_bound`
+    summed over the model's layers (``none``'s, the fp32 values, for layers under ``compressor.min_size``)."""
+    c = s.compressor
+    return _message_bytes(c.name, json.dumps(c.params, sort_keys=True), c.min_size, s.model.name, tuple(shape), classes)
+
+
+@functools.lru_cache(maxsize=64)
+def _message_bytes(name: str, params: str, min_size: int, model: str, shape: tuple[int, ...], classes: int) -> int:
+    """:func:`message_bytes`, once per codec, parameters (JSON) and model: a default bound
+    encodes a probe gradient per layer shape (0.3 s for ResNet-18), and a sweep validates each
+    of its cases."""
+    from aiotsim.compress.registry import build_codec
+    from aiotsim.learn.models.registry import model_layers
+
+    codec, dense = build_codec(name, json.loads(params)), build_codec("none")
+    bounds: dict[tuple[tuple[int, ...], str], int] = {}  # a layer shape's bound, computed once
+    total = 0
+    for layer in model_layers(model, shape, classes):
+        key = (layer.shape, layer.kind)
+        if key not in bounds:
+            bounds[key] = (codec if layer.numel >= min_size else dense).message_bound(layer)
+        total += bounds[key]
+    return total
 
 
 def traced_node_iterations(s: Scenario) -> float:

@@ -123,6 +123,17 @@ def test_validate_ok_and_compressors_listing(tiny_scenario) -> None:
         assert name in res.output
 
 
+def test_validate_takes_runs_overrides(tiny_scenario) -> None:
+    """-c and -n as in `aiotsim run`: the estimate is the named codec's (top-k's message is about
+    1/50 of none's 220.8 KB: 55,210 fp32 values), a bad codec name exits 2."""
+    dense = _run(["validate", str(tiny_scenario)])
+    assert dense.exit_code == 0 and "compressor none" in dense.output and "message 220.8 KB" in dense.output
+    topk = _run(["validate", str(tiny_scenario), "-c", "topk", "-n", "3"])
+    assert topk.exit_code == 0 and "compressor topk" in topk.output and "message 220.8 KB" not in topk.output
+    bad = _run(["validate", str(tiny_scenario), "-c", "topq"])
+    assert bad.exit_code == 2 and "unknown compressor 'topq'" in bad.output and "Traceback" not in bad.output
+
+
 def test_interrupted_run_keeps_rows_and_marks_summary_incomplete(tiny_scenario, tmp_path) -> None:
     from aiotsim.api import run_scenario
     from aiotsim.config import load_scenario

@@ -119,6 +119,25 @@ def test_fft_bound_by_hand() -> None:
     assert codec.message_bound(LayerInfo("w", (1001,))) == 4 + 64 + 166
 
 
+def test_validate_counts_the_bound_not_the_dense_size(tiny_scenario) -> None:
+    """Streamed: a node's in-flight message is counted at its codec's bound (top-k: ~1/50 of the
+    dense size), so top-k's estimate is below none's by the dense size less that bound, less the
+    residual top-k keeps."""
+    from aiotsim.config import load_scenario
+    from aiotsim.learn.models.registry import model_layers
+    from aiotsim.validate import world_size
+
+    base = ["nodes.count=100", "data.samples_per_node=10", "training.aggregation=streamed", "training.momentum=0"]
+    dense = world_size(load_scenario(tiny_scenario, [*base, "compressor.name=none"]))
+    topk = world_size(load_scenario(tiny_scenario, [*base, "compressor.name=topk"]))
+    codec = get_codec_class("topk")()
+    layers = model_layers("mlp", (1, 8, 8), 10)
+    bound = sum(codec.message_bound(layer) for layer in layers)
+    assert bound < dense.params * 4 / 50
+    residual = dense.params * 4
+    assert topk.per_node_bytes - dense.per_node_bytes == residual + bound - dense.params * 4
+
+
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(1, 5000), data=st.data())
 def test_index_bound_covers_every_set(n: int, data: st.DataObject) -> None:
@@ -126,3 +145,14 @@ def test_index_bound_covers_every_set(n: int, data: st.DataObject) -> None:
     idx = torch.tensor(sorted(chosen), dtype=torch.int64)
     assert encode_indices(idx, n).numel() <= index_bound(len(chosen), n)
     assert index_bound(len(chosen), n) <= index_bound(min(n, len(chosen) + 1), n)  # non-decreasing
+
+
+def test_validate_counts_layers_under_min_size_dense(tiny_scenario) -> None:
+    """compressor.min_size above every layer: each goes as fp32 values, the dense size."""
+    from aiotsim.config import load_scenario
+    from aiotsim.validate import world_size
+
+    sets = ["compressor.name=topk", "nodes.count=10", "data.samples_per_node=10"]
+    sized = world_size(load_scenario(tiny_scenario, [*sets, "compressor.min_size=1000000"]))
+    assert sized.message_bytes == sized.params * 4
+    assert world_size(load_scenario(tiny_scenario, sets)).message_bytes < sized.params * 4 / 50

@@ -96,6 +96,12 @@ def parameter_count(name: str, input_shape: tuple[int, ...], num_classes: int) -
     return sum(p.numel() for p in _meta_model(name, input_shape, num_classes).parameters())
 
 
+def model_layers(name: str, input_shape: tuple[int, ...], num_classes: int) -> list[LayerInfo]:
+    """:func:`layer_infos` of model ``name`` for ``(C, H, W)`` inputs, without allocating it
+    (raises as :func:`build_model`)."""
+    return layer_infos(_meta_model(name, input_shape, num_classes))
+
+
 def _init_(model: nn.Module, g: torch.Generator) -> None:
     """PyTorch's default initialization of every parameter, drawn from ``g`` (in module order).
 
