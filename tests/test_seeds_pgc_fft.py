@@ -76,6 +76,21 @@ def test_algorithm1_on_gradients_whose_fp32_squares_overflow() -> None:
     assert kept_count(math.inf, 8) == kept_count(math.nan, 8) == 8  # an infinite gradient: all
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+@pytest.mark.parametrize("name", ["pgc", "pgc-paper"])
+def test_a_non_finite_gradient_is_sent_not_hidden(name: str, bad: float) -> None:
+    """One NaN or infinity in a layer (it raised on an empty selection's min()): the message
+    carries it, so the server's update check sees it; it does not sit in the residual unseen."""
+    codec = build_codec(name, {})
+    layer = LayerInfo("w", (30, 40), kind="fc")
+    state = codec.init_state(layer, CPU, 0)
+    g = torch.randn(30, 40, generator=torch.Generator().manual_seed(0))
+    g[3, 4] = bad
+    for _ in range(3):  # the residual and velocity carry it into later steps
+        decoded = codec.decode(codec.encode(g, layer, state), layer)
+        assert not bool(torch.isfinite(decoded[3, 4]))
+
+
 @pytest.mark.parametrize("name", ["pgc", "pgc-paper"])
 def test_a_diverging_pgc_run_reports_divergence(tiny_scenario, tmp_path, name: str) -> None:
     """lr 1000 on the tiny MLP: the gradients grow past 1e19 before the loss is NaN."""

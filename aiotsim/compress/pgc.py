@@ -121,6 +121,14 @@ def kept_count(s: float, n: int, scale: float = 1.0, reading: TopkReading = "fra
     return min(n, max(1, math.ceil(round(scale * per, 9))))
 
 
+def kth_largest(mag: torch.Tensor, k: int) -> float:
+    """The ``k``-th largest of the non-negative ``mag`` (``1 <= k <= n``); ``-inf`` when it holds a
+    NaN (a diverging run's gradient), so that every element is sent."""
+    picked = mag[topk_indices(mag, k)]
+    alpha = float(picked.min()) if picked.numel() == k else math.nan
+    return alpha if not math.isnan(alpha) else -math.inf
+
+
 def pgc_threshold(g: torch.Tensor, scale: float = 1.0, reading: TopkReading = "fraction") -> PGCThreshold:
     """Algorithm 1 of the PGC paper on one layer's gradient ``g`` (any shape, fp32, non-empty).
 
@@ -149,7 +157,7 @@ def pgc_threshold(g: torch.Tensor, scale: float = 1.0, reading: TopkReading = "f
     else:  # constant layer: gamma = 0, the entropy term is unbounded; define S = 0
         entropy, s = math.inf, 0.0
     k = kept_count(s, n, scale, reading)
-    alpha = float(mag[topk_indices(mag, k)].min())  # the k-th largest |g|
+    alpha = kth_largest(mag, k)
     return PGCThreshold(mu, sigma, entropy, gamma, s, k, alpha)
 
 
@@ -226,9 +234,11 @@ class PartitionGradientCompression(Codec[PGCState]):
             mag = flat.abs()  # [N]
             if source is not flat and thr.k > 0:
                 # the k of Algorithm 1 (from the gradient), applied to the accumulated values
-                thr = thr._replace(alpha=float(mag[topk_indices(mag, thr.k)].min()))
+                thr = thr._replace(alpha=kth_largest(mag, thr.k))
             state.last = thr
-            idx = torch.nonzero(mag >= thr.alpha).reshape(-1)  # T_alpha: |acc| >= alpha sent
+            # T_alpha: |acc| >= alpha sent; written "not below" so that a NaN is sent too (and the
+            # server's update check stops the run) rather than kept in the residual unseen
+            idx = torch.nonzero(~(mag < thr.alpha)).reshape(-1)
         values = round_values(flat[idx], self.params.value_dtype)
         return sparse_payload(idx, values, n, self.params.value_dtype), Sent.sparse(idx, values)
 
