@@ -29,9 +29,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def estimate(scenario: Path, sets: list[str], codec: str) -> tuple[int, int]:
     """``(world bytes, message bytes)`` of the case, as ``aiotsim validate`` prints them."""
+    from aiotsim.errors import ConfigError
     from aiotsim.validate import load_validated, world_size
 
-    size = world_size(load_validated(scenario, sets, compressor=codec))
+    try:
+        size = world_size(load_validated(scenario, sets, compressor=codec))
+    except ConfigError as exc:  # a bad codec name or --set: the message, not a traceback
+        raise SystemExit(f"error: {exc}") from None
     if size is None:
         raise SystemExit(f"{scenario}: no estimate before its image files are read")
     return size.total, size.message_bytes
@@ -64,15 +68,14 @@ def main() -> None:
     parser.add_argument("--set", dest="sets", action="append", default=[], help="SECTION.KEY=VALUE, repeatable")
     args = parser.parse_args()
     common = [f"scenario.iterations={args.iterations}", *args.sets]
+    sets = [f"nodes.count={args.nodes}", *common]
+    estimates = {codec: estimate(args.scenario, sets, codec) for codec in args.codecs}  # bad input: before any run
     base = peak_bytes(args.scenario, ["nodes.count=2", *common], "none")
     print(f"{args.scenario.name}, {args.nodes} nodes x {args.iterations} iterations; base (2 nodes): {fmt_bytes(base)}")
-    head = (
-        f"{'codec':>10} {'estimate':>10} {'message':>10} {'peak':>10} {'peak - base':>12} {'est / (peak - base)':>20}"
-    )
+    widths = {"codec": 10, "estimate": 10, "message": 10, "peak": 10, "peak - base": 12, "est / (peak - base)": 20}
+    head = " ".join(f"{name:>{width}}" for name, width in widths.items())
     print(head + "\n" + "-" * len(head))
-    for codec in args.codecs:
-        sets = [f"nodes.count={args.nodes}", *common]
-        world, message = estimate(args.scenario, sets, codec)
+    for codec, (world, message) in estimates.items():
         peak = peak_bytes(args.scenario, sets, codec)
         share = world / (peak - base) if peak > base else float("inf")
         print(
