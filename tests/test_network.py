@@ -213,3 +213,76 @@ def test_link_and_network_validation_messages_name_the_value() -> None:
 def test_network_package_does_not_import_torch() -> None:
     code = "import sys, aiotsim.network; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---- cancel: a sender that is gone -------------------------------------------------------------
+def test_cancel_stops_a_flow_and_frees_its_share() -> None:
+    # two 1 MB transfers share a 1 MB/s server link (fast uplinks, no latency); node0's sender is
+    # gone at 0.5 s, after 0.25 MB of wire at half the link: node1 then has W - 0.25 MB at 1 MB/s
+    env = simpy.Environment()
+    net = Network(env, Topology.star(2, 80e6, 80e6, 0.0, 8e6), transport="ideal")
+    w = wire_bytes(1_000_000, 1500, 40)  # 1,027,400 B
+    a = net.send("node0", "server", 1_000_000, tag="a")
+    b = net.send("node1", "server", 1_000_000, tag="b")
+    out = {}
+
+    def gone():  # type: ignore[no-untyped-def]
+        yield env.timeout(0.5)
+        out["cut"] = net.cancel(a)
+        out["again"] = net.cancel(a)
+
+    env.process(gone())
+    env.run()
+    cut = out["cut"]
+    assert (cut.tag, cut.nbytes, cut.start_s, cut.end_s) == ("a", 1_000_000, 0.0, 0.5)
+    assert cut.wire_bytes == pytest.approx(250_000, rel=REL)
+    assert out["again"] is None and not a.triggered  # a stopped transfer's event never fires
+    assert b.value.end_s == pytest.approx(0.5 + (w - 250_000) / 1e6, rel=REL)  # 1.2774 s, not 2 W / C
+    assert net.link_bytes["node0.up"] == pytest.approx(250_000, rel=REL)
+    assert net.link_bytes["server.in"] == pytest.approx(250_000 + w, rel=REL)
+    assert [t.tag for t in net.transfers] == ["b"]
+
+
+def test_cancel_after_the_last_byte_left_changes_nothing() -> None:
+    # drained at 0.08224 s, arrives 0.05 s later: a cancel in between finds nothing to stop
+    env = simpy.Environment()
+    net = Network(env, two_vertex(Link("l", bandwidth_bps=1e6, latency_s=0.05)), transport="ideal")
+    ev = net.send("a", "b", 10_000)
+    out = {}
+
+    def late():  # type: ignore[no-untyped-def]
+        yield env.timeout(0.1)
+        out["cut"] = net.cancel(ev)
+        out["arrived"] = yield ev
+
+    env.process(late())
+    env.run()
+    assert out["cut"] is None
+    assert out["arrived"].end_s == pytest.approx(0.13224, rel=REL)
+    assert net.cancel(ev) is None  # arrived: nothing either
+
+
+def test_cancel_resets_the_tcp_connection() -> None:
+    # after a cut the pair's next transfer opens a new connection: one handshake round trip
+    # (2 x 10 ms) more than on the connection a completed transfer leaves open
+    def next_send_s(cut: bool) -> float:
+        env = simpy.Environment()
+        net = Network(env, Topology.star(1, 8e6, 8e6, 0.01, 80e6), transport="tcp")
+        took = []
+
+        def node():  # type: ignore[no-untyped-def]
+            ev = net.send("node0", "server", 5_000_000)
+            if cut:
+                yield env.timeout(0.5)
+                assert net.cancel(ev) is not None
+            else:
+                yield ev
+            t = env.now
+            yield net.send("node0", "server", 100)
+            took.append(env.now - t)
+
+        env.process(node())
+        env.run()
+        return took[0]
+
+    assert next_send_s(True) - next_send_s(False) == pytest.approx(0.020, rel=1e-6)

@@ -455,11 +455,63 @@ class Network:
                 heapq.heappush(self._due_heap, (float(self._due[i]), i))
         if self.transport == "tcp":
             self._tcp_start(slot, src, dst, path, wire, now)
-        if not self._update_pending:  # as env.timeout(0): the same queue entry, one object for all
-            self._update_pending = True
-            self._update.callbacks = self._update_callbacks
-            env.schedule(self._update, NORMAL, 0.0)
+        if not self._update_pending:
+            self._request_update()
         return event
+
+    def cancel(self, event: simpy.Event) -> Transfer | None:
+        """Stop a transfer whose sender is gone (a node that drops off mid-upload): the bytes not
+        yet drained never cross the network, so the flows sharing its links speed up from now.
+
+        Parameters
+        ----------
+        event : simpy.Event
+            What :meth:`send` returned.
+
+        Returns
+        -------
+        Transfer or None
+            What was carried (``wire_bytes``: the wire bytes drained so far, ``end_s``: now; the
+            links' :attr:`link_bytes` count them, :attr:`transfers` does not list it), or None
+            when nothing is left to stop: its last byte has left the sender (it still arrives)
+            or it has arrived. A stopped transfer's event never fires. Under TCP its connection
+            dies with it: the pair's next transfer opens a new one (handshake, initial window).
+
+        Notes
+        -----
+        A pass over the slots in flight: cancelling is rare, so the per-flow path stays as it is.
+        """
+        if event.triggered:
+            return None
+        slot = next((k for k, f in enumerate(self._flows) if f is not None and f.event is event), None)
+        if slot is None:
+            return None
+        f = self._flows[slot]
+        assert f is not None
+        now = self.env.now
+        sent = min(max(f.wire - self._rates.remaining(slot, now), 0.0), f.wire)  # wire bytes drained
+        self._rates.remove(slot, now)
+        self._flows[slot] = None
+        self._paced.pop(slot, None)
+        self._free.append(slot)
+        t = self._tcp_flows[slot]
+        if t is not None:
+            self._tcp_flows[slot] = None
+            t.conn.busy = False
+            if self._conns.get((f.src, f.dst)) is t.conn:  # a reset connection is not reused
+                del self._conns[(f.src, f.dst)]
+        for i, m in zip(f.path.links_t, f.path.mults_t, strict=True):
+            self._carried_mv[i] += sent * m
+        if not self._update_pending:  # re-level the flows it shared links with, now
+            self._request_update()
+        return Transfer(f.src, f.dst, f.tag, f.nbytes, sent, f.start, now, f.path.names, f.path.nodes)
+
+    def _request_update(self) -> None:
+        """Schedule the controller's step at this instant (as env.timeout(0): the same queue entry,
+        one re-armed object for all the changes of an instant)."""
+        self._update_pending = True
+        self._update.callbacks = self._update_callbacks
+        self.env.schedule(self._update, NORMAL, 0.0)
 
     def tcp_state(self) -> dict[str, object]:
         """What a checkpoint must keep of the TCP transport at a quiescent point (no flow in
