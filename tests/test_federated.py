@@ -162,6 +162,48 @@ def test_offline_mid_upload_loses_the_update(tmp_path: Path) -> None:
     assert sink.rows[0]["bytes_up"] == 2 * DENSE  # its bytes went out before it dropped
 
 
+SHARED = {"server_mbps": 1.0}  # both nodes' transfers share a 1 Mbit/s server link (C below)
+C = 1e6 / 8  # B/s
+
+
+def test_a_cut_upload_frees_the_shared_link(tmp_path: Path) -> None:
+    # Both uploads start at s and share C; node 1 drops off tau later. Its unsent bytes never
+    # load the link: node 0 runs at C from then on (its own uplink is C too), so its W wire bytes
+    # are drained at s + tau + (W - tau C / 2) / C = s + tau / 2 + W / C, not at s + 2 W / C.
+    w = wire(DENSE)
+    c0 = batch_s(Cluster(fed(1), "cpu"))
+    s = 2 * w / C + 0.010 + c0  # downloads share C too; then one local step (none: encode 0 s)
+    _, sink, _ = run(fed(1, training={"local_steps": 1}, network=SHARED))
+    assert sink.rows[0]["iter_time_s"] == pytest.approx(s + 2 * w / C + 0.010)  # the hand model
+    tau = w / C
+    trace = tmp_path / "avail.csv"
+    trace.write_text(f"node,start_s,end_s\n1,0,{s + tau!r}\n")
+    c, sink, summary = run(fed(1, training={"local_steps": 1}, network=SHARED, nodes={"availability_trace": str(trace)}))
+    assert sink.rows[0]["iter_time_s"] == pytest.approx(s + tau / 2 + w / C + 0.010)
+    assert (sink.rows[0]["contributors"], summary["dropped_uploads"]) == (1, 1)
+    assert c.net.link_bytes["node1.up"] == pytest.approx(tau * C / 2)  # what it sent before it left
+    assert c.net.link_bytes["node0.up"] == pytest.approx(w)
+    cut = [e for e in c.trace.events() if e["name"] == "upload (cut)"]
+    assert len(cut) == 1 and cut[0]["dur"] == pytest.approx(tau * 1e6)  # us
+
+
+def test_a_node_gone_mid_download_does_not_train(tmp_path: Path) -> None:
+    # node 1 leaves at t_c, half-way through the shared download: node 0's download then runs at C
+    # (drained at t_c / 2 + W / C), it trains and uploads alone over an idle link
+    w = wire(DENSE)
+    c0 = batch_s(Cluster(fed(1), "cpu"))
+    t_c = (2 * w / C + 0.010) / 2
+    trace = tmp_path / "avail.csv"
+    trace.write_text(f"node,start_s,end_s\n1,0,{t_c!r}\n")
+    c, sink, summary = run(fed(1, training={"local_steps": 1}, network=SHARED, nodes={"availability_trace": str(trace)}))
+    assert sink.rows[0]["iter_time_s"] == pytest.approx(t_c / 2 + w / C + 0.010 + c0 + w / C + 0.010)
+    assert (sink.rows[0]["contributors"], summary["dropped_uploads"]) == (1, 1)
+    assert c.net.link_bytes["node1.down"] == pytest.approx(t_c * C / 2)
+    spans = [(e["name"], e["tid"]) for e in c.trace.events() if e.get("ph") == "X"]
+    assert sum(name == "compute" for name, _ in spans) == 1  # node 0's only: node 1 never trained
+    assert sum(name == "download (cut)" for name, _ in spans) == 1
+
+
 def test_trace_offline_nodes_are_never_selected(tmp_path: Path) -> None:
     trace = tmp_path / "avail.csv"
     trace.write_text("node,start_s,end_s\n" + "".join(f"{i},1e6,2e6\n" for i in range(1, 6)))
@@ -178,6 +220,8 @@ def test_trace_lookup_and_merging() -> None:
     assert t.online_through(3, 0.5, 2.5)  # [0, 2) and [1.5, 3) merged into [0, 3)
     assert not t.online_through(3, 2.5, 5.5)
     assert t.online_through(0, 0.0, 1e9)  # unlisted: always
+    assert [t.offline_from(3, x) for x in (0.0, 2.5, 3.0, 4.0, 6.0, 9.0)] == [3.0, 3.0, 3.0, 4.0, 8.0, 9.0]
+    assert t.offline_from(0, 5.0) == math.inf
 
 
 def test_trace_file_errors_name_the_line(tmp_path: Path) -> None:

@@ -12,8 +12,10 @@ lists is online exactly inside its intervals (half-open, ``[start, end)``) and o
 also after its last interval; a node it does not list follows ``nodes.dropout_prob``'s chain
 (always online by default). In a federated round a listed node that is offline at any moment
 between its download starting and its upload arriving loses that update (a device that drops
-mid-upload does not deliver it). Lookups cost ``O(log intervals)``: a fleet of 100,000 nodes with a
-trace costs nothing for the nodes a round does not touch.
+mid-upload does not deliver it). It stops at that moment: a transfer it is in is cut (the bytes not
+yet sent never load the links), and the round learns of the loss then. Lookups cost
+``O(log intervals)``: a fleet of 100,000 nodes with a trace costs nothing for the nodes a round
+does not touch.
 """
 
 from __future__ import annotations
@@ -85,10 +87,15 @@ class AvailabilityTrace:
 
     def online_through(self, i: int, t0: float, t1: float) -> bool:
         """Node ``i`` is online at every moment of ``[t0, t1]`` (unlisted nodes: always True)."""
+        return t1 < self.offline_from(i, t0)
+
+    def offline_from(self, i: int, t: float) -> float:
+        """The first moment at or after ``t`` (s) at which node ``i`` is offline: ``t`` itself when
+        it is offline at ``t``, the end of its interval when online (inf: an unlisted node)."""
         if i not in self._starts:
-            return True
-        k = bisect.bisect_right(self._starts[i], t0) - 1
-        return k >= 0 and t1 < self._ends[i][k]
+            return math.inf
+        k = bisect.bisect_right(self._starts[i], t) - 1
+        return self._ends[i][k] if k >= 0 and t < self._ends[i][k] else t
 
 
 def _row(cells: list[str], n_nodes: int) -> tuple[int, tuple[float, float]]:

@@ -104,40 +104,70 @@ def federated_node(
     trace: AvailabilityTrace | None,
 ) -> Proc:
     """SimPy process: node ``i`` downloads the round's model ``start``, trains, encodes, uploads;
-    puts a :class:`Report` in ``box``."""
+    puts a :class:`Report` in ``box``. A node that goes offline (its availability trace) stops
+    there: a transfer it is in is cut, and its report (no upload) goes in at that moment."""
     env, st, name, learning = c.env, c.nodes[i], node_name(i), c.learning
     t0 = env.now
-    tr = yield c.send(SERVER, name, learning.dense_model_bytes, "down", f"down r{rnd}")
-    c.trace.transfer(tr, "download", version=rnd)
+    cut = trace.offline_from(i, t0) if trace is not None else math.inf  # s: when it drops off
+    tr = yield from _transfer(c, (SERVER, name, "down"), learning.dense_model_bytes, rnd, cut)
+    if tr is None:
+        yield box.put(Report(i, rnd, None, 0))
+        return
     st.held_version = rnd
     steps = local_steps(learning, st.local)
+    samples = steps * learning.sc.data.batch_size
     res = local_update(learning, st.local, start, steps, lambda: c.heartbeat.gradient(c.totals.iterations))
     compute_s = _compute_time(c, i, res)
-    t1 = env.now
-    yield env.timeout(compute_s)
-    c.trace.span(name, "compute", t1, compute_s, version=rnd)
-    bad = non_finite([res.loss], res.delta)
-    if bad:
-        raise Diverged(f"round {rnd}: node {i}'s {bad}")
-    payloads, wall = learning.encode(res.delta, st.local.states, res.sq)
-    encode_s = st.compute.codec_time(wall, learning.elements, learning.codec.encode_flops_per_element)
-    t2 = env.now
-    yield env.timeout(encode_s)
-    c.trace.span(name, "encode", t2, encode_s, version=rnd)
-    c.window.energy_j += st.energy.busy(compute_s + encode_s)
-    samples = steps * learning.sc.data.batch_size
-    if trace is not None and not trace.online_through(i, t0, env.now):  # gone before it could upload
+    busy_s = yield from _work(c, name, "compute", compute_s, cut, version=rnd)
+    if busy_s == compute_s:
+        bad = non_finite([res.loss], res.delta)
+        if bad:
+            raise Diverged(f"round {rnd}: node {i}'s {bad}")
+        payloads, wall = learning.encode(res.delta, st.local.states, res.sq)
+        encode_s = st.compute.codec_time(wall, learning.elements, learning.codec.encode_flops_per_element)
+        busy_s += yield from _work(c, name, "encode", encode_s, cut, version=rnd)
+    c.window.energy_j += st.energy.busy(busy_s)
+    if env.now >= cut:  # gone before it could upload
         yield box.put(Report(i, rnd, None, samples))
         return
     nbytes = sum(p.nbytes for p in payloads)
     c.totals.node_bytes_up += nbytes
     c.totals.dense_up += learning.dense_model_bytes
-    tr = yield c.send(name, SERVER, nbytes, "up", f"up r{rnd}")
-    c.trace.transfer(tr, "upload", version=rnd)
-    if trace is not None and not trace.online_through(i, t0, env.now):  # dropped mid-upload
+    tr = yield from _transfer(c, (name, SERVER, "up"), nbytes, rnd, cut)
+    if tr is None or not env.now < cut:  # dropped mid-upload (or as its last byte arrived)
         yield box.put(Report(i, rnd, None, samples))
         return
     yield box.put(Report(i, rnd, Upload(name, [i], rnd, payloads, [res.loss], [compute_s], [encode_s]), samples))
+
+
+def _transfer(c: Cluster, route: tuple[str, str, str], nbytes: int, rnd: int, cut: float) -> Proc:
+    """Send ``route`` = (src, dst, "up" | "down") and wait for the arrival, traced; returns the
+    :class:`Transfer`, unless the node drops off first, at ``cut`` s: then the transfer is
+    stopped where it is (its bytes not yet sent leave the links; traced as cut) and the result is
+    None. Without a cut: one plain wait."""
+    src, dst, direction = route
+    event = c.send(src, dst, nbytes, direction, f"{direction} r{rnd}")
+    name = "upload" if direction == "up" else "download"
+    if cut < math.inf:
+        yield event | c.env.timeout(max(cut - c.env.now, 0.0))
+        if not event.processed:
+            part = c.net.cancel(event)  # None when its last byte has already left: it arrives to nobody
+            if part is not None:
+                c.trace.transfer(part, f"{name} (cut)", version=rnd)
+            return None
+    tr = yield event
+    c.trace.transfer(tr, name, version=rnd)
+    return tr
+
+
+def _work(c: Cluster, name: str, what: str, seconds: float, cut: float, **args: object) -> Proc:
+    """Busy for ``seconds`` of simulated time, or until the node drops off at ``cut``; traced as a
+    span; returns the seconds spent."""
+    t = c.env.now
+    spent = min(seconds, max(cut - t, 0.0))
+    yield c.env.timeout(spent)
+    c.trace.span(name, what, t, spent, **args)
+    return spent
 
 
 def _compute_time(c: Cluster, i: int, res: LocalResult) -> float:
