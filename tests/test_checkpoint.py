@@ -113,6 +113,35 @@ def test_partial_uploads_tied_at_one_instant_keep_their_order_after_resume(tiny_
     assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
 
 
+def test_federated_fleet_with_fedadam_and_topk_resumes_exactly(tiny_scenario: Path, tmp_path: Path) -> None:
+    # 40 registered nodes, 3 per round with 2 local steps: the checkpoint keeps the nodes built so
+    # far (by index), the selection generator and FedAdam's moments; top-k's residuals carry over
+    over = ["training.mode=federated", "nodes.count=40", "nodes.per_round=3", "training.local_steps=2",
+            "training.server_optimizer=adam", "training.server_lr=0.05", "compressor.name=topk",
+            "data.samples_per_node=32", "scenario.iterations=6"]  # fmt: skip
+    ref, crash = killed_and_resumed(load_scenario(tiny_scenario, over), tmp_path, every=2, kill=5)
+    state = load(crash / CHECKPOINT_NAME)
+    assert state["iteration"] == 3 and 3 <= len(state["node_index"]) < 40  # only the nodes that took part
+    assert len(state["nodes"]) == len(state["node_index"])
+    assert state["strategy"]["m"] is not None and state["strategy"]["samples"] > 0
+    assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
+    assert (crash / "trace.json").read_bytes() == (ref / "trace.json").read_bytes()
+
+
+def test_federated_rounds_with_a_node_at_work_are_skipped(tiny_scenario: Path, tmp_path: Path) -> None:
+    # 2 selected, a round closes at its first upload; node 1 is 10x slower, so it is still at work
+    # when rounds 0, 2, 4, 6 close and its update lands late in rounds 1, 3, 5 (late = apply):
+    # only those end with no node at work. Due every round, the last checkpoint before the kill
+    # at row 7 is round 5's, and the run resumed from it equals the uninterrupted one.
+    over = ["training.mode=federated", "nodes.count=2", "nodes.per_round=1", "nodes.overcommit=1.0",
+            "nodes.group=[{count=1}, {count=1, slowdown=10.0}]", "training.late=apply",
+            "scenario.iterations=8"]  # fmt: skip
+    ref, crash = killed_and_resumed(load_scenario(tiny_scenario, over), tmp_path, every=1, kill=7)
+    assert [r["contributors"] for r in read_csv(ref / "metrics.csv")] == [1, 2] * 4
+    assert load(crash / CHECKPOINT_NAME)["iteration"] == 5
+    assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
+
+
 @pytest.mark.parametrize(
     "over", [["training.mode=async"], ["network.topology=ring", "nodes.count=3"]], ids=["async", "ring"]
 )

@@ -166,6 +166,11 @@ SHARED = {"server_mbps": 1.0}  # both nodes' transfers share a 1 Mbit/s server l
 C = 1e6 / 8  # B/s
 
 
+def cut_run(trace: Path) -> Scenario:
+    """One round of one local step over the shared server link, with an availability trace."""
+    return fed(1, training={"local_steps": 1}, network=SHARED, nodes={"availability_trace": str(trace)})
+
+
 def test_a_cut_upload_frees_the_shared_link(tmp_path: Path) -> None:
     # Both uploads start at s and share C; node 1 drops off tau later. Its unsent bytes never
     # load the link: node 0 runs at C from then on (its own uplink is C too), so its W wire bytes
@@ -178,7 +183,7 @@ def test_a_cut_upload_frees_the_shared_link(tmp_path: Path) -> None:
     tau = w / C
     trace = tmp_path / "avail.csv"
     trace.write_text(f"node,start_s,end_s\n1,0,{s + tau!r}\n")
-    c, sink, summary = run(fed(1, training={"local_steps": 1}, network=SHARED, nodes={"availability_trace": str(trace)}))
+    c, sink, summary = run(cut_run(trace))
     assert sink.rows[0]["iter_time_s"] == pytest.approx(s + tau / 2 + w / C + 0.010)
     assert (sink.rows[0]["contributors"], summary["dropped_uploads"]) == (1, 1)
     assert c.net.link_bytes["node1.up"] == pytest.approx(tau * C / 2)  # what it sent before it left
@@ -195,7 +200,7 @@ def test_a_node_gone_mid_download_does_not_train(tmp_path: Path) -> None:
     t_c = (2 * w / C + 0.010) / 2
     trace = tmp_path / "avail.csv"
     trace.write_text(f"node,start_s,end_s\n1,0,{t_c!r}\n")
-    c, sink, summary = run(fed(1, training={"local_steps": 1}, network=SHARED, nodes={"availability_trace": str(trace)}))
+    c, sink, summary = run(cut_run(trace))
     assert sink.rows[0]["iter_time_s"] == pytest.approx(t_c / 2 + w / C + 0.010 + c0 + w / C + 0.010)
     assert (sink.rows[0]["contributors"], summary["dropped_uploads"]) == (1, 1)
     assert c.net.link_bytes["node1.down"] == pytest.approx(t_c * C / 2)

@@ -6,19 +6,24 @@ The state then is data, not processes: the model and the optimizer, every codec 
 PowerSGD's Q, ...; each ``torch.Generator`` as its ``get_state()`` bytes), the nodes' momentum,
 data-stream positions and generators, availability RNGs and energy meters, the network's jitter RNG
 and per-link byte counts, the totals and the open metrics window, the trace so far, the model
-version, the simulated clock and the applied step whose metrics row is still to be written.
+version, the simulated clock, the applied step whose metrics row is still to be written, and the
+strategy's own state (a federated run's selection generator, server optimizer and row's samples).
 
 Resuming (:func:`restore`) rebuilds the cluster from its scenario, loads that state, starts a fresh
 ``simpy.Environment(initial_time=now)`` and lets the strategy continue from the pending row: the
 rows, evaluations and summary then equal an uninterrupted run's, byte for byte (flops mode).
 
-Which runs checkpoint: ``sync`` and ``partial`` rounds, on a star or with gateways, exactly. A
-checkpoint falls due ``every`` iterations after the previous one and is written at the first
-quiescent point from then on. Every ``sync`` iteration ends at one. A ``partial`` iteration ends
-at one only when no straggler is still at work: with ``partial_k`` covering every node at work it
-always does; with fewer, late nodes are put straight back to work and a run may never reach one,
-and then writes no checkpoint (nothing approximate is ever written). ``async`` runs (a node is
-always in flight) and ``ring`` runs are refused with a :class:`~aiotsim.errors.ConfigError`.
+Which runs checkpoint: ``sync``, ``partial`` and ``federated`` rounds, on a star or with gateways,
+exactly. A checkpoint falls due ``every`` iterations after the previous one and is written at the
+first quiescent point from then on. Every ``sync`` iteration ends at one. A ``partial`` iteration
+ends at one only when no straggler is still at work: with ``partial_k`` covering every node at
+work it always does; with fewer, late nodes are put straight back to work and a run may never
+reach one, and then writes no checkpoint (nothing approximate is ever written). A ``federated``
+round ends at one unless a node of it is still at work (a round closed by its deadline or by
+over-commitment; its answer, even one waiting to be filed, keeps it busy). Of a
+federated fleet only the nodes built so far are kept (by index), so a checkpoint grows with the
+nodes that took part, not with the fleet. ``async`` runs (a node is always in flight) and
+``ring`` runs are refused with a :class:`~aiotsim.errors.ConfigError`.
 
 The file is ``checkpoint.pt`` (``torch.save`` of plain containers, tensors on the CPU), written to a
 temporary file and moved into place with ``os.replace``, so a crash mid-write leaves the previous
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +48,7 @@ from aiotsim.sim.world import Applied, Cluster, NodeState, Upload
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
-RESUMABLE_MODES = ("sync", "partial")
+RESUMABLE_MODES = ("sync", "partial", "federated")
 _METER_FIELDS = ("compute_j", "tx_j", "rx_j", "idle_j", "busy_s", "log")
 
 
@@ -79,18 +85,21 @@ class Checkpointer:
         resumed = cluster.resume_point
         self.last = resumed[0] + 1 if resumed else 0  # iterations done at the latest checkpoint
 
-    def __call__(self, it: int, done: Applied) -> None:
+    def __call__(self, it: int, done: Applied, strategy: dict[str, Any]) -> None:
         if it + 1 - self.last >= self.every:
-            save(self.path, capture(self.cluster, it, done))
+            save(self.path, capture(self.cluster, it, done, strategy))
             self.last = it + 1
 
 
-def quiescent_point(c: Cluster, it: int, done: Applied) -> None:
+def quiescent_point(
+    c: Cluster, it: int, done: Applied, strategy_state: Callable[[], dict[str, Any]] | None = None
+) -> None:
     """A strategy's call after iteration ``it``'s step and before its next dispatch: hand the point
-    to the checkpointer when the run goes on after it and no node is at work (nothing in flight)."""
+    to the checkpointer when the run goes on after it and no node is at work (nothing in flight).
+    ``strategy_state()``: the strategy's own state, read only when a checkpoint is taken."""
     if c.on_checkpoint is not None and it + 1 < c.sc.scenario.iterations:
         if not any(st.busy for st in c.nodes):
-            c.on_checkpoint(it, done)
+            c.on_checkpoint(it, done, strategy_state() if strategy_state is not None else {})
 
 
 def save(path: str | Path, state: dict[str, Any]) -> None:
@@ -113,8 +122,9 @@ def load(path: str | Path) -> dict[str, Any]:
 
 
 # ---- capture -----------------------------------------------------------------------------------
-def capture(c: Cluster, it: int, done: Applied) -> dict[str, Any]:
-    """Everything a resumed run needs, after iteration ``it``'s step (``done``, row not yet written)."""
+def capture(c: Cluster, it: int, done: Applied, strategy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything a resumed run needs, after iteration ``it``'s step (``done``, row not yet
+    written); ``strategy``: the strategy's own state (plain data and CPU tensors)."""
     learning = c.learning
     return {
         "format": FORMAT_VERSION,
@@ -132,7 +142,8 @@ def capture(c: Cluster, it: int, done: Applied) -> dict[str, Any]:
         "server_states": [_codec_state(x) for x in learning.server_states],
         "gateway_states": {gw: [_codec_state(x) for x in xs] for gw, xs in c.gateway_states.items()},
         "snapshots": {v: _cpu(ps) for v, ps in c.snapshots.items()},
-        "nodes": [_node(st) for st in c.nodes],
+        "nodes": [_node(st) for st in c.nodes],  # the nodes built so far (all but in a federated fleet)
+        "node_index": c.nodes.built_indices(),
         "net_rng": c.net._rng.bit_generator.state,
         "net_carried": c.net._carried.copy(),  # wire bytes per link
         "net_tcp": c.net.tcp_state(),  # TCP connections' windows, loss generator
@@ -141,6 +152,7 @@ def capture(c: Cluster, it: int, done: Applied) -> dict[str, Any]:
         "window": dataclasses.asdict(c.window),
         "trace": c.trace.state(),
         "applied": _applied(done),
+        "strategy": _cpu(strategy or {}),
     }
 
 
@@ -215,8 +227,9 @@ def restore(c: Cluster, state: dict[str, Any]) -> None:
     for gw, saved in state["gateway_states"].items():
         _load_codec_states(c.gateway_states[gw], saved, dev)
     c.snapshots = {int(v): [p.to(dev) for p in ps] for v, ps in state["snapshots"].items()}
-    for st, saved in zip(c.nodes, state["nodes"], strict=True):
-        _load_node(st, saved, dev)
+    index = state.get("node_index")  # None: a checkpoint from before it (every node, in order)
+    for i, saved in zip(range(c.n) if index is None else index, state["nodes"], strict=True):
+        _load_node(c.nodes[i], saved, dev)  # builds a federated fleet's node first
     c.start_clock(state["now"])
     c.net._rng.bit_generator.state = state["net_rng"]
     c.net._carried[:] = state["net_carried"]
@@ -232,6 +245,7 @@ def restore(c: Cluster, state: dict[str, Any]) -> None:
     a = state["applied"]
     uploads = [Upload(payloads=[], **u) for u in a["uploads"]]
     c.resume_point = (state["iteration"], Applied(a["iteration"], uploads, a["decode_s"], a["agg_nnz"], a["agg_bytes"]))
+    c.resume_strategy = state.get("strategy", {})
 
 
 def _to(obj: Any, device: torch.device) -> Any:

@@ -52,11 +52,15 @@ class NodeTable(Generic[T]):
         """The nodes built so far, in index order."""
         if self._all is not None:
             return iter(self._all)
-        return iter([self._built[i] for i in sorted(self._built)])
+        return iter([self._built[i] for i in self.built_indices()])
 
     def __len__(self) -> int:
         """Registered nodes."""
         return self.n
+
+    def built_indices(self) -> list[int]:
+        """Indices of the nodes built so far, in order (what :meth:`__iter__` visits)."""
+        return sorted(self._built)
 
     @property
     def built(self) -> int:

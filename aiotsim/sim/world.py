@@ -143,8 +143,9 @@ class Cluster:
         self.stall_limit_s = STALL_RETRIES * s.nodes.retry_s
         self.sink: RunSink | None = None
         # checkpointing (sim/checkpoint.py): called at a strategy's quiescent points
-        self.on_checkpoint: Callable[[int, Applied], None] | None = None
+        self.on_checkpoint: Callable[[int, Applied, dict[str, Any]], None] | None = None
         self.resume_point: tuple[int, Applied] | None = None  # (iteration, its applied step)
+        self.resume_strategy: dict[str, Any] = {}  # the strategy's own state at that point
 
     def start_clock(self, now: float) -> None:
         """A fresh SimPy environment starting at ``now`` (s), with its network and mailboxes;

@@ -18,17 +18,23 @@ in (``"apply"``, their staleness counted), as in partial mode. An update lost be
 offline (availability trace) is counted in ``dropped_uploads`` too. A round with no update leaves
 the model as it is and still writes its row. Work per round is proportional to the selected nodes:
 node state is built lazily (sim/fleet.py) and selection examines only candidates.
+
+A round that ends with no node at work and no late update waiting is a quiescent point: a
+checkpoint keeps the selection generator, the server optimizer's buffers and the row's sample
+count besides the cluster's state (sim/checkpoint.py), and a resumed run continues from there.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import simpy
 
 from aiotsim.config import per_round_count
 from aiotsim.sim.availability import AvailabilityTrace
+from aiotsim.sim.checkpoint import quiescent_point
 from aiotsim.sim.federated import Report, federated_node
 from aiotsim.sim.selection import select
 from aiotsim.sim.server_opt import ServerOptimizer
@@ -73,13 +79,33 @@ class FederatedStrategy(Strategy):
     def run(self) -> Proc:
         c = self.cluster
         self.box = simpy.Store(c.env)
-        for it in range(c.sc.scenario.iterations):
-            uploads = yield from self.round(it)
-            done = yield from self.apply(it, uploads)
+        start, pending = c.resume_point or (0, None)  # resumed: the checkpoint's row is still open
+        if pending is not None:
+            self.load_state(c.resume_strategy)
+        for it in range(start, c.sc.scenario.iterations):
+            if pending is not None:
+                done, pending = pending, None
+            else:
+                uploads = yield from self.round(it)
+                done = yield from self.apply(it, uploads)
+                quiescent_point(c, it, done, self.state)  # late updates: all taken by round()
             c.finish_row(done)
             # finish_row counts one batch per contributor; a node ran all its local steps
             c.totals.samples += self.samples - c.sc.data.batch_size * len(done.uploads)
             self.samples = 0
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the strategy at a quiescent point (no node busy, no late
+        update): the selection generator, the server optimizer's buffers, the row's samples."""
+        return {"rng": self.rng.bit_generator.state, "m": self.opt.m, "v": self.opt.v, "samples": self.samples}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state` (buffers moved to the model's device)."""
+        dev = self.cluster.device
+        self.rng.bit_generator.state = state["rng"]
+        self.opt.m = None if state["m"] is None else [x.to(dev) for x in state["m"]]
+        self.opt.v = None if state["v"] is None else [x.to(dev) for x in state["v"]]
+        self.samples = state["samples"]
 
     def choose(self, it: int) -> Proc:
         """The round's nodes. While nobody can be chosen: wait ``retry_s`` (stall-checked) or,
