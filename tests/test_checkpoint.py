@@ -128,6 +128,20 @@ def test_federated_fleet_with_fedadam_and_topk_resumes_exactly(tiny_scenario: Pa
     assert (crash / "trace.json").read_bytes() == (ref / "trace.json").read_bytes()
 
 
+def test_federated_nodes_dropping_off_resume_exactly(tiny_scenario: Path, tmp_path: Path) -> None:
+    # every node goes offline for 5 s at its own time: updates are cut off (transfers stopped, TCP
+    # connections reset), and the run resumed from a checkpoint between the drops equals the
+    # uninterrupted one
+    avail = tmp_path / "avail.csv"
+    rows = "".join(f"{i},0,{3 + 2.7 * i}\n{i},{8 + 2.7 * i},1e9\n" for i in range(6))  # offline 5 s each
+    avail.write_text("node,start_s,end_s\n" + rows)
+    over = ["training.mode=federated", "nodes.count=6", "nodes.per_round=3", "compressor.name=topk",
+            f"nodes.availability_trace={avail}", "scenario.iterations=8"]  # fmt: skip
+    ref, crash = killed_and_resumed(load_scenario(tiny_scenario, over), tmp_path, every=2, kill=7)
+    assert read_summary(ref)["dropped_uploads"] > 0
+    assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
+
+
 def test_federated_rounds_with_a_node_at_work_are_skipped(tiny_scenario: Path, tmp_path: Path) -> None:
     # 2 selected, a round closes at its first upload; node 1 is 10x slower, so it is still at work
     # when rounds 0, 2, 4, 6 close and its update lands late in rounds 1, 3, 5 (late = apply):
