@@ -171,3 +171,41 @@ def test_results_do_not_depend_on_the_worker_count(tmp_path) -> None:
     assert all(r.ok for r in run_local(plans[2], workers=2))
     for a, b in zip(plans[1], plans[2]):
         assert fingerprint_run_dir(a.out_dir) == fingerprint_run_dir(b.out_dir), a.label
+
+
+@pytest.mark.slow
+def test_stopped_ray_sweep_ends_ray_and_its_index_agrees_with_the_runs(sweep_file, tmp_path) -> None:
+    # `--ray` starts a local Ray instance (its own processes below the sweep's): a stop ends
+    # them too, and sweep.csv lists as complete exactly the runs whose directories are complete
+    # (the driver writes a Ray run's files; the index is rewritten only after they are in place)
+    pytest.importorskip("ray")
+    out = tmp_path / "out"
+    cmd = [*_sweep_cmd(sweep_file, out), "--ray"]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not _complete_runs(out):
+            assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended before a run finished"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the index is written right after the run's files
+        ray_procs = _descendants(proc.pid)
+        assert ray_procs, "no Ray processes found"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < EXIT_WITHIN_S, f"exited after {took:.1f} s"
+    assert proc.returncode == 130, output.decode()
+    assert b"Traceback" not in output
+    end = time.monotonic() + 10
+    while _alive(ray_procs) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert _alive(ray_procs) == set(), "Ray processes left running"
+    done = _complete_runs(out)
+    with open(out / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == SEEDS and 1 <= len(done) < SEEDS
+    assert {out / r["run_dir"] for r in rows if r["status"] == "complete"} == done

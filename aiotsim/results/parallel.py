@@ -405,8 +405,7 @@ def _ray_task(job: Job, index: int, progress: Any) -> tuple[dict[str, Any] | Non
             for name in RUN_FILES
             if (Path(scratch.out_dir) / name).is_file()
         }
-    emit(Event("done", index))
-    return summary, error, files
+    return summary, error, files  # its "done" event comes from the driver, once the files are written
 
 
 def _write_run_files(out_dir: str, files: dict[str, bytes]) -> None:
@@ -481,6 +480,8 @@ def _ray_loop(
                 except Exception as exc:  # the task's worker died
                     summary, error = None, f"Ray task failed: {type(exc).__name__}: {exc}"
                 results[i] = JobResult(jobs[i], summary, error)
+                # after the files: a batch's index written on "done" must find the run complete
+                emit(Event("done", i))
         _drain_ray(progress, emit)
     except BaseException:
         stop.fired = stop.fired or -1
