@@ -340,6 +340,23 @@ def load_validated(
 PROCESS_BYTES = 500_000_000
 
 
+def run_memory_bytes(scenarios: Iterable[Scenario]) -> list[int]:
+    """Memory each run may take in a worker process (bytes): its :func:`world_size` plus
+    :data:`PROCESS_BYTES` (just the latter when the data's shape is not known before reading it).
+    Estimated once per scenario that differs in more than its seed."""
+    sizes: dict[str, int] = {}
+    out = []
+    for s in scenarios:
+        d = s.to_dict()
+        d["scenario"].pop("seed")
+        key = repr(d)
+        if key not in sizes:
+            size = world_size(s)
+            sizes[key] = (size.total if size is not None else 0) + PROCESS_BYTES
+        out.append(sizes[key])
+    return out
+
+
 def batch_workers(scenarios: Iterable[Scenario], requested: int | None, cores: int) -> tuple[int, str | None]:
     """How many runs of a batch (``aiotsim compare``/``sweep``) may go at once on this machine, and a
     note when fewer than one per core fit.
@@ -351,19 +368,11 @@ def batch_workers(scenarios: Iterable[Scenario], requested: int | None, cores: i
     that differs in more than its seed.
     """
     runs = list(scenarios)
-    sizes: dict[str, int] = {}
-    for s in runs:
-        d = s.to_dict()
-        d["scenario"].pop("seed")
-        key = repr(d)
-        if key not in sizes:
-            size = world_size(s)
-            sizes[key] = size.total if size is not None else 0
-    if not sizes:
+    if not runs:
         return 1, None
     want = None if requested is None else min(requested, len(runs))
     cores = min(cores, len(runs))
-    each = max(sizes.values()) + PROCESS_BYTES
+    each = max(run_memory_bytes(runs))
     limit = memory_limit()
     fit = max(1, limit // each)
     what = f"~{fmt_bytes(each)} a run at most (with its process), {fmt_bytes(limit)} allowed "

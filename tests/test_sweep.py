@@ -144,8 +144,15 @@ def test_ray_gives_the_same_results_as_the_local_pool(tmp_path) -> None:
     remote = load_sweep(path, tmp_path / "ray")
     assert [p.key for p in local.points] == [p.key for p in remote.points]
     res_local = run_local(local.jobs(), workers=1)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # each task asks Ray for its memory estimate: a run larger than any node's memory resource is
+    # refused up front (Ray would leave it pending for good); tiny runs ask for ~0.5 GB each
+    (tmp_path / "b").mkdir()
+    fleet = '"nodes.count" = [10_000]\n"data.samples_per_node" = [16]\n'  # ~5 GB: validates here
+    big = load_sweep(_sweep_file(tmp_path / "b", fleet), tmp_path / "big")
+    ray.init(num_cpus=2, _memory=3_000_000_000, include_dashboard=False, log_to_driver=False)  # ray start --memory
     try:
+        with pytest.raises(ConfigError, match=r"1 run\(s\) need more memory than a Ray node offers \(3.0 GB"):
+            run_ray(big.jobs())
         events: list[Event] = []
         res_ray = run_ray(remote.jobs(), on_event=events.append)
     finally:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiotsim.errors import AiotsimError
+from aiotsim.errors import AiotsimError, ConfigError
 from aiotsim.results.store import atomic_write
 
 if TYPE_CHECKING:
@@ -434,6 +434,9 @@ def run_ray(jobs: Sequence[Job], address: str | None = None, on_event: EventSink
     ------
     AiotsimError
         When ``ray`` is not installed (``pip install aiotsim[ray]``) or the cluster is unreachable.
+    ConfigError
+        When a job's memory estimate exceeds every Ray node's ``memory`` resource (each task asks
+        for its estimate, so Ray runs at once only what fits).
     """
     try:
         import ray
@@ -452,8 +455,9 @@ def run_ray(jobs: Sequence[Job], address: str | None = None, on_event: EventSink
             raise AiotsimError(f"cannot start or reach Ray at {address or 'a local instance'}: {exc}") from None
         started_here = True
     try:
+        memory = _ray_memory(ray, jobs)
         with _StopOnSignal(defer=True) as stop:
-            _ray_loop(ray, RayQueue(), jobs, results, emit, stop)
+            _ray_loop(ray, RayQueue(), jobs, memory, results, emit, stop)
     finally:
         if started_here:
             ray.shutdown()
@@ -461,12 +465,19 @@ def run_ray(jobs: Sequence[Job], address: str | None = None, on_event: EventSink
 
 
 def _ray_loop(
-    ray: Any, progress: Any, jobs: Sequence[Job], results: list[JobResult], emit: EventSink, stop: _StopOnSignal
+    ray: Any,
+    progress: Any,
+    jobs: Sequence[Job],
+    memory: list[int],
+    results: list[JobResult],
+    emit: EventSink,
+    stop: _StopOnSignal,
 ) -> None:
-    """Submit every job as a task and collect them into ``results``; on any exception (a stop
-    signal) the tasks not finished are cancelled (their workers killed) before it propagates."""
+    """Submit every job as a task (asking for ``memory`` bytes each) and collect them into
+    ``results``; on any exception (a stop signal) the tasks not finished are cancelled (their
+    workers killed) before it propagates."""
     task = ray.remote(num_cpus=1)(_ray_task)
-    pending = {task.remote(job, i, progress): i for i, job in enumerate(jobs)}
+    pending = {task.options(memory=memory[i]).remote(job, i, progress): i for i, job in enumerate(jobs)}
     try:
         while pending:
             stop.check()
@@ -491,6 +502,26 @@ def _ray_loop(
         raise
     finally:
         progress.shutdown()
+
+
+def _ray_memory(ray: Any, jobs: Sequence[Job]) -> list[int]:
+    """Each job's memory request to Ray's scheduler, bytes: its estimate with its worker process
+    (:func:`aiotsim.validate.run_memory_bytes`), so a node runs at once only the jobs whose
+    estimates fit in its ``memory`` resource (as the local pool fits its workers in memory).
+    Raises :class:`ConfigError` when a job needs more than any node offers: Ray would leave it
+    waiting for good."""
+    from aiotsim.validate import fmt_bytes, run_memory_bytes
+
+    need = run_memory_bytes(job_scenario(j) for j in jobs)
+    offer = max((n["Resources"].get("memory", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
+    too_big = [f"{j.label} (~{fmt_bytes(b)})" for j, b in zip(jobs, need, strict=True) if b > offer]
+    if too_big:
+        raise ConfigError(
+            f"{len(too_big)} run(s) need more memory than a Ray node offers ({fmt_bytes(int(offer))} on the "
+            f"largest): {', '.join(too_big[:5])}; give the nodes more memory (ray start --memory) or make "
+            'the runs smaller (fewer nodes, nodes.state_dtype = "float16", a smaller model)'
+        )
+    return need
 
 
 def _drain_ray(progress: Any, emit: EventSink) -> None:
