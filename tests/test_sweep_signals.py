@@ -181,14 +181,15 @@ def test_results_do_not_depend_on_the_worker_count(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_stopped_ray_sweep_ends_ray_and_its_index_agrees_with_the_runs(sweep_file, tmp_path) -> None:
-    # `--ray` starts a local Ray instance (its own processes below the sweep's): a stop ends
-    # them too, and sweep.csv lists as complete exactly the runs whose directories are complete
-    # (the driver writes a Ray run's files; the index is rewritten only after they are in place)
+def test_stopped_ray_sweep_ends_ray_keeps_a_true_index_and_equals_local_runs(sweep_file, tmp_path) -> None:
+    # `--ray` starts a local Ray instance (its own processes below the sweep's): a stop ends them
+    # too; sweep.csv lists as complete exactly the runs whose directories are complete (the driver
+    # writes a Ray run's files, and rewrites the index only once they are in place); and what Ray
+    # ran equals the same points run here in one process, byte for byte (Ray = local)
     pytest.importorskip("ray")
     short = tmp_path / "sweep.toml"  # 12 short runs: the first ends soon after Ray has started
     short.write_text(
-        sweep_file.read_text().replace("= 200", "= 30").replace(str(list(range(1, SEEDS + 1))), str(list(range(1, 13))))
+        sweep_file.read_text().replace("= 200", "= 4").replace(str(list(range(1, SEEDS + 1))), str(list(range(1, 13))))
     )
     out = tmp_path / "out"
     _stop_after_first_run([*_sweep_cmd(short, out), "--ray"], out, "SIGTERM", linger_s=10)
@@ -197,3 +198,10 @@ def test_stopped_ray_sweep_ends_ray_and_its_index_agrees_with_the_runs(sweep_fil
         rows = list(csv.DictReader(f))
     assert len(rows) == 12 and 1 <= len(done) < 12
     assert {out / r["run_dir"] for r in rows if r["status"] == "complete"} == done
+    local = load_sweep(short, tmp_path / "local")
+    jobs = [j for j in local.jobs() if Path(j.out_dir).name in {d.name for d in done}]
+    assert len(jobs) == len(done) and all(r.ok for r in run_local(jobs, workers=1))
+    for d in done:
+        here = tmp_path / "local" / "runs" / d.name
+        assert fingerprint_run_dir(d) == fingerprint_run_dir(here)
+        assert (d / "trace.json").read_bytes() == (here / "trace.json").read_bytes()
