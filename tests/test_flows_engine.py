@@ -185,3 +185,57 @@ def test_the_callers_event_fires_at_arrival_with_its_record_already_kept() -> No
     assert sorted(who for who, *_ in seen) == ["sender", "watcher"]
     for _, at, got, kept in seen:
         assert at == record.end_s and got is record and kept == [record]
+
+
+def run_with_cancels(kind: str, transport: str, case: int) -> tuple[Network, dict, dict, dict]:
+    """A seeded random workload in which some senders stop their transfer after a random delay
+    (0: at once; up to 3 s: often after it arrived). Returns the network, the events by tag, the
+    full wire bytes by tag, and (cancel's record, when) by tag of each stop."""
+    rng = random.Random(f"cancel/{kind}/{transport}/{case}")
+    topo = topology(kind, rng.randint(3, 8), rng.choice([0.0, 0.01]), rng.choice([0.0, 0.002]))
+    sends = workload(rng, topo)
+    env = simpy.Environment()
+    net = Network(env, topo, seed=case, transport=transport)
+    events: dict[str, simpy.Event] = {}
+    full: dict[str, float] = {}
+    cut: dict[str, tuple[object, float]] = {}
+
+    def proc(at: float, src: str, dst: str, n: int, tag: str, stop: float | None):  # type: ignore[no-untyped-def]
+        yield env.timeout(at)
+        full[tag] = net.wire_bytes_for(src, dst, n)
+        ev = events[tag] = net.send(src, dst, n, tag)
+        if stop is not None:
+            yield env.timeout(stop)
+            cut[tag] = (net.cancel(ev), env.now)
+
+    for i, (at, src, dst, n) in enumerate(sends):
+        stop = rng.choice([None, 0.0, rng.uniform(0.0, 0.3), rng.uniform(0.0, 3.0)])
+        env.process(proc(at, src, dst, n, str(i), stop))
+    env.run()
+    return net, events, full, cut
+
+
+@pytest.mark.parametrize("kind", ["star", "hier", "medium", "traced"])
+@pytest.mark.parametrize("transport", ["ideal", "tcp"])
+def test_cancelled_transfers_leave_the_engine_consistent(kind: str, transport: str) -> None:
+    """Random transfers, some stopped at random times (before, during or after their drain): every
+    other transfer still arrives; a stopped one never does and its record holds what it drained
+    (0 <= wire <= its full wire, ended at the stop); the links carried exactly the arrived
+    transfers' wire bytes plus the stopped ones' drained bytes, per crossing."""
+    seen = [0, 0]  # transfers stopped mid-flow, cancels that found nothing to stop
+    for case in range(8):
+        net, events, full, cut = run_with_cancels(kind, transport, case)
+        stopped = {tag: rec for tag, (rec, _) in cut.items() if rec is not None}
+        seen[0] += len(stopped)
+        seen[1] += len(cut) - len(stopped)
+        assert {t.tag for t in net.transfers} == set(events) - set(stopped), case  # the rest all arrived
+        carried = {name: 0.0 for name in net.link_bytes}
+        for t in [*net.transfers, *stopped.values()]:
+            for name in t.path:
+                carried[name] += t.wire_bytes
+        for tag, rec in stopped.items():
+            assert not events[tag].triggered
+            assert 0.0 <= rec.wire_bytes <= full[tag] * (1 + 1e-12)
+            assert rec.end_s == cut[tag][1]
+        assert net.link_bytes == pytest.approx(carried, rel=1e-9, abs=1e-6), case
+    assert seen[0] >= 5 and seen[1] >= 5  # stops mid-flow and stops that found nothing to stop
