@@ -1,13 +1,26 @@
-"""Shared fixtures: paths to the tiny scenario and a helper to write scenario files."""
+"""Shared fixtures: paths to the tiny scenario and a helper to write scenario files; Hypothesis
+profiles.
+
+Property tests draw the same examples on every run by default (profile ``repeatable``:
+``derandomize``), so a CI run cannot fail on an example no earlier run drew, and a failure
+repeats. ``pytest --hypothesis-profile=explore`` draws fresh random examples (and 1,000 per test
+where a test does not set its own count) to look for new counterexamples; one found goes into the
+test as an ``@example``, with the fix.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
+
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False, max_examples=1000)
+settings.load_profile("repeatable")
 
 
 @pytest.fixture
