@@ -28,7 +28,7 @@ from aiotsim.records import Progress, RunSummary
 from aiotsim.results.store import RunWriter, _CsvLog, atomic_write, read_summary
 from aiotsim.sim.checkpoint import CHECKPOINT_NAME, attach, restore
 from aiotsim.sim.checkpoint import load as load_checkpoint
-from aiotsim.sim.runner import run_cluster
+from aiotsim.sim.runner import build_strategy, run_cluster
 from aiotsim.sim.world import Cluster
 
 
@@ -84,7 +84,8 @@ def run_scenario(
         checkpoint = Path(out_dir) / CHECKPOINT_NAME
         checkpoint.unlink(missing_ok=True)  # an older run's: never resume this run from it
         attach(cluster, checkpoint, checkpoint_every)
-        return run_cluster(cluster, RunWriter(out_dir, scenario.to_toml()))
+        strategy = build_strategy(cluster)  # before the run directory is touched
+        return run_cluster(cluster, RunWriter(out_dir, scenario.to_toml()), strategy)
 
 
 def resume_run(
@@ -125,8 +126,9 @@ def resume_run(
         cluster = Cluster(scenario, device=device, on_progress=on_progress, model=model, data=data)
         restore(cluster, state)
         attach(cluster, d / CHECKPOINT_NAME, checkpoint_every)
+        strategy = build_strategy(cluster)  # may fail (a trace file gone): before any row is cut
         writer = _ResumeWriter(d, scenario.to_toml(), keep_below=state["iteration"])
-        return run_cluster(cluster, writer)
+        return run_cluster(cluster, writer, strategy)
 
 
 def _rows_before(lines: list[str], iteration: int) -> list[str]:

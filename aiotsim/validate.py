@@ -306,6 +306,20 @@ def data_problems(s: Scenario) -> list[str]:
     return []
 
 
+def availability_problems(s: Scenario) -> list[str]:
+    """The problems of ``nodes.availability_trace``'s file (unreadable, bad rows: each named by
+    line), read as the run reads it."""
+    if not s.nodes.availability_trace:
+        return []
+    from aiotsim.sim.availability import AvailabilityTrace
+
+    try:
+        AvailabilityTrace.from_csv(s.nodes.availability_trace, s.nodes.count)
+    except ConfigError as exc:
+        return list(exc.problems)
+    return []
+
+
 def validate_scenario(s: Scenario, source: str = "<scenario>") -> Scenario:
     """Check what only the simulation can tell about a scenario :mod:`aiotsim.config` accepted.
 
@@ -317,6 +331,7 @@ def validate_scenario(s: Scenario, source: str = "<scenario>") -> Scenario:
     from aiotsim.sim.topologies import topology_problems
 
     problems = [*radio_problems(s), *topology_problems(s), *data_problems(s), *world_problems(s)]
+    problems += availability_problems(s)
     if problems:
         raise ConfigError([f"{source}: {p}" for p in problems])
     return s

@@ -142,6 +142,23 @@ def test_federated_nodes_dropping_off_resume_exactly(tiny_scenario: Path, tmp_pa
     assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
 
 
+def test_a_resume_that_cannot_start_leaves_the_run_directory_as_it_was(tiny_scenario: Path, tmp_path: Path) -> None:
+    # the availability trace is read when the federated strategy is built: gone before the
+    # resume, the resume is refused (ConfigError, exit 2 in the CLI) before any row is cut
+    avail = tmp_path / "avail.csv"
+    avail.write_text("node,start_s,end_s\n0,0,4\n0,9,1e9\n")
+    over = ["training.mode=federated", "nodes.count=4", "nodes.per_round=2",
+            f"nodes.availability_trace={avail}", "scenario.iterations=6"]  # fmt: skip
+    run = tmp_path / "run"
+    run_scenario(load_scenario(tiny_scenario, over), run, checkpoint_every=2)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert "summary.json" in before and load(run / CHECKPOINT_NAME)["iteration"] < 5
+    avail.unlink()
+    with pytest.raises(ConfigError, match="nodes.availability_trace: .*avail.csv: cannot be read"):
+        resume_run(run)
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
 def test_federated_rounds_with_a_node_at_work_are_skipped(tiny_scenario: Path, tmp_path: Path) -> None:
     # 2 selected, a round closes at its first upload; node 1 is 10x slower, so it is still at work
     # when rounds 0, 2, 4, 6 close and its update lands late in rounds 1, 3, 5 (late = apply):

@@ -30,6 +30,7 @@ from aiotsim.sim.runner import run_cluster
 from aiotsim.sim.selection import select
 from aiotsim.sim.server_opt import ServerOptimizer
 from aiotsim.sim.world import Cluster
+from aiotsim.validate import validate_scenario
 from tests.test_strategies import HOP, MemorySink, wire
 
 DENSE = 220_840  # B, the MLP's fp32 model on digits
@@ -240,6 +241,18 @@ def test_trace_file_errors_name_the_line(tmp_path: Path) -> None:
     assert "bad.csv:5" in text and "numbers" in text
     with pytest.raises(ConfigError, match="cannot be read"):
         AvailabilityTrace.from_csv(tmp_path / "missing.csv", 4)
+
+
+def test_validate_reads_the_availability_trace(tmp_path: Path) -> None:
+    # the gate: a scenario whose trace file is missing or bad is refused by validate, as run would
+    bad = tmp_path / "bad.csv"
+    bad.write_text("node,start_s,end_s\n0,0,5\n7,0,5\n")
+    for path, why in ((tmp_path / "missing.csv", "cannot be read"), (bad, r"bad.csv:3: node '7' is not a node")):
+        with pytest.raises(ConfigError, match=why):
+            validate_scenario(fed(nodes={"availability_trace": str(path)}), "s.toml")
+    good = tmp_path / "good.csv"
+    good.write_text("node,start_s,end_s\n1,0,5\n")
+    validate_scenario(fed(nodes={"availability_trace": str(good)}), "s.toml")
 
 
 # ---- selection -------------------------------------------------------------------------------

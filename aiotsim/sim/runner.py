@@ -23,11 +23,18 @@ from typing import Any
 
 from aiotsim.sim.accounting import RunSink
 from aiotsim.sim.stops import RunStopped
-from aiotsim.sim.strategies import get_strategy, strategy_name
+from aiotsim.sim.strategies import Strategy, get_strategy, strategy_name
 from aiotsim.sim.world import Cluster
 
 
-def run_cluster(cluster: Cluster, sink: RunSink) -> dict[str, Any]:
+def build_strategy(cluster: Cluster) -> Strategy:
+    """The scenario's strategy on ``cluster``. Building it may read files (a federated run's
+    availability trace) and fail with a :class:`~aiotsim.errors.ConfigError`: a caller builds it
+    before it opens a run directory's files, so that a failure leaves them as they were."""
+    return get_strategy(strategy_name(cluster.sc))(cluster)
+
+
+def run_cluster(cluster: Cluster, sink: RunSink, strategy: Strategy | None = None) -> dict[str, Any]:
     """Run the scenario's strategy on ``cluster`` to the end, writing records to ``sink``.
 
     Parameters
@@ -36,13 +43,15 @@ def run_cluster(cluster: Cluster, sink: RunSink) -> dict[str, Any]:
         A freshly built cluster (a cluster runs once).
     sink : RunSink
         Receives metrics and evaluation rows as they are made, then the trace and the summary.
+    strategy : Strategy, optional
+        :func:`build_strategy`'s result for ``cluster``, when the caller built it first.
 
     Returns
     -------
     dict
         The summary (``RunSummary.as_dict()``), also for a diverged or stalled run.
     """
-    strategy = get_strategy(strategy_name(cluster.sc))(cluster)
+    strategy = strategy or build_strategy(cluster)
     cluster.sink = sink
     wall0 = time.perf_counter()
     status, reason = "complete", None
@@ -94,4 +103,4 @@ def quiet_collector(full_every: int = 100) -> Iterator[None]:
             gc.unfreeze()
 
 
-__all__ = ["run_cluster", "quiet_collector"]
+__all__ = ["run_cluster", "build_strategy", "quiet_collector"]

@@ -19,7 +19,8 @@ offline (availability trace) is counted in ``dropped_uploads`` too. A round with
 the model as it is and still writes its row. Work per round is proportional to the selected nodes:
 node state is built lazily (sim/fleet.py) and selection examines only candidates.
 
-A round that ends with no node at work and no late update waiting is a quiescent point: a
+A round that ends with no node at work is a quiescent point (late updates are all taken by the
+round that receives them): a
 checkpoint keeps the selection generator, the server optimizer's buffers and the row's sample
 count besides the cluster's state (sim/checkpoint.py), and a resumed run continues from there.
 """
@@ -95,8 +96,8 @@ class FederatedStrategy(Strategy):
             self.samples = 0
 
     def state(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the strategy at a quiescent point (no node busy, no late
-        update): the selection generator, the server optimizer's buffers, the row's samples."""
+        """What a checkpoint keeps of the strategy at a quiescent point (no node busy): the
+        selection generator, the server optimizer's buffers, the row's samples."""
         return {"rng": self.rng.bit_generator.state, "m": self.opt.m, "v": self.opt.v, "samples": self.samples}
 
     def load_state(self, state: dict[str, Any]) -> None:
