@@ -1,5 +1,5 @@
 """Shared fixtures: paths to the tiny scenario and a helper to write scenario files; Hypothesis
-profiles.
+profiles; torch threads under pytest-xdist.
 
 Property tests draw the same examples on every run by default (profile ``repeatable``:
 ``derandomize``), so a CI run cannot fail on an example no earlier run drew, and a failure
@@ -10,6 +10,7 @@ test as an ``@example``, with the fix.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,20 @@ ROOT = TESTS.parent
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False, max_examples=1000)
 settings.load_profile("repeatable")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make test`` is ``pytest -n auto``), give each worker its share of the
+    CPUs as torch intra-op threads: torch's default of one thread per CPU in every worker would
+    oversubscribe the machine (a loaded machine once made a run 25x slower). Tests that need a
+    given count still set it themselves."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        import torch
+
+        from aiotsim.cpus import auto_threads
+
+        torch.set_num_threads(max(1, auto_threads() // workers))
 
 
 @pytest.fixture
