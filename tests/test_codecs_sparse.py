@@ -19,6 +19,7 @@ from aiotsim.compress.packing import (
     IDX_PLAIN,
     _bitmap_certainly_beats_delta,
     decode_indices,
+    encode_index_rows,
     encode_indices,
     index_coding_sizes,
     pack_bits,
@@ -165,6 +166,67 @@ def test_index_coding_from_mask_gives_the_same_cheapest_bytes(mask: torch.Tensor
     dense = torch.zeros(n)
     dense[idx] = values
     assert torch.equal(scatter_sparse(buf, values, LayerInfo("w", (n,))), dense)  # bitmap or index path
+
+
+@st.composite
+def index_rows(draw: st.DrawFn) -> tuple[torch.Tensor, int]:
+    """``[rows, k]`` sorted index sets into ``[0, n)`` of mixed kinds (scattered, clustered, dense,
+    or the first k), so that rows of one batch take different coding forms and widths."""
+    n = draw(st.integers(1, 400))
+    k = draw(st.integers(1, n))
+    rows = []
+    for kind, seed in draw(st.lists(st.tuples(st.sampled_from("scdf"), st.integers(0, 2**16)), min_size=1, max_size=6)):
+        g = torch.Generator().manual_seed(seed)
+        if kind == "s":  # scattered
+            row = torch.randperm(n, generator=g)[:k]
+        elif kind == "c":  # one cluster at a random offset
+            start = int(torch.randint(0, n - k + 1, (1,), generator=g))
+            row = torch.arange(start, start + k)
+        elif kind == "d":  # dense: all but a random n - k
+            row = torch.randperm(n, generator=g)[: n - k]
+            row = torch.nonzero(~torch.zeros(n, dtype=torch.bool).index_fill_(0, row, True)).reshape(-1)
+        else:
+            row = torch.arange(k)
+        rows.append(row.sort().values)
+    return torch.stack(rows), n
+
+
+@settings(max_examples=200, deadline=None)
+@given(batch=index_rows())
+def test_index_rows_equal_each_rows_own_coding(batch: tuple[torch.Tensor, int]) -> None:
+    idx, n = batch
+    got = encode_index_rows(idx, n)
+    assert [bytes(b.numpy()) for b in got] == [bytes(encode_indices(r, n).numpy()) for r in idx]
+
+
+def test_index_rows_mix_forms_and_read_the_host_once() -> None:
+    # n = 1e6, k = 2. {0, 999999}: plain and delta both 20 bits (a tie: plain); {100, 101}: gaps
+    # (100, 1), 7 bits -> delta; {5, 6}: gaps (5, 1), 3 bits -> delta of another width. 50 rows.
+    base = torch.tensor([[0, 999_999], [100, 101], [5, 6]])
+    idx = base.repeat(17, 1)[:50]
+    with _HostReads() as reads:
+        got = encode_index_rows(idx, 1_000_000)
+    assert reads.calls == {"tolist": 1}  # every row's largest gap in one read, whatever the rows
+    heads = [tuple(b[:2].tolist()) for b in got[:3]]
+    assert heads == [(IDX_PLAIN, 20), (IDX_DELTA, 7), (IDX_DELTA, 3)]
+    assert [b.numel() for b in got[:3]] == [6 + 5, 6 + 2, 6 + 1]  # ceil(2 x width / 8) after the header
+    assert all(torch.equal(a, encode_indices(r, 1_000_000)) for a, r in zip(got, idx))
+
+
+class _HostReads(torch.overrides.TorchFunctionMode):
+    """Counts the torch calls that read a tensor's values on the host (each a GPU sync on CUDA)."""
+
+    NAMES = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy", "nonzero"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[str, int] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        name = getattr(func, "__name__", "")
+        if name in self.NAMES:
+            self.calls[name] = self.calls.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
 
 
 # ---- random-k ----------------------------------------------------------------------------------

@@ -5,9 +5,12 @@ encoding each node on its own.
 ``_encode``) for every node at once: the accumulations ``grad + residual`` are one ``[nodes, n]``
 tensor, the codec's element-wise work (magnitudes, comparisons, codes, stochastic rounding) runs
 once over it, codes are bit-packed in one pass when every node's codes fill whole bytes, and the new
-residuals are rows of one tensor. What cannot be vectorized stays per node: each node's random
-draws come from its own generator (so the draws are the same as looped), and a sparse message's
-index coding (plain, delta or bitmap) is chosen per message.
+residuals are rows of one tensor. Top-k's messages are packed for
+all nodes at once (:func:`~aiotsim.compress.packing.encode_index_rows`): one host read per layer
+picks every message's index coding (plain, delta or bitmap, chosen per message as in the loop),
+not one per message, which on a GPU would wait for the device each time. What cannot be
+vectorized stays per node: each node's random draws come from its own generator (so the draws
+are the same as looped).
 
 Byte-identity with the per-node path is the contract (tests/test_compress_batch.py checks payload
 bytes, residuals and generator states for random inputs): every element-wise operation is the one
@@ -28,10 +31,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
-from aiotsim.compress.packing import pack_bits, pack_f32
+from aiotsim.compress.packing import encode_index_rows, pack_bits, pack_f32, pack_rows, pack_value_rows
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit, _round_stochastic_, _signed_to_f32, pack_fixed
 from aiotsim.compress.sign import EFSignSGD, SignSGD
-from aiotsim.compress.sparse import sparse_payload
 from aiotsim.compress.sparsify import _BRACKET_MIN_NUMEL, TopK, k_of, round_values
 
 _U8 = torch.uint8
@@ -151,14 +153,6 @@ def _rows(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, batched: 
     return torch.stack([fn(r) for r in x])
 
 
-def _pack_rows(codes: torch.Tensor, pack: Callable[[torch.Tensor], torch.Tensor], per_byte_aligned: bool) -> list:
-    """Pack each row of ``codes`` ``[nodes, n]``: in one pass when rows end on whole packing
-    words (``per_byte_aligned``: the flat stream splits exactly at row boundaries), else per row."""
-    if per_byte_aligned:
-        return list(pack(codes.reshape(-1)).view(codes.shape[0], -1))
-    return [pack(r) for r in codes]
-
-
 def _uniform_rows(states: list[CodecState], nodes: int, n: int, device: torch.device) -> torch.Tensor:
     """``[nodes, n]`` U[0, 1): row ``i`` drawn from node ``i``'s generator, as ``_uniform`` does."""
     q = torch.empty((nodes, n), dtype=torch.float32, device=device)
@@ -182,8 +176,10 @@ def _topk(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecS
         mask = above | (ties & (torch.cumsum(ties, dim=1, dtype=torch.int64) <= need))  # k per row
         idx = torch.nonzero(mask)[:, 1].view(nodes, k)  # ascending per row (lower index wins ties)
     values = round_values(acc.gather(1, idx), codec.params.value_dtype)  # [nodes, k]
-    vdt = codec.params.value_dtype
-    payloads = [sparse_payload(idx[i], values[i], n, vdt) for i in range(nodes)]
+    # sparse_payload's bytes for every row at once (rows sorted already): one host read per layer
+    index_bufs = encode_index_rows(idx, n)
+    value_bufs = pack_value_rows(values, codec.params.value_dtype)
+    payloads = [Payload({"indices": a, "values": b}) for a, b in zip(index_bufs, value_bufs)]
     return payloads, ("sparse", (idx, values))
 
 
@@ -193,12 +189,12 @@ def _twobit(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[Code
     codes = (pos | neg).view(_U8).bitwise_left_shift_(1).bitwise_or_(pos.view(_U8))
     step = pos.view(torch.int8).sub_(neg.view(torch.int8))
     sent = _signed_to_f32(step).mul_(t)
-    packed = _pack_rows(codes, lambda c: pack_bits(c, 2), acc.shape[1] % 8 == 0)
+    packed = pack_rows(codes, lambda c: pack_bits(c, 2), acc.shape[1] % 8 == 0)
     return [Payload({"codes": p}) for p in packed], ("dense", sent)
 
 
 def _signsgd(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
-    signs = _pack_rows((acc < 0).view(_U8), lambda c: pack_bits(c, 1), acc.shape[1] % 8 == 0)
+    signs = pack_rows((acc < 0).view(_U8), lambda c: pack_bits(c, 1), acc.shape[1] % 8 == 0)
     if codec.params.scale != "mean":
         return [Payload({"signs": s}) for s in signs], None
     scale = _rows(lambda r: r.abs().mean(), acc, lambda x: x.abs().mean(dim=1))  # [nodes]
@@ -210,7 +206,7 @@ def _efsignsgd(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[C
     norm1 = _rows(lambda r: torch.linalg.vector_norm(r, ord=1), acc, lambda x: torch.linalg.vector_norm(x, 1, dim=1))
     scale = norm1 / max(n, 1)  # [nodes]
     negative = (acc < 0).view(_U8)
-    signs = _pack_rows(negative, lambda c: pack_bits(c, 1), n % 8 == 0)
+    signs = pack_rows(negative, lambda c: pack_bits(c, 1), n % 8 == 0)
     # unpack_signs(...) * scale: 1 - 2 bit as fp32, times the scale
     delta = _signed_to_f32(negative.view(torch.int8).mul(-2).add_(1)).mul_(scale.unsqueeze(1))
     payloads = [Payload({"scale": pack_f32(scale[i].reshape(1)), "signs": s}) for i, s in enumerate(signs)]
@@ -231,7 +227,7 @@ def _terngrad(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[Co
     inv = torch.where(s > 0, 1.0 / s, torch.zeros_like(s))
     q = _uniform_rows(states, nodes, n, acc.device).addcmul_(acc, inv.unsqueeze(1))
     codes = _round_stochastic_(q, 1.0).bitwise_and_(0b11).view(_U8)
-    packed = _pack_rows(codes, lambda c: pack_bits(c, 2), n % 8 == 0)
+    packed = pack_rows(codes, lambda c: pack_bits(c, 2), n % 8 == 0)
     return [Payload({"scale": pack_f32(s[i].reshape(1)), "codes": p}) for i, p in enumerate(packed)], None
 
 
@@ -259,7 +255,7 @@ def _qsgd(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecS
     level = q8.abs_().view(_U8)
     w = codec.level_bits
     codes = level.bitwise_or_(negative.bitwise_left_shift_(w))
-    packed = _pack_rows(codes, lambda c: pack_fixed(c, w + 1), n % 8 == 0)
+    packed = pack_rows(codes, lambda c: pack_fixed(c, w + 1), n % 8 == 0)
     return [Payload({"norms": pack_f32(norms[i]), "codes": p}) for i, p in enumerate(packed)], None
 
 

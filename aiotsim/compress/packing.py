@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -242,6 +243,61 @@ def encode_indices(indices: torch.Tensor, n: int, mask: torch.Tensor | None = No
     return torch.cat([_header(mode, width, count, device), body])
 
 
+def pack_rows(codes: torch.Tensor, pack: Callable[[torch.Tensor], torch.Tensor], aligned: bool) -> list[torch.Tensor]:
+    """``[pack(row) for row in codes]`` for ``codes`` ``[rows, n]``: in one pass when every row's
+    packed bits end on a byte (``aligned``: the flat stream then splits exactly at row
+    boundaries; the rows are views of one buffer), else row by row."""
+    if aligned and codes.shape[0]:
+        return list(pack(codes.reshape(-1)).view(codes.shape[0], -1))
+    return [pack(r) for r in codes]
+
+
+def encode_index_rows(idx: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """:func:`encode_indices` of every row of ``idx`` (``[rows, k]``, each row sorted and distinct),
+    the same bytes, for a batch of messages (batched top-k): one host read for the whole batch
+    (every row's largest gap, which picks its coding form) and one packing pass per form and width
+    instead of one per row, so a GPU batch does not wait on the host once per message. Rows
+    coded alike share a buffer (each result is a view of it)."""
+    rows, count = idx.shape
+    if count == 0:
+        return [encode_indices(r, n) for r in idx]
+    idx = idx.to(torch.int64)
+    gaps = torch.diff(idx, dim=1, prepend=idx.new_zeros(rows, 1))  # first gap: the first index
+    forms: dict[tuple[int, int], list[int]] = {}  # (mode, bit width) -> rows
+    plain_width = bit_width(max(n - 1, 0))
+    for row, max_gap in enumerate(gaps.max(dim=1).values.tolist()):  # the one host read
+        sizes = index_coding_sizes(count, n, max_gap)
+        mode = min(sizes, key=lambda m: (sizes[m], m))
+        width = plain_width if mode == IDX_PLAIN else bit_width(max_gap) if mode == IDX_DELTA else 1
+        forms.setdefault((mode, width), []).append(row)
+    out: list[torch.Tensor] = [idx] * rows  # placeholders, every one replaced below
+    for (mode, width), members in forms.items():
+        picked = None if len(members) == rows else torch.tensor(members, device=idx.device)
+        head = _header(mode, width, count, idx.device)  # the same for every row of one form
+        if mode == IDX_BITMAP:
+            mask = torch.zeros(len(members), n, dtype=torch.bool, device=idx.device)
+            mask.scatter_(1, idx if picked is None else idx.index_select(0, picked), True)
+            bufs = _framed_rows(head, mask.view(_U8), lambda r: pack_bits(r, 1), n % 8 == 0)
+        else:
+            src = gaps if mode == IDX_DELTA else idx
+            src = src if picked is None else src.index_select(0, picked)
+            bufs = _framed_rows(head, src, lambda r, w=width: pack_uint(r, w), count * width % 8 == 0)
+        for row, buf in zip(members, bufs):
+            out[row] = buf
+    return out
+
+
+def _framed_rows(
+    head: torch.Tensor, rows: torch.Tensor, pack: Callable[[torch.Tensor], torch.Tensor], aligned: bool
+) -> list[torch.Tensor]:
+    """``[cat(head, pack(row)) for row in rows]``; when every packed row ends on a byte
+    (``aligned``), all rows in one packing pass and one buffer (each result a view of it)."""
+    if not aligned:
+        return [torch.cat([head, pack(r)]) for r in rows]
+    body = pack(rows.reshape(-1)).view(rows.shape[0], -1)
+    return list(torch.cat([head.expand(rows.shape[0], -1), body], dim=1))
+
+
 def _index_header(buf: torch.Tensor) -> tuple[int, int, int]:
     """``(mode, width, count)`` of an encoded index set."""
     if buf.numel() < _IDX_HEADER:
@@ -255,19 +311,28 @@ def index_count(buf: torch.Tensor) -> int:
     return _index_header(buf)[2]
 
 
-def decode_bitmap(buf: torch.Tensor, n: int) -> tuple[torch.Tensor, int] | None:
+def index_header(buf: torch.Tensor) -> tuple[int, int, int]:
+    """``(mode, width, count)`` of an encoded index set: one host read of its 6 header bytes (a
+    GPU sync), which a decoder can pass on to :func:`decode_bitmap` and :func:`decode_indices`."""
+    return _index_header(buf)
+
+
+def decode_bitmap(
+    buf: torch.Tensor, n: int, header: tuple[int, int, int] | None = None
+) -> tuple[torch.Tensor, int] | None:
     """``(mask, count)`` when ``buf`` is a bitmap-coded index set (``mask``: boolean ``[n]``), else
     ``None``. Lets a decoder scatter a dense set with ``masked_scatter_`` instead of materializing
-    its indices."""
-    mode, _, count = _index_header(buf)
+    its indices. ``header``: :func:`index_header` of ``buf``, when the caller has read it."""
+    mode, _, count = header or _index_header(buf)
     if mode != IDX_BITMAP:
         return None
     return unpack_bits(buf[_IDX_HEADER:], 1, n).view(torch.bool), count
 
 
-def decode_indices(buf: torch.Tensor, n: int) -> torch.Tensor:
-    """Inverse of :func:`encode_indices`: the sorted indices as ``int64``."""
-    mode, width, count = _index_header(buf)
+def decode_indices(buf: torch.Tensor, n: int, header: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """Inverse of :func:`encode_indices`: the sorted indices as ``int64`` (``header``: as in
+    :func:`decode_bitmap`)."""
+    mode, width, count = header or _index_header(buf)
     body = buf[_IDX_HEADER:]
     if mode == IDX_PLAIN:
         return unpack_uint(body, width, count)
@@ -337,6 +402,16 @@ def pack_values(values: torch.Tensor, value_dtype: str) -> torch.Tensor:
     if value_dtype == "fp16":
         return pack_f16(values)
     raise CodecError(f"value_dtype(={value_dtype!r}) must be 'fp32' or 'fp16'")
+
+
+def pack_value_rows(values: torch.Tensor, value_dtype: str) -> list[torch.Tensor]:
+    """:func:`pack_values` of every row of ``values`` (``[rows, k]``), the same bytes: views of one
+    buffer, which aliases ``values`` where it is already fp32 (the caller's fresh tensor, which
+    must not be modified afterwards)."""
+    dtypes = {"fp32": torch.float32, "fp16": torch.float16}
+    if value_dtype not in dtypes:
+        raise CodecError(f"value_dtype(={value_dtype!r}) must be 'fp32' or 'fp16'")
+    return list(values.to(dtypes[value_dtype]).contiguous().view(_U8))
 
 
 def unpack_values(buf: torch.Tensor, value_dtype: str) -> torch.Tensor:

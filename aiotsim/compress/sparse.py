@@ -16,6 +16,7 @@ from aiotsim.compress.packing import (
     decode_indices,
     encode_indices,
     index_bound,
+    index_header,
     pack_values,
     unpack_values,
     view_f32,
@@ -57,14 +58,15 @@ def scatter_sparse(index_buf: torch.Tensor, values: torch.Tensor, layer: LayerIn
     materializing ``k`` int64 indices."""
     n = layer.numel
     out = torch.zeros(n, dtype=torch.float32, device=values.device)
-    bitmap = decode_bitmap(index_buf, n)
+    header = index_header(index_buf)  # read once (a GPU sync), for both decoders
+    bitmap = decode_bitmap(index_buf, n, header)
     if bitmap is not None:
         mask, count = bitmap
         if count != values.numel():
             raise CodecError(f"sparse payload for {layer.name} has {values.numel()} values for {count} indices")
         out.masked_scatter_(mask.to(values.device), values)
     else:
-        out[decode_indices(index_buf, n).to(values.device)] = values
+        out[decode_indices(index_buf, n, header).to(values.device)] = values
     return out
 
 
