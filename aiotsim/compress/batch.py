@@ -5,7 +5,8 @@ encoding each node on its own.
 ``_encode``) for every node at once: the accumulations ``grad + residual`` are one ``[nodes, n]``
 tensor, the codec's element-wise work (magnitudes, comparisons, codes, stochastic rounding) runs
 once over it, codes are bit-packed in one pass when every node's codes fill whole bytes, and the new
-residuals are rows of one tensor. Top-k's messages are packed for
+residuals are rows of one tensor, copied into each node's previous residual where it has one (the
+loop sums into it in place, so a node's state keeps its storage). Top-k's messages are packed for
 all nodes at once (:func:`~aiotsim.compress.packing.encode_index_rows`): one host read per layer
 picks every message's index coding (plain, delta or bitmap, chosen per message as in the loop),
 not one per message, which on a GPU would wait for the device each time. What cannot be
@@ -84,11 +85,12 @@ def encode_batch(
     if not always and _loop_is_faster(codec, layer, x.device):
         return [codec.encode(g, layer, s) for g, s in zip(grads, states)]
     typed = [codec.typed_state(s) for s in states]
+    before = [s.residual for s in typed]  # their storage takes the new residuals, as in the loop
     x = x.reshape(nodes, -1)  # [nodes, n], the gradient's dtype
     acc = _compensate(x, typed) if codec.error_feedback else x if x.dtype == torch.float32 else x.float()
     payloads, sent = fn(codec, acc, layer, typed)
     if codec.error_feedback:
-        _remember(acc, sent, typed, layer)
+        _remember(acc, sent, typed, layer, before)
     for s in typed:
         s.step += 1
     return payloads
@@ -126,8 +128,13 @@ def _compensate(x: torch.Tensor, states: list[CodecState]) -> torch.Tensor:
     return acc
 
 
-def _remember(acc: torch.Tensor, sent: SentRows, states: list[CodecState], layer: LayerInfo) -> None:
-    """New residual rows ``acc - sent`` (:func:`memory.remember`'s arithmetic), one row per node."""
+def _remember(
+    acc: torch.Tensor, sent: SentRows, states: list[CodecState], layer: LayerInfo, before: list[torch.Tensor | None]
+) -> None:
+    """New residual rows ``acc - sent`` (:func:`memory.remember`'s arithmetic), one per node: into
+    the node's previous residual where :func:`memory.compensate` would have summed in place (fp32,
+    contiguous, same size), so its storage (a node's state pages) is kept as in the loop; else a
+    view of the row."""
     if sent is None:
         raise ValueError("a codec with error feedback must report what it sent")
     kind, value = sent
@@ -138,8 +145,11 @@ def _remember(acc: torch.Tensor, sent: SentRows, states: list[CodecState], layer
         n = acc.shape[1]
         flat = (idx + n * torch.arange(acc.shape[0], device=acc.device).unsqueeze(1)).reshape(-1)
         acc.view(-1).index_put_((flat,), -vals.reshape(-1).to(acc.dtype), accumulate=True)
-    for i, s in enumerate(states):
-        s.residual = acc[i].view(layer.shape)
+    for s, old, row in zip(states, before, acc):
+        if old is not None and old.dtype == torch.float32 and old.is_contiguous() and old.numel() == row.numel():
+            s.residual = old.view(layer.shape).copy_(row.view(layer.shape))
+        else:
+            s.residual = row.view(layer.shape)
 
 
 # ---- shared helpers ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ momentum, the divergence check and the simulated compute time all stay per node 
 path. Simulated time is unchanged with ``compute_model = "flops"`` (FLOPs per batch); with
 ``"measured"`` a node is charged its share of the pass's wall time (pass / nodes in the pass).
 
-In ``sync`` rounds without node momentum the batch is also encoded at dispatch
+In ``sync`` rounds the batch is also encoded at dispatch
 (:func:`encode_group`): every layer of every node in one :func:`~aiotsim.compress.batch.encode_batch`
 call, the same bytes as each node's own encode; the node's process sends the parked payloads
 at its own simulated time (an encode share of the wall time, as above, in ``measured`` mode).
@@ -34,6 +34,7 @@ from aiotsim.compress.base import Payload
 from aiotsim.compress.batch import encode_batch
 from aiotsim.learn.batched import NodeGradient
 from aiotsim.sim.learning import sync_device
+from aiotsim.sim.storage import narrow_states, step_velocity, widen_states
 from aiotsim.sim.world import Cluster
 
 BATCHED_MODES = ("sync", "partial")  # modes whose dispatched nodes all hold the current version
@@ -61,7 +62,7 @@ def prefetch(c: Cluster, nodes: list[int], encode: bool = True) -> int:
         results = batched.gradients(None, xs, ys)
         for i, g in zip(members, results):
             c.nodes[i].local.pending = g
-        if encode and c.mode == "sync" and not c.learning.node_momentum:
+        if encode and c.mode == "sync":
             encode_group(c, members, results)
         done += len(members)
     return done
@@ -72,25 +73,39 @@ def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) ->
     (:func:`aiotsim.compress.batch.encode_batch`, byte-identical to each node's own encode), and
     park each node's payloads with its gradient (its process sends them instead of encoding).
 
-    Only in ``sync`` rounds without node momentum, where what a node encodes is exactly its
-    gradient and nothing touches its codec state between dispatch and its encode (the server
-    steps, and codecs observe the step, only once every upload is in). A group with a
-    non-finite loss is left to the looped encode, after the divergence check that stops the run.
+    Only in ``sync`` rounds, where nothing touches a node's codec state or momentum between
+    dispatch and its encode (the server steps, and codecs observe the step, only once every
+    upload is in). With momentum on the nodes, each node's step ``u = m u + g`` is taken here
+    (:func:`~aiotsim.sim.storage.step_velocity`, as :meth:`Learning.gradient` would at the node's
+    turn; ``LocalState.stepped`` tells it not to again) and ``u`` is encoded; momentum masking
+    stays at the node's turn. States stored narrow (``nodes.state_dtype``) are widened and stored
+    back as :meth:`Learning.encode` does. A group with a non-finite loss is left to the looped
+    path, after the divergence check that stops the run.
     """
     if any(not math.isfinite(g.loss) for g in results):
         return
     learning = c.learning
+    locals_ = [c.nodes[i].local for i in members]
+    if learning.node_momentum:
+        for local, g in zip(locals_, results):
+            g.grads, local.velocity = step_velocity(
+                local.velocity, g.grads, learning.node_momentum, learning.state_dtype, learning.pages
+            )
+            local.stepped = True
     sync_device(learning.device)
     t0 = time.perf_counter()
+    narrow = [widen_states(local.states) for local in locals_]
     per_node: list[list[Payload]] = [[] for _ in members]
     for j, (codec, layer) in enumerate(zip(learning.layer_codecs, learning.layers)):
-        states = [c.nodes[i].local.states[j] for i in members]
+        states = [local.states[j] for local in locals_]
         for out, p in zip(per_node, encode_batch(codec, [g.grads[j] for g in results], layer, states)):
             out.append(p)
+    for local, kept in zip(locals_, narrow):
+        narrow_states(local.states, learning.state_dtype, kept, learning.pages)
     sync_device(learning.device)
     wall = (time.perf_counter() - t0) / len(members)  # each node's share, s
-    for i, payloads in zip(members, per_node):
-        c.nodes[i].local.encoded = (payloads, wall)
+    for local, payloads in zip(locals_, per_node):
+        local.encoded = (payloads, wall)
 
 
 __all__ = ["prefetch", "encode_group", "BATCHED_MODES"]

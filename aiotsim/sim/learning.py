@@ -48,6 +48,7 @@ class LocalState:
     velocity: list[torch.Tensor] | None = None  # momentum_at = "nodes": momentum buffer per layer
     pending: NodeGradient | None = None  # its next gradient, from a batched pass (sim/batching.py)
     encoded: tuple[list[Payload], float] | None = None  # its pending gradient's payloads, wall s
+    stepped: bool = False  # its pending gradient already holds its momentum step (taken at dispatch)
 
 
 @dataclass
@@ -172,14 +173,14 @@ class Learning:
     def gradient(self, local: LocalState, params: list[torch.Tensor] | None) -> Gradient:
         """The gradient on the node's next batch, at ``params`` (``None``: the current model), or
         the one a batched pass computed for it at dispatch (on the same batch and version)."""
+        stepped, local.stepped = local.stepped, False
         if local.pending is not None:
             res, local.pending = local.pending.take(), None
         else:
             x, y = local.stream.next()
             res = self.computer.gradient(params, x, y, per_sample_sq=self.codec.needs_sq_grad)
         grads = res.grads
-        if self.node_momentum:
-            # momentum correction: the node accumulates u = m u + g and sends (a compression of) u
+        if self.node_momentum and not stepped:  # momentum correction: u = m u + g, and u is sent (compressed)
             grads, local.velocity = step_velocity(
                 local.velocity, grads, self.node_momentum, self.state_dtype, self.pages
             )
