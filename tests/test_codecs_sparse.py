@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_host_reads_benchmark import host_reads_module
 
 from aiotsim.compress.base import LayerInfo
 from aiotsim.compress.dgc import warmup_sparsity
@@ -204,29 +205,13 @@ def test_index_rows_mix_forms_and_read_the_host_once() -> None:
     # (100, 1), 7 bits -> delta; {5, 6}: gaps (5, 1), 3 bits -> delta of another width. 50 rows.
     base = torch.tensor([[0, 999_999], [100, 101], [5, 6]])
     idx = base.repeat(17, 1)[:50]
-    with _HostReads() as reads:
+    with host_reads_module().HostReads() as reads:
         got = encode_index_rows(idx, 1_000_000)
-    assert reads.calls == {"tolist": 1}  # every row's largest gap in one read, whatever the rows
+    assert [name for name, _ in reads.calls.elements()] == ["tolist"]  # every row's largest gap at once
     heads = [tuple(b[:2].tolist()) for b in got[:3]]
     assert heads == [(IDX_PLAIN, 20), (IDX_DELTA, 7), (IDX_DELTA, 3)]
     assert [b.numel() for b in got[:3]] == [6 + 5, 6 + 2, 6 + 1]  # ceil(2 x width / 8) after the header
     assert all(torch.equal(a, encode_indices(r, 1_000_000)) for a, r in zip(got, idx))
-
-
-class _HostReads(torch.overrides.TorchFunctionMode):
-    """Counts the torch calls that read a tensor's values on the host (each a GPU sync on CUDA)."""
-
-    NAMES = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy", "nonzero"}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: dict[str, int] = {}
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        name = getattr(func, "__name__", "")
-        if name in self.NAMES:
-            self.calls[name] = self.calls.get(name, 0) + 1
-        return func(*args, **(kwargs or {}))
 
 
 # ---- random-k ----------------------------------------------------------------------------------
