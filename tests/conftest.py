@@ -10,14 +10,28 @@ test as an ``@example``, with the fix.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import settings
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A script of the repository (``benchmarks/``, ``tools/``) loaded as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
 
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False, max_examples=1000)

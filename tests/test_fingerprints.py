@@ -5,18 +5,14 @@ checks all 19 codecs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, load_script
 
-_spec = importlib.util.spec_from_file_location("fingerprints", ROOT / "tools" / "fingerprints.py")
-assert _spec is not None and _spec.loader is not None
-fingerprints = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fingerprints)
+fingerprints = load_script(ROOT / "tools" / "fingerprints.py", "fingerprints")
 
 RECORDED = json.loads(fingerprints.FIXTURE.read_text())
 CASES = fingerprints.cases(all_codecs=False)

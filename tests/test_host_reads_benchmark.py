@@ -3,24 +3,16 @@ on CUDA): hand cases, and the batched encode's reads not growing with the node c
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from conftest import ROOT, load_script
 
 from aiotsim.compress.packing import encode_indices
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def host_reads_module():
     """benchmarks/host_reads.py as a module."""
-    spec = importlib.util.spec_from_file_location("host_reads_benchmark", ROOT / "benchmarks" / "host_reads.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "host_reads.py", "host_reads_benchmark")
 
 
 def test_reads_are_counted_by_call_and_aiotsim_site() -> None:

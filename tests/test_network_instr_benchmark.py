@@ -3,23 +3,16 @@ completion, and a flow's instructions are the run's beyond its setup, per flow."
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, load_script
 
 
 def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / f"{name}.py", f"bench_{name}")
 
 
 @pytest.mark.parametrize("kind", ["star", "own", "hier"])

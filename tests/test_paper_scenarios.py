@@ -3,18 +3,16 @@ and tools/results.py asks only for runs that validate."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import ROOT, load_script
 
 from aiotsim.api import run_scenario
 from aiotsim.config import load_scenario
 
-ROOT = Path(__file__).resolve().parent.parent
 PAPER = ROOT / "scenarios" / "paper"
 FILES = sorted(PAPER.glob("*.toml"))
 REDUCED = [f for f in FILES if f.stem.endswith("_reduced")]
@@ -35,12 +33,7 @@ TABLE_1 = [
 
 
 def _results_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("paper_results", ROOT / "tools" / "results.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["paper_results"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "tools" / "results.py", "paper_results")
 
 
 def test_the_directory_has_every_seed_experiment() -> None:

@@ -7,21 +7,14 @@ ratio would compare the run against less work than it did.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, load_script
 
 
 def _scale_module():
-    spec = importlib.util.spec_from_file_location("scale_benchmark", ROOT / "benchmarks" / "scale.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "scale.py", "scale_benchmark")
 
 
 @pytest.mark.slow
