@@ -243,13 +243,18 @@ def encode_indices(indices: torch.Tensor, n: int, mask: torch.Tensor | None = No
     return torch.cat([_header(mode, width, count, device), body])
 
 
-def pack_rows(codes: torch.Tensor, pack: Callable[[torch.Tensor], torch.Tensor], aligned: bool) -> list[torch.Tensor]:
-    """``[pack(row) for row in codes]`` for ``codes`` ``[rows, n]``: in one pass when every row's
-    packed bits end on a byte (``aligned``: the flat stream then splits exactly at row
-    boundaries; the rows are views of one buffer), else row by row."""
-    if aligned and codes.shape[0]:
-        return list(pack(codes.reshape(-1)).view(codes.shape[0], -1))
-    return [pack(r) for r in codes]
+def pack_rows(
+    codes: torch.Tensor, pack: Callable[[torch.Tensor], torch.Tensor], aligned: bool, head: torch.Tensor | None = None
+) -> list[torch.Tensor]:
+    """``[pack(row) for row in codes]`` for ``codes`` ``[rows, n]``, each after the bytes ``head``
+    when given: in one pass when every row's packed bits end on a byte (``aligned``: the flat
+    stream then splits exactly at row boundaries; the rows are views of one buffer), else row by
+    row."""
+    rows = codes.shape[0]
+    if aligned and rows:
+        body = pack(codes.reshape(-1)).view(rows, -1)
+        return list(body if head is None else torch.cat([head.expand(rows, -1), body], dim=1))
+    return [pack(r) if head is None else torch.cat([head, pack(r)]) for r in codes]
 
 
 def encode_index_rows(idx: torch.Tensor, n: int) -> list[torch.Tensor]:
@@ -277,29 +282,19 @@ def encode_index_rows(idx: torch.Tensor, n: int) -> list[torch.Tensor]:
         if mode == IDX_BITMAP:
             mask = torch.zeros(len(members), n, dtype=torch.bool, device=idx.device)
             mask.scatter_(1, idx if picked is None else idx.index_select(0, picked), True)
-            bufs = _framed_rows(head, mask.view(_U8), lambda r: pack_bits(r, 1), n % 8 == 0)
+            bufs = pack_rows(mask.view(_U8), lambda r: pack_bits(r, 1), n % 8 == 0, head)
         else:
             src = gaps if mode == IDX_DELTA else idx
             src = src if picked is None else src.index_select(0, picked)
-            bufs = _framed_rows(head, src, lambda r, w=width: pack_uint(r, w), count * width % 8 == 0)
+            bufs = pack_rows(src, lambda r, w=width: pack_uint(r, w), count * width % 8 == 0, head)
         for row, buf in zip(members, bufs):
             out[row] = buf
     return out
 
 
-def _framed_rows(
-    head: torch.Tensor, rows: torch.Tensor, pack: Callable[[torch.Tensor], torch.Tensor], aligned: bool
-) -> list[torch.Tensor]:
-    """``[cat(head, pack(row)) for row in rows]``; when every packed row ends on a byte
-    (``aligned``), all rows in one packing pass and one buffer (each result a view of it)."""
-    if not aligned:
-        return [torch.cat([head, pack(r)]) for r in rows]
-    body = pack(rows.reshape(-1)).view(rows.shape[0], -1)
-    return list(torch.cat([head.expand(rows.shape[0], -1), body], dim=1))
-
-
-def _index_header(buf: torch.Tensor) -> tuple[int, int, int]:
-    """``(mode, width, count)`` of an encoded index set."""
+def index_header(buf: torch.Tensor) -> tuple[int, int, int]:
+    """``(mode, width, count)`` of an encoded index set: one host read of its 6 header bytes (a
+    GPU sync), which a decoder can pass on to :func:`decode_bitmap` and :func:`decode_indices`."""
     if buf.numel() < _IDX_HEADER:
         raise CodecError(f"index buffer of {buf.numel()} bytes is shorter than its header")
     head = buf[:_IDX_HEADER].tolist()  # one host read; the count is 4 little-endian bytes
@@ -308,13 +303,7 @@ def _index_header(buf: torch.Tensor) -> tuple[int, int, int]:
 
 def index_count(buf: torch.Tensor) -> int:
     """How many indices an encoded index set holds (from its header)."""
-    return _index_header(buf)[2]
-
-
-def index_header(buf: torch.Tensor) -> tuple[int, int, int]:
-    """``(mode, width, count)`` of an encoded index set: one host read of its 6 header bytes (a
-    GPU sync), which a decoder can pass on to :func:`decode_bitmap` and :func:`decode_indices`."""
-    return _index_header(buf)
+    return index_header(buf)[2]
 
 
 def decode_bitmap(
@@ -323,7 +312,7 @@ def decode_bitmap(
     """``(mask, count)`` when ``buf`` is a bitmap-coded index set (``mask``: boolean ``[n]``), else
     ``None``. Lets a decoder scatter a dense set with ``masked_scatter_`` instead of materializing
     its indices. ``header``: :func:`index_header` of ``buf``, when the caller has read it."""
-    mode, _, count = header or _index_header(buf)
+    mode, _, count = header or index_header(buf)
     if mode != IDX_BITMAP:
         return None
     return unpack_bits(buf[_IDX_HEADER:], 1, n).view(torch.bool), count
@@ -332,7 +321,7 @@ def decode_bitmap(
 def decode_indices(buf: torch.Tensor, n: int, header: tuple[int, int, int] | None = None) -> torch.Tensor:
     """Inverse of :func:`encode_indices`: the sorted indices as ``int64`` (``header``: as in
     :func:`decode_bitmap`)."""
-    mode, width, count = header or _index_header(buf)
+    mode, width, count = header or index_header(buf)
     body = buf[_IDX_HEADER:]
     if mode == IDX_PLAIN:
         return unpack_uint(body, width, count)

@@ -34,7 +34,7 @@ from aiotsim.compress.base import Payload
 from aiotsim.compress.batch import encode_batch
 from aiotsim.learn.batched import NodeGradient
 from aiotsim.sim.learning import sync_device
-from aiotsim.sim.storage import narrow_states, step_velocity, widen_states
+from aiotsim.sim.storage import narrow_states, widen_states
 from aiotsim.sim.world import Cluster
 
 BATCHED_MODES = ("sync", "partial")  # modes whose dispatched nodes all hold the current version
@@ -76,9 +76,9 @@ def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) ->
     Only in ``sync`` rounds, where nothing touches a node's codec state or momentum between
     dispatch and its encode (the server steps, and codecs observe the step, only once every
     upload is in). With momentum on the nodes, each node's step ``u = m u + g`` is taken here
-    (:func:`~aiotsim.sim.storage.step_velocity`, as :meth:`Learning.gradient` would at the node's
-    turn; ``LocalState.stepped`` tells it not to again) and ``u`` is encoded; momentum masking
-    stays at the node's turn. States stored narrow (``nodes.state_dtype``) are widened and stored
+    (:meth:`Learning.momentum_step`, as :meth:`Learning.gradient` would at the node's turn;
+    ``LocalState.stepped`` tells it not to again) and ``u`` is encoded; momentum masking stays at
+    the node's turn. States stored narrow (``nodes.state_dtype``) are widened and stored
     back as :meth:`Learning.encode` does. A group with a non-finite loss is left to the looped
     path, after the divergence check that stops the run.
     """
@@ -86,12 +86,8 @@ def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) ->
         return
     learning = c.learning
     locals_ = [c.nodes[i].local for i in members]
-    if learning.node_momentum:
-        for local, g in zip(locals_, results):
-            g.grads, local.velocity = step_velocity(
-                local.velocity, g.grads, learning.node_momentum, learning.state_dtype, learning.pages
-            )
-            local.stepped = True
+    for local, g in zip(locals_, results):
+        g.grads, local.stepped = learning.momentum_step(local, g.grads), True
     sync_device(learning.device)
     t0 = time.perf_counter()
     narrow = [widen_states(local.states) for local in locals_]

@@ -160,14 +160,9 @@ class Learning:
         """Node ``i``'s batch stream (seeded per node) and fresh codec states."""
         s = self.sc
         stream = BatchStream(
-            self.data.train_x,
-            self.data.train_y,
-            self.shards[i],
-            s.data.batch_size,
-            seed=s.scenario.seed * 1000 + i,
-            device=self.device,
-            transform=augmentation(s.data.augment),
-        )
+            self.data.train_x, self.data.train_y, self.shards[i], s.data.batch_size,
+            seed=s.scenario.seed * 1000 + i, device=self.device, transform=augmentation(s.data.augment),
+        )  # fmt: skip
         return LocalState(stream, self.new_states(i))
 
     def gradient(self, local: LocalState, params: list[torch.Tensor] | None) -> Gradient:
@@ -179,12 +174,17 @@ class Learning:
         else:
             x, y = local.stream.next()
             res = self.computer.gradient(params, x, y, per_sample_sq=self.codec.needs_sq_grad)
-        grads = res.grads
-        if self.node_momentum and not stepped:  # momentum correction: u = m u + g, and u is sent (compressed)
-            grads, local.velocity = step_velocity(
-                local.velocity, grads, self.node_momentum, self.state_dtype, self.pages
-            )
+        grads = res.grads if stepped else self.momentum_step(local, res.grads)
         return Gradient(grads, res.loss, res.wall_s, self.flops_per_batch, res.sq_grads)
+
+    def momentum_step(self, local: LocalState, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Momentum correction with momentum on the nodes: the node accumulates ``u = m u + g`` (its
+        velocity, stored as ``state_dtype``) and sends (a compression of) ``u``; returns ``u`` in fp32
+        for this step, or ``grads`` themselves without node momentum."""
+        if not self.node_momentum:
+            return grads
+        u, local.velocity = step_velocity(local.velocity, grads, self.node_momentum, self.state_dtype, self.pages)
+        return u
 
     def encode(
         self,
