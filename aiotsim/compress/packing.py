@@ -275,7 +275,7 @@ def encode_index_rows(idx: torch.Tensor, n: int) -> list[torch.Tensor]:
         mode = min(sizes, key=lambda m: (sizes[m], m))
         width = plain_width if mode == IDX_PLAIN else bit_width(max_gap) if mode == IDX_DELTA else 1
         forms.setdefault((mode, width), []).append(row)
-    out: list[torch.Tensor] = [idx] * rows  # placeholders, every one replaced below
+    by_row: dict[int, torch.Tensor] = {}
     for (mode, width), members in forms.items():
         picked = None if len(members) == rows else torch.tensor(members, device=idx.device)
         head = _header(mode, width, count, idx.device)  # the same for every row of one form
@@ -287,9 +287,8 @@ def encode_index_rows(idx: torch.Tensor, n: int) -> list[torch.Tensor]:
             src = gaps if mode == IDX_DELTA else idx
             src = src if picked is None else src.index_select(0, picked)
             bufs = pack_rows(src, lambda r, w=width: pack_uint(r, w), count * width % 8 == 0, head)
-        for row, buf in zip(members, bufs):
-            out[row] = buf
-    return out
+        by_row.update(zip(members, bufs))
+    return [by_row[row] for row in range(rows)]
 
 
 def index_header(buf: torch.Tensor) -> tuple[int, int, int]:
