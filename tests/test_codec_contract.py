@@ -67,6 +67,8 @@ def check_payload(payload: Payload, device: torch.device) -> None:
         assert buf.device.type == device.type, key
         total += buf.numel()
     assert payload.nbytes == total
+    for key, head in payload.heads.items():  # a host copy of a buffer's first bytes, not more bytes
+        assert bytes(payload.buffers[key][: len(head)].cpu().tolist()) == head, key
 
 
 def round_trip(name: str, layer: LayerInfo, device: torch.device, dtype: torch.dtype) -> None:
@@ -137,6 +139,37 @@ def test_decode_uses_only_payload(name: str, layer_id: str) -> None:
         wire = Payload({k: v.clone() for k, v in payload.buffers.items()})  # bytes only
         receiver = make_codec(name)
         torch.testing.assert_close(receiver.decode(wire, layer), sender.decode(payload, layer), rtol=0, atol=0)
+
+
+# the codecs' index-coded routes, with the settings that take them (quantized threshold and
+# variance send indices with signs or codes instead of values)
+INDEXED = [(n, {}) for n in NAMES] + [("threshold", {"quantize": True}), ("variance", {"quantize": True})]
+
+
+@pytest.mark.parametrize(("name", "params"), INDEXED, ids=[f"{n}{'-q' if p else ''}" for n, p in INDEXED])
+def test_index_headers_travel_on_the_host(name: str, params: dict[str, object]) -> None:
+    """Every coded index set comes with the host copy of its header (a decode on a GPU then reads
+    nothing back to parse it); the copy is the buffer's own first bytes, and the bytes alone decode
+    the same."""
+    for layer in (LAYERS["conv"], LAYERS["fc"], LAYERS["large"]):
+        codec = make_codec(name, **params)
+        state = make_state(codec, layer, torch.device("cpu"))
+        for step in range(2):
+            payload = encode(codec, gradient(layer, torch.device("cpu"), step=step), layer, state)
+            check_payload(payload, torch.device("cpu"))
+            if "indices" in payload.buffers:
+                assert len(payload.heads["indices"]) == 6
+            wire = Payload(dict(payload.buffers))  # the same bytes, no host copies
+            torch.testing.assert_close(codec.decode(wire, layer), codec.decode(payload, layer), rtol=0, atol=0)
+
+
+def test_a_head_must_be_a_buffers_first_bytes() -> None:
+    buf = torch.arange(4, dtype=torch.uint8)
+    assert Payload({"a": buf}, {"a": b"\x00\x01"}).to("cpu").heads == {"a": b"\x00\x01"}
+    with pytest.raises(CodecError, match="first bytes"):
+        Payload({"a": buf}, {"b": b"\x00"})
+    with pytest.raises(CodecError, match="first bytes"):
+        Payload({"a": buf}, {"a": bytes(5)})
 
 
 # ---- error feedback -------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from aiotsim.compress.packing import (
     _bitmap_certainly_beats_delta,
     decode_indices,
     encode_index_rows,
+    encode_index_set,
     encode_indices,
     index_coding_sizes,
     pack_bits,
@@ -197,7 +198,10 @@ def index_rows(draw: st.DrawFn) -> tuple[torch.Tensor, int]:
 def test_index_rows_equal_each_rows_own_coding(batch: tuple[torch.Tensor, int]) -> None:
     idx, n = batch
     got = encode_index_rows(idx, n)
-    assert [bytes(b.numpy()) for b in got] == [bytes(encode_indices(r, n).numpy()) for r in idx]
+    own = [encode_index_set(r, n) for r in idx]
+    assert [bytes(c.buf.numpy()) for c in got] == [bytes(c.buf.numpy()) for c in own]
+    # the host copy of each header: the buffer's first 6 bytes, as each row's own coding has it
+    assert [c.head for c in got] == [c.head for c in own] == [bytes(c.buf[:6].tolist()) for c in got]
 
 
 def test_index_rows_mix_forms_and_read_the_host_once() -> None:
@@ -208,10 +212,12 @@ def test_index_rows_mix_forms_and_read_the_host_once() -> None:
     with host_reads_module().HostReads() as reads:
         got = encode_index_rows(idx, 1_000_000)
     assert [name for name, _ in reads.calls.elements()] == ["tolist"]  # every row's largest gap at once
-    heads = [tuple(b[:2].tolist()) for b in got[:3]]
+    heads = [tuple(c.buf[:2].tolist()) for c in got[:3]]
     assert heads == [(IDX_PLAIN, 20), (IDX_DELTA, 7), (IDX_DELTA, 3)]
-    assert [b.numel() for b in got[:3]] == [6 + 5, 6 + 2, 6 + 1]  # ceil(2 x width / 8) after the header
-    assert all(torch.equal(a, encode_indices(r, 1_000_000)) for a, r in zip(got, idx))
+    # mode, width, count = 2 as uint32 little-endian: known on the host without another read
+    assert [c.head for c in got[:3]] == [bytes([m, w, 2, 0, 0, 0]) for m, w in [(0, 20), (1, 7), (1, 3)]]
+    assert [c.buf.numel() for c in got[:3]] == [6 + 5, 6 + 2, 6 + 1]  # ceil(2 x width / 8) after the header
+    assert all(torch.equal(c.buf, encode_indices(r, 1_000_000)) for c, r in zip(got, idx))
 
 
 # ---- random-k ----------------------------------------------------------------------------------

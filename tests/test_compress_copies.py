@@ -4,13 +4,17 @@ packing helpers (about 50 per node per iteration on LeNet-5) are gone."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from aiotsim.compress.base import LayerInfo
 from aiotsim.compress.packing import (
+    IDX_PLAIN,
     decode_indices,
+    encode_index_set,
     encode_indices,
     index_count,
+    index_header,
     pack_f16,
     pack_f32,
     pack_u32,
@@ -21,6 +25,7 @@ from aiotsim.compress.packing import (
     view_f32,
 )
 from aiotsim.compress.registry import build_codec
+from aiotsim.errors import CodecError
 
 
 def test_packed_bytes_never_alias_the_input() -> None:
@@ -71,3 +76,13 @@ def test_steady_state_topk_step_clones_only_the_sent_values(monkeypatch) -> None
         codec.decode(codec.encode(torch.randn(120, 84, generator=gen), layer, state), layer)
     k = 101  # ceil(0.01 * 120 * 84)
     assert calls == [(4 * k,)] * 3  # the fp32 bytes of the values, once per step
+
+
+def test_index_header_parsed_from_its_host_copy() -> None:
+    # {3, 70, 70000, 99999} of 100,000: gaps up to 69,930 need 17 bits, plain 17 too: a tie, plain
+    coded = encode_index_set(torch.tensor([3, 70, 70000, 99999]), 100_000)
+    assert coded.head == bytes([IDX_PLAIN, 17, 4, 0, 0, 0])
+    assert index_header(coded.buf, coded.head) == index_header(coded.buf) == (IDX_PLAIN, 17, 4)
+    # a host copy that is not a header is refused, not misread
+    with pytest.raises(CodecError, match="6"):
+        index_header(coded.buf, coded.head[:4])

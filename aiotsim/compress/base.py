@@ -90,6 +90,11 @@ class Payload:
     """
 
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    # Host copies of the leading bytes of some buffers (an index set's header), by buffer name:
+    # what a receiver parses in host memory before it moves the rest to the device, so a decode
+    # on a GPU need not read the device for them. Not extra bytes: they are the first bytes of
+    # the buffer of that name, which nbytes counts (once). The encoder knows them on the host.
+    heads: dict[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for key, buf in self.buffers.items():
@@ -97,6 +102,9 @@ class Payload:
                 raise CodecError(
                     f"payload buffer {key!r} must be a 1-D uint8 tensor, got {buf.dtype} of shape {tuple(buf.shape)}"
                 )
+        for key, head in self.heads.items():
+            if key not in self.buffers or len(head) > self.buffers[key].numel():
+                raise CodecError(f"payload head {key!r} must be the first bytes of the buffer of that name")
 
     @property
     def nbytes(self) -> int:
@@ -105,7 +113,7 @@ class Payload:
 
     def to(self, device: torch.device | str) -> Payload:
         """The same payload with its buffers on ``device`` (a copy only where needed)."""
-        return Payload({k: v.to(device) for k, v in self.buffers.items()})
+        return Payload({k: v.to(device) for k, v in self.buffers.items()}, dict(self.heads))
 
 
 @dataclass

@@ -187,9 +187,9 @@ def _topk(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecS
         idx = torch.nonzero(mask)[:, 1].view(nodes, k)  # ascending per row (lower index wins ties)
     values = round_values(acc.gather(1, idx), codec.params.value_dtype)  # [nodes, k]
     # sparse_payload's bytes for every row at once (rows sorted already): one host read per layer
-    index_bufs = encode_index_rows(idx, n)
+    coded = encode_index_rows(idx, n)
     value_bufs = pack_value_rows(values, codec.params.value_dtype)
-    payloads = [Payload({"indices": a, "values": b}) for a, b in zip(index_bufs, value_bufs)]
+    payloads = [Payload({"indices": c.buf, "values": b}, {"indices": c.head}) for c, b in zip(coded, value_bufs)]
     return payloads, ("sparse", (idx, values))
 
 

@@ -84,8 +84,9 @@ from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
     bit_width,
     decode_indices,
-    encode_indices,
+    encode_index_set,
     index_bound,
+    index_header,
     pack_bits,
     pack_uint,
     unpack_bits,
@@ -342,14 +343,13 @@ class FFTSparsification(Codec[CodecState]):
             rf = range_float_encode(torch.cat([kept.real, kept.imag]), p.mantissa_bits, p.max_exponent_bits)
             deq = range_float_decode(rf.words, rf.e_lo, rf.exp_bits, rf.mantissa_bits)  # [2k]
             sent_flat = self._inverse(idx, deq[:k], deq[k:], n)
-        header = pack_uint(torch.tensor([rf.e_lo + _EXP_BIAS, rf.exp_bits], device=device), 16)  # 4 bytes
+        fields = [rf.e_lo + _EXP_BIAS, rf.exp_bits]  # two 16-bit fields: 4 bytes
+        header = pack_uint(torch.tensor(fields, device=device), 16)
         bins = chunks * (length // 2 + 1)
+        coded = encode_index_set(idx, bins)
         payload = Payload(
-            {
-                "header": header,
-                "indices": encode_indices(idx, bins),
-                "values": pack_words(rf.words, rf.width),
-            }
+            {"header": header, "indices": coded.buf, "values": pack_words(rf.words, rf.width)},
+            {"header": b"".join(f.to_bytes(2, "little") for f in fields), "indices": coded.head},
         )
         # the node keeps what the server will not see: dropped bins and rounding error
         return payload, Sent(dense=sent_flat)
@@ -367,11 +367,14 @@ class FFTSparsification(Codec[CodecState]):
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         n = layer.numel
-        header = unpack_uint(payload.buffers["header"], 16, 2)
-        e_lo, exp_bits = int(header[0]) - _EXP_BIAS, int(header[1])
+        head = payload.heads.get("header")  # its host copy, else one host read of the buffer
+        head = bytes(payload.buffers["header"].tolist()) if head is None else head
+        # two 16-bit fields, little-endian (pack_uint's bit order): biased lowest exponent, width
+        e_lo, exp_bits = int.from_bytes(head[:2], "little") - _EXP_BIAS, int.from_bytes(head[2:4], "little")
         chunks, length = self.chunking(n)
         bins = chunks * (length // 2 + 1)
-        idx = decode_indices(payload.buffers["indices"], bins)
+        index_buf = payload.buffers["indices"]
+        idx = decode_indices(index_buf, bins, index_header(index_buf, payload.heads.get("indices")))
         k = int(idx.numel())
         if k == 0:
             device = payload.buffers["values"].device

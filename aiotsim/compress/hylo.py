@@ -65,8 +65,9 @@ from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
     VALUE_BYTES,
     decode_indices,
-    encode_indices,
+    encode_index_set,
     index_bound,
+    index_header,
     pack_bits,
     pack_f32,
     pack_values,
@@ -251,7 +252,8 @@ class Hylo(Codec[CodecState]):
         packed = pack_values(values, self.params.value_dtype)
         sent_rows = torch.zeros_like(kernels)
         sent_rows[idx] = unpack_values(packed, self.params.value_dtype).view(k, cols)
-        payload = Payload({"indices": encode_indices(idx, rows), "values": packed})
+        coded = encode_index_set(idx, rows)
+        payload = Payload({"indices": coded.buf, "values": packed}, {"indices": coded.head})
         return payload, Sent(dense=sent_rows)
 
     def message_bound(self, layer: LayerInfo) -> int:
@@ -269,7 +271,8 @@ class Hylo(Codec[CodecState]):
             out = unpack_f32(payload.buffers["values"])
         elif route == "kernels":
             rows, cols = self.kernel_grid(layer)
-            idx = decode_indices(payload.buffers["indices"], rows)
+            index_buf = payload.buffers["indices"]
+            idx = decode_indices(index_buf, rows, index_header(index_buf, payload.heads.get("indices")))
             vals = unpack_values(payload.buffers["values"], self.params.value_dtype).view(-1, cols)
             out = torch.zeros(rows, cols, dtype=torch.float32, device=vals.device)
             out[idx] = vals

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -137,9 +138,29 @@ def unpack_uint(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
     return (bitplanes << shifts).sum(dim=1)
 
 
+class CodedIndices(NamedTuple):
+    """An encoded index set: its bytes (:attr:`buf`, on the indices' device) and a host copy of
+    the 6 header bytes they start with (:attr:`head`), which the encoder knows without reading the
+    device, for the receiver to parse without reading it either (:attr:`Payload.heads
+    <aiotsim.compress.base.Payload.heads>`)."""
+
+    buf: torch.Tensor
+    head: bytes
+
+
+def _header_bytes(mode: int, width: int, count: int) -> bytes:
+    """The 6 header bytes of an index set: mode, bit width, count (uint32 little-endian)."""
+    return bytes((mode, width)) + count.to_bytes(4, "little")
+
+
 def _header(mode: int, width: int, count: int, device: torch.device) -> torch.Tensor:
     head = torch.tensor([mode, width], dtype=_U8, device=device)
     return torch.cat([head, pack_u32([count], device)])
+
+
+def _coded(mode: int, width: int, count: int, body: torch.Tensor) -> CodedIndices:
+    """The index set of ``body`` behind its header, and the header on the host."""
+    return CodedIndices(torch.cat([_header(mode, width, count, body.device), body]), _header_bytes(mode, width, count))
 
 
 def index_coding_sizes(count: int, n: int, max_gap: int) -> dict[int, int]:
@@ -205,6 +226,11 @@ def _bitmap_certainly_beats_delta(packed: torch.Tensor, count: int, n: int) -> b
 
 
 def encode_indices(indices: torch.Tensor, n: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The bytes of :func:`encode_index_set` (without the host copy of their header)."""
+    return encode_index_set(indices, n, mask).buf
+
+
+def encode_index_set(indices: torch.Tensor, n: int, mask: torch.Tensor | None = None) -> CodedIndices:
     """Encode sorted, distinct ``indices`` into ``[0, n)`` in the cheapest exact form.
 
     The first byte names the form (plain / delta / bitmap); ties prefer the simpler form.
@@ -220,7 +246,7 @@ def encode_indices(indices: torch.Tensor, n: int, mask: torch.Tensor | None = No
         if sizes[IDX_BITMAP] < sizes[IDX_PLAIN]:
             packed = pack_bits(mask.reshape(-1).view(_U8), 1)
             if _bitmap_certainly_beats_delta(packed, count, n):
-                return torch.cat([_header(IDX_BITMAP, 1, count, device), packed])
+                return _coded(IDX_BITMAP, 1, count, packed)
     if count:
         gaps = torch.diff(idx, prepend=idx.new_zeros(1))  # first gap is idx[0] itself
         max_gap = int(gaps.max())
@@ -240,7 +266,7 @@ def encode_indices(indices: torch.Tensor, n: int, mask: torch.Tensor | None = No
             mask = torch.zeros(n, dtype=torch.bool, device=device)
             mask[idx] = True
         body = pack_bits(mask.reshape(-1).view(_U8), 1)
-    return torch.cat([_header(mode, width, count, device), body])
+    return _coded(mode, width, count, body)
 
 
 def pack_rows(
@@ -257,15 +283,15 @@ def pack_rows(
     return [pack(r) if head is None else torch.cat([head, pack(r)]) for r in codes]
 
 
-def encode_index_rows(idx: torch.Tensor, n: int) -> list[torch.Tensor]:
-    """:func:`encode_indices` of every row of ``idx`` (``[rows, k]``, each row sorted and distinct),
-    the same bytes, for a batch of messages (batched top-k): one host read for the whole batch
-    (every row's largest gap, which picks its coding form) and one packing pass per form and width
-    instead of one per row, so a GPU batch does not wait on the host once per message. Rows
-    coded alike share a buffer (each result is a view of it)."""
+def encode_index_rows(idx: torch.Tensor, n: int) -> list[CodedIndices]:
+    """:func:`encode_index_set` of every row of ``idx`` (``[rows, k]``, each row sorted and
+    distinct), the same bytes, for a batch of messages (batched top-k): one host read for the
+    whole batch (every row's largest gap, which picks its coding form) and one packing pass per
+    form and width instead of one per row, so a GPU batch does not wait on the host once per
+    message. Rows coded alike share a buffer (each result is a view of it)."""
     rows, count = idx.shape
     if count == 0:
-        return [encode_indices(r, n) for r in idx]
+        return [encode_index_set(r, n) for r in idx]
     idx = idx.to(torch.int64)
     gaps = torch.diff(idx, dim=1, prepend=idx.new_zeros(rows, 1))  # first gap: the first index
     forms: dict[tuple[int, int], list[int]] = {}  # (mode, bit width) -> rows
@@ -275,7 +301,7 @@ def encode_index_rows(idx: torch.Tensor, n: int) -> list[torch.Tensor]:
         mode = min(sizes, key=lambda m: (sizes[m], m))
         width = plain_width if mode == IDX_PLAIN else bit_width(max_gap) if mode == IDX_DELTA else 1
         forms.setdefault((mode, width), []).append(row)
-    by_row: dict[int, torch.Tensor] = {}
+    by_row: dict[int, CodedIndices] = {}
     for (mode, width), members in forms.items():
         picked = None if len(members) == rows else torch.tensor(members, device=idx.device)
         head = _header(mode, width, count, idx.device)  # the same for every row of one form
@@ -287,22 +313,29 @@ def encode_index_rows(idx: torch.Tensor, n: int) -> list[torch.Tensor]:
             src = gaps if mode == IDX_DELTA else idx
             src = src if picked is None else src.index_select(0, picked)
             bufs = pack_rows(src, lambda r, w=width: pack_uint(r, w), count * width % 8 == 0, head)
-        by_row.update(zip(members, bufs))
+        host = _header_bytes(mode, width, count)
+        by_row.update((row, CodedIndices(buf, host)) for row, buf in zip(members, bufs))
     return [by_row[row] for row in range(rows)]
 
 
-def index_header(buf: torch.Tensor) -> tuple[int, int, int]:
-    """``(mode, width, count)`` of an encoded index set: one host read of its 6 header bytes (a
-    GPU sync), which a decoder can pass on to :func:`decode_bitmap` and :func:`decode_indices`."""
+def index_header(buf: torch.Tensor, head: bytes | None = None) -> tuple[int, int, int]:
+    """``(mode, width, count)`` of an encoded index set, which a decoder can pass on to
+    :func:`decode_bitmap` and :func:`decode_indices`: parsed from ``head``, the host copy of its
+    6 header bytes, when the payload carries one (:attr:`CodedIndices.head`), else one host read
+    of the buffer's first 6 bytes (a GPU sync)."""
     if buf.numel() < _IDX_HEADER:
         raise CodecError(f"index buffer of {buf.numel()} bytes is shorter than its header")
-    head = buf[:_IDX_HEADER].tolist()  # one host read; the count is 4 little-endian bytes
-    return head[0], head[1], int.from_bytes(bytes(head[2:6]), "little")
+    if head is None:
+        head = bytes(buf[:_IDX_HEADER].tolist())  # one host read
+    elif len(head) != _IDX_HEADER:
+        raise CodecError(f"index header of {len(head)} bytes, expected {_IDX_HEADER}")
+    return head[0], head[1], int.from_bytes(head[2:6], "little")  # the count: uint32 little-endian
 
 
-def index_count(buf: torch.Tensor) -> int:
-    """How many indices an encoded index set holds (from its header)."""
-    return index_header(buf)[2]
+def index_count(buf: torch.Tensor, head: bytes | None = None) -> int:
+    """How many indices an encoded index set holds (from its header; ``head``: as in
+    :func:`index_header`)."""
+    return index_header(buf, head)[2]
 
 
 def decode_bitmap(

@@ -14,7 +14,7 @@ from aiotsim.compress.packing import (
     VALUE_BYTES,
     decode_bitmap,
     decode_indices,
-    encode_indices,
+    encode_index_set,
     index_bound,
     index_header,
     pack_values,
@@ -43,7 +43,8 @@ def sparse_payload(
     if indices.numel() > 1 and not bool((indices[1:] > indices[:-1]).all()):
         order = torch.argsort(indices)
         indices, values = indices[order], values[order]
-    return Payload({"indices": encode_indices(indices, n, mask), "values": pack_values(values, value_dtype)})
+    coded = encode_index_set(indices, n, mask)
+    return Payload({"indices": coded.buf, "values": pack_values(values, value_dtype)}, {"indices": coded.head})
 
 
 def sparse_bound(n: int, most: int, value_dtype: str = "fp32") -> int:
@@ -52,13 +53,16 @@ def sparse_bound(n: int, most: int, value_dtype: str = "fp32") -> int:
     return index_bound(most, n) + most * VALUE_BYTES[value_dtype]
 
 
-def scatter_sparse(index_buf: torch.Tensor, values: torch.Tensor, layer: LayerInfo) -> torch.Tensor:
+def scatter_sparse(
+    index_buf: torch.Tensor, values: torch.Tensor, layer: LayerInfo, head: bytes | None = None
+) -> torch.Tensor:
     """Dense fp32 ``[n]`` tensor with ``values`` (``[k]``, in index order) at the index set coded in
-    ``index_buf``. A bitmap-coded set is scattered through its mask (``masked_scatter_``), without
-    materializing ``k`` int64 indices."""
+    ``index_buf`` (``head``: the host copy of its header, when the payload has one). A bitmap-coded
+    set is scattered through its mask (``masked_scatter_``), without materializing ``k`` int64
+    indices."""
     n = layer.numel
     out = torch.zeros(n, dtype=torch.float32, device=values.device)
-    header = index_header(index_buf)  # read once (a GPU sync), for both decoders
+    header = index_header(index_buf, head)  # parsed once, for both decoders (without head: a GPU sync)
     bitmap = decode_bitmap(index_buf, n, header)
     if bitmap is not None:
         mask, count = bitmap
@@ -75,9 +79,11 @@ def decode_sparse(payload: Payload, layer: LayerInfo, value_dtype: str = "fp32")
     buf = payload.buffers["values"]
     # the values are only read (scattered into a new tensor): an fp32 view of the payload will do
     vals = view_f32(buf) if value_dtype == "fp32" else unpack_values(buf, value_dtype)
-    return scatter_sparse(payload.buffers["indices"], vals, layer).view(layer.shape).to(layer.dtype)
+    dense = scatter_sparse(payload.buffers["indices"], vals, layer, payload.heads.get("indices"))
+    return dense.view(layer.shape).to(layer.dtype)
 
 
 def payload_indices(payload: Payload, n: int) -> torch.Tensor:
     """The index set of a sparse payload (for the server's union size, seed 001's metric)."""
-    return decode_indices(payload.buffers["indices"], n)
+    buf = payload.buffers["indices"]
+    return decode_indices(buf, n, index_header(buf, payload.heads.get("indices")))

@@ -58,7 +58,7 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
-    encode_indices,
+    encode_index_set,
     index_bound,
     index_count,
     pack_bits,
@@ -309,8 +309,9 @@ class Threshold(Codec[CodecState]):
             negative = picked < 0  # [k] sign bits, 1 = negative
             values = torch.where(negative, -self.params.tau, self.params.tau).to(torch.float32)
             # 1 sign bit per sent index: tau is known to both sides by protocol.
-            indices = encode_indices(idx, n, send)
-            payload = Payload({"indices": indices, "signs": pack_bits(negative.to(torch.uint8), 1)})
+            coded = encode_index_set(idx, n, send)
+            signs = pack_bits(negative.to(torch.uint8), 1)
+            payload = Payload({"indices": coded.buf, "signs": signs}, {"indices": coded.head})
             return payload, Sent.sparse(idx, values)
         values = round_values(picked, self.params.value_dtype)
         return sparse_payload(idx, values, n, self.params.value_dtype, send), Sent.sparse(idx, values)
@@ -325,7 +326,7 @@ class Threshold(Codec[CodecState]):
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         if not self.params.quantize:
             return decode_sparse(payload, layer, self.params.value_dtype)
-        index_buf = payload.buffers["indices"]
-        negative = unpack_bits(payload.buffers["signs"], 1, index_count(index_buf)).bool()
+        index_buf, head = payload.buffers["indices"], payload.heads.get("indices")
+        negative = unpack_bits(payload.buffers["signs"], 1, index_count(index_buf, head)).bool()
         values = torch.where(negative, -self.params.tau, self.params.tau).to(torch.float32)  # [k]
-        return scatter_sparse(index_buf, values, layer).view(layer.shape).to(layer.dtype)
+        return scatter_sparse(index_buf, values, layer, head).view(layer.shape).to(layer.dtype)

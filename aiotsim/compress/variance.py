@@ -56,7 +56,7 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
-    encode_indices,
+    encode_index_set,
     index_bound,
     index_count,
     pack_bits,
@@ -164,12 +164,10 @@ class VarianceCompression(Codec[VarianceState]):
         picked = flat.index_select(0, idx)
         if self.params.quantize:
             codes, values, scale = quantize_pow2(picked)
+            coded = encode_index_set(idx, n, send)
             payload = Payload(
-                {
-                    "indices": encode_indices(idx, n, send),
-                    "scale": pack_f32([scale], acc.device),
-                    "codes": pack_bits(codes, 4),
-                }
+                {"indices": coded.buf, "scale": pack_f32([scale], acc.device), "codes": pack_bits(codes, 4)},
+                {"indices": coded.head},
             )
         else:
             values = round_values(picked, self.params.value_dtype)
@@ -196,7 +194,8 @@ class VarianceCompression(Codec[VarianceState]):
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         if not self.params.quantize:
             return decode_sparse(payload, layer, self.params.value_dtype)
-        index_buf = payload.buffers["indices"]
+        index_buf, head = payload.buffers["indices"], payload.heads.get("indices")
         scale = float(unpack_f32(payload.buffers["scale"])[0])
-        codes = unpack_bits(payload.buffers["codes"], 4, index_count(index_buf))
-        return scatter_sparse(index_buf, dequantize_pow2(codes, scale), layer).view(layer.shape).to(layer.dtype)
+        codes = unpack_bits(payload.buffers["codes"], 4, index_count(index_buf, head))
+        dense = scatter_sparse(index_buf, dequantize_pow2(codes, scale), layer, head)
+        return dense.view(layer.shape).to(layer.dtype)
