@@ -27,6 +27,22 @@ def test_the_measured_workload_delivers_every_flow(kind: str) -> None:
     assert count == [14]
 
 
+def test_the_sync_workload_is_a_synchronous_rounds_traffic() -> None:
+    """7 nodes, 2 rounds, star, ideal: 7 downloads share the 100 Mbit/s server link (14.3 Mbit/s
+    each), so each node's own 10 Mbit/s link binds. The 246,824 B model is 170 packets of 1,460 B
+    with 40 B headers: 253,624 wire bytes, 0.2028992 s at 1.25 MB/s, plus 10 ms of latency; then
+    50 ms of compute and the same back. A round lasts 2 x 0.2128992 + 0.05 s."""
+    network = load("network")
+    env, net = network.network_setup(7, 2, "star", "ideal", workload="sync")
+    env.run()
+    assert len(net.transfers) == 28
+    assert {t.wire_bytes for t in net.transfers} == {246_824 + 170 * 40}
+    assert env.now == pytest.approx(2 * (2 * (253_624 / 1.25e6 + 0.01) + 0.05), rel=1e-12)
+    env, count = network.timeout_setup(7, 2, workload="sync")
+    env.run()
+    assert count == [28]
+
+
 def test_the_case_mode_runs_a_workload_in_its_own_process() -> None:
     for mode in ("setup", "run"):
         cmd = [sys.executable, str(ROOT / "benchmarks" / "network_instr.py"), "--case", "star", "ideal", "5", "2", mode]
