@@ -3,11 +3,16 @@ on CUDA): hand cases, and the batched encode's reads not growing with the node c
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from conftest import ROOT, load_script
 
+from aiotsim.compress import codec_names, get_codec_class
+from aiotsim.compress.base import LayerInfo
 from aiotsim.compress.packing import encode_indices
+from aiotsim.compress.sparsify import random_subset
 
 
 def host_reads_module():
@@ -52,3 +57,41 @@ def test_batched_encode_reads_do_not_grow_with_the_fleet() -> None:
     looped = [_codec_reads(hr.count(n, "topk", 1, False).calls) for n in (20, 40)]
     assert batched == [4 * 10, 4 * 10]
     assert looped[1] - looped[0] >= 3 * 20 * 10
+
+
+# every codec at its defaults, plus the quantized routes of threshold and variance
+DECODED = [(n, {}) for n in codec_names()] + [("threshold", {"quantize": True}), ("variance", {"quantize": False})]
+
+
+@pytest.mark.parametrize(("name", "params"), DECODED, ids=[f"{n}{'-' if p else ''}" for n, p in DECODED])
+def test_decoders_read_nothing_back(name: str, params: dict[str, object]) -> None:
+    """The server decodes every message it receives: on a GPU a read of the payload's values on
+    the host (an index header, a seed, a scale) would wait for the device once per message and
+    layer. Decoders parse headers from the payload's host copies (``Payload.heads``) and apply
+    scales on the device. Exempt: random-k regenerates its index set on a CPU generator by
+    design (``random_subset``: host work, not a device read)."""
+    hr = host_reads_module()
+    lines, first = inspect.getsourcelines(random_subset)
+    exempt = {f"sparsify.py:{line}" for line in range(first, first + len(lines))}
+    cls = get_codec_class(name)
+    codec = cls(cls.Params(**params), seed=1)
+    reads = 0
+    for layer in LAYERS:  # conv, fc and bias: hylo's three routes
+        state = codec.init_state(layer, torch.device("cpu"), 0)
+        for step in range(2):
+            grad = torch.randn(layer.shape, generator=torch.Generator().manual_seed(step)) * 0.01
+            if codec.needs_sq_grad:
+                state.sq_grad = grad.square()
+            payload = codec.encode(grad, layer, state)
+            with hr.HostReads() as mode:
+                codec.decode(payload, layer)
+                codec.decode_read(payload, layer)
+            reads += sum(k for (_, site), k in mode.calls.items() if site not in exempt)
+    assert reads == 0
+
+
+LAYERS = [
+    LayerInfo("conv2.weight", (16, 6, 5, 5), kind="conv", index=2),
+    LayerInfo("fc1.weight", (120, 400), kind="fc", index=4),
+    LayerInfo("fc1.bias", (120,), kind="bias", index=5),
+]

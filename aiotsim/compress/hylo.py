@@ -64,6 +64,7 @@ from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
     VALUE_BYTES,
+    decode_bitmap,
     decode_indices,
     encode_index_set,
     index_bound,
@@ -113,8 +114,9 @@ def two_bit_quantize(acc: torch.Tensor, threshold: float) -> tuple[torch.Tensor,
     return codes.reshape(-1), sent
 
 
-def two_bit_dequantize(codes: torch.Tensor, threshold: float) -> torch.Tensor:
-    """Inverse of :func:`two_bit_quantize`: fp32 values ``{0, +t, -t}`` from ``uint8`` codes."""
+def two_bit_dequantize(codes: torch.Tensor, threshold: float | torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`two_bit_quantize`: fp32 values ``{0, +t, -t}`` from ``uint8`` codes
+    (``threshold``: a float, or a one-element fp32 tensor)."""
     unit = (codes == CODE_POS).to(torch.int8) - (codes == CODE_NEG).to(torch.int8)  # {-1, 0, 1}
     return unit.to(torch.float32).mul_(threshold)
 
@@ -272,12 +274,16 @@ class Hylo(Codec[CodecState]):
         elif route == "kernels":
             rows, cols = self.kernel_grid(layer)
             index_buf = payload.buffers["indices"]
-            idx = decode_indices(index_buf, rows, index_header(index_buf, payload.heads.get("indices")))
+            header = index_header(index_buf, payload.heads.get("indices"))
             vals = unpack_values(payload.buffers["values"], self.params.value_dtype).view(-1, cols)
             out = torch.zeros(rows, cols, dtype=torch.float32, device=vals.device)
-            out[idx] = vals
+            bitmap = decode_bitmap(index_buf, rows, header)
+            if bitmap is None:
+                out[decode_indices(index_buf, rows, header)] = vals
+            else:  # the kept rows in order, filled from vals row by row: no index list (a GPU sync)
+                out.masked_scatter_(bitmap[0].to(vals.device).unsqueeze(1).expand(rows, cols), vals)
         else:
-            t = float(unpack_f32(payload.buffers["threshold"])[0])
+            t = unpack_f32(payload.buffers["threshold"])  # [1] fp32, applied on the device: no host read
             codes = unpack_bits(payload.buffers["codes"], 2, layer.numel)
             out = two_bit_dequantize(codes, t)
         return out.reshape(layer.shape).to(layer.dtype)

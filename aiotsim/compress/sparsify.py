@@ -261,13 +261,15 @@ class RandomK(Codec[CodecState]):
             picked = picked * (n / max(k, 1))
         values = round_values(picked, self.params.value_dtype)
         payload = Payload(
-            {"seed": pack_u32([seed], acc.device), "values": pack_values(values, self.params.value_dtype)}
+            {"seed": pack_u32([seed], acc.device), "values": pack_values(values, self.params.value_dtype)},
+            {"seed": seed.to_bytes(4, "little")},  # the whole seed field, as the receiver reads it on the host
         )
         return payload, Sent.sparse(idx, values)
 
     def indices(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         """The index set of a payload (regenerated from its seed): the server's union uses it."""
-        seed = int(unpack_u32(payload.buffers["seed"])[0])
+        head = payload.heads.get("seed")  # the seed's host copy, else one host read of the buffer
+        seed = int(unpack_u32(payload.buffers["seed"])[0]) if head is None else int.from_bytes(head[:4], "little")
         return random_subset(seed, layer.numel, k_of(self.params.ratio, layer.numel), payload.buffers["seed"].device)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:

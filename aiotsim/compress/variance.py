@@ -116,8 +116,9 @@ def quantize_pow2(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, flo
     return codes, dequantize_pow2(codes, scale), scale
 
 
-def dequantize_pow2(codes: torch.Tensor, scale: float) -> torch.Tensor:
-    """Inverse of :func:`quantize_pow2`: ``[k]`` fp32 values from 4-bit codes and ``M``."""
+def dequantize_pow2(codes: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`quantize_pow2`: ``[k]`` fp32 values from 4-bit codes and ``M`` (a float,
+    or a one-element fp32 tensor: the same products)."""
     # 16-entry table: code -> sign * M * 2**-e; index_select with int32 is the fastest CPU gather.
     code = torch.arange(1 << (_EXP_BITS + 1), device=codes.device)
     table = torch.exp2(-(code & _MAX_EXP).float()) * (1.0 - 2.0 * (code >> _EXP_BITS).float())
@@ -195,7 +196,7 @@ class VarianceCompression(Codec[VarianceState]):
         if not self.params.quantize:
             return decode_sparse(payload, layer, self.params.value_dtype)
         index_buf, head = payload.buffers["indices"], payload.heads.get("indices")
-        scale = float(unpack_f32(payload.buffers["scale"])[0])
+        scale = unpack_f32(payload.buffers["scale"])  # [1] fp32, applied on the device: no host read
         codes = unpack_bits(payload.buffers["codes"], 4, index_count(index_buf, head))
         dense = scatter_sparse(index_buf, dequantize_pow2(codes, scale), layer, head)
         return dense.view(layer.shape).to(layer.dtype)
