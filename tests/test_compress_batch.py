@@ -29,6 +29,12 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("qsgd", {}),
     ("qsgd", {"levels": 3, "bucket_size": 7}),
     ("qsgd", {"elias": True}),  # falls back to the loop
+    ("fp16", {}),
+    ("onebit", {}),
+    ("onebit", {"granularity": "column"}),
+    ("4bit", {}),
+    ("4bit", {"statistic": "mean", "spacing": "log2"}),
+    ("4bit", {"statistic": "std"}),
     ("randomk", {}),  # no batched path: the loop
     ("dgc", {}),
 ]
@@ -105,7 +111,7 @@ def test_topk_ties_lower_index_wins() -> None:
 
 def test_which_codecs_are_batched() -> None:
     names = batched_codecs()
-    assert names == ["2bit", "efsignsgd", "qsgd", "signsgd", "terngrad", "topk"]
+    assert names == ["2bit", "4bit", "efsignsgd", "fp16", "onebit", "qsgd", "signsgd", "terngrad", "topk"]
     assert set(names) <= set(codec_names())
 
 
@@ -117,7 +123,7 @@ def test_mismatched_lengths() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-@pytest.mark.parametrize("name", ["topk", "2bit", "efsignsgd", "terngrad", "qsgd", "signsgd"])
+@pytest.mark.parametrize("name", ["topk", "2bit", "efsignsgd", "terngrad", "qsgd", "signsgd", "fp16", "onebit", "4bit"])
 def test_batch_on_cuda_is_byte_identical(name: str) -> None:
     dev = torch.device("cuda")
     codec = build_codec(name, seed=3)
@@ -144,3 +150,31 @@ def test_large_topk_on_the_cpu_takes_the_loop() -> None:
     assert len(calls) == 2
     encode_batch(codec, _grads(2, small.shape, 0, False), small, [codec.init_state(small, CPU, i) for i in range(2)])
     assert len(calls) == 2  # below the bracket's size: batched
+
+
+@pytest.mark.parametrize(("name", "params"), [("terngrad", {}), ("4bit", {"statistic": "std"})])
+def test_sums_of_squares_do_not_depend_on_where_the_data_lies(name: str, params: dict[str, Any]) -> None:
+    """TernGrad's clip bound (2.5 sigma) and 4Bit's 'std' anchor take a sum of squares. BLAS's dot
+    rounds it differently with the data's address (a row of ``[nodes, n]`` starts at ``4 n i``
+    bytes, rarely 64-byte aligned): batched TernGrad's scale then differed from the loop's in 65 of
+    120 random cases. torch's own norm reduction rounds alike anywhere. Here one outlier of 10
+    among N(0, 1) values makes the clip bind, and the same values are encoded in fresh tensors, at
+    odd offsets of a larger buffer, and batched from a list and from a stacked tensor."""
+    codec = build_codec(name, params, seed=11)
+    for n in (7, 135, 1001):
+        layer = LayerInfo("w", (n,), kind="other")
+        for seed in range(8):
+            g = torch.Generator().manual_seed(seed)
+            grads = [torch.randn(n, generator=g) for _ in range(5)]
+            for x in grads:
+                x[seed % n] = 10.0
+            buffer = torch.empty(5 * n + 5)
+            shifted = [buffer[i * n + i + 1 : (i + 1) * n + i + 1].copy_(x) for i, x in enumerate(grads)]
+            states = [[codec.init_state(layer, CPU, node=i) for i in range(5)] for _ in range(4)]
+            ref = [codec.encode(x, layer, s) for x, s in zip(grads, states[0])]
+            moved = [codec.encode(x, layer, s) for x, s in zip(shifted, states[1])]
+            listed = encode_batch(codec, grads, layer, states[2], always=True)
+            stacked = encode_batch(codec, torch.stack(grads), layer, states[3], always=True)
+            expected = [_bytes(p) for p in ref]
+            assert [_bytes(p) for p in moved] == expected
+            assert [_bytes(p) for p in listed] == [_bytes(p) for p in stacked] == expected

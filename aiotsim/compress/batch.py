@@ -20,21 +20,25 @@ over ``dim=1`` of the ``[nodes, n]`` tensor on the CPU, where torch reduces a co
 as it reduces the same values as a 1-D tensor (checked by the tests); on other devices they run row
 by row, since a GPU may split a long 1-D reduction differently from a row reduction.
 
-Batched: ``topk``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngrad`` and ``qsgd`` (fixed-width
-codes). Every other codec (and ``qsgd`` with ``elias``, an empty layer, a codec subclass) falls
-back to the per-node loop, so :func:`encode_batch` is always correct to call.
+Batched: ``topk``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngrad``, ``qsgd`` (fixed-width
+codes), ``fp16``, ``onebit`` and ``4bit``. Every other codec (and ``qsgd`` with ``elias``, ``fp16``
+of gradients that are not fp32, an empty layer, a codec subclass) falls back to the per-node loop,
+so :func:`encode_batch` is always correct to call.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.dense import HalfPrecision
+from aiotsim.compress.fourbit import FourBit, first_threshold, quantize_levels
 from aiotsim.compress.packing import encode_index_rows, pack_bits, pack_f32, pack_rows, pack_value_rows
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit, _round_stochastic_, _signed_to_f32, pack_fixed
-from aiotsim.compress.sign import EFSignSGD, SignSGD
+from aiotsim.compress.sign import EFSignSGD, OneBitSGD, SignSGD, _reconstruct, side_means
 from aiotsim.compress.sparsify import _BRACKET_MIN_NUMEL, TopK, k_of, round_values
 
 _U8 = torch.uint8
@@ -82,7 +86,9 @@ def encode_batch(
     if fn is None or nodes == 0 or layer.numel == 0 or (isinstance(codec, QSGD) and codec.params.elias):
         return [codec.encode(g, layer, s) for g, s in zip(grads, states)]
     x = grads if isinstance(grads, torch.Tensor) else torch.stack(list(grads))
-    if not always and _loop_is_faster(codec, layer, x.device):
+    if (not always and _loop_is_faster(codec, layer, x.device)) or (
+        isinstance(codec, HalfPrecision) and x.dtype != torch.float32  # sends a half gradient's own bytes
+    ):
         return [codec.encode(g, layer, s) for g, s in zip(grads, states)]
     typed = [codec.typed_state(s) for s in states]
     before = [s.residual for s in typed]  # their storage takes the new residuals, as in the loop
@@ -163,6 +169,12 @@ def _rows(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, batched: 
     return torch.stack([fn(r) for r in x])
 
 
+def _abs_max(acc: torch.Tensor) -> torch.Tensor:
+    """``[nodes]`` max ``|acc|`` per row, as the codecs take it: from ``aminmax``, without ``|acc|``."""
+    lo, hi = _rows(lambda r: torch.stack(torch.aminmax(r)), acc, lambda x: torch.stack(torch.aminmax(x, dim=1), 1)).T
+    return torch.maximum(hi, -lo)
+
+
 def _uniform_rows(states: list[CodecState], nodes: int, n: int, device: torch.device) -> torch.Tensor:
     """``[nodes, n]`` U[0, 1): row ``i`` drawn from node ``i``'s generator, as ``_uniform`` does."""
     q = torch.empty((nodes, n), dtype=torch.float32, device=device)
@@ -225,11 +237,10 @@ def _efsignsgd(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[C
 
 def _terngrad(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
     nodes, n = acc.shape
-    lo, hi = _rows(lambda r: torch.stack(torch.aminmax(r)), acc, lambda x: torch.stack(torch.aminmax(x, dim=1), 1)).T
-    s = torch.maximum(hi, -lo)  # [nodes]
+    s = _abs_max(acc)  # [nodes]
     if codec.params.clip:
         total = _rows(lambda r: r.sum(), acc, lambda x: x.sum(dim=1))
-        sq = torch.stack([torch.dot(r, r) for r in acc])  # BLAS dot per row: no batched equal
+        sq = _rows(lambda r: torch.linalg.vector_norm(r), acc, lambda x: torch.linalg.vector_norm(x, dim=1)).square()
         mean = total / n
         sigma = torch.sqrt(torch.clamp(sq / n - mean * mean, min=0.0))
         bound = codec.params.clip_factor * sigma
@@ -269,6 +280,45 @@ def _qsgd(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecS
     return [Payload({"norms": pack_f32(norms[i]), "codes": p}) for i, p in enumerate(packed)], None
 
 
+def _fp16(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    # pack_f16(grad): fp32 rounded to fp16, its 2 bytes each (acc is the fp32 gradient: no feedback)
+    return [Payload({"values": r}) for r in acc.to(torch.float16).view(_U8)], None
+
+
+def _onebit(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    nodes, n = acc.shape
+    rows, cols = codec._grid(layer)  # type: ignore[attr-defined]
+    mat = acc.view(nodes, rows, cols)
+    negative = mat < 0  # [nodes, rows, cols]
+    # per node and column: the sums of the values and of their magnitudes
+    total = _rows(lambda r: r.view(rows, cols).sum(dim=0), acc, lambda x: mat.sum(dim=1))
+    magnitude = _rows(
+        lambda r: torch.linalg.vector_norm(r.view(rows, cols), ord=1, dim=0),
+        acc,
+        lambda x: torch.linalg.vector_norm(mat, ord=1, dim=1),
+    )
+    means = side_means(total, magnitude, torch.count_nonzero(negative, dim=1), rows)  # [nodes, cols, 2]
+    sent = _reconstruct(negative.view(_U8), means).view(nodes, n)
+    signs = pack_rows(negative.view(nodes, n).view(_U8), lambda c: pack_bits(c, 1), n % 8 == 0)
+    return [Payload({"means": pack_f32(means[i]), "signs": s}) for i, s in enumerate(signs)], ("dense", sent)
+
+
+def _fourbit(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    nodes, n = acc.shape
+    spacing, statistic = codec.params.spacing, codec.params.statistic
+    norm = torch.linalg.vector_norm
+    if statistic == "max":
+        anchor = _abs_max(acc)
+    elif statistic == "mean":
+        anchor = _rows(lambda r: norm(r, ord=1), acc, lambda x: norm(x, ord=1, dim=1)) / n
+    else:  # FourBit._encode's |acc|_2 / sqrt(n)
+        anchor = _rows(lambda r: norm(r), acc, lambda x: norm(x, dim=1)).div_(math.sqrt(n))
+    codes, sent = quantize_levels(acc, first_threshold(anchor, spacing, statistic).unsqueeze(1), spacing)
+    packed = pack_rows(codes, lambda c: pack_bits(c, 4), n % 2 == 0)
+    payloads = [Payload({"anchor": pack_f32(anchor[i].reshape(1)), "codes": p}) for i, p in enumerate(packed)]
+    return payloads, ("dense", sent)
+
+
 _BATCHED: dict[type[Codec], BatchEncoder] = {
     TopK: _topk,
     TwoBit: _twobit,
@@ -276,6 +326,9 @@ _BATCHED: dict[type[Codec], BatchEncoder] = {
     EFSignSGD: _efsignsgd,
     TernGrad: _terngrad,
     QSGD: _qsgd,
+    HalfPrecision: _fp16,
+    OneBitSGD: _onebit,
+    FourBit: _fourbit,
 }
 
 __all__ = ["encode_batch", "batched_codecs"]

@@ -61,6 +61,7 @@ selection rule.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -91,6 +92,28 @@ def _log2_rungs_(level: torch.Tensor) -> torch.Tensor:
     ``l = 0`` that is 0.5, which ``floor`` turns into 0). Returns the fp32 view of the buffer."""
     level.add_(126).bitwise_left_shift_(23)
     return level.view(torch.float32).floor_()
+
+
+def quantize_levels(acc: torch.Tensor, t1: torch.Tensor, spacing: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``acc`` (fp32 ``[..., n]``) on the rungs of ``t1`` (its first threshold, broadcast over the
+    last dimension: 0-d for one layer, ``[nodes, 1]`` for a batch): ``(codes, sent)``, the 4-bit
+    sign-magnitude codes (``uint8``, one per element) and the fp32 values they stand for."""
+    # |acc| / t1 in units of the first rung. A zero t1 means a zero layer (|acc| = 0 everywhere,
+    # or an anchor below fp32's range): dividing by 1 instead keeps every level at 0. Division,
+    # not multiplication by 1/t1, so that the max element lands exactly on level 7.
+    ratio = torch.abs(acc).div_(torch.where(t1 > 0, t1, torch.ones_like(t1)))  # [..., n] fp32
+    if spacing == "linear":
+        sent = ratio.clamp_(max=LEVELS).floor_()  # level l as fp32 (t_l = l * t1)
+        level = sent.to(_U8)
+    else:
+        # ratio = 1.f * 2**(E - 127) lies in [t_k, t_{k+1}) / t1 for k = E - 126: the level is the
+        # biased exponent minus 126, clamped to 0..7 (zero and subnormals give 0)
+        ex = (ratio.view(torch.int32) >> 23).sub_(126).clamp_(0, LEVELS)  # int32
+        level = ex.to(_U8)
+        sent = _log2_rungs_(ex)  # fp32 2**(l - 1), 0 for l = 0
+    sent.mul_(t1).copysign_(acc)  # fp32: sign(acc) * t_l
+    # sign-magnitude 4-bit codes (-0.0 is not < 0), in place on the level
+    return level.bitwise_or_((sent < 0).view(_U8).bitwise_left_shift_(3)), sent
 
 
 @register
@@ -136,24 +159,11 @@ class FourBit(Codec[CodecState]):
         elif statistic == "mean":
             anchor = torch.linalg.vector_norm(acc, ord=1) / n  # mean |acc|
         else:
-            anchor = torch.dot(acc, acc).div_(n).sqrt_()  # std about zero: sqrt(mean acc**2)
+            # std about zero, sqrt(mean acc**2) = |acc|_2 / sqrt(n): torch's own reduction, which
+            # (unlike BLAS's dot) rounds alike wherever the data lies in memory
+            anchor = torch.linalg.vector_norm(acc).div_(math.sqrt(n))
         t1 = first_threshold(anchor, spacing, statistic)  # 0-d fp32
-        # |acc| / t1 in units of the first rung. A zero t1 means a zero layer (|acc| = 0 everywhere,
-        # or an anchor below fp32's range): dividing by 1 instead keeps every level at 0. Division,
-        # not multiplication by 1/t1, so that the max element lands exactly on level 7.
-        ratio = torch.abs(acc).div_(torch.where(t1 > 0, t1, torch.ones_like(t1)))  # [n] fp32
-        if spacing == "linear":
-            sent = ratio.clamp_(max=LEVELS).floor_()  # [n] level l as fp32 (t_l = l * t1)
-            level = sent.to(_U8)
-        else:
-            # ratio = 1.f * 2**(E - 127) lies in [t_k, t_{k+1}) / t1 for k = E - 126: the level is the
-            # biased exponent minus 126, clamped to 0..7 (zero and subnormals give 0)
-            ex = (ratio.view(torch.int32) >> 23).sub_(126).clamp_(0, LEVELS)  # [n] int32
-            level = ex.to(_U8)
-            sent = _log2_rungs_(ex)  # [n] fp32 2**(l - 1), 0 for l = 0
-        sent.mul_(t1).copysign_(acc)  # [n] fp32: sign(acc) * t_l
-        # [n] sign-magnitude 4-bit codes (-0.0 is not < 0), in place on the level
-        codes = level.bitwise_or_((sent < 0).view(_U8).bitwise_left_shift_(3))
+        codes, sent = quantize_levels(acc, t1, spacing)
         return Payload({"anchor": pack_f32(anchor.reshape(1)), "codes": pack_bits(codes, 4)}), Sent(dense=sent)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:

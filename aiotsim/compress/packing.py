@@ -154,8 +154,8 @@ def _header_bytes(mode: int, width: int, count: int) -> bytes:
 
 
 def _header(mode: int, width: int, count: int, device: torch.device) -> torch.Tensor:
-    head = torch.tensor([mode, width], dtype=_U8, device=device)
-    return torch.cat([head, pack_u32([count], device)])
+    """:func:`_header_bytes` as a ``uint8`` tensor on ``device``."""
+    return torch.tensor(list(_header_bytes(mode, width, count)), dtype=_U8, device=device)
 
 
 def _coded(mode: int, width: int, count: int, body: torch.Tensor) -> CodedIndices:

@@ -227,9 +227,11 @@ class TernGrad(Codec[CodecState]):
         lo, hi = torch.aminmax(x)
         s = torch.maximum(hi, -lo)  # max|g|, 0-d fp32
         if self.params.clip:
-            # population std from two reductions, no [n] temporary: var = E[g^2] - E[g]^2
+            # population std from two reductions, no [n] temporary: var = E[g^2] - E[g]^2, with
+            # sum g^2 = |g|_2^2 from torch's own reduction: BLAS's dot rounds differently with the
+            # address of the data, so one gradient would give two sigmas in two places in memory
             mean = x.sum() / n
-            sigma = torch.sqrt(torch.clamp(torch.dot(x, x) / n - mean * mean, min=0.0))
+            sigma = torch.sqrt(torch.clamp(torch.linalg.vector_norm(x).square() / n - mean * mean, min=0.0))
             bound = self.params.clip_factor * sigma
             # The clipped gradient's max is min(max|g|, bound). A constant layer has sigma = 0 and
             # is left unclipped rather than erased.

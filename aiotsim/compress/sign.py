@@ -186,12 +186,7 @@ class OneBitSGD(Codec[CodecState]):
         # per column: sum of the values and of their magnitudes give both sides' sums
         total = mat.sum(dim=0)  # [cols]
         magnitude = torch.linalg.vector_norm(mat, ord=1, dim=0)  # [cols]
-        neg_cnt = torch.count_nonzero(negative, dim=0)  # [cols] int64
-        pos_cnt = rows - neg_cnt
-        # mean of each side; a side with no element has mean 0 (never used by any element)
-        mean_neg = (total - magnitude) / 2 / neg_cnt.clamp(min=1)
-        mean_pos = (total + magnitude) / 2 / pos_cnt.clamp(min=1)
-        means = torch.stack([mean_pos, mean_neg], dim=1)  # [cols, (pos, neg)]
+        means = side_means(total, magnitude, torch.count_nonzero(negative, dim=0), rows)  # [cols, (pos, neg)]
         sent = _reconstruct(negative.view(_U8), means)  # [rows, cols]
         payload = Payload({"means": pack_f32(means), "signs": pack_bits(negative.reshape(-1).view(_U8), 1)})
         return payload, Sent(dense=sent)
@@ -205,12 +200,21 @@ class OneBitSGD(Codec[CodecState]):
         return _reconstruct(bits, means).view(layer.shape).to(layer.dtype)
 
 
+def side_means(total: torch.Tensor, magnitude: torch.Tensor, neg_cnt: torch.Tensor, rows: int) -> torch.Tensor:
+    """``[..., cols, (pos, neg)]``: the mean of each column's non-negative and negative values, from
+    the column's sum, its L1 norm and its count of negatives (``[..., cols]`` each) over ``rows``
+    values; a side with no element has mean 0 (never used by any element)."""
+    mean_neg = (total - magnitude) / 2 / neg_cnt.clamp(min=1)
+    mean_pos = (total + magnitude) / 2 / (rows - neg_cnt).clamp(min=1)
+    return torch.stack([mean_pos, mean_neg], dim=-1)
+
+
 def _reconstruct(bits: torch.Tensor, means: torch.Tensor) -> torch.Tensor:
     """``mean_neg`` where the bit is 1, ``mean_pos`` where it is 0, column by column.
 
-    ``bits`` is ``[rows, cols]`` ``uint8``; ``means`` is ``[cols, (pos, neg)]``. Computed as
-    ``mean_pos + bit * (mean_neg - mean_pos)``, written in place into one fresh fp32 buffer; the
+    ``bits`` is ``[..., rows, cols]`` ``uint8``; ``means`` is ``[..., cols, (pos, neg)]``. Computed
+    as ``mean_pos + bit * (mean_neg - mean_pos)``, written in place into one fresh fp32 buffer; the
     product is exact for bit 0 and the sum rounds ``mean_neg`` at most by one ulp, the same on both
     sides (encoder and decoder run this same function)."""
     out = torch.empty(bits.shape, dtype=torch.float32, device=bits.device).copy_(bits)
-    return out.mul_(means[:, 1] - means[:, 0]).add_(means[:, 0])
+    return out.mul_((means[..., 1] - means[..., 0]).unsqueeze(-2)).add_(means[..., 0].unsqueeze(-2))
