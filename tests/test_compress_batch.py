@@ -29,6 +29,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("qsgd", {}),
     ("qsgd", {"levels": 3, "bucket_size": 7}),
     ("qsgd", {"elias": True}),  # falls back to the loop
+    ("none", {}),
     ("fp16", {}),
     ("onebit", {}),
     ("onebit", {"granularity": "column"}),
@@ -111,7 +112,7 @@ def test_topk_ties_lower_index_wins() -> None:
 
 def test_which_codecs_are_batched() -> None:
     names = batched_codecs()
-    assert names == ["2bit", "4bit", "efsignsgd", "fp16", "onebit", "qsgd", "signsgd", "terngrad", "topk"]
+    assert names == ["2bit", "4bit", "efsignsgd", "fp16", "none", "onebit", "qsgd", "signsgd", "terngrad", "topk"]
     assert set(names) <= set(codec_names())
 
 
@@ -123,7 +124,9 @@ def test_mismatched_lengths() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-@pytest.mark.parametrize("name", ["topk", "2bit", "efsignsgd", "terngrad", "qsgd", "signsgd", "fp16", "onebit", "4bit"])
+@pytest.mark.parametrize(
+    "name", ["topk", "2bit", "efsignsgd", "terngrad", "qsgd", "signsgd", "none", "fp16", "onebit", "4bit"]
+)
 def test_batch_on_cuda_is_byte_identical(name: str) -> None:
     dev = torch.device("cuda")
     codec = build_codec(name, seed=3)
@@ -178,3 +181,24 @@ def test_sums_of_squares_do_not_depend_on_where_the_data_lies(name: str, params:
             expected = [_bytes(p) for p in ref]
             assert [_bytes(p) for p in moved] == expected
             assert [_bytes(p) for p in listed] == [_bytes(p) for p in stacked] == expected
+
+
+def test_half_gradients_keep_their_own_bytes() -> None:
+    """fp16 sends a half-precision gradient's bytes unchanged, NaN payloads included: the batched
+    path (which works on fp32 rows) leaves such gradients to the loop, and a dense payload never
+    aliases the caller's gradient."""
+    layer = LayerInfo("w", (6,))
+    nan = torch.tensor([0x7E01], dtype=torch.int16).view(torch.float16)  # a NaN with a payload
+    grads = [torch.tensor([1.0, -2.0, 0.5, 3.0, 0.0, 1.0], dtype=torch.float16) for _ in range(3)]
+    grads[1][2] = nan[0]
+    codec = build_codec("fp16", {}, seed=1)
+    got = encode_batch(codec, grads, layer, [codec.init_state(layer, CPU, node=i) for i in range(3)], always=True)
+    assert [p.buffers["values"].numpy().tobytes() for p in got] == [
+        g.view(torch.uint8).numpy().tobytes() for g in grads
+    ]
+    stacked = torch.randn(3, 6)
+    none = build_codec("none", {}, seed=1)
+    sent = encode_batch(none, stacked, layer, [none.init_state(layer, CPU, node=i) for i in range(3)], always=True)
+    before = [p.buffers["values"].clone() for p in sent]
+    stacked.add_(1.0)  # the caller reuses its gradient buffer
+    assert all(torch.equal(p.buffers["values"], b) for p, b in zip(sent, before))

@@ -21,7 +21,7 @@ as it reduces the same values as a 1-D tensor (checked by the tests); on other d
 by row, since a GPU may split a long 1-D reduction differently from a row reduction.
 
 Batched: ``topk``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngrad``, ``qsgd`` (fixed-width
-codes), ``fp16``, ``onebit`` and ``4bit``. Every other codec (and ``qsgd`` with ``elias``, ``fp16``
+codes), ``none``, ``fp16``, ``onebit`` and ``4bit``. Every other codec (and ``qsgd`` with ``elias``, ``fp16``
 of gradients that are not fp32, an empty layer, a codec subclass) falls back to the per-node loop,
 so :func:`encode_batch` is always correct to call.
 """
@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
-from aiotsim.compress.dense import HalfPrecision
+from aiotsim.compress.dense import HalfPrecision, NoCompression
 from aiotsim.compress.fourbit import FourBit, first_threshold, quantize_levels
 from aiotsim.compress.packing import encode_index_rows, pack_bits, pack_f32, pack_rows, pack_value_rows
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit, _round_stochastic_, _signed_to_f32, pack_fixed
@@ -280,6 +280,11 @@ def _qsgd(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecS
     return [Payload({"norms": pack_f32(norms[i]), "codes": p}) for i, p in enumerate(packed)], None
 
 
+def _none(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    # pack_f32(grad): its 4 bytes each, in a copy (acc may be the caller's own gradient tensor)
+    return [Payload({"values": r}) for r in acc.clone().view(_U8)], None
+
+
 def _fp16(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
     # pack_f16(grad): fp32 rounded to fp16, its 2 bytes each (acc is the fp32 gradient: no feedback)
     return [Payload({"values": r}) for r in acc.to(torch.float16).view(_U8)], None
@@ -326,6 +331,7 @@ _BATCHED: dict[type[Codec], BatchEncoder] = {
     EFSignSGD: _efsignsgd,
     TernGrad: _terngrad,
     QSGD: _qsgd,
+    NoCompression: _none,
     HalfPrecision: _fp16,
     OneBitSGD: _onebit,
     FourBit: _fourbit,
