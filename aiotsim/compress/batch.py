@@ -21,9 +21,10 @@ as it reduces the same values as a 1-D tensor (checked by the tests); on other d
 by row, since a GPU may split a long 1-D reduction differently from a row reduction.
 
 Batched: ``topk``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngrad``, ``qsgd`` (fixed-width
-codes), ``none``, ``fp16``, ``onebit`` and ``4bit``. Every other codec (and ``qsgd`` with ``elias``, ``fp16``
-of gradients that are not fp32, an empty layer, a codec subclass) falls back to the per-node loop,
-so :func:`encode_batch` is always correct to call.
+codes), ``none``, ``fp16``, ``onebit`` and ``4bit``. Every other codec (and ``qsgd`` with
+``elias``, ``fp16`` of gradients that are not fp32, an empty layer, a codec subclass) falls back to
+the per-node loop, so :func:`encode_batch` is always correct to call. Sums of squares come from
+``vector_norm``, never BLAS's ``dot``, whose rounding depends on where a row lies in memory.
 """
 
 from __future__ import annotations
