@@ -333,22 +333,27 @@ def test_sync_without_node_momentum_encodes_the_batch_at_dispatch(codec: str, mo
 
 
 @pytest.mark.parametrize(
-    "over",
+    ("codec", "over"),
     [
-        {},  # momentum on the nodes: u = m u + g taken at dispatch
-        {"nodes.state_dtype": "float16", "training.momentum_masking": True},
-        {"nodes.state_dtype": "float16", "training.momentum_at": "server"},
+        ("topk", {}),  # momentum on the nodes: u = m u + g taken at dispatch
+        ("topk", {"nodes.state_dtype": "float16", "training.momentum_masking": True}),
+        ("topk", {"nodes.state_dtype": "float16", "training.momentum_at": "server"}),
+        ("4bit", {"nodes.state_dtype": "float16"}),  # dense residuals, widened and stored back
+        ("onebit", {}),
+        ("none", {}),
     ],
-    ids=["node-momentum", "fp16-state-masking", "fp16-state-server-momentum"],
+    ids=["node-momentum", "fp16-state-masking", "fp16-state-server-momentum", "4bit-fp16-state", "onebit", "none"],
 )
-def test_encoding_at_dispatch_equals_each_node_encoding_at_its_turn(over: dict[str, Any], monkeypatch) -> None:
+def test_encoding_at_dispatch_equals_each_node_encoding_at_its_turn(
+    codec: str, over: dict[str, Any], monkeypatch
+) -> None:
     """The batch encoded at dispatch (momentum step, widened fp16 state, batched top-k) gives the
     same run, row for row, as the same batched gradients encoded by each node at its own turn;
     the node state stays as the looped encode stores it: residuals in ``state_dtype``, in the
     node's state pages, the same tensors from round to round."""
     import aiotsim.sim.batching as batching
 
-    sc = _scenario("sync", "topk", batched=True).replace(**over)
+    sc = _scenario("sync", codec, batched=True).replace(**over)
     at_dispatch, dsink, _ = _run(sc)
     monkeypatch.setattr(batching, "encode_group", lambda *a: None)
     at_turn, tsink, _ = _run(sc)
@@ -356,8 +361,10 @@ def test_encoding_at_dispatch_equals_each_node_encoding_at_its_turn(over: dict[s
     dtype = torch.float16 if over.get("nodes.state_dtype") == "float16" else torch.float32
     for a, b in zip(at_dispatch.nodes, at_turn.nodes):
         for sa, sb in zip(a.local.states, b.local.states):
-            assert sa.residual.dtype == dtype and torch.equal(sa.residual, sb.residual)
-            assert at_dispatch.learning.pages.holds(sa.residual)
+            assert (sa.residual is None) == (sb.residual is None) == (codec == "none")
+            if sa.residual is not None:
+                assert sa.residual.dtype == dtype and torch.equal(sa.residual, sb.residual)
+                assert at_dispatch.learning.pages.holds(sa.residual)
         assert (a.local.velocity is None) == (over.get("training.momentum_at") == "server")
         for va, vb in zip(a.local.velocity or [], b.local.velocity or []):
             assert torch.equal(va, vb)
