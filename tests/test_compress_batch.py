@@ -36,7 +36,8 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("4bit", {}),
     ("4bit", {"statistic": "mean", "spacing": "log2"}),
     ("4bit", {"statistic": "std"}),
-    ("randomk", {}),  # no batched path: the loop
+    ("randomk", {}),
+    ("randomk", {"scale": False, "value_dtype": "fp16"}),  # with a residual
     ("dgc", {}),
 ]
 SHAPES = [(7,), (16, 8), (3, 5, 3, 3), (70_000,)]
@@ -112,7 +113,19 @@ def test_topk_ties_lower_index_wins() -> None:
 
 def test_which_codecs_are_batched() -> None:
     names = batched_codecs()
-    assert names == ["2bit", "4bit", "efsignsgd", "fp16", "none", "onebit", "qsgd", "signsgd", "terngrad", "topk"]
+    assert names == [
+        "2bit",
+        "4bit",
+        "efsignsgd",
+        "fp16",
+        "none",
+        "onebit",
+        "qsgd",
+        "randomk",
+        "signsgd",
+        "terngrad",
+        "topk",
+    ]
     assert set(names) <= set(codec_names())
 
 

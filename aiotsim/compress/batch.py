@@ -21,7 +21,7 @@ as it reduces the same values as a 1-D tensor (checked by the tests); on other d
 by row, since a GPU may split a long 1-D reduction differently from a row reduction.
 
 Batched: ``topk``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngrad``, ``qsgd`` (fixed-width
-codes), ``none``, ``fp16``, ``onebit`` and ``4bit``. Every other codec (and ``qsgd`` with
+codes), ``randomk``, ``none``, ``fp16``, ``onebit`` and ``4bit``. Every other codec (and ``qsgd`` with
 ``elias``, ``fp16`` of gradients that are not fp32, an empty layer, a codec subclass) falls back to
 the per-node loop, so :func:`encode_batch` is always correct to call. Sums of squares come from
 ``vector_norm``, never BLAS's ``dot``, whose rounding depends on where a row lies in memory.
@@ -40,7 +40,7 @@ from aiotsim.compress.fourbit import FourBit, first_threshold, quantize_levels
 from aiotsim.compress.packing import encode_index_rows, pack_bits, pack_f32, pack_rows, pack_value_rows
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit, _round_stochastic_, _signed_to_f32, pack_fixed
 from aiotsim.compress.sign import EFSignSGD, OneBitSGD, SignSGD, _reconstruct, side_means
-from aiotsim.compress.sparsify import _BRACKET_MIN_NUMEL, TopK, k_of, round_values
+from aiotsim.compress.sparsify import _BRACKET_MIN_NUMEL, RandomK, TopK, k_of, round_values
 
 _U8 = torch.uint8
 
@@ -281,6 +281,19 @@ def _qsgd(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecS
     return [Payload({"norms": pack_f32(norms[i]), "codes": p}) for i, p in enumerate(packed)], None
 
 
+def _randomk(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    nodes, n = acc.shape
+    k = k_of(codec.params.ratio, n)
+    draws = [RandomK.draw(s, n, k, acc.device) for s in states]  # each node's own generator, in order
+    idx = torch.stack([i for _, i in draws])  # [nodes, k] sorted per row
+    picked = acc.gather(1, idx)
+    if codec.params.scale:
+        picked = picked * (n / max(k, 1))
+    values = round_values(picked, codec.params.value_dtype)
+    packed = pack_value_rows(values, codec.params.value_dtype)
+    return [RandomK.payload(seed, p) for (seed, _), p in zip(draws, packed)], ("sparse", (idx, values))
+
+
 def _none(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
     # pack_f32(grad): its 4 bytes each, in a copy (acc may be the caller's own gradient tensor)
     return [Payload({"values": r}) for r in acc.clone().view(_U8)], None
@@ -332,6 +345,7 @@ _BATCHED: dict[type[Codec], BatchEncoder] = {
     EFSignSGD: _efsignsgd,
     TernGrad: _terngrad,
     QSGD: _qsgd,
+    RandomK: _randomk,
     NoCompression: _none,
     HalfPrecision: _fp16,
     OneBitSGD: _onebit,

@@ -254,17 +254,26 @@ class RandomK(Codec[CodecState]):
     ) -> tuple[Payload, Sent | None]:
         n = acc.numel()
         k = k_of(self.params.ratio, n)
-        seed = int(torch.randint(0, 2**32, (1,), generator=state.generator, device=state.generator.device))
-        idx = random_subset(seed, n, k, acc.device)  # [k]
+        seed, idx = self.draw(state, n, k, acc.device)  # [k]
         picked = acc.reshape(-1)[idx]  # [k] fp32
         if self.params.scale:  # unbiased: E[n/k * 1{i in idx}] = 1
             picked = picked * (n / max(k, 1))
         values = round_values(picked, self.params.value_dtype)
-        payload = Payload(
-            {"seed": pack_u32([seed], acc.device), "values": pack_values(values, self.params.value_dtype)},
-            {"seed": seed.to_bytes(4, "little")},  # the whole seed field, as the receiver reads it on the host
+        return self.payload(seed, pack_values(values, self.params.value_dtype)), Sent.sparse(idx, values)
+
+    @staticmethod
+    def draw(state: CodecState, n: int, k: int, device: torch.device) -> tuple[int, torch.Tensor]:
+        """This step's seed, from the node's generator, and the ``k`` sorted indices it stands for."""
+        seed = int(torch.randint(0, 2**32, (1,), generator=state.generator, device=state.generator.device))
+        return seed, random_subset(seed, n, k, device)
+
+    @staticmethod
+    def payload(seed: int, values: torch.Tensor) -> Payload:
+        """The message: the seed (4 bytes, with its host copy, as the receiver reads it on the
+        host) and the packed ``values``."""
+        return Payload(
+            {"seed": pack_u32([seed], values.device), "values": values}, {"seed": seed.to_bytes(4, "little")}
         )
-        return payload, Sent.sparse(idx, values)
 
     def indices(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         """The index set of a payload (regenerated from its seed): the server's union uses it."""
