@@ -36,6 +36,9 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("4bit", {}),
     ("4bit", {"statistic": "mean", "spacing": "log2"}),
     ("4bit", {"statistic": "std"}),
+    ("threshold", {"tau": 0.5}),  # most values pass: bitmap-coded rows
+    ("threshold", {"tau": 2.0, "quantize": True}),  # a few: delta-coded, signs only
+    ("threshold", {"tau": 1.0, "value_dtype": "fp16", "error_feedback": False}),
     ("randomk", {}),
     ("randomk", {"scale": False, "value_dtype": "fp16"}),  # with a residual
     ("dgc", {}),
@@ -124,6 +127,7 @@ def test_which_codecs_are_batched() -> None:
         "randomk",
         "signsgd",
         "terngrad",
+        "threshold",
         "topk",
     ]
     assert set(names) <= set(codec_names())

@@ -21,7 +21,7 @@ as it reduces the same values as a 1-D tensor (checked by the tests); on other d
 by row, since a GPU may split a long 1-D reduction differently from a row reduction.
 
 Batched: ``topk``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngrad``, ``qsgd`` (fixed-width
-codes), ``randomk``, ``none``, ``fp16``, ``onebit`` and ``4bit``. Every other codec (and ``qsgd`` with
+codes), ``randomk``, ``threshold``, ``none``, ``fp16``, ``onebit`` and ``4bit``. Every other codec (and ``qsgd`` with
 ``elias``, ``fp16`` of gradients that are not fp32, an empty layer, a codec subclass) falls back to
 the per-node loop, so :func:`encode_batch` is always correct to call. Sums of squares come from
 ``vector_norm``, never BLAS's ``dot``, whose rounding depends on where a row lies in memory.
@@ -40,12 +40,13 @@ from aiotsim.compress.fourbit import FourBit, first_threshold, quantize_levels
 from aiotsim.compress.packing import encode_index_rows, pack_bits, pack_f32, pack_rows, pack_value_rows
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit, _round_stochastic_, _signed_to_f32, pack_fixed
 from aiotsim.compress.sign import EFSignSGD, OneBitSGD, SignSGD, _reconstruct, side_means
-from aiotsim.compress.sparsify import _BRACKET_MIN_NUMEL, RandomK, TopK, k_of, round_values
+from aiotsim.compress.sparsify import _BRACKET_MIN_NUMEL, RandomK, Threshold, TopK, k_of, round_values
 
 _U8 = torch.uint8
 
 # What a batched encoder returns: the payloads and, with error feedback, what each node sent:
-# ("dense", [nodes, n] fp32) or ("sparse", ([nodes, k] int64 indices, [nodes, k] fp32 values)).
+# ("dense", [nodes, n] fp32), ("sparse", ([nodes, k] int64 indices, [nodes, k] fp32 values)) or,
+# for counts that differ by node, ("flat", ([m] int64 indices into the [nodes * n] rows, [m] fp32)).
 SentRows = tuple[str, object] | None
 BatchEncoder = Callable[[Codec, torch.Tensor, LayerInfo, list[CodecState]], tuple[list[Payload], SentRows]]
 
@@ -150,8 +151,8 @@ def _remember(
     else:
         idx, vals = value  # type: ignore[misc]
         n = acc.shape[1]
-        flat = (idx + n * torch.arange(acc.shape[0], device=acc.device).unsqueeze(1)).reshape(-1)
-        acc.view(-1).index_put_((flat,), -vals.reshape(-1).to(acc.dtype), accumulate=True)
+        flat = idx if kind == "flat" else (idx + n * torch.arange(acc.shape[0], device=acc.device).unsqueeze(1))
+        acc.view(-1).index_put_((flat.reshape(-1),), -vals.reshape(-1).to(acc.dtype), accumulate=True)
     for s, old, row in zip(states, before, acc):
         if old is not None and old.dtype == torch.float32 and old.is_contiguous() and old.numel() == row.numel():
             s.residual = old.view(layer.shape).copy_(row.view(layer.shape))
@@ -294,6 +295,20 @@ def _randomk(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[Cod
     return [RandomK.payload(seed, p) for (seed, _), p in zip(draws, packed)], ("sparse", (idx, values))
 
 
+def _threshold(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    nodes, n = acc.shape
+    send = acc.abs() >= codec.params.tau  # [nodes, n]
+    hits = torch.nonzero(send)  # [m, 2] (node, index): row by row, indices ascending as each node's
+    counts = send.sum(dim=1).tolist()  # one host read for every row's count
+    flat = hits[:, 0] * n + hits[:, 1]  # [m] into [nodes * n]
+    picked = acc.view(-1).index_select(0, flat).split(counts)
+    messages = [
+        codec.message(idx, p, send[i])  # type: ignore[attr-defined]
+        for i, (idx, p) in enumerate(zip(hits[:, 1].contiguous().split(counts), picked))
+    ]
+    return [m for m, _ in messages], ("flat", (flat, torch.cat([v for _, v in messages])))
+
+
 def _none(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
     # pack_f32(grad): its 4 bytes each, in a copy (acc may be the caller's own gradient tensor)
     return [Payload({"values": r}) for r in acc.clone().view(_U8)], None
@@ -346,6 +361,7 @@ _BATCHED: dict[type[Codec], BatchEncoder] = {
     TernGrad: _terngrad,
     QSGD: _qsgd,
     RandomK: _randomk,
+    Threshold: _threshold,
     NoCompression: _none,
     HalfPrecision: _fp16,
     OneBitSGD: _onebit,

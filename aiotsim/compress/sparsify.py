@@ -314,18 +314,23 @@ class Threshold(Codec[CodecState]):
         flat = acc.reshape(-1)  # [n] fp32: r + g (or g without error feedback)
         send = flat.abs() >= self.params.tau  # [n]
         idx = torch.nonzero(send).reshape(-1)  # [k] ascending
-        picked = flat.index_select(0, idx)
-        n = flat.numel()
+        payload, values = self.message(idx, flat.index_select(0, idx), send)
+        return payload, Sent.sparse(idx, values)
+
+    def message(self, idx: torch.Tensor, picked: torch.Tensor, send: torch.Tensor) -> tuple[Payload, torch.Tensor]:
+        """The message for the selected ``idx`` (``[k]`` ascending) of the ``[n]`` mask ``send``,
+        whose accumulated values are ``picked``: the payload, and the ``[k]`` fp32 values the
+        server reads back."""
+        n = send.numel()
         if self.params.quantize:
             negative = picked < 0  # [k] sign bits, 1 = negative
             values = torch.where(negative, -self.params.tau, self.params.tau).to(torch.float32)
             # 1 sign bit per sent index: tau is known to both sides by protocol.
             coded = encode_index_set(idx, n, send)
             signs = pack_bits(negative.to(torch.uint8), 1)
-            payload = Payload({"indices": coded.buf, "signs": signs}, {"indices": coded.head})
-            return payload, Sent.sparse(idx, values)
+            return Payload({"indices": coded.buf, "signs": signs}, {"indices": coded.head}), values
         values = round_values(picked, self.params.value_dtype)
-        return sparse_payload(idx, values, n, self.params.value_dtype, send), Sent.sparse(idx, values)
+        return sparse_payload(idx, values, n, self.params.value_dtype, send), values
 
     def message_bound(self, layer: LayerInfo) -> int:
         """Every element may pass tau: n indices, and n values (or n sign bits)."""
