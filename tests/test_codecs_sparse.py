@@ -20,6 +20,7 @@ from aiotsim.compress.packing import (
     IDX_PLAIN,
     _bitmap_certainly_beats_delta,
     decode_indices,
+    encode_index_ragged,
     encode_index_rows,
     encode_index_set,
     encode_indices,
@@ -202,6 +203,59 @@ def test_index_rows_equal_each_rows_own_coding(batch: tuple[torch.Tensor, int]) 
     assert [bytes(c.buf.numpy()) for c in got] == [bytes(c.buf.numpy()) for c in own]
     # the host copy of each header: the buffer's first 6 bytes, as each row's own coding has it
     assert [c.head for c in got] == [c.head for c in own] == [bytes(c.buf[:6].tolist()) for c in got]
+
+
+@st.composite
+def ragged_sets(draw: st.DrawFn) -> tuple[list[torch.Tensor], int]:
+    """Sorted index sets into ``[0, n)`` of different sizes (empty, scattered, clustered, dense),
+    so that one batch mixes plain, delta and bitmap codings of several widths and counts."""
+    n = draw(st.integers(1, 300))
+    sets = []
+    for kind, seed in draw(st.lists(st.tuples(st.sampled_from("escd"), st.integers(0, 2**16)), min_size=1, max_size=7)):
+        g = torch.Generator().manual_seed(seed)
+        k = int(torch.randint(1, n + 1, (1,), generator=g))
+        if kind == "e":
+            row = torch.zeros(0, dtype=torch.int64)
+        elif kind == "s":
+            row = torch.randperm(n, generator=g)[:k]
+        elif kind == "c":
+            start = int(torch.randint(0, n - k + 1, (1,), generator=g))
+            row = torch.arange(start, start + k)
+        else:  # dense: all but a few
+            row = torch.randperm(n, generator=g)[: max(n - k // 8, 1)]
+        sets.append(row.sort().values)
+    return sets, n
+
+
+@settings(max_examples=200, deadline=None)
+@given(batch=ragged_sets(), with_mask=st.booleans())
+def test_ragged_index_sets_equal_each_sets_own_coding(batch: tuple[list[torch.Tensor], int], with_mask: bool) -> None:
+    sets, n = batch
+    mask = torch.zeros(len(sets), n, dtype=torch.bool)
+    for row, idx in enumerate(sets):
+        mask[row, idx] = True
+    got = encode_index_ragged(torch.cat(sets), [int(s.numel()) for s in sets], n, mask if with_mask else None)
+    own = [encode_index_set(idx, n, mask[row] if with_mask else None) for row, idx in enumerate(sets)]
+    assert [bytes(c.buf.numpy()) for c in got] == [bytes(c.buf.numpy()) for c in own]
+    assert [c.head for c in got] == [c.head for c in own]
+
+
+def test_ragged_index_sets_read_the_host_once() -> None:
+    # n = 64 (plain width 6). {0, 63}: plain and delta both 2 bytes, a tie: plain. {}: plain, no
+    # body. {10, 11, 12}: gaps 10, 1, 1 -> delta at 4 bits, 2 bytes (plain: 3). All but 1, 20, 40
+    # and 62: largest gap 2 -> delta 15 bytes, plain 45, bitmap 8: bitmap.
+    dense = torch.tensor([i for i in range(64) if i not in (1, 20, 40, 62)])
+    sets = [torch.tensor([0, 63]), torch.zeros(0, dtype=torch.int64), torch.tensor([10, 11, 12]), dense]
+    with host_reads_module().HostReads() as reads:
+        got = encode_index_ragged(torch.cat(sets), [2, 0, 3, 60], 64)
+    assert [name for name, _ in reads.calls.elements()] == ["tolist"]
+    assert [c.head[:2] for c in got] == [
+        bytes([IDX_PLAIN, 6]),
+        bytes([IDX_PLAIN, 6]),
+        bytes([IDX_DELTA, 4]),
+        bytes([IDX_BITMAP, 1]),
+    ]
+    assert [c.buf.numel() for c in got] == [6 + 2, 6, 6 + 2, 6 + 8]  # ceil(count x width / 8), bitmap 64 bits
 
 
 def test_index_rows_mix_forms_and_read_the_host_once() -> None:

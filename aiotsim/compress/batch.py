@@ -37,7 +37,14 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.dense import HalfPrecision, NoCompression
 from aiotsim.compress.fourbit import FourBit, first_threshold, quantize_levels
-from aiotsim.compress.packing import encode_index_rows, pack_bits, pack_f32, pack_rows, pack_value_rows
+from aiotsim.compress.packing import (
+    encode_index_ragged,
+    encode_index_rows,
+    pack_bits,
+    pack_f32,
+    pack_rows,
+    pack_value_rows,
+)
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit, _round_stochastic_, _signed_to_f32, pack_fixed
 from aiotsim.compress.sign import EFSignSGD, OneBitSGD, SignSGD, _reconstruct, side_means
 from aiotsim.compress.sparsify import _BRACKET_MIN_NUMEL, RandomK, Threshold, TopK, k_of, round_values
@@ -301,12 +308,11 @@ def _threshold(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[C
     hits = torch.nonzero(send)  # [m, 2] (node, index): row by row, indices ascending as each node's
     counts = send.sum(dim=1).tolist()  # one host read for every row's count
     flat = hits[:, 0] * n + hits[:, 1]  # [m] into [nodes * n]
-    picked = acc.view(-1).index_select(0, flat).split(counts)
-    messages = [
-        codec.message(idx, p, send[i])  # type: ignore[attr-defined]
-        for i, (idx, p) in enumerate(zip(hits[:, 1].contiguous().split(counts), picked))
-    ]
-    return [m for m, _ in messages], ("flat", (flat, torch.cat([v for _, v in messages])))
+    values, negative = codec.sent_values(acc.view(-1).index_select(0, flat))  # type: ignore[attr-defined]
+    coded = encode_index_ragged(hits[:, 1], counts, n, send)  # one more host read, for every row
+    signs = negative.split(counts) if negative is not None else [None] * nodes
+    payloads = [codec.payload(c, v, s) for c, v, s in zip(coded, values.split(counts), signs)]  # type: ignore[attr-defined]
+    return payloads, ("flat", (flat, values))
 
 
 def _none(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):

@@ -14,6 +14,7 @@ Everything here is vectorized torch on the input's device and returns 1-D ``uint
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -273,14 +274,16 @@ def pack_rows(
     codes: torch.Tensor, pack: Callable[[torch.Tensor], torch.Tensor], aligned: bool, head: torch.Tensor | None = None
 ) -> list[torch.Tensor]:
     """``[pack(row) for row in codes]`` for ``codes`` ``[rows, n]``, each after the bytes ``head``
-    when given: in one pass when every row's packed bits end on a byte (``aligned``: the flat
-    stream then splits exactly at row boundaries; the rows are views of one buffer), else row by
-    row."""
+    when given (``[h]``: the same for every row, or ``[rows, h]``: one per row): in one pass when
+    every row's packed bits end on a byte (``aligned``: the flat stream then splits exactly at row
+    boundaries; the rows are views of one buffer), else row by row."""
     rows = codes.shape[0]
+    if head is None:
+        return list(pack(codes.reshape(-1)).view(rows, -1)) if aligned and rows else [pack(r) for r in codes]
+    heads = head.expand(rows, -1)
     if aligned and rows:
-        body = pack(codes.reshape(-1)).view(rows, -1)
-        return list(body if head is None else torch.cat([head.expand(rows, -1), body], dim=1))
-    return [pack(r) if head is None else torch.cat([head, pack(r)]) for r in codes]
+        return list(torch.cat([heads, pack(codes.reshape(-1)).view(rows, -1)], dim=1))
+    return [torch.cat([h, pack(r)]) for h, r in zip(heads, codes)]
 
 
 def encode_index_rows(idx: torch.Tensor, n: int) -> list[CodedIndices]:
@@ -316,6 +319,52 @@ def encode_index_rows(idx: torch.Tensor, n: int) -> list[CodedIndices]:
         host = _header_bytes(mode, width, count)
         by_row.update((row, CodedIndices(buf, host)) for row, buf in zip(members, bufs))
     return [by_row[row] for row in range(rows)]
+
+
+def encode_index_ragged(
+    cols: torch.Tensor, counts: list[int], n: int, mask: torch.Tensor | None = None
+) -> list[CodedIndices]:
+    """:func:`encode_index_set` of each of ``len(counts)`` index sets into ``[0, n)`` laid end to
+    end in ``cols`` (``[sum(counts)]``, each set ascending and distinct), the same bytes: a batch of
+    messages of different sizes (batched threshold). ``mask``: the sets as a ``[rows, n]`` boolean
+    tensor, when the caller has one. One host read for the whole batch (every set's largest gap,
+    which picks its form), and one packing pass for all bitmap-coded sets when ``n`` fills whole
+    bytes; the other sets are packed one by one, reading nothing back."""
+    rows, device = len(counts), cols.device
+    cols = cols.to(torch.int64)
+    starts = list(itertools.accumulate([0, *counts[:-1]]))
+    gaps = cols.clone()  # first gap of each set: its first index
+    if cols.numel() > 1:
+        gaps[1:] -= cols[:-1]
+        firsts = [s for s, c in zip(starts, counts) if c and s]
+        if firsts:
+            gaps[firsts] = cols[firsts]
+    ends = torch.tensor(list(itertools.accumulate(counts)), device=device)
+    owner = torch.searchsorted(ends, torch.arange(cols.numel(), device=device), right=True)  # each index's set
+    largest = torch.zeros(rows, dtype=torch.int64, device=device).scatter_reduce_(0, owner, gaps, "amax")
+    out: list[CodedIndices | None] = []
+    bitmaps: list[int] = []
+    for row, (count, max_gap, start) in enumerate(zip(counts, largest.tolist(), starts)):  # the one host read
+        sizes = index_coding_sizes(count, n, max_gap)
+        mode = min(sizes, key=lambda m: (sizes[m], m))
+        if mode == IDX_BITMAP:
+            bitmaps.append(row)
+            out.append(None)
+            continue
+        width = bit_width(max(n - 1, 0)) if mode == IDX_PLAIN else bit_width(max_gap)
+        src = (cols if mode == IDX_PLAIN else gaps)[start : start + count]
+        out.append(_coded(mode, width, count, pack_uint(src, width)))
+    if bitmaps:
+        if mask is None:
+            mask = torch.zeros(rows, n, dtype=torch.bool, device=device)
+            mask[owner, cols] = True
+        heads = [_header_bytes(IDX_BITMAP, 1, counts[r]) for r in bitmaps]
+        head_rows = torch.tensor([list(h) for h in heads], dtype=_U8, device=device)  # [bitmaps, 6]
+        picked = mask.index_select(0, torch.tensor(bitmaps, device=device)).view(_U8)
+        bufs = pack_rows(picked, lambda r: pack_bits(r, 1), n % 8 == 0, head_rows)
+        for row, buf, head in zip(bitmaps, bufs, heads):
+            out[row] = CodedIndices(buf, head)
+    return out  # type: ignore[return-value]
 
 
 def index_header(buf: torch.Tensor, head: bytes | None = None) -> tuple[int, int, int]:

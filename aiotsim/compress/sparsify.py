@@ -58,6 +58,7 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import (
+    CodedIndices,
     encode_index_set,
     index_bound,
     index_count,
@@ -314,23 +315,25 @@ class Threshold(Codec[CodecState]):
         flat = acc.reshape(-1)  # [n] fp32: r + g (or g without error feedback)
         send = flat.abs() >= self.params.tau  # [n]
         idx = torch.nonzero(send).reshape(-1)  # [k] ascending
-        payload, values = self.message(idx, flat.index_select(0, idx), send)
-        return payload, Sent.sparse(idx, values)
+        values, negative = self.sent_values(flat.index_select(0, idx))
+        return self.payload(encode_index_set(idx, flat.numel(), send), values, negative), Sent.sparse(idx, values)
 
-    def message(self, idx: torch.Tensor, picked: torch.Tensor, send: torch.Tensor) -> tuple[Payload, torch.Tensor]:
-        """The message for the selected ``idx`` (``[k]`` ascending) of the ``[n]`` mask ``send``,
-        whose accumulated values are ``picked``: the payload, and the ``[k]`` fp32 values the
-        server reads back."""
-        n = send.numel()
+    def sent_values(self, picked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What the server reads back for the accumulated values ``picked`` that pass (fp32), and,
+        quantized, their signs (True: negative)."""
         if self.params.quantize:
-            negative = picked < 0  # [k] sign bits, 1 = negative
-            values = torch.where(negative, -self.params.tau, self.params.tau).to(torch.float32)
-            # 1 sign bit per sent index: tau is known to both sides by protocol.
-            coded = encode_index_set(idx, n, send)
-            signs = pack_bits(negative.to(torch.uint8), 1)
-            return Payload({"indices": coded.buf, "signs": signs}, {"indices": coded.head}), values
-        values = round_values(picked, self.params.value_dtype)
-        return sparse_payload(idx, values, n, self.params.value_dtype, send), values
+            negative = picked < 0
+            return torch.where(negative, -self.params.tau, self.params.tau).to(torch.float32), negative
+        return round_values(picked, self.params.value_dtype), None
+
+    def payload(self, coded: CodedIndices, values: torch.Tensor, negative: torch.Tensor | None) -> Payload:
+        """The message: the coded index set, then the values, or (quantized) 1 sign bit per index:
+        tau is known to both sides by protocol."""
+        if negative is not None:
+            body = {"signs": pack_bits(negative.to(torch.uint8), 1)}
+        else:
+            body = {"values": pack_values(values, self.params.value_dtype)}
+        return Payload({"indices": coded.buf, **body}, {"indices": coded.head})
 
     def message_bound(self, layer: LayerInfo) -> int:
         """Every element may pass tau: n indices, and n values (or n sign bits)."""
