@@ -19,6 +19,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("topk", {"ratio": 0.3, "value_dtype": "fp16"}),
     ("topk", {"ratio": 1.0}),
     ("topk", {"error_feedback": False}),
+    ("agg-aware", {"ratio": 0.1}),  # before any global update: plain top-k
     ("2bit", {"threshold": 0.3}),
     ("2bit", {"threshold": 0.3, "error_feedback": False}),
     ("signsgd", {}),
@@ -119,6 +120,7 @@ def test_which_codecs_are_batched() -> None:
     assert names == [
         "2bit",
         "4bit",
+        "agg-aware",
         "efsignsgd",
         "fp16",
         "none",
@@ -219,3 +221,30 @@ def test_half_gradients_keep_their_own_bytes() -> None:
     before = [p.buffers["values"].clone() for p in sent]
     stacked.add_(1.0)  # the caller reuses its gradient buffer
     assert all(torch.equal(p.buffers["values"], b) for p, b in zip(sent, before))
+
+
+@pytest.mark.parametrize("metric", ["global", "persistence", "consensus", "magnitude"])
+@pytest.mark.parametrize("reserve", [1.0, 0.5])
+def test_aggregation_aware_after_global_updates(metric: str, reserve: float) -> None:
+    """Seed 001's selection once the nodes have learned from the server's aggregates (boosted
+    scores; with ``reserve`` < 1 part of k by |acc| alone): the same bytes and residuals batched.
+    Two of the five nodes join late (no globalness yet), so one batch mixes both kinds."""
+    codec = build_codec("agg-aware", {"ratio": 0.1, "metric": metric, "reserve": reserve}, seed=5)
+    layer = LayerInfo("w", (16, 8), kind="fc", index=2)
+    looped = [codec.init_state(layer, CPU, node=i) for i in range(5)]
+    batched = copy.deepcopy(looped)
+    for step in range(4):
+        grads = _grads(5, layer.shape, seed=step, ties=step == 2)
+        ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
+        got = encode_batch(codec, grads, layer, batched, always=True)
+        assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
+        for a, b in zip(looped, batched):
+            assert a.residual.numpy().tobytes() == b.residual.numpy().tobytes()
+        update = torch.zeros(16 * 8).index_fill_(
+            0, torch.randperm(128, generator=torch.Generator().manual_seed(step))[:40], 1.0
+        )
+        update = update * torch.rand(128, generator=torch.Generator().manual_seed(99 + step))
+        for i in range(5):
+            if step or i < 3:  # nodes 3 and 4 observe from the second round on
+                codec.observe_global(update.view(layer.shape), layer, looped[i])
+                codec.observe_global(update.view(layer.shape), layer, batched[i])

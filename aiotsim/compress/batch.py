@@ -20,7 +20,7 @@ over ``dim=1`` of the ``[nodes, n]`` tensor on the CPU, where torch reduces a co
 as it reduces the same values as a 1-D tensor (checked by the tests); on other devices they run row
 by row, since a GPU may split a long 1-D reduction differently from a row reduction.
 
-Batched: ``topk``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngrad``, ``qsgd`` (fixed-width
+Batched: ``topk``, ``agg-aware``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngrad``, ``qsgd`` (fixed-width
 codes), ``randomk``, ``threshold``, ``none``, ``fp16``, ``onebit`` and ``4bit``. Every other codec (and ``qsgd`` with
 ``elias``, ``fp16`` of gradients that are not fp32, an empty layer, a codec subclass) falls back to
 the per-node loop, so :func:`encode_batch` is always correct to call. Sums of squares come from
@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from aiotsim.compress.aggaware import AggAwareState, AggregationAware
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.dense import HalfPrecision, NoCompression
 from aiotsim.compress.fourbit import FourBit, first_threshold, quantize_levels
@@ -117,7 +118,7 @@ def _loop_is_faster(codec: Codec, layer: LayerInfo, device: torch.device) -> boo
     row-wise ``torch.topk`` over ``[nodes, n]`` selects over every full row (measured on mlp's
     layers, 156,800 elements the largest, 10 nodes: 47 ms of CPU looped, 89 ms batched); on CUDA
     the row-wise top-k is one kernel."""
-    if not isinstance(codec, TopK) or device.type == "cuda":
+    if not isinstance(codec, (TopK, AggregationAware)) or device.type == "cuda":
         return False
     n = layer.numel
     return n >= _BRACKET_MIN_NUMEL and 4 * k_of(codec.params.ratio, n) <= n
@@ -193,19 +194,43 @@ def _uniform_rows(states: list[CodecState], nodes: int, n: int, device: torch.de
 
 
 # ---- the codecs ----------------------------------------------------------------------------------
+def _top_rows(mag: torch.Tensor, k: int) -> torch.Tensor:
+    """``[nodes, k]`` ascending indices of each row's ``k`` largest scores, lower index first among
+    equals: :func:`~aiotsim.compress.sparsify.topk_indices` of every row of ``mag``."""
+    nodes, n = mag.shape
+    if k >= n:
+        return torch.arange(n, device=mag.device).expand(nodes, n)
+    kth = torch.topk(mag, k, dim=1, sorted=False).values.min(dim=1, keepdim=True).values  # [nodes, 1]
+    above = mag > kth
+    need = k - above.sum(dim=1, keepdim=True)  # ties at the k-th magnitude that still fit
+    ties = mag == kth
+    mask = above | (ties & (torch.cumsum(ties, dim=1, dtype=torch.int64) <= need))  # k per row
+    return torch.nonzero(mask)[:, 1].view(nodes, k)  # ascending per row (lower index wins ties)
+
+
 def _topk(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    return _sparse_rows(codec, acc, _top_rows(acc.abs(), k_of(codec.params.ratio, acc.shape[1])))
+
+
+def _aggaware(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
     nodes, n = acc.shape
     k = k_of(codec.params.ratio, n)
-    mag = acc.abs()  # [nodes, n]
-    if k >= n:
-        idx = torch.arange(n, device=acc.device).expand(nodes, n)
-    else:
-        kth = torch.topk(mag, k, dim=1, sorted=False).values.min(dim=1, keepdim=True).values  # [nodes, 1]
-        above = mag > kth
-        need = k - above.sum(dim=1, keepdim=True)  # ties at the k-th magnitude that still fit
-        ties = mag == kth
-        mask = above | (ties & (torch.cumsum(ties, dim=1, dtype=torch.int64) <= need))  # k per row
-        idx = torch.nonzero(mask)[:, 1].view(nodes, k)  # ascending per row (lower index wins ties)
+    typed: list[AggAwareState] = states  # type: ignore[assignment]
+    if math.ceil(codec.params.reserve * k) < k and any(s.globalness is not None for s in typed):
+        # some slots by |acc| alone, the rest by score among the others: each node's own selection
+        return _sparse_rows(codec, acc, torch.stack([codec.select(r, s, k) for r, s in zip(acc, typed)]))
+    scores = acc.abs()  # AggregationAware.scores, row by row where a node has learned globalness
+    boosted = [i for i, s in enumerate(typed) if s.globalness is not None]
+    if boosted and codec.params.metric != "magnitude" and codec.params.boost != 0:
+        p = torch.stack([typed[i].globalness.to(acc.device) for i in boosted])  # type: ignore[union-attr]
+        rows = torch.tensor(boosted, device=acc.device)
+        scores.index_copy_(0, rows, scores.index_select(0, rows) * (1.0 + codec.params.boost * p))
+    return _sparse_rows(codec, acc, _top_rows(scores, k))
+
+
+def _sparse_rows(codec: Codec, acc: torch.Tensor, idx: torch.Tensor):
+    """The sparse messages of the ``[nodes, k]`` ascending indices ``idx`` into ``acc``."""
+    n = acc.shape[1]
     values = round_values(acc.gather(1, idx), codec.params.value_dtype)  # [nodes, k]
     # sparse_payload's bytes for every row at once (rows sorted already): one host read per layer
     coded = encode_index_rows(idx, n)
@@ -361,6 +386,7 @@ def _fourbit(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[Cod
 
 _BATCHED: dict[type[Codec], BatchEncoder] = {
     TopK: _topk,
+    AggregationAware: _aggaware,
     TwoBit: _twobit,
     SignSGD: _signsgd,
     EFSignSGD: _efsignsgd,
