@@ -11,6 +11,7 @@ from conftest import ROOT, load_script
 
 from aiotsim.compress import codec_names, get_codec_class
 from aiotsim.compress.base import LayerInfo
+from aiotsim.compress.batch import batched_codecs
 from aiotsim.compress.packing import encode_indices
 from aiotsim.compress.sparsify import random_subset
 
@@ -95,3 +96,30 @@ LAYERS = [
     LayerInfo("fc1.weight", (120, 400), kind="fc", index=4),
     LayerInfo("fc1.bias", (120,), kind="bias", index=5),
 ]
+
+
+# modules of aiotsim.compress whose file names no other aiotsim package uses (sites are file:line)
+_ELSEWHERE = {p.name for p in (ROOT / "aiotsim").rglob("*.py") if p.parent.name != "compress"}
+COMPRESS_FILES = {p.name for p in (ROOT / "aiotsim" / "compress").glob("*.py")} - _ELSEWHERE
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("codec", batched_codecs())
+def test_batched_codecs_read_the_host_per_layer_not_per_node(codec: str) -> None:
+    """A sync round on a star with ``nodes.batched = true``, 4 and 8 nodes, LeNet-5's 10 layers:
+    the codec package's host reads (encodes at dispatch, the server's decodes, its aggregate's
+    message) grow by less than one per added node and layer (the server's own message may take a
+    read more or less on a layer as its union grows); per-node reads would add at least 40.
+    Random-k adds exactly one per node and layer: each node draws its seed from its own
+    generator (its subset is then drawn on a CPU generator: host work, not a device read)."""
+    hr = host_reads_module()
+    lines, first = inspect.getsourcelines(random_subset)
+    exempt = {f"sparsify.py:{line}" for line in range(first, first + len(lines))}
+
+    def reads(n: int) -> int:
+        calls = hr.count(n, codec, 1, True).calls.items()
+        return sum(k for (_, site), k in calls if site.split(":")[0] in COMPRESS_FILES and site not in exempt)
+
+    growth = reads(8) - reads(4)
+    seeds = 4 * 10 if codec == "randomk" else 0
+    assert seeds <= growth < seeds + 4 * 10
