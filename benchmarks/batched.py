@@ -10,7 +10,10 @@ For each node count (default 10, 100, 1000) and model (default ``lenet5`` on 1x2
   result (:meth:`~aiotsim.learn.batched.NodeGradient.take`);
 
 and for every codec with a batched path, one round's encode of every layer of the model for every
-node, looped (``codec.encode`` per node and layer) against :func:`aiotsim.compress.batch.encode_batch`.
+node, looped (``codec.encode`` per node and layer) against :func:`aiotsim.compress.batch.encode_batch`;
+and for every codec with a batched server decode (``--decode-codecs``), one round's messages decoded
+into the server's stack, one ``decode_read`` per message and layer against one
+:func:`aiotsim.compress.batch_decode.decode_batch` per layer (every node timed).
 
 Large rounds are timed on the first ``--max-timed`` nodes and scaled to the round (both paths are
 linear in the node count beyond one chunk); the ``timed`` column says how many nodes were timed.
@@ -19,6 +22,7 @@ printed: the development machine is shared, so compare columns of one run only.
 
     python benchmarks/batched.py [--nodes 10,100,1000] [--models lenet5,resnet20] [--max-timed 100]
                                  [--device cpu|cuda] [--threads 1] [--codecs topk,qsgd,...]
+                                 [--decode-codecs topk,qsgd,...]
 """
 
 from __future__ import annotations
@@ -32,10 +36,14 @@ import torch
 
 from aiotsim.compress import build_codec
 from aiotsim.compress.batch import batched_codecs, encode_batch
+from aiotsim.compress.batch_decode import decode_batch
 from aiotsim.learn.batched import BatchedGradients
 from aiotsim.learn.compute import GradientComputer
 from aiotsim.learn.models import build_model, layer_infos
 
+# codecs with a batched server decode (aiotsim.compress.batch_decode), default parameters
+DECODE_CODECS = ("none", "fp16", "2bit", "terngrad", "qsgd", "signsgd", "efsignsgd", "4bit")
+DECODE_CODECS += ("topk", "agg-aware", "dgc", "threshold")
 SETUPS = {"lenet5": ((1, 28, 28), 32), "resnet20": ((3, 32, 32), 8), "mlp": ((1, 28, 28), 32)}
 
 
@@ -115,6 +123,33 @@ def codec_row(
     return (lw * scale, lc * scale), (bw * scale, bc * scale)
 
 
+def decode_row(codec_name: str, model: str, nodes: int, device: torch.device) -> tuple[tuple[float, float], ...]:
+    """``(loop (wall, CPU) ms, batch (wall, CPU) ms)``: the server's decode of one round's messages,
+    every layer of ``model`` for ``nodes`` nodes, into a stack (as the stacked aggregation does):
+    one ``decode_read`` and row copy per message, against one :func:`decode_batch` per layer."""
+    shape, _ = SETUPS[model]
+    layers = layer_infos(build_model(model, shape, 10, seed=0))
+    codec = build_codec(codec_name, seed=0)
+    g = torch.Generator().manual_seed(1)
+    payloads = []
+    for L in layers:
+        grads = torch.randn((nodes, *L.shape), generator=g).to(device)
+        payloads.append(encode_batch(codec, grads, L, [codec.init_state(L, device, i) for i in range(nodes)]))
+    stacks = [torch.empty((nodes, *L.shape), device=device) for L in layers]
+
+    def loop() -> None:
+        for L, ps, out in zip(layers, payloads, stacks):
+            for i, p in enumerate(ps):
+                out[i].copy_(codec.decode_read(p, L))
+
+    def batch() -> None:
+        for L, ps, out in zip(layers, payloads, stacks):
+            decode_batch(codec, ps, L, out=out)
+
+    (lw, lc), (bw, bc) = timed(loop, device, 3), timed(batch, device, 3)
+    return (lw * 1e3, lc * 1e3), (bw * 1e3, bc * 1e3)
+
+
 def _pair(ms: tuple[float, float]) -> str:
     return f"{ms[0]:>8.1f} /{ms[1]:>7.1f}"
 
@@ -127,6 +162,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--codecs", default=",".join(batched_codecs()))
+    ap.add_argument("--decode-codecs", default=",".join(DECODE_CODECS))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -145,6 +181,12 @@ def main() -> None:
     for codec_name in args.codecs.split(","):
         for n in counts:
             lo, ba = codec_row(codec_name, models[0], n, args.max_timed, device)
+            print(f"{codec_name:<10} {n:>6} {_pair(lo)} {_pair(ba)} {lo[1] / ba[1]:>12.2f}x", flush=True)
+    print(f"\nserver decode, every layer of {models[0]}, every node timed, ms per round (wall / CPU)")
+    print(f"{'codec':<10} {'nodes':>6} {'loop ms':>17} {'batch ms':>17} {'CPU speed-up':>13}")
+    for codec_name in args.decode_codecs.split(","):
+        for n in counts:
+            lo, ba = decode_row(codec_name, models[0], n, device)
             print(f"{codec_name:<10} {n:>6} {_pair(lo)} {_pair(ba)} {lo[1] / ba[1]:>12.2f}x", flush=True)
     print(f"\nload average at the end {os.getloadavg()[0]:.2f} (1 min)")
 

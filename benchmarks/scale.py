@@ -12,7 +12,8 @@ memory, ``ru_maxrss``, is its own):
    encodes and decodes the run made;
 3. reads the peak memory, then does the *bare work* in the same process: the same number of
    single-node batch gradients (one node's batch, the same :class:`GradientComputer`) and the same
-   numbers of encodes and decodes with the same codecs, in a plain loop;
+   numbers of encodes and decodes with the same codecs, in a plain loop (the server's batched
+   decodes as batches of the same sizes);
 4. prints one JSON line.
 
 Columns: ``s/it`` wall seconds per iteration of the run (setup excluded, shown apart); ``peak MB``
@@ -64,6 +65,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from aiotsim.compress.batch_decode import decode_batch as _DECODE_BATCH
 
 ROOT = Path(__file__).resolve().parents[1]
 # the network engine's work: starting a transfer, its rate controller's step (from its SimPy
@@ -185,7 +188,9 @@ def run_once(nodes: int, codec: str, topology: str, iterations: int, aggregation
         "s_per_it": wall / iterations, "peak_mb": peak_mb, "kb_per_node": (peak_mb - base_mb) * 1024 / nodes,
         "net_s": net_s[0], "net_share": net_s[0] / wall, "bare_s": bare, "ratio": wall / bare, "cpu_s": cpu,
         "bare_cpu_s": bare_cpu, "cpu_ratio": cpu / bare_cpu, "iteration_s": iteration_s,
-        "later_s": wall - iteration_s[0] if iteration_s else wall, **counts,
+        "later_s": wall - iteration_s[0] if iteration_s else wall,
+        "gradients": counts["gradients"], "encodes": counts["encodes"], "decodes": counts["decodes"],
+        "decode_batches": len(counts["batches"]),
     }  # fmt: skip
 
 
@@ -203,19 +208,34 @@ def mark_iterations(writer: Any) -> list[float]:
     return marks
 
 
-def count_work(learning: Any) -> dict[str, int]:
-    """Count the gradients, encodes and decodes the run makes (wrappers on the instances)."""
+def count_work(learning: Any) -> dict[str, Any]:
+    """Count the gradients, encodes and decodes the run makes (wrappers on the instances), and
+    the server's batched decodes (``"batches"``: ``(layer index, messages)`` per
+    :func:`~aiotsim.compress.batch_decode.decode_batch` call, whose messages count as decodes too)."""
     from aiotsim.compress.base import Codec
+    from aiotsim.sim import aggregate
 
-    counts = {"gradients": 0, "encodes": 0, "decodes": 0}
+    counts: dict[str, Any] = {"gradients": 0, "encodes": 0, "decodes": 0, "batches": []}
+    inside = [False]  # in a batched decode: its per-message fallback is not counted again
 
     def counting(key: str, fn: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            counts[key] += 1
+            if not inside[0]:
+                counts[key] += 1
             return fn(*args, **kwargs)
 
         return wrapper
 
+    def batched(codec: Any, payloads: Any, layer: Any, out: Any = None) -> Any:
+        counts["batches"].append((learning.layers.index(layer), len(payloads)))
+        counts["decodes"] += len(payloads)
+        inside[0] = True
+        try:
+            return _DECODE_BATCH(codec, payloads, layer, out)
+        finally:
+            inside[0] = False
+
+    aggregate.decode_batch = batched
     learning.computer.gradient = counting("gradients", learning.computer.gradient)
     for codec in {id(c): c for c in (learning.codec, learning.dense)}.values():
         codec.encode = counting("encodes", codec.encode)
@@ -227,9 +247,15 @@ def count_work(learning: Any) -> dict[str, int]:
     return counts
 
 
-def bare_work(learning: Any, counts: dict[str, int]) -> tuple[float, float]:
+def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
     """``(wall s, CPU s)`` of the same numbers of gradients, encodes and decodes in a plain loop,
-    with one node's batch, the run's gradient computer and codecs (one node's fresh codec states)."""
+    with one node's batch, the run's gradient computer and codecs (one node's fresh codec states).
+    The server's decodes are made as the run made them: each batched decode as one
+    :func:`~aiotsim.compress.batch_decode.decode_batch` of as many copies of the node's payload,
+    the rest one by one."""
+    from aiotsim.sim import aggregate
+
+    aggregate.decode_batch = _DECODE_BATCH  # the counting wrapper off
     layers, codecs = learning.layers, learning.layer_codecs
     n_layers = len(layers)
     local = learning.local_state(0)
@@ -240,8 +266,10 @@ def bare_work(learning: Any, counts: dict[str, int]) -> tuple[float, float]:
     learning.computer.__dict__.pop("gradient", None)
     grads = learning.computer.gradient(None, x, y).grads
     payloads = [c.encode(g, L, s) for c, g, L, s in zip(codecs, grads, layers, local.states)]
-    encodes, decodes = counts["encodes"], counts["decodes"]
-    rounds = max(counts["gradients"], -(-encodes // n_layers), -(-decodes // n_layers))
+    batches: list[tuple[int, int]] = counts["batches"]
+    encodes = counts["encodes"]
+    decodes = counts["decodes"] - sum(m for _, m in batches)  # one by one
+    rounds = max(counts["gradients"], -(-encodes // n_layers), -(-decodes // n_layers), -(-len(batches) // n_layers))
     t0, c0 = time.perf_counter(), time.process_time()
     for k in range(rounds):
         if k < counts["gradients"]:
@@ -253,6 +281,8 @@ def bare_work(learning: Any, counts: dict[str, int]) -> tuple[float, float]:
             if decodes > 0:
                 codecs[j].decode(payloads[j], layers[j])
                 decodes -= 1
+        for j, m in batches[k * n_layers : (k + 1) * n_layers]:
+            _DECODE_BATCH(codecs[j], [payloads[j]] * m, layers[j])
     return time.perf_counter() - t0, time.process_time() - c0
 
 

@@ -3,7 +3,7 @@
 Checks: hand-computed weighted means and votes; streamed equals stacked within float32 rounding for
 every registered codec (mean codecs weighted, signSGD's vote unweighted, gateway ``dense`` messages);
 the streamed result does not depend on the arrival order; ``auto``'s choice at the 1 GB boundary;
-a streamed aggregation keeps no message and no decoded tensor, only per-layer float64 sums; and
+a streamed aggregation keeps at most a chunk of messages, no decoded tensor and per-layer float64 sums; and
 whole runs (sync, partial with late uploads, hierarchical gateways) agree between the two modes.
 """
 
@@ -22,6 +22,7 @@ from aiotsim.compress import codec_names, get_codec_class
 from aiotsim.compress.base import Codec, LayerInfo, Payload
 from aiotsim.config import scenario_from_dict
 from aiotsim.errors import CodecError, ConfigError
+from aiotsim.sim import aggregate as aggregate_module
 from aiotsim.sim.aggregate import STACK_LIMIT_BYTES, Aggregation, StackBuffer, aggregation_mode
 from aiotsim.sim.runner import run_cluster
 from aiotsim.sim.world import Cluster
@@ -197,33 +198,39 @@ class FakeUpload:
     dense: bool = False
 
 
-@pytest.mark.parametrize("name", ["none", "topk", "signsgd"])
-def test_streamed_keeps_no_message_and_no_decoded_tensor(name: str, monkeypatch: Any) -> None:
+@pytest.mark.parametrize("name", ["none", "topk", "signsgd", "powersgd"])
+def test_streamed_keeps_at_most_a_chunk_of_messages_and_no_decoded_tensor(name: str, monkeypatch: Any) -> None:
+    """Arrivals wait in ``pending`` until a chunk of them is decoded together; then their bytes
+    and decoded tensors are gone, whether the codec decodes in a batch (none, topk, signsgd) or
+    one message at a time (powersgd)."""
     codec = make_codec(name)
     alive: list[weakref.ref] = []
 
     def tracked(decode: Any) -> Any:
-        def wrapper(self: Codec, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-            out = decode(self, payload, layer)
+        def wrapper(*args: Any, **kwargs: Any) -> torch.Tensor:
+            out = decode(*args, **kwargs)
             alive.append(weakref.ref(out))
             return out
 
         return wrapper
 
+    monkeypatch.setattr(aggregate_module, "decode_batch", tracked(aggregate_module.decode_batch))
     monkeypatch.setattr(type(codec), "decode", tracked(type(codec).decode))
     if type(codec).decode_read is not Codec.decode_read:  # its own read-only decode (a view)
         monkeypatch.setattr(type(codec), "decode_read", tracked(type(codec).decode_read))
     agg = Aggregation([codec] * len(LAYERS), make_codec("none"), LAYERS, CPU, streamed=True, weighted=True)
+    agg.chunk = 4
     uploads = [FakeUpload(m) for m in messages(codec, 20, seed=1)]
     payload_refs = [weakref.ref(p.buffers[next(iter(p.buffers))]) for u in uploads for p in u.payloads]
-    for u in uploads:
+    for i, u in enumerate(uploads):
         agg.take(u)
-        assert u.payloads == []  # dropped on arrival
+        assert u.payloads == []  # the upload lets go of them at once
+        assert len(agg.pending) == (i + 1) % 4  # folded in as every fourth arrives
     del uploads
     gc.collect()
-    assert len(alive) == 20 * len(LAYERS) and all(r() is None for r in alive)  # no decoded tensor kept
+    assert alive and all(r() is None for r in alive)  # no decoded tensor kept
     assert all(r() is None for r in payload_refs)  # no message bytes kept
-    assert agg.messages == [] and agg.count == 20
+    assert agg.messages == [] and agg.pending == [] and agg.count == 20
     assert agg.sums is not None and len(agg.sums) == len(LAYERS)
     for acc, L in zip(agg.sums, LAYERS):  # only a per-layer float64 sum (signSGD: and its |d| sum)
         held = [t for t in (acc.total, acc.extra) if t is not None]

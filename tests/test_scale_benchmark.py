@@ -21,13 +21,15 @@ def _scale_module():
 @pytest.mark.parametrize("codec", ["none", "topk"])
 def test_a_star_rounds_work_is_counted_for_the_bare_loop(codec: str) -> None:
     """iot10, one sync iteration: 10 gradients, 10 x 10 layer encodes at the nodes, and the
-    server decodes each of the 10 messages' 10 layers once (LeNet-5: 5 weights + 5 biases)."""
+    server decodes each of the 10 messages' 10 layers once (LeNet-5: 5 weights + 5 biases), in
+    one batched decode per layer (none and topk have one)."""
     from aiotsim.network.flows import Network
 
     send = Network.send
     row = _scale_module().run_case(10, codec, "star", 1, repeats=2)
     # per repeat: a second repeat's work is not added to the first's
     assert (row["gradients"], row["encodes"], row["decodes"]) == (10, 100, 100)
+    assert row["decode_batches"] == 10
     assert row["status"] == "complete" and row["bare_s"] > 0 and row["cpu_ratio"] > 0
     assert row["repeats"] == 2 and len(row["ratios"]) == 2
     assert Network.send is send  # the timing wrappers are taken off after each repeat

@@ -5,6 +5,8 @@ Neither keeps a residual: ``fp16`` rounding error is not fed back (the usual fp1
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
@@ -32,7 +34,12 @@ class NoCompression(Codec[CodecState]):
 
     def decode_read(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         # the payload's bytes viewed as fp32 (copied only if misaligned): no copy to be read once
-        return view_f32(payload.buffers["values"]).view(layer.shape).to(layer.dtype)
+        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
+
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+        """The ``n`` fp32 values of ``buffers`` (``[..., 4 n]`` bytes: one message, or one per row
+        for :func:`~aiotsim.compress.batch_decode.decode_batch`), a read-only view where aligned."""
+        return view_f32(buffers["values"])
 
 
 @register
@@ -50,4 +57,8 @@ class HalfPrecision(Codec[CodecState]):
         return Payload({"values": pack_f16(grad)}), None
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return unpack_f16(payload.buffers["values"]).view(layer.shape).to(layer.dtype)
+        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
+
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+        """As :meth:`NoCompression.decode_rows`, from fp16 bytes (a new fp32 tensor)."""
+        return unpack_f16(buffers["values"])

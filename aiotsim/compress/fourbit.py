@@ -62,6 +62,7 @@ selection rule.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -80,7 +81,7 @@ SIGN_BIT = 8
 
 def first_threshold(anchor: torch.Tensor, spacing: str, statistic: str) -> torch.Tensor:
     """``t_1``, the rung every other threshold is a multiple of: ``t_k = t_1 * k`` (linear) or
-    ``t_1 * 2**(k - 1)`` (log2). ``anchor`` is a 0-d fp32 tensor; so is the result."""
+    ``t_1 * 2**(k - 1)`` (log2). ``anchor`` is fp32 (0-d, or one per message); so is the result."""
     if statistic in ("mean", "std"):
         return anchor
     return anchor / LEVELS if spacing == "linear" else anchor * 2.0 ** (1 - LEVELS)
@@ -167,10 +168,15 @@ class FourBit(Codec[CodecState]):
         return Payload({"anchor": pack_f32(anchor.reshape(1)), "codes": pack_bits(codes, 4)}), Sent(dense=sent)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
+
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+        """The ``n`` fp32 values of a message's ``buffers`` (``[..., bytes]`` each: one message, or
+        one per row for :func:`~aiotsim.compress.batch_decode.decode_batch`): ``[..., n]``."""
         spacing, statistic = self.params.spacing, self.params.statistic
-        anchor = unpack_f32(payload.buffers["anchor"]).reshape(())
+        anchor = unpack_f32(buffers["anchor"])  # [..., 1]: each message's anchor
         t1 = first_threshold(anchor, spacing, statistic)
-        codes = unpack_bits(payload.buffers["codes"], 4, layer.numel)  # [n] uint8
+        codes = unpack_bits(buffers["codes"], 4, n)  # [..., n] uint8
         if spacing == "linear":
             # signed level (two's complement negation where the sign bit is set), then * t1
             minus = (codes >> 3).view(torch.int8).neg_()  # 0 or -1
@@ -183,4 +189,4 @@ class FourBit(Codec[CodecState]):
             # sign bit of the code -> sign bit of the fp32 word (reusing a second int32 buffer)
             sign = torch.empty_like(ex).copy_(codes.bitwise_right_shift_(3)).bitwise_left_shift_(31)
             out.view(torch.int32).bitwise_or_(sign)
-        return out.view(layer.shape).to(layer.dtype)
+        return out

@@ -88,17 +88,19 @@ def _pack_bits_generic(codes: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def unpack_bits(buf: torch.Tensor, bits: int, count: int) -> torch.Tensor:
-    """Inverse of :func:`pack_bits`: the first ``count`` codes as ``uint8``."""
+    """Inverse of :func:`pack_bits`: the first ``count`` codes as ``uint8``. ``buf`` may have
+    leading dimensions (``[..., bytes]``: one packed message per row, for batched decoding);
+    the codes then are ``[..., count]``."""
     if bits not in (1, 2, 4, 8):
         raise CodecError(f"bits(={bits}) must be 1, 2, 4 or 8")
     need = math.ceil(count * bits / 8)
-    if buf.numel() < need:
-        raise CodecError(f"buffer of {buf.numel()} bytes is too short for {count} {bits}-bit codes")
+    if buf.shape[-1] < need:
+        raise CodecError(f"buffer of {buf.shape[-1]} bytes is too short for {count} {bits}-bit codes")
     if bits == 8:
-        return buf[:count].clone()
+        return buf[..., :count].clone()
     shifts = torch.arange(0, 8, bits, device=buf.device, dtype=_U8)
     mask = (1 << bits) - 1
-    return ((buf[:need].unsqueeze(1) >> shifts) & mask).reshape(-1)[:count]
+    return ((buf[..., :need].unsqueeze(-1) >> shifts) & mask).reshape(*buf.shape[:-1], -1)[..., :count]
 
 
 def bit_width(max_value: int) -> int:
@@ -122,21 +124,24 @@ def pack_uint(values: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def unpack_uint(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
-    """Inverse of :func:`pack_uint`: ``count`` integers as ``int64``."""
+    """Inverse of :func:`pack_uint`: ``count`` integers as ``int64`` (``[..., count]`` for a
+    ``[..., bytes]`` buffer of one packed set per row, as :func:`unpack_bits`)."""
     if not 1 <= width <= 63:
         raise CodecError(f"width(={width}) must be in 1..63 bits")
+    lead = buf.shape[:-1]
     if width in (8, 16, 32):
         dtype = {8: torch.uint8, 16: torch.int16, 32: torch.int32}[width]
         nbytes = count * width // 8
-        raw = _aligned(buf[:nbytes], width // 8).view(dtype).to(torch.int64)  # `.to` copies
+        # rows: the slice is strided (made contiguous to be viewed); one set: a no-op
+        raw = _aligned(buf[..., :nbytes].contiguous(), width // 8).view(dtype).to(torch.int64)  # `.to` copies
         if width == 16:
             raw &= 0xFFFF  # int16 view is signed; the packed values are unsigned
         elif width == 32:
             raw &= 0xFFFFFFFF
         return raw
-    bitplanes = unpack_bits(buf, 1, count * width).to(torch.int64).view(count, width)
+    bitplanes = unpack_bits(buf, 1, count * width).to(torch.int64).view(*lead, count, width)
     shifts = torch.arange(width, device=buf.device, dtype=torch.int64)
-    return (bitplanes << shifts).sum(dim=1)
+    return (bitplanes << shifts).sum(dim=-1)
 
 
 class CodedIndices(NamedTuple):
@@ -396,18 +401,19 @@ def decode_bitmap(
     mode, _, count = header or index_header(buf)
     if mode != IDX_BITMAP:
         return None
-    return unpack_bits(buf[_IDX_HEADER:], 1, n).view(torch.bool), count
+    return unpack_bits(buf[..., _IDX_HEADER:], 1, n).view(torch.bool), count  # [..., n] for rows
 
 
 def decode_indices(buf: torch.Tensor, n: int, header: tuple[int, int, int] | None = None) -> torch.Tensor:
     """Inverse of :func:`encode_indices`: the sorted indices as ``int64`` (``header``: as in
-    :func:`decode_bitmap`)."""
+    :func:`decode_bitmap`). Plain and delta sets may come as ``[rows, bytes]``, one set per row,
+    all of one header (batched decoding): then ``[rows, count]``."""
     mode, width, count = header or index_header(buf)
-    body = buf[_IDX_HEADER:]
+    body = buf[..., _IDX_HEADER:]
     if mode == IDX_PLAIN:
         return unpack_uint(body, width, count)
     if mode == IDX_DELTA:
-        return torch.cumsum(unpack_uint(body, width, count), dim=0)
+        return torch.cumsum(unpack_uint(body, width, count), dim=-1)
     if mode == IDX_BITMAP:
         return torch.nonzero(unpack_bits(body, 1, n), as_tuple=False).reshape(-1)
     raise CodecError(f"unknown index coding mode {mode}")

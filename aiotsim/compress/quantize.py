@@ -51,6 +51,7 @@ generator.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -190,13 +191,18 @@ class TwoBit(Codec[CodecState]):
         return Payload({"codes": pack_bits(codes, 2)}), Sent(dense=sent)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
+
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+        """The ``n`` fp32 values of a message's ``buffers`` (``[..., bytes]`` each: one message, or
+        one per row for :func:`~aiotsim.compress.batch_decode.decode_batch`): ``[..., n]``."""
         t = float(self.params.threshold)
-        codes = unpack_bits(payload.buffers["codes"], 2, layer.numel).view(torch.int8)  # [n]
+        codes = unpack_bits(buffers["codes"], 2, n).view(torch.int8)  # [..., n]
         # high bit h: non-zero; low bit l: positive. step = h * (2l - 1) = 2(h & l) - h, so
         # 0b11 -> +1, 0b10 -> -1, 0b00 and the never-sent 0b01 -> 0 (int8 arithmetic)
         high = codes >> 1
-        step = codes.bitwise_and_(high).bitwise_left_shift_(1).sub_(high)  # [n] int8 in {-1, 0, 1}
-        return _signed_to_f32(step).mul_(t).view(layer.shape).to(layer.dtype)
+        step = codes.bitwise_and_(high).bitwise_left_shift_(1).sub_(high)  # [..., n] int8 in {-1, 0, 1}
+        return _signed_to_f32(step).mul_(t)
 
 
 # ---- TernGrad ------------------------------------------------------------------------------------
@@ -245,11 +251,15 @@ class TernGrad(Codec[CodecState]):
         return Payload({"scale": pack_f32(s.reshape(1)), "codes": pack_bits(codes.view(_U8), 2)}), None
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        s = unpack_f32(payload.buffers["scale"]).reshape(())
-        codes = unpack_bits(payload.buffers["codes"], 2, layer.numel)  # [n] uint8
+        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
+
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+        """As :meth:`TwoBit.decode_rows`: ``[..., n]`` fp32."""
+        s = unpack_f32(buffers["scale"])  # [..., 1]: each message's scale, broadcast over its row
+        codes = unpack_bits(buffers["codes"], 2, n)  # [..., n] uint8
         # sign-extend the 2-bit code through the int8 sign bit: {0, 1, -1}
         tern = codes.bitwise_left_shift_(6).view(torch.int8).bitwise_right_shift_(6)
-        return _signed_to_f32(tern).mul_(s).view(layer.shape).to(layer.dtype)
+        return _signed_to_f32(tern).mul_(s)
 
 
 # ---- QSGD ----------------------------------------------------------------------------------------
@@ -266,14 +276,15 @@ def _bucket_norms(x: torch.Tensor, d: int) -> torch.Tensor:
 
 
 def _by_bucket(x: torch.Tensor, d: int) -> list[tuple[torch.Tensor, slice]]:
-    """``x`` as ``[(full buckets [nf, d], rows 0..nf), (tail [1, n - nf*d], row nf)]`` views."""
-    n = x.numel()
+    """``x`` (``[..., n]``) as ``[(full buckets [..., nf, d], rows 0..nf), (tail [..., 1, n - nf*d],
+    row nf)]`` views."""
+    n = x.shape[-1]
     nf = n // d
     parts = []
     if nf:
-        parts.append((x[: nf * d].view(nf, d), slice(0, nf)))
+        parts.append((x[..., : nf * d].unflatten(-1, (nf, d)), slice(0, nf)))
     if n > nf * d:
-        parts.append((x[nf * d :].view(1, -1), slice(nf, nf + 1)))
+        parts.append((x[..., nf * d :].unflatten(-1, (1, -1)), slice(nf, nf + 1)))
     return parts
 
 
@@ -417,21 +428,24 @@ class QSGD(Codec[CodecState]):
         return Payload({"norms": pack_f32(norms), "codes": codes}), None
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
+
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+        """As :meth:`TwoBit.decode_rows`: ``[..., n]`` fp32 (Elias-coded codes: one message only)."""
         s, d = int(self.params.levels), int(self.params.bucket_size)
-        n = layer.numel
-        norms = unpack_f32(payload.buffers["norms"])  # [nb]
-        if norms.numel() != math.ceil(n / d):
-            raise CodecError(f"qsgd payload has {norms.numel()} norms, expected {math.ceil(n / d)}")
+        norms = unpack_f32(buffers["norms"])  # [..., nb]
+        if norms.shape[-1] != math.ceil(n / d):
+            raise CodecError(f"qsgd payload has {norms.shape[-1]} norms, expected {math.ceil(n / d)}")
         if self.params.elias:
-            level, negative = elias_gamma_decode(payload.buffers["codes"], n)
+            level, negative = elias_gamma_decode(buffers["codes"], n)
             negative = negative.view(_U8)
         else:
             w = self.level_bits
-            codes = unpack_fixed(payload.buffers["codes"], w + 1, n)  # [n] uint8
+            codes = unpack_fixed(buffers["codes"], w + 1, n)  # [..., n] uint8
             negative = codes >> w
             level = codes.bitwise_and_((1 << w) - 1)
-        out = _signed_to_f32(_sign_magnitude_(level, negative))  # [n] signed level
-        unit = norms / s  # [nb] value of one level in each bucket
+        out = _signed_to_f32(_sign_magnitude_(level, negative))  # [..., n] signed level
+        unit = norms / s  # [..., nb] value of one level in each bucket
         for ob, rows in _by_bucket(out, d):
-            ob.mul_(unit[rows, None])
-        return out.view(layer.shape).to(layer.dtype)
+            ob.mul_(unit[..., rows, None])
+        return out

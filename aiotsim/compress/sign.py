@@ -33,6 +33,7 @@ byte, value ``j`` of a byte at bit ``j``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,9 +56,9 @@ def sign_bits(x: torch.Tensor) -> torch.Tensor:
 
 def unpack_signs(buf: torch.Tensor, count: int) -> torch.Tensor:
     """``+-1`` as fp32 from packed sign bits: [count]."""
-    bits = unpack_bits(buf, 1, count).view(torch.int8)  # [count] 0 / 1
-    signs = (bits << 1).neg_().add_(1)  # [count] int8: 1 - 2 * bit
-    return torch.empty(count, dtype=torch.float32, device=buf.device).copy_(signs)
+    bits = unpack_bits(buf, 1, count).view(torch.int8)  # [..., count] 0 / 1 (rows: one message each)
+    signs = (bits << 1).neg_().add_(1)  # [..., count] int8: 1 - 2 * bit
+    return torch.empty(signs.shape, dtype=torch.float32, device=buf.device).copy_(signs)
 
 
 @register
@@ -87,10 +88,15 @@ class SignSGD(Codec[CodecState]):
         return Payload(out), None
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        out = unpack_signs(payload.buffers["signs"], layer.numel)
+        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
+
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+        """The ``n`` fp32 values of a message's ``buffers`` (``[..., bytes]`` each: one message, or
+        one per row for :func:`~aiotsim.compress.batch_decode.decode_batch`): ``[..., n]``."""
+        out = unpack_signs(buffers["signs"], n)
         if self.params.scale == "mean":
-            out = out.mul_(unpack_f32(payload.buffers["scale"]).reshape(()))
-        return out.view(layer.shape).to(layer.dtype)
+            out = out.mul_(unpack_f32(buffers["scale"]))  # [..., 1]: each message's scale
+        return out
 
     def aggregate(self, decoded: list[torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """Majority vote ``sign(sum of the workers' signs)`` (0 on a tie), times the workers' mean
@@ -144,9 +150,12 @@ class EFSignSGD(Codec[CodecState]):
         return Payload({"scale": pack_f32(scale.reshape(1)), "signs": signs}), Sent(dense=delta)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        scale = unpack_f32(payload.buffers["scale"]).reshape(())
-        out = unpack_signs(payload.buffers["signs"], layer.numel).mul_(scale)
-        return out.view(layer.shape).to(layer.dtype)
+        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
+
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+        """As :meth:`SignSGD.decode_rows`: ``[..., n]`` fp32."""
+        scale = unpack_f32(buffers["scale"])  # [..., 1]
+        return unpack_signs(buffers["signs"], n).mul_(scale)
 
 
 @register

@@ -5,14 +5,18 @@
 majority vote):
 
 ``stacked``
-    Keep every message, then per layer decode them all and take one mean over the stacked copy
+    Keep every message, then per layer decode them all (in one batch where the codec has one,
+    :func:`~aiotsim.compress.batch_decode.decode_batch`) and take one mean over the stacked copy
     (``torch.stack(...).mean(0)``, or a float32 ``tensordot`` for unequal weights). Memory grows
     with messages x model: three model-sized buffers per message (the message, its decoded
     gradient, its row of the stack). The results of every scenario before this option existed.
 ``streamed``
-    Decode each message as it arrives and add it, weighted, into float64 per-layer sums; the
-    message's payloads and its decoded tensor are dropped right after, so an aggregation holds
-    O(model) (two float64 model copies at most), whatever the fleet size. Divided and cast to the
+    Decode the messages as they arrive and add them, weighted, into float64 per-layer sums; the
+    messages' payloads and decoded tensors are dropped right after, so an aggregation holds
+    O(model) (two float64 model copies, plus the arrivals not yet folded in: at most
+    :data:`~aiotsim.compress.batch_decode.CHUNK_ELEMENTS` values of messages, decoded together by
+    :func:`~aiotsim.compress.batch_decode.decode_batch`, then added one by one in arrival order),
+    whatever the fleet size. Divided and cast to the
     layer's dtype at the end. The float64 sums make the float32 result, for practical purposes,
     independent of the arrival order (a float64 sum of n float32 values rounds at most ~n x 2^-53
     relative before the final rounding to float32's 2^-24); it equals ``stacked`` up to float32
@@ -30,12 +34,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import torch
 
 from aiotsim.compress.base import Codec, LayerInfo, Payload, RunningAggregate
+from aiotsim.compress.batch_decode import CHUNK_ELEMENTS, decode_batch, decodes_in_batch
 from aiotsim.errors import CodecError, ConfigError
 from aiotsim.sim.allocator import HeapTrimmer
 
@@ -111,6 +116,9 @@ class Aggregation:
         self.streamed, self.weighted, self.buffer, self.trimmer = streamed, weighted, buffer, trimmer
         self.messages: list[tuple[list[Payload], int, bool]] = []  # stacked: kept until result()
         self.sums: list[RunningAggregate] | None = None  # streamed: one accumulator per layer
+        # streamed: messages not yet folded into the sums, decoded together once `chunk` arrive
+        self.pending: list[tuple[list[Payload], int, bool]] = []
+        self.chunk = max(1, CHUNK_ELEMENTS // max(1, sum(L.numel for L in layers)))
         self.count = 0  # messages added
         self.wall_s = 0.0  # host seconds of decoding and adding so far
 
@@ -121,18 +129,39 @@ class Aggregation:
         if not self.streamed:
             self.messages.append((payloads, weight, dense))
             return
+        self.pending.append((payloads, weight, dense))
+        if len(self.pending) >= self.chunk:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Streamed: decode the pending messages (layer by layer, in one batch where the codec
+        has one) and add them to the sums in arrival order: the same float64 additions, in the
+        same order, as adding each message on arrival."""
+        if not self.pending:
+            return
         sync_device(self.device)
         t0 = time.perf_counter()
         if self.sums is None:
             self.sums = [c.aggregate_start(L, self.device) for c, L in zip(self.codecs, self.layers)]
-        w = float(weight) if self.weighted else 1.0
-        for codec, layer, p, acc in zip(self.codecs, self.layers, payloads, self.sums):
-            by = self.dense if dense else codec
-            reads = type(codec).aggregate_add is Codec.aggregate_add  # the mean's sum only reads it
-            decoded = by.decode_read(p, layer) if reads else by.decode(p, layer)
-            codec.aggregate_add(acc, decoded, w)
+        weights = [float(w) if self.weighted else 1.0 for _, w, _ in self.pending]
+        for j, (codec, acc) in enumerate(zip(self.codecs, self.sums)):
+            for decoded, w in zip(self._decoded(j, codec), weights):
+                codec.aggregate_add(acc, decoded, w)
+        self.pending = []
         sync_device(self.device)
         self.wall_s += time.perf_counter() - t0
+
+    def _decoded(self, j: int, codec: Codec) -> Iterator[torch.Tensor]:
+        """Layer ``j`` of every pending message, decoded, in order."""
+        decoders = {self.dense if d else codec for _, _, d in self.pending}
+        by = decoders.pop()
+        if not decoders and decodes_in_batch(by):  # one decoder with a batched path (fresh rows)
+            yield from decode_batch(by, [m[j] for m, _, _ in self.pending], self.layers[j])
+            return
+        reads = type(codec).aggregate_add is Codec.aggregate_add  # the mean's sum only reads it
+        for m, _, d in self.pending:
+            by = self.dense if d else codec
+            yield by.decode_read(m[j], self.layers[j]) if reads else by.decode(m[j], self.layers[j])
 
     def take(self, upload: Message) -> None:
         """Add an upload weighted by its node count; streamed: drop its payloads (their bytes are
@@ -152,6 +181,7 @@ class Aggregation:
         sync_device(self.device)
         t0 = time.perf_counter()
         if self.streamed:
+            self._fold()
             sums = self.sums or [c.aggregate_start(L, self.device) for c, L in zip(self.codecs, self.layers)]
             agg = [c.aggregate_finish(acc, L) for c, L, acc in zip(self.codecs, self.layers, sums)]
             if self.trimmer is not None:
@@ -194,6 +224,12 @@ class Aggregation:
         dtypes go to ``torch.stack`` as a list, which promotes or refuses them as before."""
         if not self.messages:
             raise CodecError(f"aggregate({self.layers[j].name}): no gradients to aggregate")
+        by = {self.dense if d else self.codecs[j] for _, _, d in self.messages}
+        if len(by) == 1 and decodes_in_batch(codec := by.pop()):  # decoded as layer.dtype: no promotion
+            layer = self.layers[j]
+            device = next(iter(self.messages[0][0][j].buffers.values())).device  # where decoding runs
+            rows = buffer.rows(len(self.messages), layer.shape, dtype or layer.dtype, device)
+            return decode_batch(codec, [m[j] for m, _, _ in self.messages], layer, out=rows)
         first = self._decode(self.messages[0][0], j, self.messages[0][2])
         rows = buffer.rows(len(self.messages), first.shape, dtype or first.dtype, first.device)
         rows[0].copy_(first)
