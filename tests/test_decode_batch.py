@@ -40,6 +40,8 @@ BATCHED = [
     ("signsgd", {}),
     ("signsgd", {"scale": "none"}),
     ("efsignsgd", {}),
+    ("onebit", {}),
+    ("onebit", {"granularity": "column"}),
     ("4bit", {}),
     ("4bit", {"spacing": "log2", "statistic": "std"}),
     ("4bit", {"statistic": "mean"}),

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
@@ -383,6 +384,21 @@ class Codec(ABC, Generic[S]):
             default = f.default if f.default is not dataclasses.MISSING else None
             out.append((f.name, default, f.metadata.get("help", "")))
         return out
+
+
+class RowDecoder:
+    """Mixin for a codec whose decoding is element-wise over its buffers: :meth:`decode_rows`
+    takes them with leading dimensions (one message per row, as
+    :func:`~aiotsim.compress.batch_decode.decode_batch` stacks a layer's messages), and
+    :meth:`decode` is :meth:`decode_rows` of one message, so both run the same operations."""
+
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
+        """The fp32 values of the messages' ``buffers`` (``[..., bytes]`` each): ``[..., layer.numel]``."""
+        raise NotImplementedError
+
+    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        """One message: :meth:`decode_rows` of its buffers, as ``layer.shape`` / ``layer.dtype``."""
+        return self.decode_rows(payload.buffers, layer).view(layer.shape).to(layer.dtype)
 
 
 @dataclass

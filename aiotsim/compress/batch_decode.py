@@ -8,13 +8,14 @@ decoding per iteration for 2 ms gradients per node; on a GPU one kernel launch p
 hundreds of thousands per iteration at 10,000 nodes. :func:`decode_batch` stacks the messages'
 buffers into ``[messages, bytes]`` and runs the decoder's element-wise work once over them.
 
-The decoders are the codecs' own: each batched codec's ``decode_rows`` takes its buffers with
-leading dimensions (one message per row) and its ``decode`` is ``decode_rows`` of one message, so
-both paths run the same operations; a message's scalars (a scale, bucket norms) broadcast over
-its row. Sparse payloads (top-k, agg-aware, DGC, unquantized threshold) are grouped by their
-index coding (form and bit width, from the header's host copy): each group's index sets are
-unpacked as one ``[rows, bytes]`` tensor (zero-padded where counts differ) and scattered through
-flat indices, a bitmap group through its ``[rows, n]`` masks.
+The decoders are the codecs' own: each batched codec's ``decode_rows``
+(:class:`~aiotsim.compress.base.RowDecoder`) takes its buffers with leading dimensions (one message
+per row) and its ``decode`` is ``decode_rows`` of one message, so both paths run the same
+operations; a message's scalars (a scale, bucket norms, column means) broadcast over its row.
+Sparse payloads (top-k, agg-aware, DGC, unquantized threshold) are grouped by their index coding
+(form and bit width, from the header's host copy): each group's index sets are unpacked as one
+``[rows, bytes]`` tensor (zero-padded where counts differ) and scattered through flat indices, a
+bitmap group through its ``[rows, n]`` masks.
 
 Messages are decoded in chunks of at most :data:`CHUNK_ELEMENTS` values, which bounds the
 temporaries. Any payload this path does not cover (another codec, a codec subclass, buffers of
@@ -44,14 +45,14 @@ from aiotsim.compress.packing import (
     unpack_bits,
 )
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit
-from aiotsim.compress.sign import EFSignSGD, SignSGD
+from aiotsim.compress.sign import EFSignSGD, OneBitSGD, SignSGD
 from aiotsim.compress.sparsify import Threshold, TopK
 
 CHUNK_ELEMENTS = 1 << 22  # decoded values per pass (16 MB of fp32 per temporary)
 
 # Codecs whose decode_rows decodes [rows, bytes] buffers (QSGD only with fixed-width codes that
 # fill whole bytes: checked in _covered)
-_ROWS = (NoCompression, HalfPrecision, TwoBit, TernGrad, QSGD, SignSGD, EFSignSGD, FourBit)
+_ROWS = (NoCompression, HalfPrecision, TwoBit, TernGrad, QSGD, SignSGD, EFSignSGD, OneBitSGD, FourBit)
 # Codecs whose payloads are decode_sparse's (indices + values)
 _SPARSE = (TopK, AggregationAware, DeepGradientCompression, Threshold)
 
@@ -92,7 +93,7 @@ def decode_batch(
     step = max(1, CHUNK_ELEMENTS // layer.numel)
     for a in range(0, len(payloads), step):
         chunk = payloads[a : a + step]
-        rows = fn(chunk, layer.numel)  # [chunk, n] fp32
+        rows = fn(chunk, layer)  # [chunk, n] fp32
         if rows is None:
             for i, p in enumerate(chunk, start=a):
                 out[i].copy_(codec.decode_read(p, layer))
@@ -112,16 +113,16 @@ def decodes_in_batch(codec: Codec) -> bool:
 
 def _rows_fn(
     codec: Codec, payloads: Sequence[Payload], layer: LayerInfo
-) -> Callable[[Sequence[Payload], int], torch.Tensor | None] | None:
+) -> Callable[[Sequence[Payload], LayerInfo], torch.Tensor | None] | None:
     """The chunk decoder for these payloads, or None where they are decoded one by one."""
     if layer.numel == 0 or not decodes_in_batch(codec):
         return None
     if type(codec) in _ROWS:
         rows_of = codec.decode_rows  # type: ignore[attr-defined]
-        return (lambda chunk, n: rows_of(_stacked(chunk), n)) if _same_layout(payloads) else None
+        return (lambda chunk, layer: rows_of(_stacked(chunk), layer)) if _same_layout(payloads) else None
     vd = codec.params.value_dtype  # type: ignore[attr-defined]
     if all(set(p.buffers) == {"indices", "values"} for p in payloads):
-        return lambda chunk, n: _sparse_rows(chunk, n, vd)
+        return lambda chunk, layer: _sparse_rows(chunk, layer.numel, vd)
     return None
 
 

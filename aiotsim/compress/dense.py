@@ -9,14 +9,14 @@ from collections.abc import Mapping
 
 import torch
 
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RowDecoder
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import pack_f16, pack_f32, unpack_f16, unpack_f32, view_f32
 from aiotsim.compress.registry import register
 
 
 @register
-class NoCompression(Codec[CodecState]):
+class NoCompression(RowDecoder, Codec[CodecState]):
     """Dense fp32 gradients: the reference every compression ratio is measured against."""
 
     name = "none"
@@ -34,16 +34,16 @@ class NoCompression(Codec[CodecState]):
 
     def decode_read(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         # the payload's bytes viewed as fp32 (copied only if misaligned): no copy to be read once
-        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
+        return self.decode_rows(payload.buffers, layer).view(layer.shape).to(layer.dtype)
 
-    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """The ``n`` fp32 values of ``buffers`` (``[..., 4 n]`` bytes: one message, or one per row
         for :func:`~aiotsim.compress.batch_decode.decode_batch`), a read-only view where aligned."""
         return view_f32(buffers["values"])
 
 
 @register
-class HalfPrecision(Codec[CodecState]):
+class HalfPrecision(RowDecoder, Codec[CodecState]):
     """Dense fp16 gradients: 2 bytes per value, round-to-nearest (values beyond +-65504 overflow)."""
 
     name = "fp16"
@@ -56,9 +56,6 @@ class HalfPrecision(Codec[CodecState]):
         # straight from the gradient: an fp16 gradient's bytes go out unchanged (NaN payloads too)
         return Payload({"values": pack_f16(grad)}), None
 
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
-
-    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """As :meth:`NoCompression.decode_rows`, from fp16 bytes (a new fp32 tensor)."""
         return unpack_f16(buffers["values"])

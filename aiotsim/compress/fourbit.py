@@ -68,7 +68,7 @@ from typing import Literal
 
 import torch
 
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RowDecoder
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
 from aiotsim.compress.registry import register
@@ -118,7 +118,7 @@ def quantize_levels(acc: torch.Tensor, t1: torch.Tensor, spacing: str) -> tuple[
 
 
 @register
-class FourBit(Codec[CodecState]):
+class FourBit(RowDecoder, Codec[CodecState]):
     """4Bit (Jiang et al. 2020): sign + 3-bit level over 7 per-layer thresholds, with residual.
 
     Wire: ``anchor`` (fp32, 4 bytes) and ``codes`` (4 bits per element, ``ceil(n/2)`` bytes).
@@ -167,12 +167,10 @@ class FourBit(Codec[CodecState]):
         codes, sent = quantize_levels(acc, t1, spacing)
         return Payload({"anchor": pack_f32(anchor.reshape(1)), "codes": pack_bits(codes, 4)}), Sent(dense=sent)
 
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
-
-    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """The ``n`` fp32 values of a message's ``buffers`` (``[..., bytes]`` each: one message, or
         one per row for :func:`~aiotsim.compress.batch_decode.decode_batch`): ``[..., n]``."""
+        n = layer.numel
         spacing, statistic = self.params.spacing, self.params.statistic
         anchor = unpack_f32(buffers["anchor"])  # [..., 1]: each message's anchor
         t1 = first_threshold(anchor, spacing, statistic)

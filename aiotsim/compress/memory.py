@@ -80,4 +80,3 @@ def momentum_velocity(g: torch.Tensor, previous: torch.Tensor | None, m: float) 
     """Momentum correction (Lin et al. 2018): the velocity ``u <- m u + g``, formed in the previous
     velocity's storage (``g`` is copied the first time); fp32, shape of ``g``."""
     return g.clone() if previous is None else previous.mul_(m).add_(g)
-

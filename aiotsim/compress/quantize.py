@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 import torch
 
-from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
+from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload, RowDecoder
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import pack_bits, pack_f32, pack_uint, unpack_bits, unpack_f32, unpack_uint
 from aiotsim.compress.registry import register
@@ -161,7 +161,7 @@ def unpack_fixed(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
 
 # ---- MXNet 2-bit ---------------------------------------------------------------------------------
 @register
-class TwoBit(Codec[CodecState]):
+class TwoBit(RowDecoder, Codec[CodecState]):
     """MXNet 2-bit threshold quantization with the residual kept on the node.
 
     Wire: ``codes`` only (``ceil(n/4)`` bytes); the threshold is known to both sides. With
@@ -190,12 +190,10 @@ class TwoBit(Codec[CodecState]):
         sent = _signed_to_f32(step).mul_(t)  # [n] fp32 in {-t, 0, t}
         return Payload({"codes": pack_bits(codes, 2)}), Sent(dense=sent)
 
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
-
-    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """The ``n`` fp32 values of a message's ``buffers`` (``[..., bytes]`` each: one message, or
         one per row for :func:`~aiotsim.compress.batch_decode.decode_batch`): ``[..., n]``."""
+        n = layer.numel
         t = float(self.params.threshold)
         codes = unpack_bits(buffers["codes"], 2, n).view(torch.int8)  # [..., n]
         # high bit h: non-zero; low bit l: positive. step = h * (2l - 1) = 2(h & l) - h, so
@@ -207,7 +205,7 @@ class TwoBit(Codec[CodecState]):
 
 # ---- TernGrad ------------------------------------------------------------------------------------
 @register
-class TernGrad(Codec[CodecState]):
+class TernGrad(RowDecoder, Codec[CodecState]):
     """Stochastic ternary gradients {-s, 0, +s} with a per-layer scale s = max|g| (Wen et al. 2017).
 
     Wire: ``scale`` (fp32, 4 bytes) and ``codes`` (2 bits per element).
@@ -250,11 +248,9 @@ class TernGrad(Codec[CodecState]):
         codes = _round_stochastic_(q, 1.0).bitwise_and_(0b11)
         return Payload({"scale": pack_f32(s.reshape(1)), "codes": pack_bits(codes.view(_U8), 2)}), None
 
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
-
-    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """As :meth:`TwoBit.decode_rows`: ``[..., n]`` fp32."""
+        n = layer.numel
         s = unpack_f32(buffers["scale"])  # [..., 1]: each message's scale, broadcast over its row
         codes = unpack_bits(buffers["codes"], 2, n)  # [..., n] uint8
         # sign-extend the 2-bit code through the int8 sign bit: {0, 1, -1}
@@ -381,7 +377,7 @@ def elias_gamma_decode(buf: torch.Tensor, count: int) -> tuple[torch.Tensor, tor
 
 
 @register
-class QSGD(Codec[CodecState]):
+class QSGD(RowDecoder, Codec[CodecState]):
     """QSGD: per-bucket norms, s levels with unbiased stochastic rounding (Alistarh et al. 2017).
 
     Wire: ``norms`` (one fp32 per bucket of ``bucket_size`` elements) and ``codes`` (sign + level at
@@ -427,11 +423,9 @@ class QSGD(Codec[CodecState]):
             codes = pack_fixed(level.bitwise_or_(negative.bitwise_left_shift_(w)), w + 1)
         return Payload({"norms": pack_f32(norms), "codes": codes}), None
 
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
-
-    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """As :meth:`TwoBit.decode_rows`: ``[..., n]`` fp32 (Elias-coded codes: one message only)."""
+        n = layer.numel
         s, d = int(self.params.levels), int(self.params.bucket_size)
         norms = unpack_f32(buffers["norms"])  # [..., nb]
         if norms.shape[-1] != math.ceil(n / d):

@@ -39,7 +39,7 @@ from typing import Literal
 
 import torch
 
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RunningAggregate
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RowDecoder, RunningAggregate
 from aiotsim.compress.memory import Sent
 from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
 from aiotsim.compress.registry import register
@@ -62,7 +62,7 @@ def unpack_signs(buf: torch.Tensor, count: int) -> torch.Tensor:
 
 
 @register
-class SignSGD(Codec[CodecState]):
+class SignSGD(RowDecoder, Codec[CodecState]):
     """signSGD: 1 bit per value, decoded as +-1; the server aggregates by majority vote.
 
     Wire: ``signs`` (``ceil(n/8)`` bytes).
@@ -87,12 +87,10 @@ class SignSGD(Codec[CodecState]):
             out["scale"] = pack_f32(x.abs().mean().reshape(1) if x.numel() else x.new_zeros(1))
         return Payload(out), None
 
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
-
-    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """The ``n`` fp32 values of a message's ``buffers`` (``[..., bytes]`` each: one message, or
         one per row for :func:`~aiotsim.compress.batch_decode.decode_batch`): ``[..., n]``."""
+        n = layer.numel
         out = unpack_signs(buffers["signs"], n)
         if self.params.scale == "mean":
             out = out.mul_(unpack_f32(buffers["scale"]))  # [..., 1]: each message's scale
@@ -128,7 +126,7 @@ class SignSGD(Codec[CodecState]):
 
 
 @register
-class EFSignSGD(Codec[CodecState]):
+class EFSignSGD(RowDecoder, Codec[CodecState]):
     """EF-signSGD: scaled sign ``(||p||_1 / d) sign(p)`` of ``p = g + e``, error kept in ``e``.
 
     Wire: ``scale`` (fp32) and ``signs`` (``ceil(n/8)`` bytes).
@@ -149,17 +147,15 @@ class EFSignSGD(Codec[CodecState]):
         delta = unpack_signs(signs, n).mul_(scale)  # [n] fp32: scale * sign(p), sign(0) = +1
         return Payload({"scale": pack_f32(scale.reshape(1)), "signs": signs}), Sent(dense=delta)
 
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return self.decode_rows(payload.buffers, layer.numel).view(layer.shape).to(layer.dtype)
-
-    def decode_rows(self, buffers: Mapping[str, torch.Tensor], n: int) -> torch.Tensor:
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """As :meth:`SignSGD.decode_rows`: ``[..., n]`` fp32."""
+        n = layer.numel
         scale = unpack_f32(buffers["scale"])  # [..., 1]
         return unpack_signs(buffers["signs"], n).mul_(scale)
 
 
 @register
-class OneBitSGD(Codec[CodecState]):
+class OneBitSGD(RowDecoder, Codec[CodecState]):
     """1-bit SGD: sign bits with error feedback, each side reconstructed by its mean.
 
     Wire: ``means`` (fp32 ``[mean_nonneg, mean_neg]`` per group, groups = 1 or the columns) and
@@ -200,13 +196,16 @@ class OneBitSGD(Codec[CodecState]):
         payload = Payload({"means": pack_f32(means), "signs": pack_bits(negative.reshape(-1).view(_U8), 1)})
         return payload, Sent(dense=sent)
 
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
+        """As :meth:`RowDecoder.decode_rows`."""
         rows, cols = self._grid(layer)
-        means = unpack_f32(payload.buffers["means"]).view(cols, 2)  # [cols, (pos, neg)]
+        means = unpack_f32(buffers["means"])
+        lead = means.shape[:-1]  # (): one message; (messages,): one per row
         if rows * cols == 0:
-            return torch.zeros(layer.shape, dtype=layer.dtype, device=means.device)
-        bits = unpack_bits(payload.buffers["signs"], 1, layer.numel).view(rows, cols)
-        return _reconstruct(bits, means).view(layer.shape).to(layer.dtype)
+            return torch.zeros((*lead, layer.numel), dtype=torch.float32, device=means.device)
+        means = means.view(*lead, cols, 2)  # [..., cols, (pos, neg)]
+        bits = unpack_bits(buffers["signs"], 1, layer.numel).view(*lead, rows, cols)
+        return _reconstruct(bits, means).view(*lead, layer.numel)
 
 
 def side_means(total: torch.Tensor, magnitude: torch.Tensor, neg_cnt: torch.Tensor, rows: int) -> torch.Tensor:
