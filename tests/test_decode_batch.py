@@ -233,3 +233,20 @@ def test_streamed_adds_in_arrival_order_whatever_the_chunk(chunk: int) -> None:
         agg.add(m, 1)
     (mean,), _ = agg.result()
     assert mean.item() == pytest.approx(1 / 3, rel=1e-7)
+
+
+@pytest.mark.parametrize("by_copies", [True, False])
+def test_pad_rows_zero_pads_buffers_of_any_lengths(by_copies: bool) -> None:
+    """Both ways of padding (per-buffer copies, and the GPU's one scatter) give the buffers as
+    rows, zeros after each one's end; equal lengths are a plain stack."""
+    bufs = [
+        torch.tensor([1, 2, 3], dtype=torch.uint8),
+        torch.tensor([], dtype=torch.uint8),
+        torch.tensor([9], dtype=torch.uint8),
+    ]
+    want = torch.tensor([[1, 2, 3], [0, 0, 0], [9, 0, 0]], dtype=torch.uint8)
+    assert torch.equal(batch_decode.pad_rows(bufs, by_copies=by_copies), want)
+    same = [torch.tensor([4, 5], dtype=torch.uint8)] * 2
+    assert torch.equal(
+        batch_decode.pad_rows(same, by_copies=by_copies), torch.tensor([[4, 5], [4, 5]], dtype=torch.uint8)
+    )
