@@ -12,14 +12,14 @@ The decoders are the codecs' own: each batched codec's ``decode_rows``
 (:class:`~aiotsim.compress.base.RowDecoder`) takes its buffers with leading dimensions (one message
 per row) and its ``decode`` is ``decode_rows`` of one message, so both paths run the same
 operations; a message's scalars (a scale, bucket norms, column means) broadcast over its row.
-Sparse payloads (top-k, agg-aware, DGC, unquantized threshold) are grouped by their index coding
+Sparse payloads (top-k, agg-aware, DGC, PGC, unquantized threshold and variance) are grouped by their index coding
 (form and bit width, from the header's host copy): each group's index sets are unpacked as one
 ``[rows, bytes]`` tensor (zero-padded where counts differ) and scattered through flat indices, a
 bitmap group through its ``[rows, n]`` masks.
 
 Messages are decoded in chunks of at most :data:`CHUNK_ELEMENTS` values, which bounds the
 temporaries. Any payload this path does not cover (another codec, a codec subclass, buffers of
-differing sizes, Elias-coded QSGD, quantized threshold, random-k whose indices are drawn per
+differing sizes, Elias-coded QSGD, quantized threshold and variance, random-k whose indices are drawn per
 message on the CPU) is decoded message by message, so :func:`decode_batch` is always correct to
 call and a malformed payload raises the per-message decoder's own error.
 """
@@ -44,17 +44,20 @@ from aiotsim.compress.packing import (
     index_header,
     unpack_bits,
 )
+from aiotsim.compress.pgc import PartitionGradientCompression, PartitionGradientCompressionPaper
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit
 from aiotsim.compress.sign import EFSignSGD, OneBitSGD, SignSGD
 from aiotsim.compress.sparsify import Threshold, TopK
+from aiotsim.compress.variance import VarianceCompression
 
 CHUNK_ELEMENTS = 1 << 22  # decoded values per pass (16 MB of fp32 per temporary)
 
 # Codecs whose decode_rows decodes [rows, bytes] buffers (QSGD only with fixed-width codes that
 # fill whole bytes: checked in _covered)
 _ROWS = (NoCompression, HalfPrecision, TwoBit, TernGrad, QSGD, SignSGD, EFSignSGD, OneBitSGD, FourBit)
-# Codecs whose payloads are decode_sparse's (indices + values)
-_SPARSE = (TopK, AggregationAware, DeepGradientCompression, Threshold)
+# Codecs whose payloads are decode_sparse's (indices + values; threshold and variance unquantized)
+_SPARSE = (TopK, AggregationAware, DeepGradientCompression, Threshold, VarianceCompression)
+_SPARSE += (PartitionGradientCompression, PartitionGradientCompressionPaper)
 
 
 def decode_batch(
