@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiotsim.compress.batch_decode import CHUNK_ELEMENTS
 from aiotsim.config import Scenario, load_scenario
 from aiotsim.errors import ConfigError
 
@@ -45,6 +46,11 @@ NODE_OVERHEAD_BYTES = 64_000
 # a node no longer makes when the data set is on its device).
 IN_FLIGHT_BUFFERS = {"stacked": 2, "streamed": 0}
 SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode scratch ...
+# The server's batched decode (aiotsim.compress.batch_decode) works on up to CHUNK_ELEMENTS values
+# of a layer's messages at once; its temporaries (the stacked buffers, their unpacked codes, the
+# fp32 rows) are about this many 4-byte values per value decoded (measured: iot1000, 2bit,
+# stacked: 1,289 MB peak before batching, 1,337 MB after, +49 MB for 4.2 M values)
+DECODE_SCRATCH_FACTOR = 3
 # The run's timeline (trace.json): a node's compute, encode, upload and download spans of an
 # iteration, kept until the run ends, B (measured: 2,000 nodes, topk, resident memory's growth per
 # iteration). scenario.trace_nodes keeps fewer nodes' spans.
@@ -137,7 +143,7 @@ def world_size(s: Scenario) -> WorldSize | None:
     return WorldSize(
         params=params,
         nodes_bytes=stateful_nodes(s) * per_node,
-        server_bytes=SERVER_BUFFERS * per_model,
+        server_bytes=SERVER_BUFFERS * per_model + decode_scratch_bytes(s.nodes.count, params),
         data_bytes=(train + test) * math.prod(shape) * BYTES_PER_VALUE,
         per_node_bytes=per_node,
         message_bytes=message,
@@ -145,6 +151,13 @@ def world_size(s: Scenario) -> WorldSize | None:
         aggregation=mode,
         timeline_bytes=round(traced_node_iterations(s) * TIMELINE_BYTES_PER_NODE_ITERATION),
     )
+
+
+def decode_scratch_bytes(nodes: int, params: int) -> int:
+    """Bytes the server's batched decode holds at once: a chunk of at most
+    :data:`~aiotsim.compress.batch_decode.CHUNK_ELEMENTS` values (fewer when a round's messages
+    hold fewer), times :data:`DECODE_SCRATCH_FACTOR` 4-byte values each."""
+    return DECODE_SCRATCH_FACTOR * min(nodes * params, CHUNK_ELEMENTS) * BYTES_PER_VALUE
 
 
 def message_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int:

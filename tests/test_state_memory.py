@@ -73,6 +73,15 @@ def test_estimate_counts_the_timeline_the_run_keeps(tiny_scenario, sets, node_it
     assert f"timeline {fmt_bytes(node_iterations * 1_200)}" in size.describe()
 
 
+@pytest.mark.parametrize(("nodes", "scratch"), [(10, 3 * 10 * P * 4), (100, 3 * 4_194_304 * 4)])
+def test_estimate_counts_the_servers_decode_scratch(tiny_scenario, nodes, scratch) -> None:
+    """The batched decode works on at most 4,194,304 values (a chunk) of the round's messages at
+    once, 3 values of 4 B each: 10 nodes x 55,210 = 552,100 values fit in one chunk; 100 nodes'
+    5,521,000 do not, so the chunk bounds it. Model-sized server buffers: 8."""
+    sc = load_scenario(tiny_scenario, [f"nodes.count={nodes}", "data.samples_per_node=10"])
+    assert world_size(sc).server_bytes == 8 * P * 4 + scratch
+
+
 def test_fp16_velocity_steps_in_fp32_from_the_rounded_state() -> None:
     g = [torch.tensor([1.0, -2.0]), torch.tensor([0.1])]
     step, stored = step_velocity(None, g, 0.9, torch.float16)
