@@ -52,12 +52,14 @@ BATCHED = [
     ("dgc", {}),
     ("threshold", {}),  # counts differ by message
     ("threshold", {"tau": 0.5, "value_dtype": "fp16"}),
+    ("threshold", {"quantize": True}),
+    ("variance", {}),  # quantized: a scale and 4-bit codes
     ("variance", {"quantize": False}),
     ("pgc", {}),
     ("pgc-paper", {}),
 ]
-LOOPED = [("qsgd", {"elias": True}), ("qsgd", {"levels": 3}), ("threshold", {"quantize": True}), ("randomk", {})]
-LOOPED += [("variance", {}), ("fft", {}), ("hylo", {}), ("powersgd", {})]
+LOOPED = [("qsgd", {"elias": True}), ("qsgd", {"levels": 3}), ("randomk", {})]
+LOOPED += [("fft", {}), ("hylo", {}), ("powersgd", {})]
 
 
 def make(name: str, params: dict[str, Any] | None = None) -> Codec:

@@ -12,21 +12,22 @@ The decoders are the codecs' own: each batched codec's ``decode_rows``
 (:class:`~aiotsim.compress.base.RowDecoder`) takes its buffers with leading dimensions (one message
 per row) and its ``decode`` is ``decode_rows`` of one message, so both paths run the same
 operations; a message's scalars (a scale, bucket norms, column means) broadcast over its row.
-Sparse payloads (top-k, agg-aware, DGC, PGC, unquantized threshold and variance) are grouped by their index coding
+Sparse payloads (top-k, agg-aware, DGC, PGC, threshold and variance, quantized or not) are grouped by their index coding
 (form and bit width, from the header's host copy): each group's index sets are unpacked as one
 ``[rows, bytes]`` tensor (zero-padded where counts differ) and scattered through flat indices, a
 bitmap group through its ``[rows, n]`` masks.
 
 Messages are decoded in chunks of at most :data:`CHUNK_ELEMENTS` values, which bounds the
 temporaries. Any payload this path does not cover (another codec, a codec subclass, buffers of
-differing sizes, Elias-coded QSGD, quantized threshold and variance, random-k whose indices are drawn per
+differing sizes, Elias-coded QSGD, random-k whose indices are drawn per
 message on the CPU) is decoded message by message, so :func:`decode_batch` is always correct to
 call and a malformed payload raises the per-message decoder's own error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
@@ -43,6 +44,7 @@ from aiotsim.compress.packing import (
     decode_indices,
     index_header,
     unpack_bits,
+    unpack_values,
 )
 from aiotsim.compress.pgc import PartitionGradientCompression, PartitionGradientCompressionPaper
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit
@@ -55,7 +57,7 @@ CHUNK_ELEMENTS = 1 << 22  # decoded values per pass (16 MB of fp32 per temporary
 # Codecs whose decode_rows decodes [rows, bytes] buffers (QSGD only with fixed-width codes that
 # fill whole bytes: checked in _covered)
 _ROWS = (NoCompression, HalfPrecision, TwoBit, TernGrad, QSGD, SignSGD, EFSignSGD, OneBitSGD, FourBit)
-# Codecs whose payloads are decode_sparse's (indices + values; threshold and variance unquantized)
+# Sparse codecs: an index set and its values (plain, or threshold's signs, variance's 4-bit codes)
 _SPARSE = (TopK, AggregationAware, DeepGradientCompression, Threshold, VarianceCompression)
 _SPARSE += (PartitionGradientCompression, PartitionGradientCompressionPaper)
 
@@ -111,7 +113,7 @@ def decodes_in_batch(codec: Codec) -> bool:
     kind = type(codec)
     if kind in _ROWS:
         return _covered(codec)
-    return kind in _SPARSE and not getattr(codec.params, "quantize", False)
+    return kind in _SPARSE
 
 
 def _rows_fn(
@@ -123,10 +125,8 @@ def _rows_fn(
     if type(codec) in _ROWS:
         rows_of = codec.decode_rows  # type: ignore[attr-defined]
         return (lambda chunk, layer: rows_of(_stacked(chunk), layer)) if _same_layout(payloads) else None
-    vd = codec.params.value_dtype  # type: ignore[attr-defined]
-    if all(set(p.buffers) == {"indices", "values"} for p in payloads):
-        return lambda chunk, layer: _sparse_rows(chunk, layer.numel, vd)
-    return None
+    sizes, values_of = _value_coding(codec)
+    return lambda chunk, layer: _sparse_rows(chunk, layer.numel, sizes, values_of)
 
 
 def _covered(codec: Codec) -> bool:
@@ -149,17 +149,57 @@ def _stacked(chunk: Sequence[Payload]) -> dict[str, torch.Tensor]:
     return {k: torch.stack([p.buffers[k] for p in chunk]) for k in chunk[0].buffers}
 
 
-def _sparse_rows(chunk: Sequence[Payload], n: int, value_dtype: str) -> torch.Tensor | None:
-    """:func:`~aiotsim.compress.sparse.decode_sparse` of every message of ``chunk``: ``[chunk, n]``
-    fp32. Messages are grouped by index coding (form and bit width); a group's index sets, of
-    counts that may differ, are decoded as one ``[rows, bytes]`` tensor padded with zero bytes
-    (a row's own values come first, and the padding's are left out), and its values, concatenated
-    in row order, are written through flat indices (a bitmap group: through its masks)."""
+Sizes = Callable[[int], dict[str, int]]
+# a group's messages' buffers and value counts -> their values in row order, fp32 [sum(counts)]
+ValuesOf = Callable[[list[Mapping[str, torch.Tensor]], list[int]], torch.Tensor]
+
+
+def _value_coding(codec: Codec) -> tuple[Sizes, ValuesOf]:
+    """How a sparse codec's messages carry their values: the byte count of each buffer besides
+    the indices for ``count`` values, and how a group of messages' values are decoded (plain
+    values: their bytes concatenated; quantized ones: the per-message decoder's own
+    ``quantized_values`` over zero-padded ``[rows, bytes]`` buffers)."""
+    if getattr(codec.params, "quantize", False):
+        quantized = codec.quantized_values  # type: ignore[attr-defined]
+        per_byte = 8 if isinstance(codec, Threshold) else 2  # threshold: a sign bit; variance: 4-bit codes
+        scale = {} if isinstance(codec, Threshold) else {"scale": 4}  # variance: an fp32 scale
+
+        def sizes(count: int) -> dict[str, int]:
+            return {**scale, "signs" if per_byte == 8 else "codes": math.ceil(count / per_byte)}
+
+        return sizes, lambda bufs, counts: _padded(quantized, bufs, counts)
+    vd = codec.params.value_dtype  # type: ignore[attr-defined]
+    per_value = VALUE_BYTES[vd]
+    return (lambda c: {"values": c * per_value}), lambda bufs, _: unpack_values(
+        torch.cat([b["values"] for b in bufs]), vd
+    )
+
+
+def _padded(
+    values_of: Callable[[Mapping[str, torch.Tensor], int], torch.Tensor],
+    bufs: list[Mapping[str, torch.Tensor]],
+    counts: list[int],
+) -> torch.Tensor:
+    """``values_of`` (a per-message decoder of ``count`` values) over the group's buffers padded
+    into ``[rows, bytes]``, each row's own values kept, in row order."""
+    most = max(counts)
+    rows = values_of({k: pad_rows([b[k] for b in bufs]) for k in bufs[0] if k != "indices"}, most)  # [m, most]
+    if min(counts) == most:
+        return rows.reshape(-1)
+    return rows[torch.arange(most, device=rows.device) < torch.tensor(counts, device=rows.device)[:, None]]
+
+
+def _sparse_rows(chunk: Sequence[Payload], n: int, sizes: Sizes, values_of: ValuesOf) -> torch.Tensor | None:
+    """:func:`~aiotsim.compress.sparse.decode_sparse` (or its quantized forms) of every message of
+    ``chunk``: ``[chunk, n]`` fp32. Messages are grouped by index coding (form and bit width); a
+    group's buffers, of counts that may differ, are decoded as ``[rows, bytes]`` tensors padded
+    with zero bytes (a row's own values come first, and the padding's are left out), and its
+    values are written in row order through flat indices (a bitmap group: through its masks)."""
     heads = [index_header(p.buffers["indices"], p.heads.get("indices")) for p in chunk]
-    per_value = VALUE_BYTES[value_dtype]
-    if any(p.buffers["values"].numel() != h[2] * per_value for p, h in zip(chunk, heads)):
-        return None  # decoded one by one: the per-message decoder says what is wrong
-    device = chunk[0].buffers["values"].device
+    for p, (_, _, count) in zip(chunk, heads):
+        if {k: b.numel() for k, b in p.buffers.items()} != {"indices": p.buffers["indices"].numel(), **sizes(count)}:
+            return None  # decoded one by one: the per-message decoder says what is wrong
+    device = chunk[0].buffers["indices"].device
     out = torch.zeros(len(chunk), n, dtype=torch.float32, device=device)
     groups: dict[tuple[int, int], list[int]] = {}
     for i, (mode, width, count) in enumerate(heads):
@@ -167,20 +207,20 @@ def _sparse_rows(chunk: Sequence[Payload], n: int, value_dtype: str) -> torch.Te
             groups.setdefault((mode, width), []).append(i)
     for (mode, width), rows in groups.items():
         counts = [heads[i][2] for i in rows]
-        values = _values([chunk[i].buffers["values"] for i in rows], value_dtype)  # [sum(counts)]
+        values = values_of([chunk[i].buffers for i in rows], counts).to(device)  # [sum(counts)], row order
         index = pad_rows([chunk[i].buffers["indices"] for i in rows])  # [m, bytes]
         at = torch.tensor(rows, dtype=torch.int64, device=device)  # [m] rows of out
         if mode == IDX_BITMAP:  # every bitmap is ceil(n / 8) bytes: no padding
-            mask = unpack_bits(index[:, _IDX_HEADER:], 1, n).view(torch.bool)  # [m, n]
+            mask = unpack_bits(index[:, _IDX_HEADER:], 1, n).view(torch.bool).to(device)  # [m, n]
             if len(rows) == len(chunk):  # every row: straight into out
-                out.masked_scatter_(mask.to(device), values)
+                out.masked_scatter_(mask, values)
             else:
-                out[at] = out.new_zeros(len(rows), n).masked_scatter_(mask.to(device), values)
+                out[at] = out.new_zeros(len(rows), n).masked_scatter_(mask, values)
             continue
-        flat = decode_indices(index, n, (mode, width, max(counts))).to(device) + at[:, None] * n  # [m, most]
-        if min(counts) < max(counts):  # the padding's zero codes decode to indices of their own
-            most = torch.arange(max(counts), device=device)
-            flat = flat[most < torch.tensor(counts, device=device)[:, None]]
+        most = max(counts)
+        flat = decode_indices(index, n, (mode, width, most)).to(device) + at[:, None] * n  # [m, most]
+        if min(counts) < most:  # the padding's zero codes decode to indices of their own
+            flat = flat[torch.arange(most, device=device) < torch.tensor(counts, device=device)[:, None]]
         out.view(-1)[flat.reshape(-1)] = values
     return out
 
@@ -205,12 +245,6 @@ def pad_rows(bufs: list[torch.Tensor], *, by_copies: bool | None = None) -> torc
     out = torch.zeros(len(bufs), longest, dtype=flat.dtype, device=device)
     out.view(-1)[row * longest + torch.arange(flat.numel(), device=device) - start[row]] = flat
     return out
-
-
-def _values(bufs: list[torch.Tensor], value_dtype: str) -> torch.Tensor:
-    """The messages' packed values, in order, as one fp32 tensor."""
-    raw = torch.cat(bufs)  # fresh, so aligned
-    return raw.view(torch.float32) if value_dtype == "fp32" else raw.view(torch.float16).float()
 
 
 __all__ = ["CHUNK_ELEMENTS", "decode_batch", "decodes_in_batch", "pad_rows"]

@@ -50,6 +50,7 @@ tensor. The result is always exactly the top-k with the lower-index tie rule.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -346,6 +347,11 @@ class Threshold(Codec[CodecState]):
         if not self.params.quantize:
             return decode_sparse(payload, layer, self.params.value_dtype)
         index_buf, head = payload.buffers["indices"], payload.heads.get("indices")
-        negative = unpack_bits(payload.buffers["signs"], 1, index_count(index_buf, head)).bool()
-        values = torch.where(negative, -self.params.tau, self.params.tau).to(torch.float32)  # [k]
+        values = self.quantized_values(payload.buffers, index_count(index_buf, head))  # [k]
         return scatter_sparse(index_buf, values, layer, head).view(layer.shape).to(layer.dtype)
+
+    def quantized_values(self, buffers: Mapping[str, torch.Tensor], count: int) -> torch.Tensor:
+        """The ``count`` values (``+-tau``, fp32) of quantized messages' sign bits (``[..., bytes]``:
+        one message, or one per row): ``[..., count]``."""
+        negative = unpack_bits(buffers["signs"], 1, count).bool()
+        return torch.where(negative, -self.params.tau, self.params.tau).to(torch.float32)

@@ -49,6 +49,7 @@ Wire format: the shared index coding of :mod:`aiotsim.compress.sparse`, then eit
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -122,7 +123,10 @@ def dequantize_pow2(codes: torch.Tensor, scale: float | torch.Tensor) -> torch.T
     # 16-entry table: code -> sign * M * 2**-e; index_select with int32 is the fastest CPU gather.
     code = torch.arange(1 << (_EXP_BITS + 1), device=codes.device)
     table = torch.exp2(-(code & _MAX_EXP).float()) * (1.0 - 2.0 * (code >> _EXP_BITS).float())
-    return table.mul_(scale).index_select(0, codes.to(torch.int32))
+    table = table.mul(scale)  # [16], or [..., 16] for a scale per message ([..., 1]) and codes [..., k]
+    if table.dim() == 1:
+        return table.index_select(0, codes.reshape(-1).to(torch.int32)).view(codes.shape)
+    return torch.gather(table, -1, codes.to(torch.int64))
 
 
 @register
@@ -196,7 +200,11 @@ class VarianceCompression(Codec[VarianceState]):
         if not self.params.quantize:
             return decode_sparse(payload, layer, self.params.value_dtype)
         index_buf, head = payload.buffers["indices"], payload.heads.get("indices")
-        scale = unpack_f32(payload.buffers["scale"])  # [1] fp32, applied on the device: no host read
-        codes = unpack_bits(payload.buffers["codes"], 4, index_count(index_buf, head))
-        dense = scatter_sparse(index_buf, dequantize_pow2(codes, scale), layer, head)
-        return dense.view(layer.shape).to(layer.dtype)
+        values = self.quantized_values(payload.buffers, index_count(index_buf, head))
+        return scatter_sparse(index_buf, values, layer, head).view(layer.shape).to(layer.dtype)
+
+    def quantized_values(self, buffers: Mapping[str, torch.Tensor], count: int) -> torch.Tensor:
+        """The ``count`` fp32 values of quantized messages' scale and 4-bit codes (``[..., bytes]``
+        each: one message, or one per row): ``[..., count]``."""
+        scale = unpack_f32(buffers["scale"])  # [..., 1] fp32, applied on the device: no host read
+        return dequantize_pow2(unpack_bits(buffers["codes"], 4, count), scale)
