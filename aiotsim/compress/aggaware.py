@@ -159,7 +159,7 @@ class AggregationAware(Codec[AggAwareState]):
         n = flat.numel()
         idx = self.select(flat, state, k_of(self.params.ratio, n))  # [k]
         values = round_values(flat[idx], self.params.value_dtype)
-        return sparse_payload(idx, values, n, self.params.value_dtype), Sent.sparse(idx, values)
+        return sparse_payload(idx, values, n, self.params.value_dtype, ascending=True), Sent.sparse(idx, values)
 
     def message_bound(self, layer: LayerInfo) -> int:
         """k values, and k indices in the costliest form the index coding may pick."""

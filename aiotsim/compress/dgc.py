@@ -131,7 +131,7 @@ class DeepGradientCompression(Codec[DGCState]):
         if state.momentum is not None:
             state.momentum.view(-1)[idx] = 0.0  # momentum factor masking
         # the role then keeps v <- v - sent (0 where sent)
-        return sparse_payload(idx, values, n, self.params.value_dtype), Sent.sparse(idx, values)
+        return sparse_payload(idx, values, n, self.params.value_dtype, ascending=True), Sent.sparse(idx, values)
 
     def message_bound(self, layer: LayerInfo) -> int:
         """The most :meth:`_select` passes: at the lowest sparsity (the warm-up's first stage), k

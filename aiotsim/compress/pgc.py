@@ -240,7 +240,7 @@ class PartitionGradientCompression(Codec[PGCState]):
             # server's update check stops the run) rather than kept in the residual unseen
             idx = torch.nonzero(~(mag < thr.alpha)).reshape(-1)
         values = round_values(flat[idx], self.params.value_dtype)
-        return sparse_payload(idx, values, n, self.params.value_dtype), Sent.sparse(idx, values)
+        return sparse_payload(idx, values, n, self.params.value_dtype, ascending=True), Sent.sparse(idx, values)
 
     def message_bound(self, layer: LayerInfo) -> int:
         """Every element may reach alpha (ties, a flat gradient): n indices and n values."""

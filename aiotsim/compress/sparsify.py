@@ -109,7 +109,7 @@ def exact_topk_mask(mag: torch.Tensor, k: int) -> torch.Tensor:
         return torch.zeros(n, dtype=torch.bool, device=mag.device)
     kth = torch.topk(mag, k, sorted=False).values.min()  # the k-th largest value (scalar)
     above = mag > kth  # [n]: certainly kept
-    need = k - int(above.sum())  # how many of the ties at kth still fit
+    need = k - above.sum()  # 0-d: how many of the ties at kth still fit (a tensor: no host read)
     ties = mag == kth
     # cumsum over the tie mask counts ties from the left: the first `need` of them win.
     return above | (ties & (torch.cumsum(ties, dim=0, dtype=torch.int64) <= need))
@@ -178,7 +178,8 @@ class TopK(Codec[CodecState]):
         flat = acc.reshape(-1)  # [n] fp32: r + g (or g without error feedback)
         idx = topk_indices(flat.abs(), k_of(self.params.ratio, flat.numel()))  # [k]
         values = round_values(flat[idx], self.params.value_dtype)  # [k] fp32
-        return sparse_payload(idx, values, flat.numel(), self.params.value_dtype), Sent.sparse(idx, values)
+        payload = sparse_payload(idx, values, flat.numel(), self.params.value_dtype, ascending=True)
+        return payload, Sent.sparse(idx, values)
 
     def message_bound(self, layer: LayerInfo) -> int:
         """k values, and k indices in the costliest form the index coding may pick."""

@@ -344,7 +344,7 @@ def _load_data(s: Scenario) -> Dataset:
 def _sparse_message(update: torch.Tensor) -> Payload:
     flat = update.reshape(-1)
     idx = torch.nonzero(flat, as_tuple=False).reshape(-1)
-    return sparse_payload(idx, flat[idx].float(), flat.numel())
+    return sparse_payload(idx, flat[idx].float(), flat.numel(), ascending=True)
 
 
 __all__ = ["Learning", "LocalState", "Gradient", "Update", "sync_device", "check_model_output"]

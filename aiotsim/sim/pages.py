@@ -72,4 +72,3 @@ def _anonymous(nbytes: int) -> mmap.mmap:
 
 
 __all__ = ["ALIGN", "SLAB_BYTES", "StatePages"]
-
