@@ -29,7 +29,7 @@ from aiotsim.compress.packing import (
 )
 from aiotsim.compress.registry import build_codec
 from aiotsim.compress.sparse import payload_indices, scatter_sparse
-from aiotsim.compress.sparsify import topk_indices
+from aiotsim.compress.sparsify import mask_indices, topk_indices
 from aiotsim.compress.variance import quantize_pow2
 from aiotsim.errors import ConfigError
 
@@ -66,6 +66,20 @@ def test_topk_indices_matches_stable_sort_on_many_ties() -> None:
     for k in (1, 17, 3000, 70_000, 300_001):
         ref = torch.sort(torch.sort(-mag, stable=True).indices[:k]).values
         assert torch.equal(topk_indices(mag, k), ref), k
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 300), density=st.floats(0.0, 1.0), seed=st.integers(0, 2**16))
+def test_mask_indices_of_a_known_count_equal_nonzero(n: int, density: float, seed: int) -> None:
+    """The GPU's ``nonzero_static`` of the known count and the CPU's ``nonzero`` give the same
+    ascending indices (the top-k selections' last step on either device)."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(n, generator=g) < density
+    count = int(mask.sum())
+    want = torch.nonzero(mask).reshape(-1)
+    for static in (True, False):
+        got = mask_indices(mask, count, static=static)
+        assert got.dtype == torch.int64 and torch.equal(got, want)
 
 
 def test_topk_payload_exact_size_fp16_clustered() -> None:

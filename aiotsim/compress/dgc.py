@@ -36,7 +36,7 @@ from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_floa
 from aiotsim.compress.memory import Sent, momentum_velocity
 from aiotsim.compress.registry import register
 from aiotsim.compress.sparse import decode_sparse, sparse_bound, sparse_payload
-from aiotsim.compress.sparsify import ValueDtype, exact_topk_mask, k_of, round_values, value_dtype_opt
+from aiotsim.compress.sparsify import ValueDtype, exact_topk_mask, k_of, mask_indices, round_values, value_dtype_opt
 from aiotsim.schema import at_least, fraction, non_negative, opt, unit_interval
 
 # Sparsities of the four warm-up stages: 1 - 0.25**(stage + 1).
@@ -99,7 +99,7 @@ class DeepGradientCompression(Codec[DGCState]):
             return torch.arange(n, device=mag.device)
         m = max(_MIN_SAMPLE, math.ceil(self.params.sample_ratio * n))
         if m >= n:  # small layer: the exact top-k is as cheap as sampling
-            return torch.nonzero(exact_topk_mask(mag, k)).reshape(-1)
+            return mask_indices(exact_topk_mask(mag, k), k)
         pos = torch.randint(0, n, (m,), generator=gen, device=gen.device).to(mag.device)  # [m]
         sample = mag[pos]
         k_sample = max(1, math.ceil(m * k / n))  # the same density in the sample
