@@ -256,3 +256,17 @@ def test_pad_rows_zero_pads_buffers_of_any_lengths(by_copies: bool) -> None:
     assert torch.equal(
         batch_decode.pad_rows(same, by_copies=by_copies), torch.tensor([[4, 5], [4, 5]], dtype=torch.uint8)
     )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize(("name", "params"), BATCHED, ids=[f"{n}-{p}" for n, p in BATCHED])
+def test_decode_batch_on_cuda_equals_each_message_decoded_there(name: str, params: dict[str, Any]) -> None:
+    """On a GPU: the batched decode (nonzero_static, the scatter padding, gathers) stays on the
+    device and equals each message's own decode there, bit for bit."""
+    codec = make(name, params)
+    dev = torch.device("cuda")
+    for j, layer in enumerate(LAYERS):
+        payloads = [p.to(dev) for p in messages(codec, layer, 9, seed=j)]
+        got = decode_batch(codec, payloads, layer)
+        assert got.device.type == "cuda"
+        assert same_bytes(got, looped(codec, payloads, layer))
