@@ -48,8 +48,9 @@ IN_FLIGHT_BUFFERS = {"stacked": 2, "streamed": 0}
 SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode scratch ...
 # The server's batched decode (aiotsim.compress.batch_decode) works on up to CHUNK_ELEMENTS values
 # of a layer's messages at once; its temporaries (the stacked buffers, their unpacked codes, the
-# fp32 rows) are about this many 4-byte values per value decoded (measured: iot1000, 2bit,
-# stacked: 1,289 MB peak before batching, 1,337 MB after, +49 MB for 4.2 M values)
+# fp32 rows; streamed: and the float64 scan that adds them) are about this many 4-byte values per
+# value decoded (measured: iot1000, 2bit, peak before batching / after: stacked 1,289 / 1,337 MB,
+# +49 MB for 4.2 M values; streamed 1,072 / 1,097 MB)
 DECODE_SCRATCH_FACTOR = 3
 # The run's timeline (trace.json): a node's compute, encode, upload and download spans of an
 # iteration, kept until the run ends, B (measured: 2,000 nodes, topk, resident memory's growth per

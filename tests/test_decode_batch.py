@@ -270,3 +270,23 @@ def test_decode_batch_on_cuda_equals_each_message_decoded_there(name: str, param
         got = decode_batch(codec, payloads, layer)
         assert got.device.type == "cuda"
         assert same_bytes(got, looped(codec, payloads, layer))
+
+
+def test_aggregate_add_rows_equals_the_adds_in_order() -> None:
+    """The one-scan sum of a batch of rows equals the in-place float64 adds, message by message,
+    bit for bit: magnitudes 1e-20..1e20 (so that additions round) and whole weights; a fractional
+    weight and signSGD's own sum take the adds themselves."""
+    gen = torch.Generator().manual_seed(5)
+    for trial in range(30):
+        m, n = 1 + trial % 9, 1 + 37 * trial
+        rows = torch.randn(m, n, generator=gen) * 10.0 ** torch.randint(-20, 21, (m, 1), generator=gen)
+        start = torch.randn(n, generator=gen, dtype=torch.float64) * 1e15
+        for codec, weights in ((make("none"), [float(1 + (i * 7) % 5) for i in range(m)]), (make("none"), [0.5] * m)):
+            want = codec.aggregate_start(LayerInfo("x", (n,)), CPU)
+            got = codec.aggregate_start(LayerInfo("x", (n,)), CPU)
+            want.total.copy_(start)
+            got.total.copy_(start)
+            for row, w in zip(rows, weights):
+                codec.aggregate_add(want, row, w)
+            codec.aggregate_add_rows(got, rows, weights)
+            assert same_bytes(got.total, want.total) and (got.weight, got.count) == (want.weight, want.count)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
@@ -352,6 +352,31 @@ class Codec(ABC, Generic[S]):
         acc.total.add_(decoded, alpha=weight)
         acc.weight += weight
         acc.count += 1
+
+    def aggregate_add_rows(self, acc: RunningAggregate, rows: torch.Tensor, weights: Sequence[float]) -> None:
+        """:meth:`aggregate_add` of ``rows[i]`` with ``weights[i]``, in order (``rows``: decoded
+        gradients, ``[messages, *shape]``).
+
+        For the mean's own sum with whole weights (node or sample counts below 2**29, so each
+        ``weight x value`` is exact in float64), one in-place ``cumsum`` over ``[sum; weighted
+        rows]`` in float64: a sequential scan along the messages, each partial sum rounded as the
+        in-place adds round it (the same bits on the CPU), in a few operations instead of one per
+        message (on a GPU, one launch per message and layer). Otherwise, or for a codec with its
+        own :meth:`aggregate_add`, message by message.
+        """
+        whole = all(float(w).is_integer() and 0 <= w < 2**29 for w in weights)
+        if type(self).aggregate_add is not Codec.aggregate_add or not whole or len(weights) < 2:
+            for row, w in zip(rows, weights):
+                self.aggregate_add(acc, row, w)
+            return
+        scan = torch.empty((len(weights) + 1, *acc.total.shape), dtype=torch.float64, device=acc.total.device)
+        scan[0].copy_(acc.total)
+        w = torch.tensor(weights, dtype=torch.float64, device=rows.device).view(-1, *[1] * (rows.dim() - 1))
+        torch.mul(rows, w, out=scan[1:])  # exact: a float32 value times a whole number below 2**29
+        acc.total.copy_(scan.cumsum_(dim=0)[-1])
+        for weight in weights:  # the Python float as aggregate_add accumulates it
+            acc.weight += weight
+        acc.count += len(weights)
 
     def aggregate_finish(self, acc: RunningAggregate, layer: LayerInfo) -> torch.Tensor:
         """The aggregate of everything added (default: the weighted mean), as ``layer.dtype``."""

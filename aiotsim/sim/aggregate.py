@@ -15,7 +15,8 @@ majority vote):
     messages' payloads and decoded tensors are dropped right after, so an aggregation holds
     O(model) (two float64 model copies, plus the arrivals not yet folded in: at most
     :data:`~aiotsim.compress.batch_decode.CHUNK_ELEMENTS` values of messages, decoded together by
-    :func:`~aiotsim.compress.batch_decode.decode_batch`, then added one by one in arrival order),
+    :func:`~aiotsim.compress.batch_decode.decode_batch`, then added in arrival order, by one float64
+    scan per layer, :meth:`~aiotsim.compress.base.Codec.aggregate_add_rows`),
     whatever the fleet size. Divided and cast to the
     layer's dtype at the end. The float64 sums make the float32 result, for practical purposes,
     independent of the arrival order (a float64 sum of n float32 values rounds at most ~n x 2^-53
@@ -135,8 +136,9 @@ class Aggregation:
 
     def _fold(self) -> None:
         """Streamed: decode the pending messages (layer by layer, in one batch where the codec
-        has one) and add them to the sums in arrival order: the same float64 additions, in the
-        same order, as adding each message on arrival."""
+        has one) and add them to the sums in arrival order (a batch: in one scan,
+        :meth:`Codec.aggregate_add_rows`): the same float64 additions, in the same order, as
+        adding each message on arrival."""
         if not self.pending:
             return
         sync_device(self.device)
@@ -145,23 +147,32 @@ class Aggregation:
             self.sums = [c.aggregate_start(L, self.device) for c, L in zip(self.codecs, self.layers)]
         weights = [float(w) if self.weighted else 1.0 for _, w, _ in self.pending]
         for j, (codec, acc) in enumerate(zip(self.codecs, self.sums)):
-            for decoded, w in zip(self._decoded(j, codec), weights):
-                codec.aggregate_add(acc, decoded, w)
+            decoded = self._decoded(j, codec)
+            if isinstance(decoded, torch.Tensor):  # one batch: [messages, *shape]
+                codec.aggregate_add_rows(acc, decoded, weights)
+                continue
+            for d, w in zip(decoded, weights):
+                codec.aggregate_add(acc, d, w)
         self.pending = []
         sync_device(self.device)
         self.wall_s += time.perf_counter() - t0
 
-    def _decoded(self, j: int, codec: Codec) -> Iterator[torch.Tensor]:
-        """Layer ``j`` of every pending message, decoded, in order."""
+    def _decoded(self, j: int, codec: Codec) -> torch.Tensor | Iterator[torch.Tensor]:
+        """Layer ``j`` of every pending message, decoded, in order: one ``[messages, *shape]``
+        tensor (fresh rows) where one decoder with a batched path decodes them all, else one
+        tensor per message as it is decoded."""
         decoders = {self.dense if d else codec for _, _, d in self.pending}
         by = decoders.pop()
-        if not decoders and decodes_in_batch(by):  # one decoder with a batched path (fresh rows)
-            yield from decode_batch(by, [m[j] for m, _, _ in self.pending], self.layers[j])
-            return
+        if not decoders and decodes_in_batch(by):
+            return decode_batch(by, [m[j] for m, _, _ in self.pending], self.layers[j])
         reads = type(codec).aggregate_add is Codec.aggregate_add  # the mean's sum only reads it
-        for m, _, d in self.pending:
-            by = self.dense if d else codec
-            yield by.decode_read(m[j], self.layers[j]) if reads else by.decode(m[j], self.layers[j])
+        layer = self.layers[j]
+        return (
+            (self.dense if d else codec).decode_read(m[j], layer)
+            if reads
+            else (self.dense if d else codec).decode(m[j], layer)
+            for m, _, d in self.pending
+        )
 
     def take(self, upload: Message) -> None:
         """Add an upload weighted by its node count; streamed: drop its payloads (their bytes are
