@@ -411,15 +411,15 @@ class Codec(ABC, Generic[S]):
         return out
 
 
-class RowDecoder:
+class RowDecoder(ABC):
     """Mixin for a codec whose decoding is element-wise over its buffers: :meth:`decode_rows`
     takes them with leading dimensions (one message per row, as
     :func:`~aiotsim.compress.batch_decode.decode_batch` stacks a layer's messages), and
     :meth:`decode` is :meth:`decode_rows` of one message, so both run the same operations."""
 
+    @abstractmethod
     def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """The fp32 values of the messages' ``buffers`` (``[..., bytes]`` each): ``[..., layer.numel]``."""
-        raise NotImplementedError
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         """One message: :meth:`decode_rows` of its buffers, as ``layer.shape`` / ``layer.dtype``."""
