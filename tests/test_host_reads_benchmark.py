@@ -12,8 +12,9 @@ from conftest import ROOT, load_script
 from aiotsim.compress import codec_names, get_codec_class
 from aiotsim.compress.base import LayerInfo
 from aiotsim.compress.batch import batched_codecs
+from aiotsim.compress.batch_decode import decode_batch
 from aiotsim.compress.packing import encode_indices
-from aiotsim.compress.sparsify import random_subset
+from aiotsim.compress.sparsify import mask_indices, random_subset
 
 
 def host_reads_module():
@@ -90,6 +91,34 @@ def test_decoders_read_nothing_back(name: str, params: dict[str, object]) -> Non
                 codec.decode(payload, layer)
                 codec.decode_read(payload, layer)
             reads += sum(k for (_, site), k in mode.calls.items() if site not in exempt)
+    assert reads == 0
+
+
+@pytest.mark.parametrize(("name", "params"), DECODED, ids=[f"{n}{'-' if p else ''}" for n, p in DECODED])
+def test_batched_decode_reads_nothing_back(name: str, params: dict[str, object]) -> None:
+    """The server's batched decode of a layer's messages (counts that differ by message, zero
+    gradients among them) reads nothing on the host either. Exempt: random-k's CPU draw (as
+    above) and ``mask_indices``' CPU branch, ``nonzero``, which off the CPU is ``nonzero_static``
+    of the count the host knows."""
+    hr = host_reads_module()
+    exempt = set()
+    for fn in (random_subset, mask_indices):
+        lines, first = inspect.getsourcelines(fn)
+        exempt |= {f"sparsify.py:{line}" for line in range(first, first + len(lines))}
+    cls = get_codec_class(name)
+    codec = cls(cls.Params(**params), seed=1)
+    reads = 0
+    for layer in LAYERS:
+        payloads = []
+        for node in range(6):
+            state = codec.init_state(layer, torch.device("cpu"), node)
+            grad = torch.randn(layer.shape, generator=torch.Generator().manual_seed(node)) * (node % 3)
+            if codec.needs_sq_grad:
+                state.sq_grad = grad.square()
+            payloads.append(codec.encode(grad, layer, state))
+        with hr.HostReads() as mode:
+            decode_batch(codec, payloads, layer)
+        reads += sum(k for (_, site), k in mode.calls.items() if site not in exempt)
     assert reads == 0
 
 

@@ -49,7 +49,7 @@ from aiotsim.compress.packing import (
 from aiotsim.compress.pgc import PartitionGradientCompression, PartitionGradientCompressionPaper
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit
 from aiotsim.compress.sign import EFSignSGD, OneBitSGD, SignSGD
-from aiotsim.compress.sparsify import Threshold, TopK
+from aiotsim.compress.sparsify import Threshold, TopK, mask_indices
 from aiotsim.compress.variance import VarianceCompression
 
 CHUNK_ELEMENTS = 1 << 22  # decoded values per pass (16 MB of fp32 per temporary)
@@ -186,7 +186,7 @@ def _padded(
     rows = values_of({k: pad_rows([b[k] for b in bufs]) for k in bufs[0] if k != "indices"}, most)  # [m, most]
     if min(counts) == most:
         return rows.reshape(-1)
-    return rows[torch.arange(most, device=rows.device) < torch.tensor(counts, device=rows.device)[:, None]]
+    return _own_entries(rows, counts)
 
 
 def _sparse_rows(chunk: Sequence[Payload], n: int, sizes: Sizes, values_of: ValuesOf) -> torch.Tensor | None:
@@ -220,9 +220,17 @@ def _sparse_rows(chunk: Sequence[Payload], n: int, sizes: Sizes, values_of: Valu
         most = max(counts)
         flat = decode_indices(index, n, (mode, width, most)).to(device) + at[:, None] * n  # [m, most]
         if min(counts) < most:  # the padding's zero codes decode to indices of their own
-            flat = flat[torch.arange(most, device=device) < torch.tensor(counts, device=device)[:, None]]
+            flat = _own_entries(flat, counts)
         out.view(-1)[flat.reshape(-1)] = values
     return out
+
+
+def _own_entries(rows: torch.Tensor, counts: list[int]) -> torch.Tensor:
+    """The first ``counts[i]`` entries of each row of ``rows`` (``[m, most]``), in row order:
+    ``[sum(counts)]``. The total is known on the host, so off the CPU no read is needed
+    (:func:`~aiotsim.compress.sparsify.mask_indices`), where a boolean mask index would sync."""
+    valid = torch.arange(rows.shape[1], device=rows.device) < torch.tensor(counts, device=rows.device)[:, None]
+    return rows.reshape(-1)[mask_indices(valid.view(-1), sum(counts))]
 
 
 def pad_rows(bufs: list[torch.Tensor], *, by_copies: bool | None = None) -> torch.Tensor:
