@@ -43,7 +43,7 @@ from aiotsim.learn.models import build_model, layer_infos
 
 # codecs with a batched server decode (aiotsim.compress.batch_decode), default parameters
 DECODE_CODECS = ("none", "fp16", "2bit", "terngrad", "qsgd", "signsgd", "efsignsgd", "onebit", "4bit")
-DECODE_CODECS += ("topk", "agg-aware", "dgc", "threshold", "variance", "pgc")
+DECODE_CODECS += ("topk", "agg-aware", "dgc", "threshold", "variance", "pgc", "randomk")
 SETUPS = {"lenet5": ((1, 28, 28), 32), "resnet20": ((3, 32, 32), 8), "mlp": ((1, 28, 28), 32)}
 
 

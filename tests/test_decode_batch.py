@@ -57,8 +57,10 @@ BATCHED = [
     ("variance", {"quantize": False}),
     ("pgc", {}),
     ("pgc-paper", {}),
+    ("randomk", {}),
+    ("randomk", {"scale": False, "value_dtype": "fp16"}),
 ]
-LOOPED = [("qsgd", {"elias": True}), ("qsgd", {"levels": 3}), ("randomk", {})]
+LOOPED = [("qsgd", {"elias": True}), ("qsgd", {"levels": 3})]
 LOOPED += [("fft", {}), ("hylo", {}), ("powersgd", {})]
 
 

@@ -12,16 +12,18 @@ The decoders are the codecs' own: each batched codec's ``decode_rows``
 (:class:`~aiotsim.compress.base.RowDecoder`) takes its buffers with leading dimensions (one message
 per row) and its ``decode`` is ``decode_rows`` of one message, so both paths run the same
 operations; a message's scalars (a scale, bucket norms, column means) broadcast over its row.
-Sparse payloads (top-k, agg-aware, DGC, PGC, threshold and variance, quantized or not) are grouped by their index coding
-(form and bit width, from the header's host copy): each group's index sets are unpacked as one
-``[rows, bytes]`` tensor (zero-padded where counts differ) and scattered through flat indices, a
-bitmap group through its ``[rows, n]`` masks.
+Sparse payloads (top-k, agg-aware, DGC, PGC, threshold and variance, quantized or not) are
+grouped by their index coding (form and bit width, from the header's host copy): each group's
+index sets are unpacked as one ``[rows, bytes]`` tensor (zero-padded where counts differ) and
+scattered through flat indices, a bitmap group through its ``[rows, n]`` masks. Random-k's index
+sets are regenerated from each message's seed (on the CPU generator, one by one by design) and
+its values scattered at once.
 
 Messages are decoded in chunks of at most :data:`CHUNK_ELEMENTS` values, which bounds the
-temporaries. Any payload this path does not cover (another codec, a codec subclass, buffers of
-differing sizes, Elias-coded QSGD, random-k whose indices are drawn per
-message on the CPU) is decoded message by message, so :func:`decode_batch` is always correct to
-call and a malformed payload raises the per-message decoder's own error.
+temporaries. Any payload this path does not cover (another codec: fft, hylo, powersgd; a codec
+subclass; buffers of differing sizes; Elias-coded QSGD or code widths of 3, 5, 6 or 7 bits) is
+decoded message by message, so :func:`decode_batch` is always correct to call and a malformed
+payload raises the per-message decoder's own error.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from aiotsim.compress.packing import (
 from aiotsim.compress.pgc import PartitionGradientCompression, PartitionGradientCompressionPaper
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit
 from aiotsim.compress.sign import EFSignSGD, OneBitSGD, SignSGD
-from aiotsim.compress.sparsify import Threshold, TopK, mask_indices
+from aiotsim.compress.sparsify import RandomK, Threshold, TopK, k_of, mask_indices
 from aiotsim.compress.variance import VarianceCompression
 
 CHUNK_ELEMENTS = 1 << 22  # decoded values per pass (16 MB of fp32 per temporary)
@@ -113,7 +115,7 @@ def decodes_in_batch(codec: Codec) -> bool:
     kind = type(codec)
     if kind in _ROWS:
         return _covered(codec)
-    return kind in _SPARSE
+    return kind in _SPARSE or kind is RandomK
 
 
 def _rows_fn(
@@ -125,6 +127,8 @@ def _rows_fn(
     if type(codec) in _ROWS:
         rows_of = codec.decode_rows  # type: ignore[attr-defined]
         return (lambda chunk, layer: rows_of(_stacked(chunk), layer)) if _same_layout(payloads) else None
+    if isinstance(codec, RandomK):
+        return lambda chunk, layer: _randomk_rows(codec, chunk, layer)
     sizes, values_of = _value_coding(codec)
     return lambda chunk, layer: _sparse_rows(chunk, layer.numel, sizes, values_of)
 
@@ -222,6 +226,22 @@ def _sparse_rows(chunk: Sequence[Payload], n: int, sizes: Sizes, values_of: Valu
         if min(counts) < most:  # the padding's zero codes decode to indices of their own
             flat = _own_entries(flat, counts)
         out.view(-1)[flat.reshape(-1)] = values
+    return out
+
+
+def _randomk_rows(codec: RandomK, chunk: Sequence[Payload], layer: LayerInfo) -> torch.Tensor | None:
+    """Random-k messages, ``[chunk, n]`` fp32: each message's index set regenerated from its seed
+    (:meth:`RandomK.indices`, on the CPU generator, one per message by design), the values of all
+    of them written through flat indices at once."""
+    n, vd = layer.numel, codec.params.value_dtype
+    k = k_of(codec.params.ratio, n)
+    if any(p.buffers["values"].numel() != k * VALUE_BYTES[vd] or set(p.buffers) != {"seed", "values"} for p in chunk):
+        return None  # decoded one by one: the per-message decoder says what is wrong
+    values = unpack_values(torch.stack([p.buffers["values"] for p in chunk]), vd)  # [m, k]
+    device = values.device
+    index = torch.stack([codec.indices(p, layer) for p in chunk]).to(device)  # [m, k] ascending per row
+    out = torch.zeros(len(chunk), n, dtype=torch.float32, device=device)
+    out.view(-1)[(index + torch.arange(len(chunk), device=device)[:, None] * n).reshape(-1)] = values.reshape(-1)
     return out
 
 
