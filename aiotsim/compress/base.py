@@ -362,10 +362,11 @@ class Codec(ABC, Generic[S]):
         rows]`` in float64: a sequential scan along the messages, each partial sum rounded as the
         in-place adds round it (the same bits on the CPU), in a few operations instead of one per
         message (on a GPU, one launch per message and layer). Otherwise, or for a codec with its
-        own :meth:`aggregate_add`, message by message.
+        own :meth:`aggregate_add` or a sum that is not float64, message by message.
         """
         whole = all(float(w).is_integer() and 0 <= w < 2**29 for w in weights)
-        if type(self).aggregate_add is not Codec.aggregate_add or not whole or len(weights) < 2:
+        own = type(self).aggregate_add is not Codec.aggregate_add or acc.total.dtype != torch.float64
+        if own or not whole or len(weights) < 2:
             for row, w in zip(rows, weights):
                 self.aggregate_add(acc, row, w)
             return
