@@ -34,16 +34,13 @@ from collections.abc import Callable
 
 import torch
 
-from aiotsim.compress import build_codec
+from aiotsim.compress import build_codec, codec_names
 from aiotsim.compress.batch import batched_codecs, encode_batch
-from aiotsim.compress.batch_decode import decode_batch
+from aiotsim.compress.batch_decode import decode_batch, decodes_in_batch
 from aiotsim.learn.batched import BatchedGradients
 from aiotsim.learn.compute import GradientComputer
 from aiotsim.learn.models import build_model, layer_infos
 
-# codecs with a batched server decode (aiotsim.compress.batch_decode), default parameters
-DECODE_CODECS = ("none", "fp16", "2bit", "terngrad", "qsgd", "signsgd", "efsignsgd", "onebit", "4bit")
-DECODE_CODECS += ("topk", "agg-aware", "dgc", "threshold", "variance", "pgc", "randomk")
 SETUPS = {"lenet5": ((1, 28, 28), 32), "resnet20": ((3, 32, 32), 8), "mlp": ((1, 28, 28), 32)}
 
 
@@ -162,7 +159,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--codecs", default=",".join(batched_codecs()))
-    ap.add_argument("--decode-codecs", default=",".join(DECODE_CODECS))
+    ap.add_argument("--decode-codecs", default=",".join(n for n in codec_names() if decodes_in_batch(build_codec(n))))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)

@@ -161,9 +161,8 @@ class Aggregation:
         """Layer ``j`` of every pending message, decoded, in order: one ``[messages, *shape]``
         tensor (fresh rows) where one decoder with a batched path decodes them all, else one
         tensor per message as it is decoded."""
-        decoders = {self.dense if d else codec for _, _, d in self.pending}
-        by = decoders.pop()
-        if not decoders and decodes_in_batch(by):
+        by = self._batch_decoder(j, self.pending)
+        if by is not None:
             return decode_batch(by, [m[j] for m, _, _ in self.pending], self.layers[j])
         reads = type(codec).aggregate_add is Codec.aggregate_add  # the mean's sum only reads it
         layer = self.layers[j]
@@ -173,6 +172,13 @@ class Aggregation:
             else (self.dense if d else codec).decode(m[j], layer)
             for m, _, d in self.pending
         )
+
+    def _batch_decoder(self, j: int, messages: list[tuple[list[Payload], int, bool]]) -> Codec | None:
+        """The one codec that decodes layer ``j`` of all ``messages`` when it has a batched path
+        (:func:`decodes_in_batch`); None when gateway dense messages are mixed in, or it has none."""
+        decoders = {self.dense if d else self.codecs[j] for _, _, d in messages}
+        by = decoders.pop()
+        return by if not decoders and decodes_in_batch(by) else None
 
     def take(self, upload: Message) -> None:
         """Add an upload weighted by its node count; streamed: drop its payloads (their bytes are
@@ -235,8 +241,8 @@ class Aggregation:
         dtypes go to ``torch.stack`` as a list, which promotes or refuses them as before."""
         if not self.messages:
             raise CodecError(f"aggregate({self.layers[j].name}): no gradients to aggregate")
-        by = {self.dense if d else self.codecs[j] for _, _, d in self.messages}
-        if len(by) == 1 and decodes_in_batch(codec := by.pop()):  # decoded as layer.dtype: no promotion
+        codec = self._batch_decoder(j, self.messages)
+        if codec is not None:  # decoded as layer.dtype: no promotion
             layer = self.layers[j]
             device = next(iter(self.messages[0][0][j].buffers.values())).device  # where decoding runs
             rows = buffer.rows(len(self.messages), layer.shape, dtype or layer.dtype, device)
