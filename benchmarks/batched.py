@@ -161,6 +161,9 @@ def main() -> None:
     ap.add_argument("--codecs", default=",".join(batched_codecs()))
     ap.add_argument("--decode-codecs", default=",".join(n for n in codec_names() if decodes_in_batch(build_codec(n))))
     args = ap.parse_args()
+    unknown = [n for n in (*args.codecs.split(","), *args.decode_codecs.split(",")) if n not in codec_names()]
+    if unknown:
+        ap.error(f"unknown codec(s) {', '.join(unknown)}; valid: {', '.join(codec_names())}")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     counts = [int(x) for x in args.nodes.split(",")]

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from aiotsim.compress import build_codec
+from aiotsim.compress import build_codec, codec_names
 from aiotsim.compress.base import Codec, LayerInfo, Payload
 from aiotsim.compress.batch import encode_batch
 from aiotsim.learn.models import build_model, layer_infos
@@ -96,8 +96,10 @@ def count(codec: Codec, layers: list[LayerInfo], messages: list[list[Payload]], 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", type=int, default=1000)
-    ap.add_argument("--codecs", nargs="+", default=["none", "2bit", "qsgd", "topk", "threshold", "dgc"])
+    ap.add_argument("--nodes", type=_positive, default=1000, help="messages in the round, >= 1")
+    ap.add_argument(
+        "--codecs", nargs="+", choices=codec_names(), default=["none", "2bit", "qsgd", "topk", "threshold", "dgc"]
+    )
     ap.add_argument("--per-message", action="store_true", help="decode message by message, as before")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -114,6 +116,14 @@ def main() -> None:
             (so, st), (fo, ft) = (count(codec, layers, messages, streamed) for streamed in (False, True))
         n = args.nodes
         print(f"{name:<10} {so:>12,} {so / n:>8.1f} {st:>7.2f} {fo:>13,} {fo / n:>8.1f} {ft:>7.2f}", flush=True)
+
+
+def _positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
 
 
 @contextmanager
