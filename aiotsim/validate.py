@@ -52,6 +52,11 @@ SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode
 # value decoded (measured: iot1000, 2bit, peak before batching / after: stacked 1,289 / 1,337 MB,
 # +49 MB for 4.2 M values; streamed 1,072 / 1,097 MB)
 DECODE_SCRATCH_FACTOR = 3
+# Host memory of a batched gradient pass on the CPU (nodes.batched; "auto" at fleet scale,
+# aiotsim.learn.batched.cpu_batches), relative to its budget (CPU_BUDGET_BYTES): the pass, its
+# gradients until encoded and its batches (measured: iot1000, topk, peak batched / looped 1,454 /
+# 1,289 MB for a 134 MB budget)
+BATCH_PASS_FACTOR = 1.25
 # The run's timeline (trace.json): a node's compute, encode, upload and download spans of an
 # iteration, kept until the run ends, B (measured: 2,000 nodes, topk, resident memory's growth per
 # iteration). scenario.trace_nodes keeps fewer nodes' spans.
@@ -72,11 +77,12 @@ class WorldSize:
     state_dtype: str = "float32"
     aggregation: str = "stacked"  # training.aggregation as resolved ("auto" -> stacked/streamed)
     timeline_bytes: int = 0  # the spans trace.json is written from, at the run's end
+    pass_bytes: int = 0  # a batched gradient pass on the CPU (0: looped)
 
     @property
     def total(self) -> int:
         """All of it, bytes."""
-        return self.nodes_bytes + self.server_bytes + self.data_bytes + self.timeline_bytes
+        return self.nodes_bytes + self.server_bytes + self.data_bytes + self.timeline_bytes + self.pass_bytes
 
     def describe(self) -> str:
         """``~12.3 MB (61,706 parameters; nodes 9.9 MB = 987.0 KB per node, state float32; ...)``."""
@@ -85,7 +91,8 @@ class WorldSize:
             f" = {fmt_bytes(self.per_node_bytes)} per node, state {self.state_dtype}, message"
             f" {fmt_bytes(self.message_bytes)}, {self.aggregation} aggregation; "
             f"server {fmt_bytes(self.server_bytes)}, data {fmt_bytes(self.data_bytes)}, "
-            f"timeline {fmt_bytes(self.timeline_bytes)})"
+            f"timeline {fmt_bytes(self.timeline_bytes)}"
+            + (f", batched gradient pass {fmt_bytes(self.pass_bytes)})" if self.pass_bytes else ")")
         )
 
 
@@ -151,7 +158,27 @@ def world_size(s: Scenario) -> WorldSize | None:
         state_dtype=s.nodes.state_dtype,
         aggregation=mode,
         timeline_bytes=round(traced_node_iterations(s) * TIMELINE_BYTES_PER_NODE_ITERATION),
+        pass_bytes=batched_pass_bytes(s, shape, classes),
     )
+
+
+def batched_pass_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int:
+    """Host memory of the batched gradient pass when a run of ``s`` on the CPU batches its nodes'
+    gradients (``nodes.batched = true``, or ``"auto"`` where
+    :func:`~aiotsim.learn.batched.cpu_batches` picks it), else 0: the pass's budget x
+    :data:`BATCH_PASS_FACTOR`. On CUDA the pass lives in device memory, which this does not count."""
+    from aiotsim.compress.registry import get_codec_class
+    from aiotsim.learn.batched import CPU_BUDGET_BYTES, cpu_batches
+    from aiotsim.learn.models import meta_model
+    from aiotsim.sim.batching import BATCHED_MODES
+
+    option = s.nodes.batched
+    if s.training.mode not in BATCHED_MODES or get_codec_class(s.compressor.name).needs_sq_grad or option is False:
+        return 0
+    batch_shape = (s.data.batch_size, *shape)
+    if option == "auto" and not cpu_batches(meta_model(s.model.name, shape, classes), s.nodes.count, batch_shape):
+        return 0
+    return round(CPU_BUDGET_BYTES * BATCH_PASS_FACTOR)
 
 
 def decode_scratch_bytes(nodes: int, params: int) -> int:

@@ -14,7 +14,7 @@ from aiotsim.errors import ConfigError
 from aiotsim.learn import batched as batched_mod
 from aiotsim.learn.batched import BatchedGradients, node_batcher, use_batched
 from aiotsim.learn.compute import GradientComputer
-from aiotsim.learn.models import MODELS, build_model, min_input_size
+from aiotsim.learn.models import MODELS, build_model, meta_model, min_input_size
 from aiotsim.results.fingerprint import fingerprint_run_dir
 from aiotsim.sim.runner import run_cluster
 from aiotsim.sim.world import Cluster
@@ -152,12 +152,49 @@ def test_chunk_size_from_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_option() -> None:
     assert use_batched(True, CPU) and not use_batched(False, CPU)
-    assert not use_batched("auto", CPU)  # looped wins on the CPU (benchmarks/batched.py)
+    assert not use_batched("auto", CPU)  # no model to judge: looped
     assert use_batched("auto", torch.device("cuda"))
     with pytest.raises(ConfigError, match="'auto', true or false"):
         use_batched("yes", CPU)
     computer = GradientComputer(build_model("mlp", (1, 8, 8), 10), CPU)
     assert node_batcher(computer, "auto") is None and node_batcher(computer, True) is not None
+    assert node_batcher(computer, "auto", nodes=100, batch_shape=(16, 1, 8, 8)) is not None
+    assert node_batcher(computer, "auto", chunk=5, nodes=99, batch_shape=(16, 1, 8, 8)) is None
+
+
+def _auto_on_cpu(name: str, nodes: int, shape: tuple[int, ...] = (3, 32, 32), batch: int = 32) -> bool:
+    model = meta_model(name, shape, 10)
+    return use_batched("auto", CPU, model, nodes, (batch, *shape))
+
+
+def test_auto_on_the_cpu_batches_fleets_of_batch_norm_free_models() -> None:
+    """``auto`` on the CPU: batched from CPU_MIN_NODES nodes for the models measured faster
+    batched (no batch norm, a pass of at least CPU_MIN_CHUNK nodes); looped for every model with
+    batch norm, for layer kinds never measured, and for alexnet, whose 32-sample pass is 117 MB
+    per node, so the 128 MiB budget holds one node per pass (measured 1.21x the looped time)."""
+    mnist = (1, 28, 28)
+    for name in ("lenet5", "mlp", "lenet-caffe"):
+        assert _auto_on_cpu(name, batched_mod.CPU_MIN_NODES, mnist), name
+        assert not _auto_on_cpu(name, batched_mod.CPU_MIN_NODES - 1, mnist), name
+    for name in MODELS:
+        modules = meta_model(name, (3, 64, 64), 10).modules()
+        with_bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in modules)
+        if with_bn or name == "alexnet":
+            assert not _auto_on_cpu(name, 10_000, (3, 64, 64) if name in IMAGENET_STYLE else (3, 32, 32)), name
+    dropout = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10), torch.nn.Dropout(0.1))
+    assert not use_batched("auto", CPU, dropout, 1000, (16, 1, 8, 8))  # Flatten, Dropout: not measured
+
+
+def test_auto_on_the_cpu_needs_min_chunk_nodes_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass bytes by hand (mlp on 1x8x8 at batch 16): the budget must hold CPU_MIN_CHUNK of them."""
+    model = build_model("mlp", (1, 8, 8), 10, seed=0)
+    params = sum(p.numel() for p in model.parameters()) * 4
+    per_node = batched_mod.ACTIVATION_FACTOR * 16 * (200 + 200 + 10) * 4 + batched_mod.PARAM_FACTOR * params
+    assert batched_mod.node_pass_bytes(model, (16, 1, 8, 8)) == per_node
+    monkeypatch.setattr(batched_mod, "CPU_BUDGET_BYTES", batched_mod.CPU_MIN_CHUNK * per_node)
+    assert use_batched("auto", CPU, model, 100, (16, 1, 8, 8))
+    monkeypatch.setattr(batched_mod, "CPU_BUDGET_BYTES", batched_mod.CPU_MIN_CHUNK * per_node - 1)
+    assert not use_batched("auto", CPU, model, 100, (16, 1, 8, 8))
     with pytest.raises(ConfigError, match=r"nodes\.batched: must be 'auto', true or false, got 'yes'"):
         _scenario("sync", "none", batched="yes")
     with pytest.raises(ConfigError, match=r"nodes\.batch_chunk: must be in \[0"):
@@ -230,9 +267,41 @@ def test_whole_run_batched_matches_looped(mode: str, codec: str, model: str) -> 
         assert b["accuracy"] == pytest.approx(a["accuracy"], abs=0.02)
 
 
-def test_default_on_cpu_is_looped() -> None:
+def test_default_on_cpu_is_looped_below_a_fleet() -> None:
     _, _, calls = _run(_scenario("sync", "none"))
     assert calls == 0
+
+
+def test_auto_batches_a_cpu_fleet_as_true_does() -> None:
+    """From CPU_MIN_NODES nodes ``auto`` runs the batched path on the CPU (mlp: batch-norm free),
+    row for row what ``true`` gives; one node fewer runs looped."""
+    fleet = {"scenario.iterations": 2}
+    n = batched_mod.CPU_MIN_NODES
+    _, asink, acalls = _run(_scenario("sync", "topk", count=n).replace(**fleet))
+    _, tsink, tcalls = _run(_scenario("sync", "topk", count=n, batched=True).replace(**fleet))
+    assert acalls == tcalls == n * 2 and asink.rows == tsink.rows
+    _, _, calls = _run(_scenario("sync", "topk", count=n - 1).replace(**fleet))
+    assert calls == 0
+
+
+def test_a_sync_round_lets_each_pass_go_once_encoded() -> None:
+    """A round computes a pass at a time (batch_chunk 3 of 7 nodes: 3, 3, 1), encodes it and lets
+    its gradients go before the next pass, so a fleet holds one pass's gradients, not every
+    node's; the run equals the same batched run encoded at each node's turn (test below)."""
+    cluster = Cluster(_scenario("sync", "topk", count=7, batched=True, batch_chunk=3), device="cpu")
+    assert cluster.learning.batched is not None
+    inner, seen = cluster.learning.batched.gradients, []
+
+    def spy(params: Any, xs: torch.Tensor, ys: torch.Tensor) -> Any:
+        held = [len(st.local.pending.grads) for st in cluster.nodes if st.local.pending is not None]
+        seen.append((int(xs.shape[0]), held))
+        return inner(params, xs, ys)
+
+    cluster.learning.batched.gradients = spy  # type: ignore[method-assign]
+    run_cluster(cluster, MemorySink())
+    assert [n for n, _ in seen] == [3, 3, 1] * 6
+    assert [len(held) for _, held in seen[:3]] == [0, 3, 6]  # earlier passes' nodes wait to send ...
+    assert all(size == 0 for _, held in seen for size in held)  # ... holding payloads, no gradient
 
 
 @needs_cuda

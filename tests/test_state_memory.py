@@ -69,7 +69,7 @@ def test_estimate_counts_the_timeline_the_run_keeps(tiny_scenario, sets, node_it
     sc = load_scenario(tiny_scenario, ["nodes.count=100", "data.samples_per_node=10", "scenario.iterations=10", *sets])
     size = world_size(sc)
     assert size.timeline_bytes == node_iterations * 1_200
-    assert size.total == size.nodes_bytes + size.server_bytes + size.data_bytes + size.timeline_bytes
+    assert size.total == size.nodes_bytes + size.server_bytes + size.data_bytes + size.timeline_bytes + size.pass_bytes
     assert f"timeline {fmt_bytes(node_iterations * 1_200)}" in size.describe()
 
 
@@ -80,6 +80,31 @@ def test_estimate_counts_the_servers_decode_scratch(tiny_scenario, nodes, scratc
     5,521,000 do not, so the chunk bounds it. Model-sized server buffers: 8."""
     sc = load_scenario(tiny_scenario, [f"nodes.count={nodes}", "data.samples_per_node=10"])
     assert world_size(sc).server_bytes == 8 * P * 4 + scratch
+
+
+PASS = round(128 * 2**20 * 1.25)  # the CPU pass's budget (128 MiB) x BATCH_PASS_FACTOR
+
+
+@pytest.mark.parametrize(
+    ("sets", "pass_bytes"),
+    [
+        (["nodes.count=100"], PASS),  # auto, a fleet of a batch-norm-free model: batched on the CPU
+        (["nodes.count=99"], 0),  # auto, below a fleet: looped
+        (["nodes.count=100", "nodes.batched=false"], 0),
+        (["nodes.count=2", "nodes.batched=true"], PASS),
+        (["nodes.count=100", "training.mode=partial", "training.partial_k=50"], PASS),
+        (["nodes.count=100", "training.mode=async"], 0),  # a node's version is its own: never batched
+        (["nodes.count=100", "training.mode=federated"], 0),
+        (["nodes.count=100", "compressor.name=variance"], 0),  # per-sample squared gradients: looped
+        (["nodes.count=100", "model.name=resnet20", "data.dataset=synthetic"], 0),  # batch norm: looped
+    ],
+)
+def test_estimate_counts_the_batched_pass_where_the_cpu_runs_one(tiny_scenario, sets, pass_bytes) -> None:
+    """The batched gradient pass's host memory (its 128 MiB budget x 1.25, measured) is counted
+    exactly where a CPU run batches: ``true``, or ``auto`` by aiotsim.learn.batched.cpu_batches."""
+    size = world_size(load_scenario(tiny_scenario, ["data.samples_per_node=10", *sets]))
+    assert size.pass_bytes == pass_bytes
+    assert ("batched gradient pass" in size.describe()) == (pass_bytes > 0)
 
 
 def test_fp16_velocity_steps_in_fp32_from_the_rounded_state() -> None:

@@ -289,7 +289,7 @@ def test_batch_workers_fit_the_largest_run_in_memory(tiny_scenario, monkeypatch)
     naming how many fit; two seeds of one scenario count once; the larger scenario sets the size."""
     small = load_scenario(tiny_scenario)
     seeds = [small.replace(**{"scenario.seed": k}) for k in (1, 2, 3)]
-    big = small.replace(**{"nodes.count": 200, "data.samples_per_node": 4})
+    big = small.replace(**{"nodes.count": 200, "data.samples_per_node": 4, "nodes.batched": False})
     each = world_size(big).total + PROCESS_BYTES
     assert each > world_size(small).total + PROCESS_BYTES
     monkeypatch.setenv("AIOTSIM_MAX_MEMORY_GB", str(2.5 * each / 1e9))

@@ -55,6 +55,9 @@ SCENARIOS = {
 SUBSET = ("none", "2bit", "topk", "agg-aware", "powersgd", "variance")
 # partial mode and late uploads are exercised on iot10 with a straggler (not a shipped file)
 EXTRA = {
+    # a fleet: nodes.batched = "auto" computes its gradients in batched passes on the CPU too
+    # (aiotsim.learn.batched.cpu_batches), and a sync round encodes each pass at dispatch
+    "iot100-batched": ("scenarios/iot100.toml", 2, []),
     # the fluid model without TCP windows: its fingerprints are those iot10 had before the TCP
     # transport became the default
     "iot10-ideal": ("scenarios/iot10.toml", 3, ["network.transport=ideal"]),

@@ -24,9 +24,11 @@ Batch normalization, per node, as in the looped path:
 
 Where it wins: on a GPU, where one pass over thousands of small batches replaces thousands of
 kernel launches. On the 2-core development CPU it depends on the model (``benchmarks/batched.py``,
-CPU seconds at one thread): lenet5 ~0.7x the looped time, resnet20 (conv + BN) ~1.3x. On the CPU
-``nodes.batched = "auto"`` stays looped: batching there changes every existing run's numbers by
-float rounding, and ``true`` opts in (see :func:`use_batched`).
+CPU time at one thread, batched / looped, chunks of the 128 MiB budget): the batch-norm-free
+lenet5 0.84x, mlp 0.60x, lenet-caffe 0.80x; alexnet 1.21x at the one node per pass that budget
+holds (0.95x at 7); resnet20 and mobilenetv2 (batch norm) 1.2-1.6x. ``nodes.batched = "auto"``
+therefore batches on CUDA, and on the CPU only fleets (:data:`CPU_MIN_NODES`) of models built from
+the layer kinds measured faster (:func:`cpu_batches`); see :func:`use_batched`.
 """
 
 from __future__ import annotations
@@ -47,8 +49,20 @@ from aiotsim.learn.compute import GradientComputer, GradResult, batch_stats_only
 # Device memory a batched pass may use when no chunk size is given: on CUDA this fraction of the
 # free memory (torch.cuda.mem_get_info) ...
 CUDA_BUDGET_FRACTION = 0.5
-# ... and on the CPU a fixed budget, B (the process shares the host with everything else).
-CPU_BUDGET_BYTES = 1 << 30
+# ... and on the CPU a fixed budget, B (the process shares the host with everything else). Smaller
+# passes run from cache: lenet5 at 128 nodes, CPU ms per node, budget 64 / 128 / 256 / 512 MiB:
+# 8.07 / 8.13 / 8.29 / 8.97 (looped 9.62); mlp 1.39 / 1.19 / 1.24 / 1.24 (looped 1.99).
+CPU_BUDGET_BYTES = 128 << 20
+# "auto" on the CPU: the fleet size from which it batches (below, a round's gradients take well
+# under a second either way, and small runs keep the looped path's results, which the documented
+# results were measured with; batched gradients differ from looped ones by float rounding) ...
+CPU_MIN_NODES = 100
+# ... the fewest nodes per pass (the budget's chunk) at which vmap's per-pass cost is amortized
+# (alexnet, CPU ms per node: 1 node per pass 58.0, 3 nodes 48.7, looped 47.9) ...
+CPU_MIN_CHUNK = 8
+# ... and the only layer kinds a model may have (measured batched faster: lenet5, mlp, lenet-caffe,
+# alexnet; batch norm slower: resnet20 1.24x, mobilenetv2 1.6x; others unmeasured, so looped).
+CPU_LAYER_KINDS: tuple[type[nn.Module], ...] = (nn.Conv2d, nn.Linear, nn.MaxPool2d, nn.ReLU)
 # Memory a node's pass holds, relative to the bytes of its batch's forward outputs (every module's
 # output): the saved outputs, their gradients and vmap's own copies. Measured with torch 2.13 on the
 # CPU (peak RSS growth of one pass, minus one copy of the parameters, per node): lenet5 at batch 32
@@ -59,26 +73,81 @@ ACTIVATION_FACTOR = 4
 PARAM_FACTOR = 3
 
 
-def use_batched(option: str | bool, device: torch.device) -> bool:
+def use_batched(
+    option: str | bool,
+    device: torch.device,
+    model: nn.Module | None = None,
+    nodes: int = 0,
+    batch_shape: tuple[int, ...] = (),
+) -> bool:
     """Whether ``nodes.batched = option`` batches the node gradients on ``device``.
 
-    ``True``/``False`` decide; ``"auto"`` batches on CUDA only. On the 2-core development CPU the
-    batched pass measured faster for lenet5 (about 0.7x the looped CPU time at 10 to 1,000 nodes)
-    but slower for resnet20 (about 1.3x; ``benchmarks/batched.py``, numbers in
-    docs/ARCHITECTURE.md), and batching by default would move every existing CPU run's results
-    by float rounding, so ``auto`` keeps the looped path there.
-    """
+    ``True``/``False`` decide; ``"auto"`` batches on CUDA, and on the CPU when
+    :func:`cpu_batches` says the fleet of ``nodes`` nodes training ``model`` on batches of
+    ``batch_shape`` (``(B, C, H, W)``) is faster batched (without a model: looped).
+    """  # fmt: skip
     if option is True or option is False:
         return option
     if option != "auto":
         raise ConfigError(f"nodes.batched(={option!r}) must be 'auto', true or false")
-    return torch.device(device).type == "cuda"
+    if torch.device(device).type == "cuda":
+        return True
+    return model is not None and cpu_batches(model, nodes, batch_shape)
 
 
-def node_batcher(computer: GradientComputer, option: str | bool, chunk: int = 0) -> BatchedGradients | None:
-    """The batched pass for ``computer`` when ``nodes.batched = option`` batches on its device
-    (:func:`use_batched`), else ``None`` (the looped path)."""
-    return BatchedGradients(computer, chunk) if use_batched(option, computer.device) else None
+def cpu_batches(model: nn.Module, nodes: int, batch_shape: tuple[int, ...]) -> bool:
+    """``"auto"``'s choice on the CPU: batched for at least :data:`CPU_MIN_NODES` nodes of a model
+    built only from :data:`CPU_LAYER_KINDS` (no batch norm) when :data:`CPU_BUDGET_BYTES` holds at
+    least :data:`CPU_MIN_CHUNK` of its nodes per pass (the measurements are in those constants)."""
+    if nodes < CPU_MIN_NODES:
+        return False
+    leaves = [m for m in model.modules() if not list(m.children())]
+    if not leaves or not all(isinstance(m, CPU_LAYER_KINDS) for m in leaves):
+        return False
+    return CPU_BUDGET_BYTES // node_pass_bytes(model, batch_shape) >= CPU_MIN_CHUNK
+
+
+def node_pass_bytes(model: nn.Module, batch_shape: tuple[int, ...], sample_bytes: int | None = None) -> int:
+    """Bytes one node's share of a batched pass holds: ``ACTIVATION_FACTOR x B x`` one sample's
+    forward outputs (``sample_bytes``, measured by :func:`forward_bytes` when not given) plus
+    ``PARAM_FACTOR x`` the parameters (``batch_shape`` is ``(B, C, H, W)``)."""
+    if sample_bytes is None:
+        sample_bytes = forward_bytes(model, tuple(batch_shape[1:]))
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    return max(1, ACTIVATION_FACTOR * batch_shape[0] * sample_bytes + PARAM_FACTOR * params)
+
+
+def forward_bytes(model: nn.Module, sample_shape: tuple[int, ...]) -> int:
+    """Bytes of every module output of a one-sample fp32 forward of ``model`` (on its device; the
+    meta device measures without memory)."""
+    total = 0
+
+    def count(_m: nn.Module, _i: Any, out: Any) -> None:
+        nonlocal total
+        if isinstance(out, torch.Tensor):
+            total += out.numel() * out.element_size()
+
+    leaves = [m for m in model.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(count) for m in leaves]
+    device = next(model.parameters()).device
+    try:
+        # 2 samples: a BN layer in training mode refuses a batch of one with 1x1 maps
+        x = torch.zeros((2, *sample_shape), device=device)
+        with torch.no_grad(), batch_stats_only(model):
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return total // 2
+
+
+def node_batcher(
+    computer: GradientComputer, option: str | bool, chunk: int = 0, nodes: int = 0, batch_shape: tuple[int, ...] = ()
+) -> BatchedGradients | None:
+    """The batched pass for ``computer`` when ``nodes.batched = option`` batches on its device for a
+    fleet of ``nodes`` with batches of ``batch_shape`` (:func:`use_batched`), else ``None`` (looped)."""
+    on = use_batched(option, computer.device, computer.model, nodes, batch_shape)
+    return BatchedGradients(computer, chunk) if on else None
 
 
 @dataclass
@@ -148,24 +217,7 @@ class BatchedGradients:
         """Bytes of every module output of a one-sample forward (fp32), measured once per shape."""
         key = tuple(int(s) for s in sample_shape)
         if key not in self._sample_bytes:
-            total = 0
-
-            def count(_m: nn.Module, _i: Any, out: Any) -> None:
-                nonlocal total
-                if isinstance(out, torch.Tensor):
-                    total += out.numel() * out.element_size()
-
-            leaves = [m for m in self.model.modules() if not list(m.children())]
-            handles = [m.register_forward_hook(count) for m in leaves]
-            try:
-                # 2 samples: a BN layer in training mode refuses a batch of one with 1x1 maps
-                x = torch.zeros((2, *key), device=self.computer.device)
-                with torch.no_grad(), batch_stats_only(self.model):
-                    self.model(x)
-            finally:
-                for h in handles:
-                    h.remove()
-            self._sample_bytes[key] = total // 2
+            self._sample_bytes[key] = forward_bytes(self.model, key)
         return self._sample_bytes[key]
 
     def budget_bytes(self) -> int:
@@ -177,17 +229,12 @@ class BatchedGradients:
         return CPU_BUDGET_BYTES
 
     def chunk_size(self, nodes: int, batch_shape: tuple[int, ...]) -> int:
-        """Nodes per pass: ``nodes.batch_chunk`` when set, else as many as the budget holds.
-
-        A node costs about ``ACTIVATION_FACTOR x B x`` (one sample's forward outputs) plus
-        ``PARAM_FACTOR x`` the parameters' bytes; ``batch_shape`` is ``(B, C, H, W)``.
-        """
+        """Nodes per pass: ``nodes.batch_chunk`` when set, else as many as the budget holds
+        (:func:`node_pass_bytes` each; ``batch_shape`` is ``(B, C, H, W)``)."""
         if self.chunk:
             return max(1, min(self.chunk, nodes))
-        params = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        per_node = ACTIVATION_FACTOR * batch_shape[0] * self.activation_bytes(tuple(batch_shape[1:]))
-        per_node += PARAM_FACTOR * params
-        return max(1, min(nodes, self.budget_bytes() // max(per_node, 1)))
+        per_node = node_pass_bytes(self.model, batch_shape, self.activation_bytes(tuple(batch_shape[1:])))
+        return max(1, min(nodes, self.budget_bytes() // per_node))
 
     # -- the pass -------------------------------------------------------------------------------
     def gradients(self, params: list[torch.Tensor] | None, xs: torch.Tensor, ys: torch.Tensor) -> list[NodeGradient]:
@@ -273,4 +320,12 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-__all__ = ["BatchedGradients", "NodeGradient", "use_batched", "node_batcher"]
+__all__ = [
+    "BatchedGradients",
+    "NodeGradient",
+    "cpu_batches",
+    "forward_bytes",
+    "node_batcher",
+    "node_pass_bytes",
+    "use_batched",
+]

@@ -3,8 +3,9 @@
 In ``sync`` and ``partial`` rounds every node dispatched together works on the server's current
 version (and in a ring every node does, every iteration), so with ``nodes.batched`` on
 (:func:`aiotsim.learn.batched.use_batched`) :func:`prefetch`
-draws each node's next batch from its own stream, computes all their gradients in vectorized
-passes (:class:`aiotsim.learn.batched.BatchedGradients`) and parks each result on the node's
+draws each node's next batch from its own stream, computes their gradients in vectorized
+passes (:class:`aiotsim.learn.batched.BatchedGradients`), a pass's nodes at a time
+(:func:`gradient_group`), and parks each result on the node's
 :class:`~aiotsim.sim.learning.LocalState`. The node's SimPy process asks for its gradient exactly
 as before (:meth:`aiotsim.sim.world.Cluster.gradient`); it gets the parked one, with its BN
 running-statistics update applied at that moment, so the order of those updates, the node
@@ -14,8 +15,9 @@ path. Simulated time is unchanged with ``compute_model = "flops"`` (FLOPs per ba
 
 In ``sync`` rounds the batch is also encoded at dispatch
 (:func:`encode_group`): every layer of every node in one :func:`~aiotsim.compress.batch.encode_batch`
-call, the same bytes as each node's own encode; the node's process sends the parked payloads
-at its own simulated time (an encode share of the wall time, as above, in ``measured`` mode).
+call, the same bytes as each node's own encode, after which the group's gradients are let go;
+the node's process sends the parked payloads at its own simulated time (an encode share of the
+wall time, as above, in ``measured`` mode).
 
 Not batched (the looped path runs): ``async`` (a node's version is its own), a dispatch of one
 node, codecs that need per-sample squared gradients (Gradient Variance), and nodes whose batch
@@ -53,22 +55,38 @@ def prefetch(c: Cluster, nodes: list[int], encode: bool = True) -> int:
         if local.pending is None:
             groups.setdefault(local.stream.batch_size, []).append(i)
     done = 0
-    for members in groups.values():
+    for size, members in groups.items():
         if len(members) < 2:
             continue
-        batches = [c.nodes[i].local.stream.next() for i in members]
-        xs = torch.stack([x for x, _ in batches])  # [nodes, B, C, H, W]
-        ys = torch.stack([y for _, y in batches])  # [nodes, B]
-        results = batched.gradients(None, xs, ys)
-        for i, g in zip(members, results):
-            c.nodes[i].local.pending = g
-        if encode and c.mode == "sync":
-            encode_group(c, members, results)
+        step = batched.chunk_size(len(members), (size, *c.learning.data.input_shape))
+        for start in range(0, len(members), step):
+            gradient_group(c, members[start : start + step], encode)
         done += len(members)
     return done
 
 
-def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) -> None:
+def gradient_group(c: Cluster, members: list[int], encode: bool) -> None:
+    """One group's batches drawn, gradients computed (:meth:`BatchedGradients.gradients`) and
+    parked; in ``sync`` rounds (``encode``) also encoded, after which the group's gradients are
+    let go: their payloads are what the nodes send, so a fleet holds one pass's gradients at a
+    time, not every node's (10,000 LeNet-5 gradients are 2.5 GB). A group is one pass
+    (:meth:`BatchedGradients.chunk_size`): larger groups held more and were no faster (iot1000,
+    topk, 3 iterations, CPU: groups of 540 nodes 22.0 s and 2,101 MB peak, of one pass's 27 nodes
+    19.7 s and 1,454 MB; looped 1,289 MB)."""
+    assert c.learning.batched is not None
+    batches = [c.nodes[i].local.stream.next() for i in members]
+    xs = torch.stack([x for x, _ in batches])  # [nodes, B, C, H, W]
+    ys = torch.stack([y for _, y in batches])  # [nodes, B]
+    results = c.learning.batched.gradients(None, xs, ys)
+    del batches, xs, ys
+    for i, g in zip(members, results):
+        c.nodes[i].local.pending = g
+    if encode and c.mode == "sync" and encode_group(c, members, results):
+        for g in results:
+            g.grads = []  # sent as the parked payloads; the views pinned the pass's [nodes, ...] outputs
+
+
+def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) -> bool:
     """Encode the batched gradients of ``members`` now, every layer as ``[nodes, n]``
     (:func:`aiotsim.compress.batch.encode_batch`, byte-identical to each node's own encode), and
     park each node's payloads with its gradient (its process sends them instead of encoding).
@@ -80,10 +98,10 @@ def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) ->
     ``LocalState.stepped`` tells it not to again) and ``u`` is encoded; momentum masking stays at
     the node's turn. States stored narrow (``nodes.state_dtype``) are widened and stored
     back as :meth:`Learning.encode` does. A group with a non-finite loss is left to the looped
-    path, after the divergence check that stops the run.
+    path, after the divergence check that stops the run. Returns whether the group was encoded.
     """
     if any(not math.isfinite(g.loss) for g in results):
-        return
+        return False
     learning = c.learning
     locals_ = [c.nodes[i].local for i in members]
     for local, g in zip(locals_, results):
@@ -102,6 +120,7 @@ def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) ->
     wall = (time.perf_counter() - t0) / len(members)  # each node's share, s
     for local, payloads in zip(locals_, per_node):
         local.encoded = (payloads, wall)
+    return True
 
 
-__all__ = ["prefetch", "encode_group", "BATCHED_MODES"]
+__all__ = ["prefetch", "gradient_group", "encode_group", "BATCHED_MODES"]

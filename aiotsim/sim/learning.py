@@ -121,11 +121,11 @@ class Learning:
             writers=self.data.train_writers,
         )
         self.computer = GradientComputer(self.model, device)
-        self.batched = node_batcher(self.computer, s.nodes.batched, s.nodes.batch_chunk)  # None: looped
-        self.flops_per_batch = self.computer.train_flops((s.data.batch_size, *self.data.input_shape))
+        batch_shape = (s.data.batch_size, *self.data.input_shape)  # a node's batch, (B, C, H, W)
+        self.batched = node_batcher(self.computer, s.nodes.batched, s.nodes.batch_chunk, len(shares), batch_shape)
+        self.flops_per_batch = self.computer.train_flops(batch_shape)
         test_n = s.data.eval_samples or len(self.data.test_y)
-        self.test_x = self.data.test_x[:test_n].to(device)
-        self.test_y = self.data.test_y[:test_n].to(device)
+        self.test_x, self.test_y = self.data.test_x[:test_n].to(device), self.data.test_y[:test_n].to(device)
         self.dense_model_bytes = sum(L.dense_nbytes for L in self.layers)  # fp32 model, B
         self.elements = sum(L.numel for L in self.layers)
         # one codec instance serves every node; its state lives per node and layer

@@ -35,7 +35,7 @@ advanced.
 """
 
 from aiotsim.learn.models.describe import ModelInfo, describe_models
-from aiotsim.learn.models.registry import MODELS, build_model, layer_infos, min_input_size, parameter_count
+from aiotsim.learn.models.registry import MODELS, build_model, layer_infos, meta_model, min_input_size, parameter_count
 from aiotsim.learn.models.small import MLP_HIDDEN
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "build_model",
     "describe_models",
     "layer_infos",
+    "meta_model",
     "min_input_size",
     "parameter_count",
 ]

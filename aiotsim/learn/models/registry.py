@@ -66,12 +66,12 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed:
     ConfigError
         Unknown name (valid names listed), or a shape the model cannot take.
     """
-    model = _meta_model(name, input_shape, num_classes).to_empty(device="cpu")
+    model = meta_model(name, input_shape, num_classes).to_empty(device="cpu")
     _init_(model, torch.Generator().manual_seed(seed))
     return model.train()
 
 
-def _meta_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+def meta_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """The model on the meta device (shapes only), after checking name, shape and classes."""
     size = min_input_size(name)
     shape = tuple(int(s) for s in input_shape)
@@ -93,13 +93,13 @@ def parameter_count(name: str, input_shape: tuple[int, ...], num_classes: int) -
     ConfigError
         As :func:`build_model`.
     """
-    return sum(p.numel() for p in _meta_model(name, input_shape, num_classes).parameters())
+    return sum(p.numel() for p in meta_model(name, input_shape, num_classes).parameters())
 
 
 def model_layers(name: str, input_shape: tuple[int, ...], num_classes: int) -> list[LayerInfo]:
     """:func:`layer_infos` of model ``name`` for ``(C, H, W)`` inputs, without allocating it
     (raises as :func:`build_model`)."""
-    return layer_infos(_meta_model(name, input_shape, num_classes))
+    return layer_infos(meta_model(name, input_shape, num_classes))
 
 
 def _init_(model: nn.Module, g: torch.Generator) -> None:
