@@ -13,7 +13,9 @@ memory, ``ru_maxrss``, is its own):
 3. reads the peak memory, then does the *bare work* in the same process: the same number of
    single-node batch gradients (one node's batch, the same :class:`GradientComputer`) and the same
    numbers of encodes and decodes with the same codecs, in a plain loop (the server's batched
-   decodes as batches of the same sizes);
+   decodes as batches of the same sizes; a run with batched node gradients, column ``grads``:
+   its vectorized passes as passes of as many copies of the node's batch, and its batched
+   encodes as :func:`~aiotsim.compress.batch.encode_batch` calls of the same sizes);
 4. prints one JSON line.
 
 Columns: ``s/it`` wall seconds per iteration of the run (setup excluded, shown apart); ``peak MB``
@@ -48,8 +50,10 @@ small fleets are not measured on a handful of gradients, and a 10,000-node case 
 minutes (its bare work takes as long again).
 
 Run: ``python benchmarks/scale.py [--nodes 10 100 1000 10000] [--codecs none topk]
-[--topologies star hierarchical] [--iterations N] [--repeats N] [--aggregation auto|stacked|streamed]``
-(column ``agg``: the aggregation the run used; ``auto`` streams above 1 GB of stack). One torch thread per case.
+[--topologies star hierarchical] [--iterations N] [--repeats N] [--aggregation auto|stacked|streamed]
+[--batched auto|true|false]`` (column ``agg``: the aggregation the run used; ``auto`` streams above
+1 GB of stack; column ``grads``: ``nodes.batched`` as resolved, ``auto`` batching on the CPU from
+100 nodes of LeNet-5). One torch thread per case.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aiotsim.compress.batch import encode_batch as _ENCODE_BATCH
 from aiotsim.compress.batch_decode import decode_batch as _DECODE_BATCH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +80,9 @@ NETWORK_ENTRIES = ("send", "_step", "wire_bytes_for")
 STAR_FILES = {10: "iot10.toml", 100: "iot100.toml", 1000: "iot1000.toml", 10_000: "iot10k.toml"}
 
 
-def scenario_for(nodes: int, codec: str, topology: str, iterations: int, aggregation: str = "auto") -> Any:
+def scenario_for(
+    nodes: int, codec: str, topology: str, iterations: int, aggregation: str = "auto", batched: str = "auto"
+) -> Any:
     """The case's scenario (see the module docstring)."""
     from aiotsim.api import as_scenario
 
@@ -85,6 +92,7 @@ def scenario_for(nodes: int, codec: str, topology: str, iterations: int, aggrega
         "training.eval_every": 10**6,  # evaluation is not the subject here
         "data.eval_samples": 100,
         "training.aggregation": aggregation,
+        "nodes.batched": {"true": True, "false": False}.get(batched, batched),
     }
     if topology == "star":
         path = STAR_FILES.get(nodes, "iot1000.toml")
@@ -111,11 +119,17 @@ def rss_mb() -> float:
 
 
 def run_case(
-    nodes: int, codec: str, topology: str, iterations: int, repeats: int = 1, aggregation: str = "auto"
+    nodes: int,
+    codec: str,
+    topology: str,
+    iterations: int,
+    repeats: int = 1,
+    aggregation: str = "auto",
+    batched: str = "auto",
 ) -> dict[str, Any]:
     """One case in this process, ``repeats`` times (run, then bare loop); returns its row, each
     time column the best of its repeats and the peak memory the first repeat's."""
-    rows = [run_once(nodes, codec, topology, iterations, aggregation) for _ in range(max(repeats, 1))]
+    rows = [run_once(nodes, codec, topology, iterations, aggregation, batched) for _ in range(max(repeats, 1))]
     row = dict(rows[0])
     for key in ("wall_s", "cpu_s", "bare_s", "bare_cpu_s", "net_s", "later_s"):
         row[key] = min(r[key] for r in rows)
@@ -139,7 +153,9 @@ def steady_ratio(later_s: float, bare_s: float, iterations: int) -> float:
     return later_s / (bare_s * (iterations - 1) / iterations)
 
 
-def run_once(nodes: int, codec: str, topology: str, iterations: int, aggregation: str = "auto") -> dict[str, Any]:
+def run_once(
+    nodes: int, codec: str, topology: str, iterations: int, aggregation: str = "auto", batched: str = "auto"
+) -> dict[str, Any]:
     """One run of a case and its bare loop in this process; returns its row."""
     import torch
 
@@ -149,7 +165,7 @@ def run_once(nodes: int, codec: str, topology: str, iterations: int, aggregation
     from aiotsim.sim.world import Cluster
 
     torch.set_num_threads(1)
-    sc = scenario_for(nodes, codec, topology, iterations, aggregation)
+    sc = scenario_for(nodes, codec, topology, iterations, aggregation, batched)
     net_s = [0.0]
 
     def timed(fn: Any) -> Any:
@@ -184,13 +200,15 @@ def run_once(nodes: int, codec: str, topology: str, iterations: int, aggregation
     return {
         "nodes": nodes, "codec": codec, "topology": topology, "iterations": iterations,
         "aggregation": cluster.learning.aggregation_mode,
+        "grads": "looped" if cluster.learning.batched is None else "batched",
         "status": summary.get("status", "complete"), "setup_s": setup_s, "wall_s": wall,
         "s_per_it": wall / iterations, "peak_mb": peak_mb, "kb_per_node": (peak_mb - base_mb) * 1024 / nodes,
         "net_s": net_s[0], "net_share": net_s[0] / wall, "bare_s": bare, "ratio": wall / bare, "cpu_s": cpu,
         "bare_cpu_s": bare_cpu, "cpu_ratio": cpu / bare_cpu, "iteration_s": iteration_s,
         "later_s": wall - iteration_s[0] if iteration_s else wall,
         "gradients": counts["gradients"], "encodes": counts["encodes"], "decodes": counts["decodes"],
-        "decode_batches": len(counts["batches"]),
+        "decode_batches": len(counts["batches"]), "passes": counts["passes"],
+        "encode_batches": len(counts["encode_batches"]),
     }  # fmt: skip
 
 
@@ -209,14 +227,18 @@ def mark_iterations(writer: Any) -> list[float]:
 
 
 def count_work(learning: Any) -> dict[str, Any]:
-    """Count the gradients, encodes and decodes the run makes (wrappers on the instances), and
-    the server's batched decodes (``"batches"``: ``(layer index, messages)`` per
-    :func:`~aiotsim.compress.batch_decode.decode_batch` call, whose messages count as decodes too)."""
+    """Count the gradients, encodes and decodes the run makes (wrappers on the instances), the
+    server's batched decodes (``"batches"``: ``(layer index, messages)`` per
+    :func:`~aiotsim.compress.batch_decode.decode_batch` call, whose messages count as decodes
+    too) and, with batched node gradients, the nodes of each vectorized pass (``"passes"``) and
+    the batched encodes (``"encode_batches"``: ``(layer index, nodes)`` per
+    :func:`~aiotsim.compress.batch.encode_batch` call, whose per-node fallback is not counted again)."""
     from aiotsim.compress.base import Codec
-    from aiotsim.sim import aggregate
+    from aiotsim.sim import aggregate, batching
 
-    counts: dict[str, Any] = {"gradients": 0, "encodes": 0, "decodes": 0, "batches": []}
-    inside = [False]  # in a batched decode: its per-message fallback is not counted again
+    counts: dict[str, Any] = {"gradients": 0, "encodes": 0, "decodes": 0, "batches": [], "passes": []}
+    counts["encode_batches"] = []
+    inside = [False]  # in a batched decode or encode: its per-message fallback is not counted again
 
     def counting(key: str, fn: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -226,16 +248,28 @@ def count_work(learning: Any) -> dict[str, Any]:
 
         return wrapper
 
-    def batched(codec: Any, payloads: Any, layer: Any, out: Any = None) -> Any:
-        counts["batches"].append((learning.layers.index(layer), len(payloads)))
-        counts["decodes"] += len(payloads)
-        inside[0] = True
-        try:
-            return _DECODE_BATCH(codec, payloads, layer, out)
-        finally:
-            inside[0] = False
+    def in_batch(key: str, fn: Any, record: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counts[key].append(record(*args))
+            inside[0] = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                inside[0] = False
 
-    aggregate.decode_batch = batched
+        return wrapper
+
+    def decoded(codec: Any, payloads: Any, layer: Any, out: Any = None) -> tuple[int, int]:
+        counts["decodes"] += len(payloads)
+        return learning.layers.index(layer), len(payloads)
+
+    aggregate.decode_batch = in_batch("batches", _DECODE_BATCH, decoded)
+    batching.encode_batch = in_batch(
+        "encode_batches", _ENCODE_BATCH, lambda codec, grads, layer, states: (learning.layers.index(layer), len(grads))
+    )
+    if learning.batched is not None:
+        passes = learning.batched.gradients
+        learning.batched.gradients = in_batch("passes", passes, lambda params, xs, ys: int(xs.shape[0]))
     learning.computer.gradient = counting("gradients", learning.computer.gradient)
     for codec in {id(c): c for c in (learning.codec, learning.dense)}.values():
         codec.encode = counting("encodes", codec.encode)
@@ -252,10 +286,13 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
     with one node's batch, the run's gradient computer and codecs (one node's fresh codec states).
     The server's decodes are made as the run made them: each batched decode as one
     :func:`~aiotsim.compress.batch_decode.decode_batch` of as many copies of the node's payload,
-    the rest one by one."""
-    from aiotsim.sim import aggregate
+    the rest one by one; a batched run's passes as passes over as many copies of the node's batch
+    (each node's result taken, as the run takes it), its batched encodes as
+    :func:`~aiotsim.compress.batch.encode_batch` of as many copies of the gradient (fresh states
+    per node)."""
+    from aiotsim.sim import aggregate, batching
 
-    aggregate.decode_batch = _DECODE_BATCH  # the counting wrapper off
+    aggregate.decode_batch, batching.encode_batch = _DECODE_BATCH, _ENCODE_BATCH  # the counting wrappers off
     layers, codecs = learning.layers, learning.layer_codecs
     n_layers = len(layers)
     local = learning.local_state(0)
@@ -264,13 +301,23 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
         for name in ("encode", "decode", "decode_read"):
             codec.__dict__.pop(name, None)
     learning.computer.__dict__.pop("gradient", None)
+    if learning.batched is not None:
+        learning.batched.__dict__.pop("gradients", None)
     grads = learning.computer.gradient(None, x, y).grads
     payloads = [c.encode(g, L, s) for c, g, L, s in zip(codecs, grads, layers, local.states)]
     batches: list[tuple[int, int]] = counts["batches"]
+    encode_batches: list[tuple[int, int]] = counts["encode_batches"]
+    widest = max((m for _, m in encode_batches), default=0)
+    batch_states = [learning.new_states(i) for i in range(widest)]  # made before the clock starts
     encodes = counts["encodes"]
     decodes = counts["decodes"] - sum(m for _, m in batches)  # one by one
     rounds = max(counts["gradients"], -(-encodes // n_layers), -(-decodes // n_layers), -(-len(batches) // n_layers))
     t0, c0 = time.perf_counter(), time.process_time()
+    for n in counts["passes"]:
+        for r in learning.batched.gradients(None, x.expand(n, *x.shape), y.expand(n, *y.shape)):
+            r.take()
+    for j, m in encode_batches:
+        _ENCODE_BATCH(codecs[j], [grads[j]] * m, layers[j], [st[j] for st in batch_states[:m]])
     for k in range(rounds):
         if k < counts["gradients"]:
             grads = learning.computer.gradient(None, x, y).grads
@@ -297,18 +344,20 @@ def main() -> None:
     parser.add_argument(
         "--aggregation", default="auto", choices=["auto", "stacked", "streamed"], help="training.aggregation"
     )
-    case_args = ("NODES", "CODEC", "TOPOLOGY", "ITERATIONS", "REPEATS", "AGGREGATION")
-    parser.add_argument("--case", nargs=6, metavar=case_args, help=argparse.SUPPRESS)
+    parser.add_argument("--batched", default="auto", choices=["auto", "true", "false"], help="nodes.batched")
+    case_args = ("NODES", "CODEC", "TOPOLOGY", "ITERATIONS", "REPEATS", "AGGREGATION", "BATCHED")
+    parser.add_argument("--case", nargs=7, metavar=case_args, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
-        n, codec, topo, its, reps, agg = args.case
-        print(json.dumps(run_case(int(n), codec, topo, int(its), int(reps), agg)))
+        n, codec, topo, its, reps, agg, batched = args.case
+        print(json.dumps(run_case(int(n), codec, topo, int(its), int(reps), agg, batched)))
         return
     its_note = f"{args.iterations} iterations" if args.iterations else "iterations by scale (column its)"
     print(f"LeNet-5, sync, {its_note} per case, 1 torch thread; load average at start:"
           f" {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")  # fmt: skip
     header = (
-        f"{'topology':>12} {'nodes':>6} {'codec':>5} {'agg':>8} {'its':>4} {'rep':>3} {'setup s':>8} {'s/it':>8}"
+        f"{'topology':>12} {'nodes':>6} {'codec':>5} {'agg':>8} {'grads':>7} {'its':>4} {'rep':>3}"
+        f" {'setup s':>8} {'s/it':>8}"
         f" {'peak MB':>8}"
         f" {'KB/node':>8} {'net %':>6} {'bare s':>7} {'ratio':>6} {'-net':>6} {'cpu':>6} {'steady':>6} {'each':>10}"
     )
@@ -321,6 +370,7 @@ def main() -> None:
                 its = args.iterations or default_iterations(n)
                 reps = args.repeats or default_repeats(n)
                 cmd = [sys.executable, __file__, "--case", str(n), codec, topo, str(its), str(reps), args.aggregation]
+                cmd.append(args.batched)
                 try:
                     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
                 except subprocess.TimeoutExpired:
@@ -332,7 +382,8 @@ def main() -> None:
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 own = r["wall_s"] * (1 - r["net_share"]) / r["bare_s"]  # (wall - network) / bare
                 print(
-                    f"{topo:>12} {n:>6} {codec:>5} {r['aggregation']:>8} {its:>4} {reps:>3} {r['setup_s']:>8.2f}"
+                    f"{topo:>12} {n:>6} {codec:>5} {r['aggregation']:>8} {r['grads']:>7} {its:>4} {reps:>3}"
+                    f" {r['setup_s']:>8.2f}"
                     f" {r['s_per_it']:>8.3f}"
                     f" {r['peak_mb']:>8.0f} {r['kb_per_node']:>8.0f} {100 * r['net_share']:>5.1f}%"
                     f" {r['bare_s']:>7.2f} {r['ratio']:>6.2f} {own:>6.2f} {r['cpu_ratio']:>6.2f} {r['steady']:>6.2f}"
