@@ -80,7 +80,9 @@ def step_velocity(
     """
     if velocity is not None and pages is not None and not all(pages.holds(v) for v in velocity):
         velocity = [pages.hold(v) for v in velocity]  # restored from a checkpoint: moved in once
-    if velocity is None:
+    if velocity is None and pages is not None and dtype == torch.float32 and all(g.is_cpu for g in grads):
+        step = [pages.hold(g) for g in grads]  # copied into the pages: no owned copy first (batched rows)
+    elif velocity is None:
         step = _owned(grads)
         if pages is not None and dtype == torch.float32:
             step = [pages.hold(u) for u in step]  # CPU tensors move into the pages (CUDA stays)
