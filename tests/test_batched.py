@@ -439,3 +439,29 @@ def test_encoding_at_dispatch_equals_each_node_encoding_at_its_turn(
             assert torch.equal(va, vb)
     # the same pages in all: a residual stored anew each round would have taken fresh pages
     assert at_dispatch.learning.pages.held_bytes == at_turn.learning.pages.held_bytes
+
+
+class _ItemScale(torch.nn.Module):
+    """Scales by a Python float read from the data: ``.item()``, which vmap cannot map."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * float(x.abs().max().item())
+
+
+def test_dropout_draws_each_nodes_own_mask_and_an_unmappable_model_is_refused() -> None:
+    """Three nodes with the same batch: with dropout each draws its own mask, so their gradients
+    differ (independent nodes; ``randomness="different"``); without (p = 0) they are equal. A
+    model vmap cannot map (``.item()`` in its forward) gets a ConfigError naming the fix."""
+    xs = torch.randn((1, 8, 1, 8, 8)).expand(3, 8, 1, 8, 8)
+    ys = torch.randint(0, 10, (1, 8)).expand(3, 8)
+    for p, differ in ((0.5, True), (0.0, False)):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.Dropout(p), torch.nn.Linear(32, 10)
+        )
+        out = [g.take().grads for g in BatchedGradients(GradientComputer(model, CPU)).gradients(None, xs, ys)]
+        assert (not torch.equal(out[0][0], out[1][0])) == differ
+        assert (not torch.equal(out[1][0], out[2][0])) == differ
+    bad = torch.nn.Sequential(torch.nn.Flatten(), _ItemScale(), torch.nn.Linear(64, 10))
+    with pytest.raises(ConfigError, match=r"nodes\.batched: torch\.func\.vmap cannot batch .* nodes\.batched = false"):
+        BatchedGradients(GradientComputer(bad, CPU)).gradients(None, xs, ys)

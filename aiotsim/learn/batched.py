@@ -275,7 +275,7 @@ class BatchedGradients:
         with self._recording(calls) as loss_fn:
             _sync(device)
             t0 = time.perf_counter()
-            grads, (loss, stats) = vmap(grad_and_value(loss_fn, has_aux=True), in_dims=(None, 0, 0))(pdict, xs, ys)
+            grads, (loss, stats) = _mapped(loss_fn)(pdict, xs, ys)
             losses = loss.tolist()  # the pass's one host sync, [n] floats
             _sync(device)
             wall = (time.perf_counter() - t0) / n
@@ -313,6 +313,27 @@ class BatchedGradients:
         finally:
             for h in handles:
                 h.remove()
+
+
+def _mapped(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``grad_and_value(loss_fn)`` mapped over the node dimension of the batches (the parameters
+    shared). Random layers (dropout) draw each node's own values (``randomness="different"``), as
+    independent nodes would, though not the looped path's draws. A model that ``vmap`` cannot map
+    raises :class:`ConfigError` naming the way out."""
+    mapped = vmap(grad_and_value(loss_fn, has_aux=True), in_dims=(None, 0, 0), randomness="different")
+
+    def call(*args: Any) -> Any:
+        try:
+            return mapped(*args)
+        except RuntimeError as e:
+            if "vmap" not in str(e):
+                raise
+            raise ConfigError(
+                f"nodes.batched: torch.func.vmap cannot batch this model's gradients ({e}); "
+                "set nodes.batched = false (the looped path)"
+            ) from e
+
+    return call
 
 
 def _sync(device: torch.device) -> None:
