@@ -168,7 +168,7 @@ def batched_pass_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int
     :func:`~aiotsim.learn.batched.cpu_batches` picks it), else 0: the pass's budget x
     :data:`BATCH_PASS_FACTOR`. On CUDA the pass lives in device memory, which this does not count."""
     from aiotsim.compress.registry import get_codec_class
-    from aiotsim.learn.batched import CPU_BUDGET_BYTES, cpu_batches
+    from aiotsim.learn.batched import CPU_BUDGET_BYTES, CPU_MIN_NODES, cpu_batches
     from aiotsim.learn.models import meta_model
     from aiotsim.sim.batching import BATCHED_MODES
 
@@ -176,7 +176,10 @@ def batched_pass_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int
     if s.training.mode not in BATCHED_MODES or get_codec_class(s.compressor.name).needs_sq_grad or option is False:
         return 0
     batch_shape = (s.data.batch_size, *shape)
-    if option == "auto" and not cpu_batches(meta_model(s.model.name, shape, classes), s.nodes.count, batch_shape):
+    if option == "auto" and (
+        s.nodes.count < CPU_MIN_NODES  # (decided before a model is built)
+        or not cpu_batches(meta_model(s.model.name, shape, classes), s.nodes.count, batch_shape)
+    ):
         return 0
     return round(CPU_BUDGET_BYTES * BATCH_PASS_FACTOR)
 

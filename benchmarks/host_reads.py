@@ -64,19 +64,28 @@ def _site() -> str:
     return "?"
 
 
-def count(nodes: int, codec: str, iterations: int, batched: Any) -> HostReads:
-    """Run the star fleet scenario of ``nodes`` with ``codec`` under :class:`HostReads`."""
+def count(nodes: int, codec: str, iterations: int, batched: Any, chunk: int = 0) -> HostReads:
+    """Run the star fleet scenario of ``nodes`` with ``codec`` under :class:`HostReads`
+    (``chunk``: ``nodes.batch_chunk``, nodes per batched pass; 0: the device's memory budget)."""
     from aiotsim.results.store import RunWriter
     from aiotsim.sim.runner import run_cluster
     from aiotsim.sim.world import Cluster
 
     sc = scale.scenario_for(nodes, codec, "star", iterations)
-    sc = dataclasses.replace(sc, nodes=dataclasses.replace(sc.nodes, batched=batched))
+    sc = dataclasses.replace(sc, nodes=dataclasses.replace(sc.nodes, batched=batched, batch_chunk=chunk))
     cluster = Cluster(sc, device="cpu")
     mode = HostReads()
     with tempfile.TemporaryDirectory() as tmp, mode:
         run_cluster(cluster, RunWriter(tmp, sc.to_toml()))
     return mode
+
+
+def _non_negative(text: str) -> int:
+    """An argparse type: a whole number >= 0 (argparse's one-line error and exit 2 otherwise)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def main() -> None:
@@ -86,6 +95,12 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--batched", default="true", choices=["true", "false", "auto"])
     ap.add_argument("--top", type=int, default=6, help="call sites shown per codec")
+    ap.add_argument(
+        "--chunk",
+        type=_non_negative,
+        default=0,
+        help="nodes.batch_chunk: nodes per batched pass (0: the CPU's 128 MiB budget; a GPU's holds thousands)",
+    )
     args = ap.parse_args()
     batched: Any = {"true": True, "false": False}.get(args.batched, args.batched)
     torch.set_num_threads(1)
@@ -93,7 +108,7 @@ def main() -> None:
     print(f"LeNet-5, sync, star, {args.nodes} nodes x {args.iterations} iterations, nodes.batched = {args.batched}")
     print(f"{'codec':8s} {'reads':>8s} {'per node-it':>12s}   top sites (reads per node-iteration)")
     for codec in args.codecs:
-        calls = count(args.nodes, codec, args.iterations, batched).calls
+        calls = count(args.nodes, codec, args.iterations, batched, args.chunk).calls
         total = sum(calls.values())
         top = ", ".join(f"{name} {site} {k / per:.2f}" for (name, site), k in calls.most_common(args.top))
         print(f"{codec:8s} {total:8d} {total / per:12.2f}   {top}")

@@ -55,11 +55,15 @@ def test_batched_encode_reads_do_not_grow_with_the_fleet() -> None:
     payload's host copy (it read the 6 header bytes of every message and layer before, 200 more
     reads for 20 more nodes). Each node's own encode adds exactly two per layer and node: its
     selection's nonzero (the count is known, but nonzero's output size is data-dependent) and the
-    largest gap that picks the index coding; no tie count (a tensor now) and no sort check."""
+    largest gap that picks the index coding; no tie count (a tensor now) and no sort check.
+    The batched reads are per pass (a sync round encodes each pass as it is computed): passes of
+    64 nodes, as a GPU's budget gives, hold either fleet; passes of 20 (the CPU's 128 MiB holds 27
+    LeNet-5 nodes at batch 32) make 40 nodes 2 passes, 2 more reads per layer."""
     hr = host_reads_module()
-    batched = [_codec_reads(hr.count(n, "topk", 1, True).calls) for n in (20, 40)]
+    batched = [_codec_reads(hr.count(n, "topk", 1, True, chunk=64).calls) for n in (20, 40)]
     looped = [_codec_reads(hr.count(n, "topk", 1, False).calls) for n in (20, 40)]
     assert batched == [3 * 10, 3 * 10]
+    assert _codec_reads(hr.count(40, "topk", 1, True, chunk=20).calls) == (2 * 2 + 1) * 10
     assert looped[1] - looped[0] == 2 * 20 * 10
 
 
