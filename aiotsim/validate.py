@@ -54,8 +54,8 @@ SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode
 DECODE_SCRATCH_FACTOR = 3
 # Host memory of a batched gradient pass on the CPU (nodes.batched; "auto" at fleet scale,
 # aiotsim.learn.batched.cpu_batches), relative to its budget (CPU_BUDGET_BYTES): the pass, its
-# gradients until encoded and its batches (measured: iot1000, topk, peak batched / looped 1,454 /
-# 1,289 MB for a 134 MB budget)
+# gradients until encoded and its batches (measured: iot1000, topk, peak batched / looped 1,418 /
+# 1,311 MB and 1,454 / 1,289 MB in two runs, for a 134 MB budget)
 BATCH_PASS_FACTOR = 1.25
 # The run's timeline (trace.json): a node's compute, encode, upload and download spans of an
 # iteration, kept until the run ends, B (measured: 2,000 nodes, topk, resident memory's growth per
