@@ -85,7 +85,7 @@ def use_batched(
     ``True``/``False`` decide; ``"auto"`` batches on CUDA, and on the CPU when
     :func:`cpu_batches` says the fleet of ``nodes`` nodes training ``model`` on batches of
     ``batch_shape`` (``(B, C, H, W)``) is faster batched (without a model: looped).
-    """  # fmt: skip
+    """
     if option is True or option is False:
         return option
     if option != "auto":
@@ -129,7 +129,7 @@ def forward_bytes(model: nn.Module, sample_shape: tuple[int, ...]) -> int:
 
     leaves = [m for m in model.modules() if not list(m.children())]
     handles = [m.register_forward_hook(count) for m in leaves]
-    device = next(model.parameters()).device
+    device = next(model.parameters(), torch.empty(0)).device  # (a model without parameters: the CPU)
     try:
         # 2 samples: a BN layer in training mode refuses a batch of one with 1x1 maps
         x = torch.zeros((2, *sample_shape), device=device)
