@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiotsim.sim.pages import ALIGN, StatePages
-from aiotsim.sim.storage import narrow_states, step_velocity, widen_states
+from aiotsim.sim.storage import _rows_block, narrow_states, step_pass_velocity, step_velocity, widen_states
 
 DTYPES = [torch.float32, torch.float16, torch.float64, torch.int64, torch.uint8]
 
@@ -141,3 +141,57 @@ def test_a_run_is_the_same_with_its_state_in_pages_and_all_of_it_is_there(state_
                 assert sum(s.residual is not None for s in local.states) > 0
     (p1, rows1), (p2, rows2) = out
     assert rows1 == rows2 and all(torch.equal(a, b) for a, b in zip(p1, p2, strict=True))
+
+
+def test_rows_of_a_held_pass_are_held_and_read_back_as_one_block() -> None:
+    pages = StatePages(slab_bytes=4096)
+    src = torch.arange(12.0).view(3, 2, 2)  # 3 nodes' [2, 2] layer: rows of 16 B
+    block = pages.hold_rows(src)
+    assert torch.equal(block, src) and block.data_ptr() % ALIGN == 0
+    rows = list(block.unbind(0))
+    assert all(pages.holds(r) for r in rows) and pages.held_bytes == ALIGN  # 48 B: one line
+    again = _rows_block(rows)
+    assert again is not None and again.data_ptr() == block.data_ptr() and torch.equal(again, src)
+    again[1].fill_(-1.0)  # the same memory as the rows
+    assert rows[1].eq(-1.0).all() and torch.equal(rows[0], src[0])
+    assert _rows_block([rows[1], rows[0], rows[2]]) is None  # out of order
+    assert _rows_block([rows[0], rows[2]]) is None  # a gap
+    other = pages.hold_rows(src.clone())  # right after the first block in the same slab
+    assert _rows_block([rows[2], other[0]]) is None  # 64-B aligned apart: not the next row
+    assert _rows_block([src[0].clone(), src[1].clone()]) is None  # separate tensors
+
+
+@pytest.mark.parametrize("m", [0.9, 0.0, 1.5])
+def test_a_pass_steps_its_velocities_as_each_node_would(m: float) -> None:
+    """Three steps of a pass of 4 nodes (two layers, one 0-dim) equal each node's own
+    step_velocity bit for bit; the nodes' velocities stay rows of the first step's blocks."""
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(5, 3), ()]
+    pages, own_pages = StatePages(), StatePages()
+    mine: list[list[torch.Tensor] | None] = [None] * 4
+    own: list[list[torch.Tensor] | None] = [None] * 4
+    for _ in range(3):
+        rows = [torch.randn(4, *s, generator=gen) * 1e3 for s in shapes]
+        steps = step_pass_velocity(mine, rows, m, pages)
+        assert steps is not None and [tuple(s.shape) for s in steps] == [(4, *s) for s in shapes]
+        mine = [[s[k] for s in steps] for k in range(4)]
+        for k in range(4):
+            u, own[k] = step_velocity(own[k], [r[k] for r in rows], m, torch.float32, own_pages)
+            assert all(torch.equal(a, b) for a, b in zip(u, mine[k], strict=True))
+    assert pages.held_bytes == sum(_aligned(4 * 4 * max(1, s[0] * s[1] if s else 1)) for s in shapes)
+
+
+def test_a_pass_whose_velocities_are_not_one_block_steps_node_by_node() -> None:
+    pages = StatePages()
+    rows = [torch.ones(3, 4)]
+    first = step_pass_velocity([None, None, None], rows, 0.5, pages)
+    assert first is not None
+    velocities = [[first[0][k]] for k in range(3)]
+    assert step_pass_velocity([velocities[0], None, velocities[2]], rows, 0.5, pages) is None  # a newcomer
+    assert step_pass_velocity([velocities[1], velocities[0], velocities[2]], rows, 0.5, pages) is None  # reordered
+    assert step_pass_velocity(velocities[:2], [rows[0][:2]], 0.5, pages) is not None  # a prefix is a block
+    assert torch.equal(first[0][:2], torch.full((2, 4), 1.5)) and torch.equal(first[0][2], torch.ones(4))
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN

@@ -164,12 +164,19 @@ class NodeGradient:
         The node's share of the pass's wall time, s: the chunk's time / nodes in the chunk.
     norms : list of (module, mean, var)
         Per BN call of the forward, in call order: the node's batch mean and unbiased variance.
+    rows : list of torch.Tensor
+        The pass's ``[nodes, *shape]`` outputs per parameter (shared by the pass's nodes), of which
+        ``grads`` is row ``row``; for whole-pass steps on them (empty: not from a pass).
+    row : int
+        This node's row in ``rows``.
     """
 
     grads: list[torch.Tensor]
     loss: float
     wall_s: float
     norms: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    rows: list[torch.Tensor] = field(default_factory=list)
+    row: int = 0
 
     def take(self) -> GradResult:
         """Apply this node's BN running-statistics update to the shared model (as the looped
@@ -283,7 +290,7 @@ class BatchedGradients:
         result = []
         for i in range(n):
             norms = [(m, mean[i], var[i]) for m, (mean, var) in zip(calls, stats)]
-            result.append(NodeGradient([g[i] for g in per_name], float(losses[i]), wall, norms))
+            result.append(NodeGradient([g[i] for g in per_name], float(losses[i]), wall, norms, per_name, i))
         return result
 
     @contextmanager

@@ -35,8 +35,8 @@ import torch
 from aiotsim.compress.base import Payload
 from aiotsim.compress.batch import encode_batch
 from aiotsim.learn.batched import NodeGradient
-from aiotsim.sim.learning import sync_device
-from aiotsim.sim.storage import narrow_states, widen_states
+from aiotsim.sim.learning import Learning, LocalState, sync_device
+from aiotsim.sim.storage import narrow_states, step_pass_velocity, widen_states
 from aiotsim.sim.world import Cluster
 
 BATCHED_MODES = ("sync", "partial")  # modes whose dispatched nodes all hold the current version
@@ -104,15 +104,15 @@ def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) ->
         return False
     learning = c.learning
     locals_ = [c.nodes[i].local for i in members]
-    for local, g in zip(locals_, results):
-        g.grads, local.stepped = learning.momentum_step(local, g.grads), True
+    steps = pass_momentum(learning, locals_, results)
     sync_device(learning.device)
     t0 = time.perf_counter()
     narrow = [widen_states(local.states) for local in locals_]
     per_node: list[list[Payload]] = [[] for _ in members]
     for j, (codec, layer) in enumerate(zip(learning.layer_codecs, learning.layers)):
         states = [local.states[j] for local in locals_]
-        for out, p in zip(per_node, encode_batch(codec, [g.grads[j] for g in results], layer, states)):
+        grads = steps[j] if steps is not None else [g.grads[j] for g in results]
+        for out, p in zip(per_node, encode_batch(codec, grads, layer, states)):
             out.append(p)
     for local, kept in zip(locals_, narrow):
         narrow_states(local.states, learning.state_dtype, kept, learning.pages)
@@ -123,4 +123,39 @@ def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) ->
     return True
 
 
-__all__ = ["prefetch", "gradient_group", "encode_group", "BATCHED_MODES"]
+def pass_momentum(
+    learning: Learning, locals_: list[LocalState], results: list[NodeGradient]
+) -> list[torch.Tensor] | None:
+    """Each node's momentum step (as :meth:`Learning.gradient` would take it at the node's turn;
+    ``LocalState.stepped`` tells it not to again), and what the nodes send per layer as one
+    ``[nodes, *shape]`` tensor where ``results`` are one whole pass (node ``k`` in row ``k``):
+    then with fp32 node momentum in the state pages one operation per layer steps them all
+    (:func:`~aiotsim.sim.storage.step_pass_velocity`), and the encode takes the pass's rows as
+    they are, not a stack of them. None: the nodes stepped one by one (another state dtype, a
+    CUDA run, velocities stored apart, e.g. after a checkpoint restore)."""
+    rows = results[0].rows
+    whole = (
+        bool(rows)
+        and rows[0].shape[0] == len(results)
+        and all(g.rows is rows and g.row == k for k, g in enumerate(results))
+    )
+    steps = rows if whole else None
+    if learning.node_momentum:
+        pages, fp32 = learning.pages, learning.state_dtype == torch.float32
+        if steps is not None and pages is not None and fp32 and all(r.is_cpu for r in rows):
+            steps = step_pass_velocity([local.velocity for local in locals_], rows, learning.node_momentum, pages)
+        else:
+            steps = None
+        if steps is None:
+            for local, g in zip(locals_, results):
+                g.grads = learning.momentum_step(local, g.grads)
+        else:
+            per_node = list(zip(*(s.unbind(0) for s in steps)))  # node k's row of every layer
+            for local, g, mine in zip(locals_, results, per_node):
+                g.grads = local.velocity = list(mine)
+    for local in locals_:
+        local.stepped = True
+    return steps
+
+
+__all__ = ["prefetch", "gradient_group", "encode_group", "pass_momentum", "BATCHED_MODES"]

@@ -34,7 +34,7 @@ class StatePages:
         self.held_bytes = 0  # B handed out (aligned)
         self._slab: torch.Tensor | None = None  # uint8 view of the current slab
         self._used = 0  # B of the current slab handed out
-        self._starts: set[int] = set()  # data_ptr of every block handed out
+        self._starts: set[int] = set()  # data_ptr of every block (and row of hold_rows) handed out
 
     def hold(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` itself when it lives in these pages (or is empty, or not a CPU tensor), else a
@@ -46,8 +46,19 @@ class StatePages:
         out.copy_(t)
         return out
 
+    def hold_rows(self, t: torch.Tensor) -> torch.Tensor:
+        """A contiguous copy of ``t`` (``[rows, ...]``, CPU) in these pages, one block, each of
+        whose rows :meth:`holds` too: the state of a pass's nodes stored together, so that one
+        operation per layer updates every node's row (:func:`aiotsim.sim.storage.step_pass_velocity`)."""
+        out = self.hold(t)
+        row_bytes = out[0].numel() * out.element_size() if out.shape[0] else 0
+        start = out.data_ptr()
+        self._starts.update(start + k * row_bytes for k in range(out.shape[0]))
+        return out
+
     def holds(self, t: torch.Tensor) -> bool:
-        """Whether ``t`` is a block handed out by :meth:`hold` (contiguous, from its start)."""
+        """Whether ``t`` is a block handed out by :meth:`hold`, or a row of one from :meth:`hold_rows`
+        (contiguous, from its start)."""
         return t.data_ptr() in self._starts and t.is_contiguous()
 
     def _take(self, nbytes: int) -> torch.Tensor:
