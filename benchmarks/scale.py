@@ -209,6 +209,7 @@ def run_once(
         "gradients": counts["gradients"], "encodes": counts["encodes"], "decodes": counts["decodes"],
         "decode_batches": len(counts["batches"]), "passes": counts["passes"],
         "encode_batches": len(counts["encode_batches"]),
+        "encode_blocks": sum(whole for *_, whole in counts["encode_batches"]),  # given one [nodes, n] tensor
     }  # fmt: skip
 
 
@@ -231,8 +232,10 @@ def count_work(learning: Any) -> dict[str, Any]:
     server's batched decodes (``"batches"``: ``(layer index, messages)`` per
     :func:`~aiotsim.compress.batch_decode.decode_batch` call, whose messages count as decodes
     too) and, with batched node gradients, the nodes of each vectorized pass (``"passes"``) and
-    the batched encodes (``"encode_batches"``: ``(layer index, nodes)`` per
+    the batched encodes (``"encode_batches"``: ``(layer index, nodes, one tensor)`` per
     :func:`~aiotsim.compress.batch.encode_batch` call, whose per-node fallback is not counted again)."""
+    import torch
+
     from aiotsim.compress.base import Codec
     from aiotsim.sim import aggregate, batching
 
@@ -265,7 +268,9 @@ def count_work(learning: Any) -> dict[str, Any]:
 
     aggregate.decode_batch = in_batch("batches", _DECODE_BATCH, decoded)
     batching.encode_batch = in_batch(
-        "encode_batches", _ENCODE_BATCH, lambda codec, grads, layer, states: (learning.layers.index(layer), len(grads))
+        "encode_batches",
+        _ENCODE_BATCH,
+        lambda codec, grads, layer, states: (learning.layers.index(layer), len(grads), isinstance(grads, torch.Tensor)),
     )
     if learning.batched is not None:
         passes = learning.batched.gradients
@@ -289,7 +294,9 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
     the rest one by one; a batched run's passes as passes over as many copies of the node's batch
     (each node's result taken, as the run takes it), its batched encodes as
     :func:`~aiotsim.compress.batch.encode_batch` of as many copies of the gradient (fresh states
-    per node)."""
+    per node; as one ``[nodes, *shape]`` tensor where the run gave one)."""
+    import torch
+
     from aiotsim.sim import aggregate, batching
 
     aggregate.decode_batch, batching.encode_batch = _DECODE_BATCH, _ENCODE_BATCH  # the counting wrappers off
@@ -306,8 +313,10 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
     grads = learning.computer.gradient(None, x, y).grads
     payloads = [c.encode(g, L, s) for c, g, L, s in zip(codecs, grads, layers, local.states)]
     batches: list[tuple[int, int]] = counts["batches"]
-    encode_batches: list[tuple[int, int]] = counts["encode_batches"]
-    widest = max((m for _, m in encode_batches), default=0)
+    encode_batches: list[tuple[int, int, bool]] = counts["encode_batches"]
+    widest = max((m for _, m, _ in encode_batches), default=0)
+    # the encodes that got a pass's rows as one tensor get one too (the same copies, made now)
+    blocks = {(j, m): torch.stack([grads[j]] * m) for j, m, whole in encode_batches if whole}
     batch_states = [learning.new_states(i) for i in range(widest)]  # made before the clock starts
     encodes = counts["encodes"]
     decodes = counts["decodes"] - sum(m for _, m in batches)  # one by one
@@ -316,8 +325,9 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
     for n in counts["passes"]:
         for r in learning.batched.gradients(None, x.expand(n, *x.shape), y.expand(n, *y.shape)):
             r.take()
-    for j, m in encode_batches:
-        _ENCODE_BATCH(codecs[j], [grads[j]] * m, layers[j], [st[j] for st in batch_states[:m]])
+    for j, m, whole in encode_batches:
+        rows = blocks[(j, m)] if whole else [grads[j]] * m
+        _ENCODE_BATCH(codecs[j], rows, layers[j], [st[j] for st in batch_states[:m]])
     for k in range(rounds):
         if k < counts["gradients"]:
             grads = learning.computer.gradient(None, x, y).grads

@@ -73,14 +73,19 @@ def test_a_batched_fleets_passes_and_batch_encodes_are_counted_for_the_bare_loop
     """iot100 (auto batches LeNet-5 on the CPU from 100 nodes), one sync iteration of topk: no
     looped gradient or encode; passes of the budget's chunk covering the 100 nodes once (LeNet-5
     at batch 32: 4.9 MB per node, 27 in 128 MiB: 27, 27, 27, 19), and one batched encode per
-    pass and layer; the looped case counts none of them."""
+    pass and layer, each given the pass's momentum steps as one tensor (fp32 momentum on the
+    nodes); the looped case counts none of them."""
     scale = _scale_module()
     row = scale.run_case(100, "topk", "star", 1, repeats=1)
     assert row["grads"] == "batched"
     assert (row["gradients"], row["encodes"]) == (0, 0)
     assert row["passes"] == [27, 27, 27, 19]
-    assert row["encode_batches"] == 4 * 10
+    assert row["encode_batches"] == row["encode_blocks"] == 4 * 10
     assert row["decodes"] == 100 * 10 and row["bare_s"] > 0
     looped = scale.run_case(100, "topk", "star", 1, repeats=1, batched="false")
-    assert looped["grads"] == "looped" and looped["passes"] == [] and looped["encode_batches"] == 0
+    assert (
+        looped["grads"] == "looped"
+        and looped["passes"] == []
+        and looped["encode_batches"] == looped["encode_blocks"] == 0
+    )
     assert (looped["gradients"], looped["encodes"]) == (100, 100 * 10)
