@@ -49,9 +49,13 @@ about 300 node gradients and at least 3 (10 nodes: 30; 100 and 1,000: 3), and 2 
 small fleets are not measured on a handful of gradients, and a 10,000-node case stays a few
 minutes (its bare work takes as long again).
 
+``--device cuda`` runs the learning (shards, model, gradients, codecs, the bare loop alike) on the
+GPU, synchronized before each clock reading, and adds the column ``GPU MB``
+(``torch.cuda.max_memory_allocated``); without a CUDA device it exits 2 saying so.
+
 Run: ``python benchmarks/scale.py [--nodes 10 100 1000 10000] [--codecs none topk]
 [--topologies star hierarchical] [--iterations N] [--repeats N] [--aggregation auto|stacked|streamed]
-[--batched auto|true|false]`` (column ``agg``: the aggregation the run used; ``auto`` streams above
+[--batched auto|true|false] [--device cpu|cuda]`` (column ``agg``: the aggregation the run used; ``auto`` streams above
 1 GB of stack; column ``grads``: ``nodes.batched`` as resolved, ``auto`` batching on the CPU from
 100 nodes of LeNet-5). One torch thread per case.
 """
@@ -126,10 +130,12 @@ def run_case(
     repeats: int = 1,
     aggregation: str = "auto",
     batched: str = "auto",
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """One case in this process, ``repeats`` times (run, then bare loop); returns its row, each
     time column the best of its repeats and the peak memory the first repeat's."""
-    rows = [run_once(nodes, codec, topology, iterations, aggregation, batched) for _ in range(max(repeats, 1))]
+    reps = range(max(repeats, 1))
+    rows = [run_once(nodes, codec, topology, iterations, aggregation, batched, device) for _ in reps]
     row = dict(rows[0])
     for key in ("wall_s", "cpu_s", "bare_s", "bare_cpu_s", "net_s", "later_s"):
         row[key] = min(r[key] for r in rows)
@@ -154,13 +160,21 @@ def steady_ratio(later_s: float, bare_s: float, iterations: int) -> float:
 
 
 def run_once(
-    nodes: int, codec: str, topology: str, iterations: int, aggregation: str = "auto", batched: str = "auto"
+    nodes: int,
+    codec: str,
+    topology: str,
+    iterations: int,
+    aggregation: str = "auto",
+    batched: str = "auto",
+    device: str = "cpu",
 ) -> dict[str, Any]:
-    """One run of a case and its bare loop in this process; returns its row."""
+    """One run of a case and its bare loop in this process (the learning on ``device``: shards,
+    model, gradients and codecs); returns its row."""
     import torch
 
     from aiotsim.network.flows import Network
     from aiotsim.results.store import RunWriter
+    from aiotsim.sim.aggregate import sync_device
     from aiotsim.sim.runner import run_cluster
     from aiotsim.sim.world import Cluster
 
@@ -183,19 +197,22 @@ def run_once(
         setattr(Network, name, timed(fn))
     base_mb = rss_mb()
     t0 = time.perf_counter()
-    cluster = Cluster(sc, device="cpu")
+    cluster = Cluster(sc, device=device)
     setup_s = time.perf_counter() - t0
     counts = count_work(cluster.learning)
     with tempfile.TemporaryDirectory() as tmp:
         writer = RunWriter(tmp, sc.to_toml())
         marks = mark_iterations(writer)
+        sync_device(cluster.learning.device)
         t0, c0 = time.perf_counter(), time.process_time()
         summary = run_cluster(cluster, writer)
+        sync_device(cluster.learning.device)  # the run's queued device work is its own
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     iteration_s = [b - a for a, b in zip([t0, *marks], marks)]  # s, wall time up to each iteration's metrics row
     for name, fn in originals.items():  # unwrapped again for the next repeat
         setattr(Network, name, fn)
     peak_mb = rss_mb()
+    gpu_peak_mb = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0.0
     bare, bare_cpu = bare_work(cluster.learning, counts)
     return {
         "nodes": nodes, "codec": codec, "topology": topology, "iterations": iterations,
@@ -203,6 +220,7 @@ def run_once(
         "grads": "looped" if cluster.learning.batched is None else "batched",
         "status": summary.get("status", "complete"), "setup_s": setup_s, "wall_s": wall,
         "s_per_it": wall / iterations, "peak_mb": peak_mb, "kb_per_node": (peak_mb - base_mb) * 1024 / nodes,
+        "gpu_peak_mb": gpu_peak_mb, "device": device,
         "net_s": net_s[0], "net_share": net_s[0] / wall, "bare_s": bare, "ratio": wall / bare, "cpu_s": cpu,
         "bare_cpu_s": bare_cpu, "cpu_ratio": cpu / bare_cpu, "iteration_s": iteration_s,
         "later_s": wall - iteration_s[0] if iteration_s else wall,
@@ -298,6 +316,7 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
     import torch
 
     from aiotsim.sim import aggregate, batching
+    from aiotsim.sim.aggregate import sync_device
 
     aggregate.decode_batch, batching.encode_batch = _DECODE_BATCH, _ENCODE_BATCH  # the counting wrappers off
     layers, codecs = learning.layers, learning.layer_codecs
@@ -321,6 +340,7 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
     encodes = counts["encodes"]
     decodes = counts["decodes"] - sum(m for _, m in batches)  # one by one
     rounds = max(counts["gradients"], -(-encodes // n_layers), -(-decodes // n_layers), -(-len(batches) // n_layers))
+    sync_device(learning.device)
     t0, c0 = time.perf_counter(), time.process_time()
     for n in counts["passes"]:
         for r in learning.batched.gradients(None, x.expand(n, *x.shape), y.expand(n, *y.shape)):
@@ -340,6 +360,7 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
                 decodes -= 1
         for j, m in batches[k * n_layers : (k + 1) * n_layers]:
             _DECODE_BATCH(codecs[j], [payloads[j]] * m, layers[j])
+    sync_device(learning.device)
     return time.perf_counter() - t0, time.process_time() - c0
 
 
@@ -355,22 +376,27 @@ def main() -> None:
         "--aggregation", default="auto", choices=["auto", "stacked", "streamed"], help="training.aggregation"
     )
     parser.add_argument("--batched", default="auto", choices=["auto", "true", "false"], help="nodes.batched")
-    case_args = ("NODES", "CODEC", "TOPOLOGY", "ITERATIONS", "REPEATS", "AGGREGATION", "BATCHED")
-    parser.add_argument("--case", nargs=7, metavar=case_args, help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the learning runs")
+    case_args = ("NODES", "CODEC", "TOPOLOGY", "ITERATIONS", "REPEATS", "AGGREGATION", "BATCHED", "DEVICE")
+    parser.add_argument("--case", nargs=8, metavar=case_args, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
-        n, codec, topo, its, reps, agg, batched = args.case
-        print(json.dumps(run_case(int(n), codec, topo, int(its), int(reps), agg, batched)))
+        n, codec, topo, its, reps, agg, batched, device = args.case
+        print(json.dumps(run_case(int(n), codec, topo, int(its), int(reps), agg, batched, device)))
         return
+    if args.device == "cuda" and not cuda_available():
+        parser.error(
+            "--device cuda: this machine has no CUDA device (torch.cuda.is_available() is False); use --device cpu"
+        )
     its_note = f"{args.iterations} iterations" if args.iterations else "iterations by scale (column its)"
-    print(f"LeNet-5, sync, {its_note} per case, 1 torch thread; load average at start:"
+    print(f"LeNet-5, sync, {its_note} per case, learning on {args.device}, 1 torch thread; load average at start:"
           f" {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")  # fmt: skip
     header = (
         f"{'topology':>12} {'nodes':>6} {'codec':>5} {'agg':>8} {'grads':>7} {'its':>4} {'rep':>3}"
         f" {'setup s':>8} {'s/it':>8}"
         f" {'peak MB':>8}"
         f" {'KB/node':>8} {'net %':>6} {'bare s':>7} {'ratio':>6} {'-net':>6} {'cpu':>6} {'steady':>6} {'each':>10}"
-    )
+    ) + (f" {'GPU MB':>7}" if args.device == "cuda" else "")
     print(header)
     print("-" * len(header))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -380,7 +406,7 @@ def main() -> None:
                 its = args.iterations or default_iterations(n)
                 reps = args.repeats or default_repeats(n)
                 cmd = [sys.executable, __file__, "--case", str(n), codec, topo, str(its), str(reps), args.aggregation]
-                cmd.append(args.batched)
+                cmd += [args.batched, args.device]
                 try:
                     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
                 except subprocess.TimeoutExpired:
@@ -397,10 +423,18 @@ def main() -> None:
                     f" {r['s_per_it']:>8.3f}"
                     f" {r['peak_mb']:>8.0f} {r['kb_per_node']:>8.0f} {100 * r['net_share']:>5.1f}%"
                     f" {r['bare_s']:>7.2f} {r['ratio']:>6.2f} {own:>6.2f} {r['cpu_ratio']:>6.2f} {r['steady']:>6.2f}"
-                    f" {min(r['ratios']):>4.2f}-{max(r['ratios']):<4.2f}",
+                    f" {min(r['ratios']):>4.2f}-{max(r['ratios']):<4.2f}"
+                    + (f" {r['gpu_peak_mb']:>7.0f}" if args.device == "cuda" else ""),
                     flush=True,
                 )
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (torch imported only here, in the parent process)."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 if __name__ == "__main__":

@@ -293,7 +293,8 @@ def test_a_sync_round_lets_each_pass_go_once_encoded() -> None:
     inner, seen = cluster.learning.batched.gradients, []
 
     def spy(params: Any, xs: torch.Tensor, ys: torch.Tensor) -> Any:
-        held = [len(st.local.pending.grads) for st in cluster.nodes if st.local.pending is not None]
+        # a parked result's gradient views and its pass's outputs (either pins the pass's memory)
+        held = [len(p.grads) + len(p.rows) for st in cluster.nodes if (p := st.local.pending) is not None]
         seen.append((int(xs.shape[0]), held))
         return inner(params, xs, ys)
 
@@ -301,7 +302,7 @@ def test_a_sync_round_lets_each_pass_go_once_encoded() -> None:
     run_cluster(cluster, MemorySink())
     assert [n for n, _ in seen] == [3, 3, 1] * 6
     assert [len(held) for _, held in seen[:3]] == [0, 3, 6]  # earlier passes' nodes wait to send ...
-    assert all(size == 0 for _, held in seen for size in held)  # ... holding payloads, no gradient
+    assert all(size == 0 for _, held in seen for size in held)  # ... holding payloads, no gradient or pass
 
 
 @needs_cuda

@@ -83,7 +83,7 @@ def gradient_group(c: Cluster, members: list[int], encode: bool) -> None:
         c.nodes[i].local.pending = g
     if encode and c.mode == "sync" and encode_group(c, members, results):
         for g in results:
-            g.grads = []  # sent as the parked payloads; the views pinned the pass's [nodes, ...] outputs
+            g.grads, g.rows = [], []  # sent as the parked payloads; both pinned the pass's [nodes, ...] outputs
 
 
 def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) -> bool:
