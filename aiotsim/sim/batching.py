@@ -15,7 +15,9 @@ path. Simulated time is unchanged with ``compute_model = "flops"`` (FLOPs per ba
 
 In ``sync`` rounds the batch is also encoded at dispatch
 (:func:`encode_group`): every layer of every node in one :func:`~aiotsim.compress.batch.encode_batch`
-call, the same bytes as each node's own encode, after which the group's gradients are let go;
+call, the same bytes as each node's own encode, after which the group's gradients are let go.
+With fp32 momentum on the nodes the pass's momentum steps are taken together too
+(:func:`pass_momentum`: each layer's velocities of a pass live as one block in the state pages);
 the node's process sends the parked payloads at its own simulated time (an encode share of the
 wall time, as above, in ``measured`` mode).
 
