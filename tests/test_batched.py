@@ -219,8 +219,8 @@ def _scenario(mode: str, codec: str, model: str = "mlp", **nodes: Any):
     )
 
 
-def _run(sc, monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[Cluster, MemorySink, int]:
-    cluster = Cluster(sc, device="cpu")
+def _run(sc, monkeypatch: pytest.MonkeyPatch | None = None, device: str = "cpu") -> tuple[Cluster, MemorySink, int]:
+    cluster = Cluster(sc, device=device)
     calls = [0]
     if cluster.learning.batched is not None:
         inner = cluster.learning.batched.gradients
@@ -318,6 +318,32 @@ def test_batched_on_cuda_matches_cpu_looped() -> None:
         res = g.take()
         assert all(t.device.type == "cuda" for t in res.grads)
         _assert_grads_close(r.grads, [t.cpu() for t in res.grads])
+
+
+@needs_cuda
+@pytest.mark.parametrize("codec", ["none", "topk"])
+def test_cuda_pass_momentum_equals_each_node_stepping_at_its_turn(codec: str, monkeypatch) -> None:
+    """On a GPU a pass's node momentum is stepped as blocks of the device's own (2 launches per
+    pass, not 2 per node), with the same rows and velocities as each node stepping and encoding
+    at its turn."""
+    import aiotsim.sim.batching as batching
+
+    inner, whole = batching.step_pass_velocity, []
+
+    def spy(*args: Any) -> Any:
+        out = inner(*args)
+        whole.append(out is not None and all(b.is_cuda for b in out))
+        return out
+
+    monkeypatch.setattr(batching, "step_pass_velocity", spy)
+    sc = _scenario("sync", codec, batched=True)
+    blocks, bsink, _ = _run(sc, device="cuda")
+    assert whole == [True] * 6
+    monkeypatch.setattr(batching, "encode_group", lambda *a: None)
+    at_turn, tsink, _ = _run(sc, device="cuda")
+    assert bsink.rows == tsink.rows
+    for a, b in zip(blocks.nodes, at_turn.nodes):
+        assert all(torch.equal(va, vb) for va, vb in zip(a.local.velocity, b.local.velocity, strict=True))
 
 
 def test_nodes_with_a_smaller_batch_run_looped() -> None:

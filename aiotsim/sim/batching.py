@@ -131,10 +131,11 @@ def pass_momentum(
     """Each node's momentum step (as :meth:`Learning.gradient` would take it at the node's turn;
     ``LocalState.stepped`` tells it not to again), and what the nodes send per layer as one
     ``[nodes, *shape]`` tensor where ``results`` are one whole pass (node ``k`` in row ``k``):
-    then with fp32 node momentum in the state pages one operation per layer steps them all
-    (:func:`~aiotsim.sim.storage.step_pass_velocity`), and the encode takes the pass's rows as
-    they are, not a stack of them. None: the nodes stepped one by one (another state dtype, a
-    CUDA run, velocities stored apart, e.g. after a checkpoint restore)."""
+    then with fp32 node momentum one operation per layer steps them all
+    (:func:`~aiotsim.sim.storage.step_pass_velocity`; on a GPU 2 kernel launches per pass, not
+    2 per node), and the encode takes the pass's rows as they are, not a stack of them. None:
+    the nodes stepped one by one (fp16 state, velocities stored apart, e.g. after a checkpoint
+    restore)."""
     rows = results[0].rows
     whole = (
         bool(rows)
@@ -144,7 +145,7 @@ def pass_momentum(
     steps = rows if whole else None
     if learning.node_momentum:
         pages, fp32 = learning.pages, learning.state_dtype == torch.float32
-        if steps is not None and pages is not None and fp32 and all(r.is_cpu for r in rows):
+        if steps is not None and fp32:
             steps = step_pass_velocity([local.velocity for local in locals_], rows, learning.node_momentum, pages)
         else:
             steps = None

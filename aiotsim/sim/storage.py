@@ -104,9 +104,10 @@ def step_velocity(
 def step_pass_velocity(
     velocities: Sequence[list[torch.Tensor] | None], rows: list[torch.Tensor], m: float, pages: StatePages
 ) -> list[torch.Tensor] | None:
-    """Momentum ``u <- m u + g`` of a batched pass's nodes at once (fp32 state in ``pages``): per
-    layer ``[nodes, *shape]`` with node ``k``'s step in row ``k``, or None where their velocities
-    are not the rows of common blocks (the caller steps node by node, :func:`step_velocity`).
+    """Momentum ``u <- m u + g`` of a batched pass's nodes at once (fp32 state; on the CPU in
+    ``pages``, on a GPU in blocks of its own): per layer ``[nodes, *shape]`` with node ``k``'s
+    step in row ``k``, or None where their velocities are not the rows of common blocks (the
+    caller steps node by node, :func:`step_velocity`).
 
     ``velocities`` are the nodes' stored velocities in pass order (all None at their first step),
     ``rows`` the pass's gradients per layer (``[nodes, *shape]``). A first step stores each layer
@@ -118,7 +119,7 @@ def step_pass_velocity(
     0.48 -> 0.14 s the first round, which stores them: 270 pages copies per pass -> 10).
     """
     if all(v is None for v in velocities):
-        return [pages.hold_rows(r) for r in rows]
+        return [pages.hold_rows(r) if r.is_cpu else r.clone() for r in rows]
     if any(v is None for v in velocities):
         return None
     blocks = [_rows_block([v[j] for v in velocities]) for j in range(len(rows))]  # type: ignore[index]
