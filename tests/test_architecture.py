@@ -117,7 +117,11 @@ def test_find_cycles_detects_a_cycle() -> None:
 
 def test_lower_layers_do_not_import_cli_or_results() -> None:
     bad = [
-        f"{m} imports {d}" for m, deps in graph().items() if m.startswith(LOWER) for d in deps if d.startswith(UPPER)
+        f"{m} imports {d}"
+        for m, deps in graph().items()
+        if m.startswith(LOWER)
+        for d in deps
+        if d.startswith(UPPER)
     ]
     assert bad == []
 

@@ -23,7 +23,6 @@ SEEDS = 2
 # end-to-end runs of several codecs: part of the full suite, not the quick subset
 pytestmark = pytest.mark.slow
 
-
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory) -> tuple[Path, str]:
     """One comparison of 2 codecs x 2 seeds on the tiny scenario, in 2 worker processes."""

@@ -47,11 +47,7 @@ def scenario(**sections: dict[str, Any]) -> dict[str, Any]:
         "nodes": {"count": 2, "device": "rpi4", "compute_model": "flops"},
         # the hand-computed times below are those of the fluid model (TCP windows: tests/test_tcp.py)
         "network": {
-            "uplink_mbps": 1.0,
-            "downlink_mbps": 1.0,
-            "latency_ms": 10.0,
-            "server_mbps": 100.0,
-            "transport": "ideal",
+            "uplink_mbps": 1.0, "downlink_mbps": 1.0, "latency_ms": 10.0, "server_mbps": 100.0, "transport": "ideal",
         },  # fmt: skip
     }
     for name, values in sections.items():

@@ -44,13 +44,8 @@ def fed(iterations: int = 2, **sections: dict[str, Any]) -> Scenario:
         "training": {"lr": 0.1, "momentum": 0.0, "eval_every": iterations, "mode": "federated"},
         "compressor": {"name": "none"},
         "nodes": {"count": 2, "device": "rpi4", "compute_model": "flops"},
-        "network": {
-            "uplink_mbps": 1.0,
-            "downlink_mbps": 1.0,
-            "latency_ms": 10.0,
-            "server_mbps": 100.0,
-            "transport": "ideal",
-        },
+        "network": {"uplink_mbps": 1.0, "downlink_mbps": 1.0, "latency_ms": 10.0, "server_mbps": 100.0,
+                    "transport": "ideal"},
     }
     for name, values in sections.items():
         base[name] = {**base.get(name, {}), **values}

@@ -171,6 +171,7 @@ def test_builder_validation_messages() -> None:
         Topology().add_node("x", "boss")
 
 
+
 def _reference_route(topo: Topology, src: str, dst: str) -> list[str]:
     """Shortest path in hops by a plain full breadth-first search, ties to the first edge added."""
     from collections import deque
@@ -221,13 +222,7 @@ def _reference_or_none(topo: Topology, src: str, dst: str) -> list[str] | None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    st.integers(2, 9).flatmap(
-        lambda n: st.tuples(
-            st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n)
-        )
-    )
-)  # noqa: E501
+@given(st.integers(2, 9).flatmap(lambda n: st.tuples(st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n))))  # noqa: E501
 def test_routes_equal_a_full_search_on_random_directed_graphs(graph: tuple[int, list[tuple[int, int]]]) -> None:
     """Random directed graphs, many of whose vertices have one way out (chains, loops of them,
     dead ends): every pair's route, from a cold and from a warm cache, is the full search's path,

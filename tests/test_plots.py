@@ -31,7 +31,6 @@ RUN_FIGURES = {
 # end-to-end runs of several codecs: part of the full suite, not the quick subset
 pytestmark = pytest.mark.slow
 
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     """A comparison directory: none and 2bit, 2 iterations each, run in this process."""

@@ -92,7 +92,9 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "metrics_cut_mid_row": (_cut("metrics.csv"), "metrics.csv"),
     "metrics_not_utf8": (_not_utf8("metrics.csv"), "metrics.csv"),
     "evals_nan_time": (
-        lambda d: (d / "evals.csv").write_bytes(b"iteration,sim_time_s,accuracy,loss\r\n0,nan,0.5,1.0\r\n"),
+        lambda d: (d / "evals.csv").write_bytes(
+            b"iteration,sim_time_s,accuracy,loss\r\n0,nan,0.5,1.0\r\n"
+        ),
         "evals.csv",
     ),
     "metrics_text_value": (

@@ -170,7 +170,9 @@ def test_a_constant_trace_runs_byte_identical_to_the_constant_link(tmp_path: Pat
     assert run_scenario(slow, tmp_path / "slow")["sim_time_s"] > run_scenario(plain, tmp_path / "p2")["sim_time_s"]
 
 
-def test_trace_paths_set_on_the_command_line_are_relative_to_the_working_directory(tmp_path: Path, monkeypatch) -> None:
+def test_trace_paths_set_on_the_command_line_are_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch
+) -> None:
     p = scenario_file(tmp_path)
     (tmp_path / "cwd").mkdir()
     (tmp_path / "cwd" / "mine.csv").write_text(STEP)
