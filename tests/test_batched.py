@@ -465,11 +465,12 @@ def test_encoding_at_dispatch_equals_each_node_encoding_at_its_turn(
         for va, vb in zip(a.local.velocity or [], b.local.velocity or []):
             assert torch.equal(va, vb)
     # the same pages in all: a residual stored anew each round would have taken fresh pages. fp32
-    # node velocities are stored a pass at a time at dispatch (one block per layer, 64-B aligned
-    # as a whole, not per node): fewer alignment pads, by hand
+    # node velocities, and the residuals of codecs with error feedback (topk, onebit), are stored
+    # a pass at a time at dispatch (one block per layer, 64-B aligned as a whole, not per node):
+    # fewer alignment pads, by hand
     n, rows = len(at_turn.nodes), [layer.numel * 4 for layer in at_turn.learning.layers]  # B per node
-    blocked = not over  # fp32 momentum on the nodes: the cases without an override
-    saved = sum(n * _aligned(r) - _aligned(n * r) for r in rows) if blocked else 0
+    blocked = 0 if over else 1 + (codec != "none")  # fp32 state kinds stored as blocks
+    saved = blocked * sum(n * _aligned(r) - _aligned(n * r) for r in rows)
     assert at_dispatch.learning.pages.held_bytes == at_turn.learning.pages.held_bytes - saved
 
 

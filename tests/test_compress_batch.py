@@ -248,3 +248,60 @@ def test_aggregation_aware_after_global_updates(metric: str, reserve: float) -> 
             if step or i < 3:  # nodes 3 and 4 observe from the second round on
                 codec.observe_global(update.view(layer.shape), layer, looped[i])
                 codec.observe_global(update.view(layer.shape), layer, batched[i])
+
+
+@pytest.mark.parametrize("name", ["topk", "2bit", "efsignsgd", "onebit", "4bit", "threshold", "randomk"])
+def test_residuals_stored_as_one_block_are_updated_in_it(name: str, monkeypatch) -> None:
+    """A pass's residuals held as the rows of one block (the state pages of a batched sync round)
+    take ``grad + residual`` and the new residual in that block, in place, with the loop's bytes."""
+    import aiotsim.compress.batch as batch_mod
+    from aiotsim.sim.pages import StatePages
+    from aiotsim.sim.storage import hold_residual_rows
+
+    inner, found = batch_mod.rows_block, []  # per encode with residuals: formed in their block?
+
+    def spy(rows: Any) -> Any:
+        out = inner(rows)
+        found.append(out is not None)
+        return out
+
+    monkeypatch.setattr(batch_mod, "rows_block", spy)
+
+    params = {"threshold": {"tau": 0.5}, "randomk": {"scale": False}}.get(name, {})  # randomk: with a residual
+    codec = build_codec(name, params, seed=5)
+    layer = LayerInfo("w", (16, 8), kind="fc", index=1)
+    looped = [codec.init_state(layer, CPU, node=i) for i in range(4)]
+    batched = copy.deepcopy(looped)
+    pages = StatePages()
+    for step in range(3):
+        grads = _grads(4, (16, 8), seed=10 + step, ties=False)
+        ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
+        got = encode_batch(codec, torch.stack(grads), layer, batched, always=True)
+        assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
+        assert all(torch.equal(a.residual, b.residual) for a, b in zip(looped, batched))
+        if step == 0:  # the first residuals: rows of one fresh tensor, moved into one block
+            hold_residual_rows([[s] for s in batched], pages)
+            held = [s.residual.data_ptr() for s in batched]
+            assert pages.held_bytes == _aligned(4 * 16 * 8 * 4)
+        else:  # later steps: the same memory
+            assert [s.residual.data_ptr() for s in batched] == held
+    assert pages.held_bytes == _aligned(4 * 16 * 8 * 4)  # nothing stored anew
+    assert found == [True, True]  # steps 1 and 2 (step 0 had no residuals)
+
+
+def test_residuals_that_are_not_one_tensors_rows_are_left_to_each_node() -> None:
+    from aiotsim.sim.pages import StatePages
+    from aiotsim.sim.storage import hold_residual_rows
+
+    codec = build_codec("topk", {}, seed=5)
+    layer = LayerInfo("w", (40,))
+    states = [codec.init_state(layer, CPU, node=i) for i in range(3)]
+    for s in states:
+        s.residual = torch.ones(40)  # each its own tensor
+    pages = StatePages()
+    hold_residual_rows([[s] for s in states], pages)
+    assert pages.held_bytes == 0 and not any(pages.holds(s.residual) for s in states)
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 64) * 64

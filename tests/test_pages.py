@@ -7,8 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aiotsim.compress.memory import rows_block
 from aiotsim.sim.pages import ALIGN, StatePages
-from aiotsim.sim.storage import _rows_block, narrow_states, step_pass_velocity, step_velocity, widen_states
+from aiotsim.sim.storage import narrow_states, step_pass_velocity, step_velocity, widen_states
 
 DTYPES = [torch.float32, torch.float16, torch.float64, torch.int64, torch.uint8]
 
@@ -150,15 +151,15 @@ def test_rows_of_a_held_pass_are_held_and_read_back_as_one_block() -> None:
     assert torch.equal(block, src) and block.data_ptr() % ALIGN == 0
     rows = list(block.unbind(0))
     assert all(pages.holds(r) for r in rows) and pages.held_bytes == ALIGN  # 48 B: one line
-    again = _rows_block(rows)
+    again = rows_block(rows)
     assert again is not None and again.data_ptr() == block.data_ptr() and torch.equal(again, src)
     again[1].fill_(-1.0)  # the same memory as the rows
     assert rows[1].eq(-1.0).all() and torch.equal(rows[0], src[0])
-    assert _rows_block([rows[1], rows[0], rows[2]]) is None  # out of order
-    assert _rows_block([rows[0], rows[2]]) is None  # a gap
+    assert rows_block([rows[1], rows[0], rows[2]]) is None  # out of order
+    assert rows_block([rows[0], rows[2]]) is None  # a gap
     other = pages.hold_rows(src.clone())  # right after the first block in the same slab
-    assert _rows_block([rows[2], other[0]]) is None  # 64-B aligned apart: not the next row
-    assert _rows_block([src[0].clone(), src[1].clone()]) is None  # separate tensors
+    assert rows_block([rows[2], other[0]]) is None  # 64-B aligned apart: not the next row
+    assert rows_block([src[0].clone(), src[1].clone()]) is None  # separate tensors
 
 
 @pytest.mark.parametrize("m", [0.9, 0.0, 1.5])

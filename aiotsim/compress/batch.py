@@ -38,6 +38,7 @@ from aiotsim.compress.aggaware import AggAwareState, AggregationAware
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.dense import HalfPrecision, NoCompression
 from aiotsim.compress.fourbit import FourBit, first_threshold, quantize_levels
+from aiotsim.compress.memory import rows_block
 from aiotsim.compress.packing import (
     encode_index_ragged,
     encode_index_rows,
@@ -131,8 +132,16 @@ def batched_codecs() -> list[str]:
 
 # ---- the error-feedback role, for [nodes, n] -----------------------------------------------------
 def _compensate(x: torch.Tensor, states: list[CodecState]) -> torch.Tensor:
-    """``grad + residual`` per row in fp32 (a fresh tensor; :func:`memory.compensate` adds the same
-    two fp32 values, and fp32 addition is commutative)."""
+    """``grad + residual`` per row in fp32 (:func:`memory.compensate` adds the same two fp32
+    values, and fp32 addition is commutative): formed in the residuals' own memory where they are
+    the rows of one block (:func:`memory.rows_block`: a batched pass's state, as the loop forms
+    each node's sum in its residual), else in a fresh tensor."""
+    residuals = [s.residual for s in states]
+    block = rows_block(residuals) if all(r is not None for r in residuals) else None  # type: ignore[arg-type]
+    if block is not None and block.numel() == x.numel():
+        for s in states:
+            s.residual = None  # consumed, as in Codec.encode
+        return block.view(x.shape).add_(x)
     acc = x.float().clone() if x.dtype == torch.float32 else x.float()
     with_res = [i for i, s in enumerate(states) if s.residual is not None]
     if with_res:
@@ -149,8 +158,8 @@ def _remember(
 ) -> None:
     """New residual rows ``acc - sent`` (:func:`memory.remember`'s arithmetic), one per node: into
     the node's previous residual where :func:`memory.compensate` would have summed in place (fp32,
-    contiguous, same size), so its storage (a node's state pages) is kept as in the loop; else a
-    view of the row."""
+    contiguous, same size), so its storage (a node's state pages) is kept as in the loop (where
+    ``acc`` is that memory already, nothing is copied); else a view of the row."""
     if sent is None:
         raise ValueError("a codec with error feedback must report what it sent")
     kind, value = sent
@@ -162,7 +171,9 @@ def _remember(
         flat = idx if kind == "flat" else (idx + n * torch.arange(acc.shape[0], device=acc.device).unsqueeze(1))
         acc.view(-1).index_put_((flat.reshape(-1),), -vals.reshape(-1).to(acc.dtype), accumulate=True)
     for s, old, row in zip(states, before, acc):
-        if old is not None and old.dtype == torch.float32 and old.is_contiguous() and old.numel() == row.numel():
+        if old is not None and old.data_ptr() == row.data_ptr():
+            s.residual = old  # acc was formed in the residuals' block (_compensate): updated in place
+        elif old is not None and old.dtype == torch.float32 and old.is_contiguous() and old.numel() == row.numel():
             s.residual = old.view(layer.shape).copy_(row.view(layer.shape))
         else:
             s.residual = row.view(layer.shape)

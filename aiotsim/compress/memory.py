@@ -80,3 +80,24 @@ def momentum_velocity(g: torch.Tensor, previous: torch.Tensor | None, m: float) 
     """Momentum correction (Lin et al. 2018): the velocity ``u <- m u + g``, formed in the previous
     velocity's storage (``g`` is copied the first time); fp32, shape of ``g``."""
     return g.clone() if previous is None else previous.mul_(m).add_(g)
+
+
+def rows_block(rows: list[torch.Tensor]) -> torch.Tensor | None:
+    """``rows`` (per-node state tensors of one layer, fp32) as one ``[len(rows), *shape]`` tensor
+    when they are consecutive rows of the same memory, as a batched pass stores its nodes' state
+    (:meth:`aiotsim.sim.pages.StatePages.hold_rows`), else None: then one operation over the
+    block updates every node's row."""
+    first = rows[0]
+    size = first.numel() * first.element_size()  # B per row
+    start, storage = first.data_ptr(), first.untyped_storage().data_ptr()
+    for k, r in enumerate(rows):
+        if (
+            r.data_ptr() != start + k * size
+            or r.untyped_storage().data_ptr() != storage
+            or not r.is_contiguous()
+            or r.shape != first.shape
+            or r.dtype != torch.float32
+        ):
+            return None
+    inner = first.stride() if first.dim() else ()
+    return first.as_strided((len(rows), *first.shape), (first.numel(), *inner), first.storage_offset())

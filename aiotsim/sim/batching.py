@@ -38,7 +38,7 @@ from aiotsim.compress.base import Payload
 from aiotsim.compress.batch import encode_batch
 from aiotsim.learn.batched import NodeGradient
 from aiotsim.sim.learning import Learning, LocalState, sync_device
-from aiotsim.sim.storage import narrow_states, step_pass_velocity, widen_states
+from aiotsim.sim.storage import hold_residual_rows, narrow_states, step_pass_velocity, widen_states
 from aiotsim.sim.world import Cluster
 
 BATCHED_MODES = ("sync", "partial")  # modes whose dispatched nodes all hold the current version
@@ -116,6 +116,8 @@ def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) ->
         grads = steps[j] if steps is not None else [g.grads[j] for g in results]
         for out, p in zip(per_node, encode_batch(codec, grads, layer, states)):
             out.append(p)
+    if learning.state_dtype == torch.float32:
+        hold_residual_rows([local.states for local in locals_], learning.pages)
     for local, kept in zip(locals_, narrow):
         narrow_states(local.states, learning.state_dtype, kept, learning.pages)
     sync_device(learning.device)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from aiotsim.compress.base import CodecState
+from aiotsim.compress.memory import rows_block
 from aiotsim.sim.pages import StatePages
 
 # CodecState fields that hold model-sized state between rounds (residual: error feedback;
@@ -122,7 +123,7 @@ def step_pass_velocity(
         return [pages.hold_rows(r) if r.is_cpu else r.clone() for r in rows]
     if any(v is None for v in velocities):
         return None
-    blocks = [_rows_block([v[j] for v in velocities]) for j in range(len(rows))]  # type: ignore[index]
+    blocks = [rows_block([v[j] for v in velocities]) for j in range(len(rows))]  # type: ignore[index]
     if any(b is None for b in blocks):
         return None
     steps: list[torch.Tensor] = blocks  # type: ignore[assignment]
@@ -131,23 +132,20 @@ def step_pass_velocity(
     return steps
 
 
-def _rows_block(rows: list[torch.Tensor]) -> torch.Tensor | None:
-    """``rows`` as one ``[len(rows), *shape]`` tensor when they are consecutive rows of the same
-    memory (as :func:`step_pass_velocity` stored them), else None."""
-    first = rows[0]
-    size = first.numel() * first.element_size()  # B per row
-    start, storage = first.data_ptr(), first.untyped_storage().data_ptr()
-    for k, r in enumerate(rows):
-        if (
-            r.data_ptr() != start + k * size
-            or r.untyped_storage().data_ptr() != storage
-            or not r.is_contiguous()
-            or r.shape != first.shape
-            or r.dtype != torch.float32
-        ):
-            return None
-    inner = first.stride() if first.dim() else ()
-    return first.as_strided((len(rows), *first.shape), (first.numel(), *inner), first.storage_offset())
+def hold_residual_rows(states: Sequence[Sequence[CodecState]], pages: StatePages) -> None:
+    """Store a pass's fp32 residuals (``states[k][j]``: node ``k``, layer ``j``) as one block per
+    layer in ``pages`` where they are the rows of one fresh tensor (a batched encode's first
+    residuals, :func:`aiotsim.compress.batch.encode_batch`): one copy per layer, not one per node,
+    and the next batched encode forms each layer's ``grad + residual`` in the block, in place
+    (:func:`aiotsim.compress.batch._compensate`). Others are left to :func:`narrow_states`."""
+    for j in range(len(states[0]) if states else 0):
+        rows = [getattr(node[j], "residual", None) for node in states]
+        if any(r is None or not r.is_cpu or pages.holds(r) for r in rows):
+            continue
+        block = rows_block(rows)  # type: ignore[arg-type]
+        if block is not None:
+            for node, row in zip(states, pages.hold_rows(block).unbind(0), strict=True):
+                node[j].residual = row
 
 
 def _owned(grads: list[torch.Tensor]) -> list[torch.Tensor]:
