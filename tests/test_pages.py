@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -179,7 +181,7 @@ def test_a_pass_steps_its_velocities_as_each_node_would(m: float) -> None:
         for k in range(4):
             u, own[k] = step_velocity(own[k], [r[k] for r in rows], m, torch.float32, own_pages)
             assert all(torch.equal(a, b) for a, b in zip(u, mine[k], strict=True))
-    assert pages.held_bytes == sum(_aligned(4 * 4 * max(1, s[0] * s[1] if s else 1)) for s in shapes)
+    assert pages.held_bytes == sum(_aligned(4 * 4 * math.prod(s)) for s in shapes)  # 4 nodes x fp32
 
 
 def test_a_pass_whose_velocities_are_not_one_block_steps_node_by_node() -> None:
