@@ -148,6 +148,18 @@ def test_nan_payloads_keep_their_bits() -> None:
     assert same_bytes(decode_batch(codec, payloads, layer), looped(codec, payloads, layer))
 
 
+def test_only_messages_of_one_layout_stack() -> None:
+    def message(**sizes: int) -> Payload:
+        return Payload({k: torch.zeros(n, dtype=torch.uint8) for k, n in sizes.items()})
+
+    p = message(a=3, b=5)
+    assert p.nbytes == 8 and p.layout == (("a", "b"), (3, 5))
+    assert batch_decode._same_layout([p, message(a=3, b=5), p])
+    for other in (message(a=5, b=3), message(b=5, a=3), message(a=3), message(a=3, b=5, c=0)):
+        assert not batch_decode._same_layout([p, other])  # the same bytes split otherwise, or other buffers
+    assert message().nbytes == 0
+
+
 def test_a_malformed_payload_gets_the_per_message_error() -> None:
     codec = make("topk")
     layer = LAYERS[1]

@@ -16,6 +16,7 @@ from aiotsim.learn.compute import (
     ComputeModel,
     DeviceProfile,
     GradientComputer,
+    draw_batches,
     get_profile,
     resolve_device,
 )
@@ -205,6 +206,41 @@ def test_batch_stream_shares_the_data_and_draws_as_from_a_copy() -> None:
         (xa, ya), (xb, yb) = shared.next(), copied.next()
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
         assert set(xa.flatten().long().tolist()) <= set(shard.tolist())
+
+
+def test_draw_batches_equals_each_stream_drawn_and_stacked() -> None:
+    x, y = _indexed_data(60)
+    shards = [np.array([3, 7, 8, 11, 20]), np.array([0, 59, 1, 2, 30, 31]), np.array([41, 42, 43, 44, 45, 46, 47])]
+
+    def streams() -> list[BatchStream]:  # batch 4 of 5 and 6 samples: most draws cross an epoch
+        return [BatchStream(x, y, s, 4, seed=10 + k, device=CPU) for k, s in enumerate(shards[:2])] + [
+            BatchStream(x, y, shards[2], 3, seed=12, device=CPU)  # another batch size: drawn alone
+        ]
+
+    together, apart = streams(), streams()
+    for _ in range(5):  # several epochs; the pair is gathered at once, then compared stream by stream
+        xs, ys = draw_batches(together[:2])
+        assert xs.shape == (2, 4, 1, 1, 1) and ys.shape == (2, 4)
+        for k in range(2):
+            xk, yk = apart[k].next()
+            assert torch.equal(xs[k], xk) and torch.equal(ys[k], yk)
+        assert torch.equal(draw_batches(together[2:])[0][0], apart[2].next()[0])
+    assert [s.epoch for s in together] == [s.epoch for s in apart]
+
+
+def test_draw_batches_falls_back_to_each_stream_off_a_shared_set() -> None:
+    x, y = _indexed_data(30)
+    shift = lambda t, g: t + 100  # noqa: E731  (a transform: drawn stream by stream)
+    for pair in (
+        [BatchStream(x, y, np.arange(5), 2, 0, CPU), BatchStream(x.clone(), y, np.arange(5), 2, 1, CPU)],
+        [BatchStream(x, y, np.arange(5), 2, 0, CPU), BatchStream(x, y, np.arange(5), 2, 1, CPU, transform=shift)],
+    ):
+        ref = [BatchStream(s.x, s.y, np.arange(5), 2, k, CPU, transform=s.transform) for k, s in enumerate(pair)]
+        for _ in range(3):
+            xs, ys = draw_batches(pair)
+            drawn = [r.next() for r in ref]
+            assert all(torch.equal(xs[k], xk) and torch.equal(ys[k], yk) for k, (xk, yk) in enumerate(drawn))
+    assert bool((xs[1] >= 100).all()) and bool((xs[0] < 30).all())  # the transform ran on its stream only
 
 
 # ---------------------------------------------------------------------------------- devices

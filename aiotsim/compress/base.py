@@ -110,7 +110,18 @@ class Payload:
     @property
     def nbytes(self) -> int:
         """Size of the message in bytes: the sum of its packed buffers."""
-        return sum(int(b.numel()) for b in self.buffers.values())
+        return sum(self.layout[1])
+
+    @property
+    def layout(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """The buffers' names and byte counts, in order (payloads of equal layouts stack into
+        ``[messages, bytes]`` per buffer). Read once and kept: a message is not changed once made
+        (a 1,000-node round reads each of its 10,000 payloads' sizes about 10 times)."""
+        kept = self.__dict__.get("_layout")
+        if kept is None:
+            sizes = tuple(int(b.numel()) for b in self.buffers.values())
+            kept = self.__dict__["_layout"] = (tuple(self.buffers), sizes)
+        return kept
 
     def to(self, device: torch.device | str) -> Payload:
         """The same payload with its buffers on ``device`` (a copy only where needed)."""

@@ -142,10 +142,8 @@ def _covered(codec: Codec) -> bool:
 
 def _same_layout(payloads: Sequence[Payload]) -> bool:
     """Whether every payload has the first one's buffers, of the same byte counts (stackable)."""
-    first = {k: v.numel() for k, v in payloads[0].buffers.items()}
-    return all(
-        len(p.buffers) == len(first) and all(first.get(k) == v.numel() for k, v in p.buffers.items()) for p in payloads
-    )
+    first = payloads[0].layout
+    return all(p.layout == first for p in payloads)
 
 
 def _stacked(chunk: Sequence[Payload]) -> dict[str, torch.Tensor]:

@@ -287,10 +287,11 @@ class BatchedGradients:
             _sync(device)
             wall = (time.perf_counter() - t0) / n
         per_name = [grads[name] for name in self.computer.names]  # [n, *shape] each
+        rows = [g.unbind(0) for g in per_name]  # per parameter, each node's row (views; one call, not n)
         result = []
         for i in range(n):
             norms = [(m, mean[i], var[i]) for m, (mean, var) in zip(calls, stats)]
-            result.append(NodeGradient([g[i] for g in per_name], float(losses[i]), wall, norms, per_name, i))
+            result.append(NodeGradient([r[i] for r in rows], float(losses[i]), wall, norms, per_name, i))
         return result
 
     @contextmanager

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -598,6 +598,15 @@ class BatchStream:
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The next batch: ``([b, C, H, W], [b])`` on the device, ``b = min(batch_size, n)``."""
+        sel = self.next_rows()
+        x = self.x.index_select(0, sel)  # [b, C, H, W]
+        if self.transform is not None:
+            x = self.transform(x, self._aug_gen)
+        return x, self.y.index_select(0, sel)
+
+    def next_rows(self) -> torch.Tensor:
+        """The rows of ``self.x`` and ``self.y`` the next batch takes (``[b]`` int64), drawn as
+        :meth:`next` draws them (it gathers these rows): the stream moves on by one batch."""
         end = self._pos + self.batch_size
         if end <= self.n:
             sel = self._perm[self._pos : end]
@@ -614,7 +623,19 @@ class BatchStream:
             self._pos = 0
         if self._shard is not None:
             sel = self._shard[sel]  # shard positions -> rows of the shared set
-        x = self.x.index_select(0, sel)  # [b, C, H, W]
-        if self.transform is not None:
-            x = self.transform(x, self._aug_gen)
-        return x, self.y.index_select(0, sel)
+        return sel
+
+
+def draw_batches(streams: Sequence[BatchStream]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each stream's next batch, stacked: ``([n, b, C, H, W], [n, b])``, the same tensors as
+    stacking each :meth:`BatchStream.next`. Streams over one shared set, with equal batch sizes and
+    no transform, are gathered at once (one ``index_select`` for the lot, not two per stream and a
+    stack: a 1,000-node round draws 1,000 batches)."""
+    first = streams[0]
+    x, y, b = first.x, first.y, first.batch_size
+    if all(s.x is x and s.y is y and s.batch_size == b and s.transform is None for s in streams):
+        sel = torch.cat([s.next_rows() for s in streams])  # [n * b]
+        n = len(streams)
+        return x.index_select(0, sel).view(n, b, *x.shape[1:]), y.index_select(0, sel).view(n, b)
+    batches = [s.next() for s in streams]
+    return torch.stack([bx for bx, _ in batches]), torch.stack([by for _, by in batches])

@@ -37,6 +37,7 @@ import torch
 from aiotsim.compress.base import Payload
 from aiotsim.compress.batch import encode_batch
 from aiotsim.learn.batched import NodeGradient
+from aiotsim.learn.compute import draw_batches
 from aiotsim.sim.learning import Learning, LocalState, sync_device
 from aiotsim.sim.storage import hold_residual_rows, narrow_states, step_pass_velocity, widen_states
 from aiotsim.sim.world import Cluster
@@ -76,11 +77,9 @@ def gradient_group(c: Cluster, members: list[int], encode: bool) -> None:
     topk, 3 iterations, CPU: groups of 540 nodes 22.0 s and 2,101 MB peak, of one pass's 27 nodes
     19.7 s and 1,454 MB; looped 1,289 MB)."""
     assert c.learning.batched is not None
-    batches = [c.nodes[i].local.stream.next() for i in members]
-    xs = torch.stack([x for x, _ in batches])  # [nodes, B, C, H, W]
-    ys = torch.stack([y for _, y in batches])  # [nodes, B]
+    xs, ys = draw_batches([c.nodes[i].local.stream for i in members])  # [nodes, B, C, H, W], [nodes, B]
     results = c.learning.batched.gradients(None, xs, ys)
-    del batches, xs, ys
+    del xs, ys
     for i, g in zip(members, results):
         c.nodes[i].local.pending = g
     if encode and c.mode == "sync" and encode_group(c, members, results):
