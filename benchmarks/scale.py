@@ -31,6 +31,14 @@ star ``none``: 3,000 nodes x 3 iterations, best of 3: ratio 1.35, steady 1.35 (t
 iteration; not reproduced on 2026-11-24, best of 2 at load 2: stacked 0.90, streamed 1.00, and
 streamed 1.23, steady 1.35, while it trimmed the heap at every round's end); 10,000 x 2: ratio
 1.05, steady 1.00.
+``loop s`` and ``loop``: the issue's bare work taken to the letter, "the same number of
+single-node batch gradients plus the same encodes and decodes, computed in a plain loop", and the
+run's (best) wall time over it (:func:`looped_work`, measured once per case, in the first repeat):
+for a batched run every node gradient a single-node gradient and every encode and decode one by
+one; for a looped run it is its bare work. ``ratio`` holds a batched run to the stricter standard
+(its own vectorized passes and batched encodes and decodes: what the simulator adds on top of the
+work it did); ``loop`` shows what the batching gained over the loop the issue measured against
+(iot1000, 4 samples per node: a single-node LeNet-5 gradient 3.4 ms, 1.2 ms per node in a pass).
 ``each`` the lowest and highest ratio of single repeats (run wall / its own bare loop's wall);
 ``cpu`` the ratio of the two CPU times (``time.process_time``): on a shared machine the run and
 the bare loop, measured one after the other, can see different loads, which moves the wall ratio
@@ -135,7 +143,7 @@ def run_case(
     """One case in this process, ``repeats`` times (run, then bare loop); returns its row, each
     time column the best of its repeats and the peak memory the first repeat's."""
     reps = range(max(repeats, 1))
-    rows = [run_once(nodes, codec, topology, iterations, aggregation, batched, device) for _ in reps]
+    rows = [run_once(nodes, codec, topology, iterations, aggregation, batched, device, looped=k == 0) for k in reps]
     row = dict(rows[0])
     for key in ("wall_s", "cpu_s", "bare_s", "bare_cpu_s", "net_s", "later_s"):
         row[key] = min(r[key] for r in rows)
@@ -147,6 +155,7 @@ def run_case(
         steady=steady_ratio(row["later_s"], row["bare_s"], iterations),
         cpu_ratio=row["cpu_s"] / row["bare_cpu_s"],
         ratios=[r["ratio"] for r in rows],
+        loop_ratio=row["wall_s"] / row["loop_s"],
     )
     return row
 
@@ -167,9 +176,12 @@ def run_once(
     aggregation: str = "auto",
     batched: str = "auto",
     device: str = "cpu",
+    looped: bool = False,
 ) -> dict[str, Any]:
     """One run of a case and its bare loop in this process (the learning on ``device``: shards,
-    model, gradients and codecs); returns its row."""
+    model, gradients and codecs); returns its row. ``looped``: a batched run's
+    :func:`looped_work` too (``loop_s``; a looped run's is its bare work, and without ``looped``
+    it is ``nan``)."""
     import torch
 
     from aiotsim.network.flows import Network
@@ -214,6 +226,9 @@ def run_once(
     peak_mb = rss_mb()
     gpu_peak_mb = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0.0
     bare, bare_cpu = bare_work(cluster.learning, counts)
+    loop = math.nan  # s, the literal bare work (looped_work): measured once per case
+    if looped:
+        loop = bare if cluster.learning.batched is None else looped_work(cluster.learning, counts)[0]
     return {
         "nodes": nodes, "codec": codec, "topology": topology, "iterations": iterations,
         "aggregation": cluster.learning.aggregation_mode,
@@ -222,7 +237,7 @@ def run_once(
         "s_per_it": wall / iterations, "peak_mb": peak_mb, "kb_per_node": (peak_mb - base_mb) * 1024 / nodes,
         "gpu_peak_mb": gpu_peak_mb, "device": device,
         "net_s": net_s[0], "net_share": net_s[0] / wall, "bare_s": bare, "ratio": wall / bare, "cpu_s": cpu,
-        "bare_cpu_s": bare_cpu, "cpu_ratio": cpu / bare_cpu, "iteration_s": iteration_s,
+        "bare_cpu_s": bare_cpu, "cpu_ratio": cpu / bare_cpu, "iteration_s": iteration_s, "loop_s": loop,
         "later_s": wall - iteration_s[0] if iteration_s else wall,
         "gradients": counts["gradients"], "encodes": counts["encodes"], "decodes": counts["decodes"],
         "decode_batches": len(counts["batches"]), "passes": counts["passes"],
@@ -320,7 +335,6 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
 
     aggregate.decode_batch, batching.encode_batch = _DECODE_BATCH, _ENCODE_BATCH  # the counting wrappers off
     layers, codecs = learning.layers, learning.layer_codecs
-    n_layers = len(layers)
     local = learning.local_state(0)
     x, y = local.stream.next()
     for codec in (learning.codec, learning.dense):  # the counting wrappers off
@@ -337,9 +351,7 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
     # the encodes that got a pass's rows as one tensor get one too (the same copies, made now)
     blocks = {(j, m): torch.stack([grads[j]] * m) for j, m, whole in encode_batches if whole}
     batch_states = [learning.new_states(i) for i in range(widest)]  # made before the clock starts
-    encodes = counts["encodes"]
     decodes = counts["decodes"] - sum(m for _, m in batches)  # one by one
-    rounds = max(counts["gradients"], -(-encodes // n_layers), -(-decodes // n_layers), -(-len(batches) // n_layers))
     sync_device(learning.device)
     t0, c0 = time.perf_counter(), time.process_time()
     for n in counts["passes"]:
@@ -348,20 +360,66 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
     for j, m, whole in encode_batches:
         rows = blocks[(j, m)] if whole else [grads[j]] * m
         _ENCODE_BATCH(codecs[j], rows, layers[j], [st[j] for st in batch_states[:m]])
+    work = (counts["gradients"], counts["encodes"], decodes)
+    plain_loop(learning, (x, y), grads, payloads, local.states, work, batches)
+    sync_device(learning.device)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def looped_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
+    """``(wall s, CPU s)`` of the issue's bare work taken to the letter: every node gradient of the
+    run as a single-node gradient and every encode and decode one by one, in a plain loop (a
+    batched run's passes, batched encodes and batched decodes too), with one node's batch and
+    states, after :func:`bare_work` (which takes the counting wrappers off). For a batched run
+    this is the floor the batching is measured against (``loop`` column); a looped run's is its
+    bare work."""
+    from aiotsim.sim.aggregate import sync_device
+
+    local = learning.local_state(0)
+    x, y = local.stream.next()
+    grads = learning.computer.gradient(None, x, y).grads
+    payloads = [c.encode(g, L, s) for c, g, L, s in zip(learning.layer_codecs, grads, learning.layers, local.states)]
+    gradients = counts["gradients"] + sum(counts["passes"])
+    encodes = counts["encodes"] + sum(m for _, m, _ in counts["encode_batches"])
+    sync_device(learning.device)
+    t0, c0 = time.perf_counter(), time.process_time()
+    plain_loop(learning, (x, y), grads, payloads, local.states, (gradients, encodes, counts["decodes"]))
+    sync_device(learning.device)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def plain_loop(
+    learning: Any,
+    batch: tuple[Any, Any],
+    grads: list[Any],
+    payloads: list[Any],
+    states: list[Any],
+    work: tuple[int, int, int],
+    batches: list[tuple[int, int]] | None = None,
+) -> None:
+    """``work = (gradients, encodes, decodes)`` one by one on one node's ``batch`` and ``states``,
+    round by round as a node's work comes (a gradient, then each layer's encode and decode;
+    ``grads`` and ``payloads``: the node's, made before the clock, encoded and decoded until a
+    gradient replaces them), and
+    ``batches`` (``(layer index, messages)``) as batched decodes of as many copies of the layer's
+    payload, a round's layers each round."""
+    layers, codecs = learning.layers, learning.layer_codecs
+    n_layers = len(layers)
+    gradients, encodes, decodes = work
+    batches = batches or []
+    rounds = max(gradients, -(-encodes // n_layers), -(-decodes // n_layers), -(-len(batches) // n_layers))
     for k in range(rounds):
-        if k < counts["gradients"]:
-            grads = learning.computer.gradient(None, x, y).grads
+        if k < gradients:
+            grads = learning.computer.gradient(None, *batch).grads
         for j in range(n_layers):
             if encodes > 0:
-                payloads[j] = codecs[j].encode(grads[j], layers[j], local.states[j])
+                payloads[j] = codecs[j].encode(grads[j], layers[j], states[j])
                 encodes -= 1
             if decodes > 0:
                 codecs[j].decode(payloads[j], layers[j])
                 decodes -= 1
         for j, m in batches[k * n_layers : (k + 1) * n_layers]:
             _DECODE_BATCH(codecs[j], [payloads[j]] * m, layers[j])
-    sync_device(learning.device)
-    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def main() -> None:
@@ -396,6 +454,7 @@ def main() -> None:
         f" {'setup s':>8} {'s/it':>8}"
         f" {'peak MB':>8}"
         f" {'KB/node':>8} {'net %':>6} {'bare s':>7} {'ratio':>6} {'-net':>6} {'cpu':>6} {'steady':>6} {'each':>10}"
+        f" {'loop s':>7} {'loop':>5}"
     ) + (f" {'GPU MB':>7}" if args.device == "cuda" else "")
     print(header)
     print("-" * len(header))
@@ -424,6 +483,7 @@ def main() -> None:
                     f" {r['peak_mb']:>8.0f} {r['kb_per_node']:>8.0f} {100 * r['net_share']:>5.1f}%"
                     f" {r['bare_s']:>7.2f} {r['ratio']:>6.2f} {own:>6.2f} {r['cpu_ratio']:>6.2f} {r['steady']:>6.2f}"
                     f" {min(r['ratios']):>4.2f}-{max(r['ratios']):<4.2f}"
+                    f" {r['loop_s']:>7.2f} {r['loop_ratio']:>5.2f}"
                     + (f" {r['gpu_peak_mb']:>7.0f}" if args.device == "cuda" else ""),
                     flush=True,
                 )

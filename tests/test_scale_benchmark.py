@@ -69,14 +69,28 @@ def test_the_aggregation_asked_is_the_one_the_case_runs() -> None:
 
 
 @pytest.mark.slow
-def test_a_batched_fleets_passes_and_batch_encodes_are_counted_for_the_bare_loop() -> None:
+def test_a_batched_fleets_passes_and_batch_encodes_are_counted_for_the_bare_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """iot100 (auto batches LeNet-5 on the CPU from 100 nodes), one sync iteration of topk: no
     looped gradient or encode; passes of the budget's chunk covering the 100 nodes once (LeNet-5
     at batch 32: 4.9 MB per node, 27 in 128 MiB: 27, 27, 27, 19), and one batched encode per
     pass and layer, each given the pass's momentum steps as one tensor (fp32 momentum on the
-    nodes); the looped case counts none of them."""
+    nodes); the looped case counts none of them. The literal bare work (``loop_s``) makes every
+    one of them one by one: 100 gradients, 100 x 10 encodes and decodes; the bare loop's own
+    plain part none (its decodes are the server's 10 batched ones, a layer of 100 messages each)."""
     scale = _scale_module()
+    plain = scale.plain_loop
+    works: list[tuple[tuple[int, int, int], int]] = []
+
+    def recording(learning, batch, grads, payloads, states, work, batches=None):  # type: ignore[no-untyped-def]
+        works.append((work, len(batches or [])))
+        plain(learning, batch, grads, payloads, states, work, batches)
+
+    monkeypatch.setattr(scale, "plain_loop", recording)
     row = scale.run_case(100, "topk", "star", 1, repeats=1)
+    assert works == [((0, 0, 0), 10), ((100, 1000, 1000), 0)]  # bare_work's, then looped_work's
+    assert row["loop_s"] > 0 and row["loop_ratio"] == row["wall_s"] / row["loop_s"]
     assert row["grads"] == "batched"
     assert (row["gradients"], row["encodes"]) == (0, 0)
     assert row["passes"] == [27, 27, 27, 19]
@@ -89,3 +103,4 @@ def test_a_batched_fleets_passes_and_batch_encodes_are_counted_for_the_bare_loop
         and looped["encode_batches"] == looped["encode_blocks"] == 0
     )
     assert (looped["gradients"], looped["encodes"]) == (100, 100 * 10)
+    assert looped["loop_s"] == looped["bare_s"]  # a looped run's bare work is already the literal one
