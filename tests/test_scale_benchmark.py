@@ -96,11 +96,11 @@ def test_a_batched_fleets_passes_and_batch_encodes_are_counted_for_the_bare_loop
     assert row["passes"] == [27, 27, 27, 19]
     assert row["encode_batches"] == row["encode_blocks"] == 4 * 10
     assert row["decodes"] == 100 * 10 and row["bare_s"] > 0
-    looped = scale.run_case(100, "topk", "star", 1, repeats=1, batched="false")
+    looped = scale.run_case(100, "topk", "star", 1, repeats=2, batched="false")
     assert (
         looped["grads"] == "looped"
         and looped["passes"] == []
         and looped["encode_batches"] == looped["encode_blocks"] == 0
     )
     assert (looped["gradients"], looped["encodes"]) == (100, 100 * 10)
-    assert looped["loop_s"] == looped["bare_s"]  # a looped run's bare work is already the literal one
+    assert looped["loop_s"] == looped["bare_s"]  # a looped run's bare work is the literal one (best of 2)
