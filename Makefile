@@ -10,7 +10,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: setup run test figures bench clean
+.PHONY: setup run test figures bench gpu-wheels clean
 
 setup: .setup-done
 
@@ -41,6 +41,12 @@ bench: setup
 	$(PYTHON) benchmarks/compressors.py
 	$(PYTHON) benchmarks/network.py
 	$(PYTHON) benchmarks/engine.py
+
+# Wheels of the pure-Python dependencies a GPU machine's image may lack (simpy, mlxtend, tomli-w),
+# at the versions installed here, into .whl/ for tools/gpu_checks.sh there (carry .whl: it is ignored).
+gpu-wheels: setup
+	rm -rf .whl && $(PIP) download --no-deps --only-binary=:all: -d .whl \
+		$$(for p in simpy mlxtend tomli-w; do echo "$$p==$$($(PIP) show $$p | sed -n 's/^Version: //p')"; done)
 
 clean:
 	rm -rf .setup-done build dist *.egg-info .pytest_cache

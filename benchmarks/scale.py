@@ -63,7 +63,7 @@ GPU, synchronized before each clock reading, and adds the column ``GPU MB``
 
 Run: ``python benchmarks/scale.py [--nodes 10 100 1000 10000] [--codecs none topk]
 [--topologies star hierarchical] [--iterations N] [--repeats N] [--aggregation auto|stacked|streamed]
-[--batched auto|true|false] [--device cpu|cuda]`` (column ``agg``: the aggregation the run used; ``auto`` streams above
+[--batched auto|true|false] [--device cpu|cuda] [--no-loop]`` (column ``agg``: the aggregation the run used; ``auto`` streams above
 1 GB of stack; column ``grads``: ``nodes.batched`` as resolved, ``auto`` batching on the CPU from
 100 nodes of LeNet-5). One torch thread per case.
 """
@@ -139,15 +139,17 @@ def run_case(
     aggregation: str = "auto",
     batched: str = "auto",
     device: str = "cpu",
+    loop: bool = True,
 ) -> dict[str, Any]:
     """One case in this process, ``repeats`` times (run, then bare loop); returns its row, each
-    time column the best of its repeats and the peak memory the first repeat's."""
+    time column the best of its repeats and the peak memory the first repeat's. ``loop``: measure
+    the literal bare work too (:func:`looped_work`, in the first repeat)."""
     reps = range(max(repeats, 1))
-    rows = [run_once(nodes, codec, topology, iterations, aggregation, batched, device, looped=k == 0) for k in reps]
+    rows = [run_once(nodes, codec, topology, iterations, aggregation, batched, device, loop and k == 0) for k in reps]
     row = dict(rows[0])
     for key in ("wall_s", "cpu_s", "bare_s", "bare_cpu_s", "net_s", "later_s"):
         row[key] = min(r[key] for r in rows)
-    if row["grads"] == "looped":  # its bare work is the literal one: the same best of the repeats
+    if row["grads"] == "looped" and loop:  # its bare work is the literal one: the same best of the repeats
         row["loop_s"] = row["bare_s"]
     row.update(
         repeats=len(rows),
@@ -437,12 +439,13 @@ def main() -> None:
     )
     parser.add_argument("--batched", default="auto", choices=["auto", "true", "false"], help="nodes.batched")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the learning runs")
-    case_args = ("NODES", "CODEC", "TOPOLOGY", "ITERATIONS", "REPEATS", "AGGREGATION", "BATCHED", "DEVICE")
-    parser.add_argument("--case", nargs=8, metavar=case_args, help=argparse.SUPPRESS)
+    parser.add_argument("--no-loop", action="store_true", help="skip the literal bare work (columns loop s, loop: nan)")
+    case_args = ("NODES", "CODEC", "TOPOLOGY", "ITERATIONS", "REPEATS", "AGGREGATION", "BATCHED", "DEVICE", "LOOP")
+    parser.add_argument("--case", nargs=9, metavar=case_args, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
-        n, codec, topo, its, reps, agg, batched, device = args.case
-        print(json.dumps(run_case(int(n), codec, topo, int(its), int(reps), agg, batched, device)))
+        n, codec, topo, its, reps, agg, batched, device, loop = args.case
+        print(json.dumps(run_case(int(n), codec, topo, int(its), int(reps), agg, batched, device, loop == "1")))
         return
     if args.device == "cuda" and not cuda_available():
         parser.error(
@@ -467,7 +470,7 @@ def main() -> None:
                 its = args.iterations or default_iterations(n)
                 reps = args.repeats or default_repeats(n)
                 cmd = [sys.executable, __file__, "--case", str(n), codec, topo, str(its), str(reps), args.aggregation]
-                cmd += [args.batched, args.device]
+                cmd += [args.batched, args.device, "0" if args.no_loop else "1"]
                 try:
                     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
                 except subprocess.TimeoutExpired:
