@@ -181,10 +181,11 @@ class NodeGradient:
     def take(self) -> GradResult:
         """Apply this node's BN running-statistics update to the shared model (as the looped
         forward would have) and return its gradient as a :class:`GradResult`."""
-        with torch.no_grad():
-            for module, mean, var in self.norms:
-                _update_running_stats(module, mean, var)
-        self.norms = []  # applied once
+        if self.norms:  # (entering no_grad costs ~5 us: a 1,000-node round of a BN-free model skips it)
+            with torch.no_grad():
+                for module, mean, var in self.norms:
+                    _update_running_stats(module, mean, var)
+            self.norms = []  # applied once
         return GradResult(grads=self.grads, loss=self.loss, wall_s=self.wall_s)
 
 
