@@ -433,9 +433,8 @@ def plain_loop(
     """``work = (gradients, encodes, decodes)`` one by one on one node's ``batch`` and ``states``,
     round by round as a node's work comes (a gradient, then each layer's encode and decode;
     ``grads`` and ``payloads``: the node's, made before the clock, encoded and decoded until a
-    gradient replaces them), and
-    ``batches`` (``(layer index, messages)``) as batched decodes of as many copies of the layer's
-    payload, a round's layers each round."""
+    gradient replaces them), and ``batches`` (``(layer index, messages)``) as batched decodes of
+    as many copies of the layer's payload, a round's layers each round."""
     layers, codecs = learning.layers, learning.layer_codecs
     n_layers = len(layers)
     gradients, encodes, decodes = work
