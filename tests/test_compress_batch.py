@@ -43,6 +43,9 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("randomk", {}),
     ("randomk", {"scale": False, "value_dtype": "fp16"}),  # with a residual
     ("dgc", {}),
+    ("dgc", {"clip_norm": 1.0, "value_dtype": "fp16"}),  # some rows clipped, some not
+    ("dgc", {"sparsity": 0.5, "warmup_steps": 0, "fallback_factor": 1.0}),  # rows re-select the exact top-k
+    ("dgc", {"warmup_steps": 2, "momentum": 0.5}),  # k changes from step to step
 ]
 SHAPES = [(7,), (16, 8), (3, 5, 3, 3), (70_000,)]
 
@@ -86,6 +89,10 @@ def test_batch_is_byte_identical_to_the_loop(name: str, params: dict[str, Any], 
                 assert b.residual.shape == a.residual.shape
                 assert a.residual.numpy().tobytes() == b.residual.numpy().tobytes()
             assert torch.equal(a.generator.get_state(), b.generator.get_state())
+            u, v = getattr(a, "momentum", None), getattr(b, "momentum", None)  # DGC's velocity
+            assert (u is None) == (v is None)
+            if u is not None:
+                assert v.shape == u.shape and u.numpy().tobytes() == v.numpy().tobytes()
     for g in grads:  # the callers' gradients are not modified
         assert g.abs().sum() > 0
 
@@ -115,12 +122,42 @@ def test_topk_ties_lower_index_wins() -> None:
     assert got[1].tolist() == [0.0, 2.0, -2.0, 0.0]
 
 
+def test_dgc_rows_at_different_steps_or_without_a_velocity_select_as_each_node() -> None:
+    """Nodes whose warm-up stages differ keep different k (each row selects as the loop does), and
+    a newcomer without a velocity next to nodes with one steps node by node; the bytes, residuals
+    and velocities equal the loop's. Hand check, 4,000 entries: after 2 encodes a row is in the
+    second warm-up stage (93.75%, k = 250), one moved to the fourth (99.609375%, k = 16); the
+    sampled threshold passes about k, at most 1.3 k (more: the exact k); a row's velocity is 0
+    where it sent."""
+    codec = build_codec("dgc", {"warmup_steps": 8}, seed=5)
+    layer = LayerInfo("w", (40, 100), kind="fc", index=1)
+    states = [codec.init_state(layer, CPU, node=i) for i in range(4)]
+    for step in range(2):
+        encode_batch(codec, _grads(4, (40, 100), step, False), layer, states, always=True)
+    states[1].step = 6  # the fourth warm-up stage
+    states[3].momentum = None  # rejoined: no velocity yet
+    looped = copy.deepcopy(states)
+    grads = _grads(4, (40, 100), 7, False)
+    ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
+    got = encode_batch(codec, grads, layer, states, always=True)
+    assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
+    for a, b in zip(looped, states):
+        assert a.momentum.numpy().tobytes() == b.momentum.numpy().tobytes()
+        assert a.residual.numpy().tobytes() == b.residual.numpy().tobytes()
+    sent = [codec.decode(p, layer) for p in got]
+    kept = [int(torch.count_nonzero(d)) for d in sent]
+    assert 150 <= kept[0] <= 325 and 1 <= kept[1] <= 20 and all(150 <= c <= 325 for c in kept[2:])
+    for d, s in zip(sent, states):
+        assert torch.equal(s.momentum[d != 0], torch.zeros(int((d != 0).sum())))
+
+
 def test_which_codecs_are_batched() -> None:
     names = batched_codecs()
     assert names == [
         "2bit",
         "4bit",
         "agg-aware",
+        "dgc",
         "efsignsgd",
         "fp16",
         "none",

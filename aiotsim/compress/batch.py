@@ -21,9 +21,11 @@ as it reduces the same values as a 1-D tensor (checked by the tests); on other d
 by row, since a GPU may split a long 1-D reduction differently from a row reduction.
 
 Batched: ``topk``, ``agg-aware``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngrad``, ``qsgd`` (fixed-width
-codes), ``randomk``, ``threshold``, ``none``, ``fp16``, ``onebit`` and ``4bit``. Every other codec (and ``qsgd`` with
-``elias``, ``fp16`` of gradients that are not fp32, an empty layer, a codec subclass) falls back to
-the per-node loop, so :func:`encode_batch` is always correct to call. Sums of squares come from
+codes), ``randomk``, ``threshold``, ``none``, ``fp16``, ``onebit``, ``4bit`` and ``dgc`` (its clipping and
+momentum correction over the rows, its sampled thresholds from each node's generator in order).
+Every other codec (and ``qsgd`` with ``elias``, ``fp16`` of gradients that are not fp32, an empty
+layer, a codec subclass) falls back to the per-node loop, so :func:`encode_batch` is always correct
+to call. Sums of squares come from
 ``vector_norm``, never BLAS's ``dot``, whose rounding depends on where a row lies in memory.
 """
 
@@ -37,8 +39,9 @@ import torch
 from aiotsim.compress.aggaware import AggAwareState, AggregationAware
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.dense import HalfPrecision, NoCompression
+from aiotsim.compress.dgc import _MIN_SAMPLE, DeepGradientCompression
 from aiotsim.compress.fourbit import FourBit, first_threshold, quantize_levels
-from aiotsim.compress.memory import rows_block
+from aiotsim.compress.memory import momentum_velocity, rows_block
 from aiotsim.compress.packing import (
     encode_index_ragged,
     encode_index_rows,
@@ -46,10 +49,19 @@ from aiotsim.compress.packing import (
     pack_f32,
     pack_rows,
     pack_value_rows,
+    pack_values,
 )
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit, _round_stochastic_, _signed_to_f32, pack_fixed
 from aiotsim.compress.sign import EFSignSGD, OneBitSGD, SignSGD, _reconstruct, side_means
-from aiotsim.compress.sparsify import _BRACKET_MIN_NUMEL, RandomK, Threshold, TopK, k_of, round_values
+from aiotsim.compress.sparsify import (
+    _BRACKET_MIN_NUMEL,
+    RandomK,
+    Threshold,
+    TopK,
+    exact_topk_mask,
+    k_of,
+    round_values,
+)
 
 _U8 = torch.uint8
 
@@ -104,6 +116,9 @@ def encode_batch(
     typed = [codec.typed_state(s) for s in states]
     before = [s.residual for s in typed]  # their storage takes the new residuals, as in the loop
     x = x.reshape(nodes, -1)  # [nodes, n], the gradient's dtype
+    feed = _INPUTS.get(type(codec))
+    if feed is not None:  # the codec's _feedback_input, every row at once
+        x = feed(codec, x, layer, typed)
     acc = _compensate(x, typed) if codec.error_feedback else x if x.dtype == torch.float32 else x.float()
     payloads, sent = fn(codec, acc, layer, typed)
     if codec.error_feedback:
@@ -395,6 +410,80 @@ def _fourbit(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[Cod
     return payloads, ("dense", sent)
 
 
+def _dgc_input(codec: Codec, x: torch.Tensor, layer: LayerInfo, states: list[CodecState]) -> torch.Tensor:
+    """DGC's :meth:`~aiotsim.compress.dgc.DeepGradientCompression._feedback_input` of every row:
+    local clipping (a row whose L2 norm exceeds ``clip_norm`` scaled by ``clip_norm / norm``, the
+    same Python float as the loop's scalar), then the momentum correction ``u <- m u + g`` in each
+    node's velocity: one ``mul_`` and ``add_`` over the rows where the velocities are the rows of
+    one block (their previous batched step), else node by node; a first step keeps a copy of the
+    rows as the velocities. Returns ``u`` as ``[nodes, n]``."""
+    p = codec.params  # type: ignore[attr-defined]
+    g = x if x.dtype == torch.float32 else x.float()
+    if p.clip_norm > 0 and g.shape[1]:
+        norms = _rows(torch.linalg.vector_norm, g, lambda t: torch.linalg.vector_norm(t, dim=1)).tolist()
+        scales = [p.clip_norm / v if v > p.clip_norm else 1.0 for v in norms]  # 1.0: kept as is (exact)
+        if any(v != 1.0 for v in scales):
+            g = g * torch.tensor(scales, dtype=torch.float32, device=g.device).unsqueeze(1)
+    velocity = [s.momentum for s in states]  # type: ignore[attr-defined]
+    if all(v is None for v in velocity):
+        u = g.clone()
+        for s, row in zip(states, u):
+            s.momentum = row.view(layer.shape)  # type: ignore[attr-defined]
+        return u
+    block = rows_block([v.reshape(-1) for v in velocity]) if all(v is not None for v in velocity) else None
+    if block is not None and block.numel() == g.numel():
+        return block.view(g.shape).mul_(p.momentum).add_(g)
+    for i, s in enumerate(states):  # node by node, as the loop
+        s.momentum = momentum_velocity(g[i].view(layer.shape), s.momentum, p.momentum)  # type: ignore[attr-defined]
+    return torch.stack([s.momentum.reshape(-1) for s in states])  # type: ignore[attr-defined]
+
+
+def _dgc(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
+    """DGC's selection for every row: the threshold samples are each node's own draws, in order;
+    where every row keeps the same ``k`` by sampling, the samples' top-k, the comparisons and the
+    selection run over ``[nodes, n]`` at once; the rest (the exact top-k of a small layer, every
+    entry, a row with too many passing) per row as the loop selects."""
+    dgc: DeepGradientCompression = codec  # type: ignore[assignment]
+    nodes, n = acc.shape
+    p = dgc.params
+    ks = [k_of(1.0 - dgc.current_sparsity(s), n) for s in states]  # type: ignore[arg-type]
+    mag = acc.abs()  # [nodes, n]
+    m = max(_MIN_SAMPLE, math.ceil(p.sample_ratio * n))
+    if len(set(ks)) == 1 and ks[0] < n and m < n:
+        k = ks[0]
+        pos = torch.stack([torch.randint(0, n, (m,), generator=s.generator, device=s.generator.device) for s in states])
+        sample = mag.gather(1, pos.to(acc.device))  # [nodes, m]
+        kth = torch.topk(sample, max(1, math.ceil(m * k / n)), dim=1, sorted=False).values.min(dim=1, keepdim=True)
+        passed = mag >= kth.values  # [nodes, n]
+        idx = [torch.nonzero(row).reshape(-1) for row in passed]  # ascending; row by row: 8 B per
+        # index, where one nonzero over [nodes, n] would hold 16 (a transient the size of a message)
+        for i, sel in enumerate(idx):
+            if sel.numel() > p.fallback_factor * k:  # the exact top-k among those that passed
+                idx[i] = sel[exact_topk_mask(mag[i][sel], k)]
+    else:
+        idx = [dgc._select(mag[i], ks[i], s.generator) for i, s in enumerate(states)]
+    counts = [int(i.numel()) for i in idx]
+    cols = torch.cat(idx)
+    owner = torch.repeat_interleave(torch.arange(nodes, device=acc.device), torch.tensor(counts, device=acc.device))
+    flat = owner * n + cols  # [m] into [nodes * n]
+    values = round_values(acc.view(-1).index_select(0, flat), p.value_dtype)
+    for s, i in zip(states, idx):
+        if s.momentum is not None:  # type: ignore[attr-defined]
+            s.momentum.view(-1)[i] = 0.0  # type: ignore[attr-defined]  # momentum factor masking
+    coded = encode_index_ragged(cols, counts, n)
+    # each message's values in a buffer of its own (pack_values of a split is a view of the pass's
+    # values): a view would keep the whole pass's values alive until its last message is aggregated
+    payloads = [
+        Payload({"indices": c.buf, "values": pack_values(v, p.value_dtype).clone()}, {"indices": c.head})
+        for c, v in zip(coded, values.split(counts))
+    ]
+    return payloads, ("flat", (flat, values))
+
+
+_INPUTS: dict[type[Codec], Callable[[Codec, torch.Tensor, LayerInfo, list[CodecState]], torch.Tensor]] = {
+    DeepGradientCompression: _dgc_input,
+}
+
 _BATCHED: dict[type[Codec], BatchEncoder] = {
     TopK: _topk,
     AggregationAware: _aggaware,
@@ -409,6 +498,7 @@ _BATCHED: dict[type[Codec], BatchEncoder] = {
     HalfPrecision: _fp16,
     OneBitSGD: _onebit,
     FourBit: _fourbit,
+    DeepGradientCompression: _dgc,
 }
 
 __all__ = ["encode_batch", "batched_codecs"]

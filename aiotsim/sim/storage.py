@@ -133,19 +133,22 @@ def step_pass_velocity(
 
 
 def hold_residual_rows(states: Sequence[Sequence[CodecState]], pages: StatePages) -> None:
-    """Store a pass's fp32 residuals (``states[k][j]``: node ``k``, layer ``j``) as one block per
-    layer in ``pages`` where they are the rows of one fresh tensor (a batched encode's first
-    residuals, :func:`aiotsim.compress.batch.encode_batch`): one copy per layer, not one per node,
-    and the next batched encode forms each layer's ``grad + residual`` in the block, in place
-    (:func:`aiotsim.compress.batch._compensate`). Others are left to :func:`narrow_states`."""
+    """Store a pass's fp32 residuals and codec velocities (``states[k][j]``: node ``k``, layer
+    ``j``; :data:`STATE_FIELDS`) as one block per layer and field in ``pages`` where they are the
+    rows of one fresh tensor (a batched encode's first residuals or DGC velocities,
+    :func:`aiotsim.compress.batch.encode_batch`): one copy per layer, not one per node, and the
+    next batched encode updates the block in place (``grad + residual``:
+    :func:`aiotsim.compress.batch._compensate`; ``m u + g``: ``_dgc_input``). Others are left to
+    :func:`narrow_states`."""
     for j in range(len(states[0]) if states else 0):
-        rows = [getattr(node[j], "residual", None) for node in states]
-        if any(r is None or not r.is_cpu or pages.holds(r) for r in rows):
-            continue
-        block = rows_block(rows)  # type: ignore[arg-type]
-        if block is not None:
-            for node, row in zip(states, pages.hold_rows(block).unbind(0), strict=True):
-                node[j].residual = row
+        for name in STATE_FIELDS:
+            rows = [getattr(node[j], name, None) for node in states]
+            if any(r is None or not r.is_cpu or pages.holds(r) for r in rows):
+                continue
+            block = rows_block(rows)  # type: ignore[arg-type]
+            if block is not None:
+                for node, row in zip(states, pages.hold_rows(block).unbind(0), strict=True):
+                    setattr(node[j], name, row)
 
 
 def _owned(grads: list[torch.Tensor]) -> list[torch.Tensor]:
