@@ -455,8 +455,8 @@ def _dgc(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecSt
         sample = mag.gather(1, pos.to(acc.device))  # [nodes, m]
         kth = torch.topk(sample, max(1, math.ceil(m * k / n)), dim=1, sorted=False).values.min(dim=1, keepdim=True)
         passed = mag >= kth.values  # [nodes, n]
-        idx = [torch.nonzero(row).reshape(-1) for row in passed]  # ascending; row by row: 8 B per
-        # index, where one nonzero over [nodes, n] would hold 16 (a transient the size of a message)
+        counts = passed.sum(dim=1).tolist()  # one host read for every row (and one nonzero, not one per row)
+        idx = list(torch.nonzero(passed.view(-1)).reshape(-1).remainder_(n).split(counts))  # ascending per row
         for i, sel in enumerate(idx):
             if sel.numel() > p.fallback_factor * k:  # the exact top-k among those that passed
                 idx[i] = sel[exact_topk_mask(mag[i][sel], k)]
