@@ -471,10 +471,10 @@ def _dgc(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecSt
         if s.momentum is not None:  # type: ignore[attr-defined]
             s.momentum.view(-1)[i] = 0.0  # type: ignore[attr-defined]  # momentum factor masking
     coded = encode_index_ragged(cols, counts, n)
-    # each message's values in a buffer of its own (pack_values of a split is a view of the pass's
-    # values): a view would keep the whole pass's values alive until its last message is aggregated
+    # pack_values copies a split of the pass's values (packing._own_bytes): each message owns its
+    # bytes, so the pass's values do not live until its last message is aggregated
     payloads = [
-        Payload({"indices": c.buf, "values": pack_values(v, p.value_dtype).clone()}, {"indices": c.head})
+        Payload({"indices": c.buf, "values": pack_values(v, p.value_dtype)}, {"indices": c.head})
         for c, v in zip(coded, values.split(counts))
     ]
     return payloads, ("flat", (flat, values))
