@@ -364,6 +364,7 @@ class Network:
             raise ConfigError(f"transport(={transport!r}) must be one of {', '.join(TRANSPORTS)}")
         self.env = env
         self.transport = transport
+        self._tcp_on = transport == "tcp"  # read at every step
         self.tcp = tcp or TcpParams()
         self._loss = LossSampler(seed)
         self._conns: dict[tuple[str, str], Connection] = {}  # TCP state per (src, dst)
@@ -449,11 +450,11 @@ class Network:
             delay += float(self._rng.exponential(jitter))
         slot = self._free.pop() if self._free else self._slot()
         self._flows[slot] = _Flow(src, dst, tag, nbytes, wire, now, delay, path, event)
-        self._rates.add(slot, path.links_t, path.mults_t, wire, math.inf, now)
+        self._rates.add_exact(slot, path.links_t, path.mults_t, wire, math.inf, now)
         for i in path.traced_t:  # a traced link's capacity is read again when it carries a flow
             if self._rates.users[i] == 1:
                 heapq.heappush(self._due_heap, (float(self._due[i]), i))
-        if self.transport == "tcp":
+        if self._tcp_on:
             self._tcp_start(slot, src, dst, path, wire, now)
         if not self._update_pending:
             self._request_update()
@@ -654,11 +655,12 @@ class Network:
             return
         if traced:
             self._refresh_capacity(now)
-        planned = self._tcp_rounds(now) if self.transport == "tcp" else []
-        if self.transport == "tcp" and traced:
+        tcp = self._tcp_on
+        planned = self._tcp_rounds(now) if tcp else []
+        if tcp and traced:
             self._pace_traced(now)
         touched = self._rates.solve(now)
-        if self.transport == "tcp":
+        if tcp:
             self._tcp_settle(touched + planned, now)
         next_dt = self._next_event_s(now) - now  # s
         # as env.timeout(max(next_dt, 0)): the same queue entry, on a fired timer re-armed
@@ -844,7 +846,7 @@ class Network:
             t.conn.busy, t.conn.last_active_s = False, now
             delay += t.extra_delay
         carried, wire = self._carried_mv, f.wire
-        for i, m in zip(f.path.links_t, f.path.mults_t, strict=True):  # a few hops: no numpy call
+        for i, m in zip(f.path.links_t, f.path.mults_t):  # a few hops, equal lengths (_path): no numpy call
             carried[i] += wire * m
         record = Transfer(f.src, f.dst, f.tag, f.nbytes, f.wire, f.start, now + delay, f.path.names, f.path.nodes)
         event = f.event

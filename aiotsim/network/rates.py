@@ -133,7 +133,14 @@ class RateClasses:
         self, fid: int, links: tuple[int, ...], mults: tuple[float, ...], nbytes: float, tcap: float, now: float
     ) -> None:
         """Start flow ``fid`` with ``nbytes`` wire bytes over ``links`` (crossed ``mults`` times)."""
-        f = _Flow(tuple(links), tuple(map(float, mults)), float(tcap), float(nbytes), now)
+        self.add_exact(fid, tuple(links), tuple(map(float, mults)), float(nbytes), float(tcap), now)
+
+    def add_exact(
+        self, fid: int, links: tuple[int, ...], mults: tuple[float, ...], nbytes: float, tcap: float, now: float
+    ) -> None:
+        """:meth:`add` of arguments already of its types (a path's tuples, float bytes and cap):
+        the network's call, once per flow, without the conversions."""
+        f = _Flow(links, mults, tcap, nbytes, now)
         self.flows[fid] = f
         on_link, count = self._on_link, self.users
         for link in f.links:
@@ -477,11 +484,14 @@ class RateClasses:
             f.mode, f.c = WAITING, 0.0
             return
         shared, cap = [], f.tcap
-        for link, m in zip(f.links, f.mults, strict=True):
-            if self.users[link] > 1:
+        users, caps = self.users, self.cap
+        for link, m in zip(f.links, f.mults):  # equal lengths (add)
+            if users[link] > 1:
                 shared.append((link, m))
             else:
-                cap = min(cap, self.cap[link] / m)
+                x = caps[link] / m
+                if x < cap:  # min(cap, x), which keeps cap on a tie or a NaN x
+                    cap = x
         f.c = cap
         if not shared:
             self._put(f, fid, None, False, now)
@@ -597,9 +607,9 @@ class RateClasses:
 
     def _lone_level(self, g: Group) -> float:
         """Level of a group whose shared links carry no other group (bytes/s)."""
-        lam = math.inf
+        lam, used, cap = math.inf, g.s + g.s_err, self.cap  # used: g.used
         for link, m in g.key:
-            spare = self.cap[link] - m * g.used
+            spare = cap[link] - m * used
             if g.n:
                 lam = min(lam, spare / (m * g.n))
             elif spare < -SPARE_TOL * self.cap[link]:
@@ -615,8 +625,10 @@ class RateClasses:
             g.advance(now)
         if near:
             self._near_into(g, moved)  # at their cap now: they may not be after the re-leveling
-        for _ in range(4 * (g.n + g.capped) + 8):  # bound: float ties cannot cycle
-            g.lam = self._lone_level(g)
+        g.lam = self._lone_level(g)
+        settled = self._settled(c, c.groups)  # the usual case: no flow moves, no loop
+        for _ in range(0 if settled else 4 * (g.n + g.capped) + 8):  # bound: float ties cannot cycle
+            g.lam = self._lone_level(g)  # the same value on the first pass
             if self._settled(c, c.groups):
                 break
             step: list[int] = []
