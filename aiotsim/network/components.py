@@ -181,7 +181,8 @@ class Component:
             self.empty += (not n) - (not g.cn)
             self.ncap += capped - g.cc
             self.nflows += n + capped - g.cn - g.cc
-            if not self.ncap:  # no capped flow left: no use, whatever residue the sums kept
+            if not self.ncap and (any(ss) or any(se)):  # no capped flow left: no use, whatever residue
+                # the sums kept (sums of +-0 stay: cap - (ss + se) and acc give the same values)
                 self.ss, self.se = [0.0] * len(ss), [0.0] * len(se)
             g.cn, g.cu, g.cc = n, used, capped
         fill = math.inf  # bytes/s, the level at which its own links fill (as in _fill_common)
@@ -218,7 +219,9 @@ class Component:
             if x < common:
                 common = x
         own = self.top(FILL)
-        level = max(0.0, min(common, own[0] if own is not None else math.inf))
+        fill = own[0] if own is not None else math.inf
+        low = fill if fill < common else common  # min(common, fill)
+        level = low if low > 0.0 else 0.0  # max(0.0, low)
         return level if common <= level * (1.0 + TIE) else None
 
 

@@ -741,6 +741,8 @@ class Network:
     def _tcp_rounds(self, now: float) -> list[int]:
         """Start a new round trip for every flow whose round ended (window -> rate cap), in slot
         order (the order of the loss draws); return their slots."""
+        if not self._starting and not (self._rounds and self._rounds[0][0] <= now + ROUND_EPS_S):
+            return []  # the usual step: no round ends now
         due = {entry[1] for entry in self._starting if self._round_valid(entry)}
         self._starting.clear()
         while self._rounds and self._rounds[0][0] <= now + ROUND_EPS_S:

@@ -417,7 +417,7 @@ class RateClasses:
             touched, self._reported = self._reported, []
         if self._pending:
             pending, self._pending = self._pending, {}
-            for fid in sorted(pending):
+            for fid in sorted(pending) if len(pending) > 1 else pending:
                 self._place(fid, now)
                 touched.append(fid)
         while self._dirty:  # a settle may drop a group and so dirty its neighbours: again
