@@ -4,6 +4,7 @@ states and step counts, for random inputs (with and without residuals), odd size
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import pytest
@@ -46,6 +47,11 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("dgc", {"clip_norm": 1.0, "value_dtype": "fp16"}),  # some rows clipped, some not
     ("dgc", {"sparsity": 0.5, "warmup_steps": 0, "fallback_factor": 1.0}),  # rows re-select the exact top-k
     ("dgc", {"warmup_steps": 2, "momentum": 0.5}),  # k changes from step to step
+    ("pgc", {}),  # Algorithm 1 on the raw gradient, top-k of the accumulation (residual + velocity)
+    ("pgc", {"stats": "accumulated", "momentum": 0.0, "value_dtype": "fp16"}),
+    ("pgc", {"scale": 30.0, "topk_reading": "count"}),
+    ("pgc-paper", {}),  # no residual, no momentum: Algorithm 1 on the gradient itself
+    ("pgc-paper", {"momentum": 0.5, "scale": 35.0}),  # no residual, the velocity screened
 ]
 SHAPES = [(7,), (16, 8), (3, 5, 3, 3), (70_000,)]
 
@@ -89,7 +95,8 @@ def test_batch_is_byte_identical_to_the_loop(name: str, params: dict[str, Any], 
                 assert b.residual.shape == a.residual.shape
                 assert a.residual.numpy().tobytes() == b.residual.numpy().tobytes()
             assert torch.equal(a.generator.get_state(), b.generator.get_state())
-            u, v = getattr(a, "momentum", None), getattr(b, "momentum", None)  # DGC's velocity
+            assert getattr(a, "last", None) == getattr(b, "last", None)  # PGC's Algorithm-1 quantities
+            u, v = getattr(a, "momentum", None), getattr(b, "momentum", None)  # DGC's, PGC's velocity
             assert (u is None) == (v is None)
             if u is not None:
                 assert v.shape == u.shape and u.numpy().tobytes() == v.numpy().tobytes()
@@ -151,6 +158,28 @@ def test_dgc_rows_at_different_steps_or_without_a_velocity_select_as_each_node()
         assert torch.equal(s.momentum[d != 0], torch.zeros(int((d != 0).sum())))
 
 
+@pytest.mark.parametrize("name", ["pgc", "pgc-paper"])
+def test_pgc_rows_that_are_zero_nan_or_overflow_encode_as_each_node(name: str) -> None:
+    """Algorithm 1's edge rows next to ordinary ones: an all-zero gradient (k = 0, nothing sent), a
+    NaN (alpha = -inf: every value sent, as the loop does so that the server stops the run), values
+    whose squares overflow fp32 (the loop's float64 recount)."""
+    codec = build_codec(name, {}, seed=3)
+    layer = LayerInfo("w", (64,))
+    grads = _grads(5, (64,), 0, False)
+    grads[1] = torch.zeros(64)
+    grads[2][7] = float("nan")
+    grads[3] = grads[3] * 1e20
+    looped = [codec.init_state(layer, CPU, node=i) for i in range(5)]
+    batched = copy.deepcopy(looped)
+    ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
+    got = encode_batch(codec, grads, layer, batched)
+    assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
+    assert [repr(s.last) for s in batched] == [repr(s.last) for s in looped]
+    # hand checks: the zero row sends nothing, the NaN row everything (its alpha is -inf)
+    assert batched[1].last.k == 0 and got[1].nbytes < got[0].nbytes
+    assert batched[2].last.alpha == -math.inf
+
+
 def test_which_codecs_are_batched() -> None:
     names = batched_codecs()
     assert names == [
@@ -162,6 +191,8 @@ def test_which_codecs_are_batched() -> None:
         "fp16",
         "none",
         "onebit",
+        "pgc",
+        "pgc-paper",
         "qsgd",
         "randomk",
         "signsgd",

@@ -21,8 +21,9 @@ as it reduces the same values as a 1-D tensor (checked by the tests); on other d
 by row, since a GPU may split a long 1-D reduction differently from a row reduction.
 
 Batched: ``topk``, ``agg-aware``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngrad``, ``qsgd`` (fixed-width
-codes), ``randomk``, ``threshold``, ``none``, ``fp16``, ``onebit``, ``4bit`` and ``dgc`` (its clipping and
-momentum correction over the rows, its sampled thresholds from each node's generator in order).
+codes), ``randomk``, ``threshold``, ``none``, ``fp16``, ``onebit``, ``4bit``, ``dgc`` (its clipping and
+momentum correction over the rows, its sampled thresholds from each node's generator in order) and
+``pgc`` / ``pgc-paper`` (Algorithm 1 over the rows: :mod:`aiotsim.compress.batch_pgc`).
 Every other codec (and ``qsgd`` with ``elias``, ``fp16`` of gradients that are not fp32, an empty
 layer, a codec subclass) falls back to the per-node loop, so :func:`encode_batch` is always correct
 to call. Sums of squares come from
@@ -38,10 +39,11 @@ import torch
 
 from aiotsim.compress.aggaware import AggAwareState, AggregationAware
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.batch_pgc import pgc_input, pgc_rows
 from aiotsim.compress.dense import HalfPrecision, NoCompression
 from aiotsim.compress.dgc import _MIN_SAMPLE, DeepGradientCompression
 from aiotsim.compress.fourbit import FourBit, first_threshold, quantize_levels
-from aiotsim.compress.memory import momentum_velocity, rows_block
+from aiotsim.compress.memory import rows_block
 from aiotsim.compress.packing import (
     encode_index_ragged,
     encode_index_rows,
@@ -51,7 +53,10 @@ from aiotsim.compress.packing import (
     pack_value_rows,
     pack_values,
 )
+from aiotsim.compress.pgc import PartitionGradientCompression, PartitionGradientCompressionPaper
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit, _round_stochastic_, _signed_to_f32, pack_fixed
+from aiotsim.compress.rowwise import row_reduce as _rows
+from aiotsim.compress.rowwise import velocity_rows
 from aiotsim.compress.sign import EFSignSGD, OneBitSGD, SignSGD, _reconstruct, side_means
 from aiotsim.compress.sparsify import (
     _BRACKET_MIN_NUMEL,
@@ -115,12 +120,15 @@ def encode_batch(
         return [codec.encode(g, layer, s) for g, s in zip(grads, states)]
     typed = [codec.typed_state(s) for s in states]
     before = [s.residual for s in typed]  # their storage takes the new residuals, as in the loop
-    x = x.reshape(nodes, -1)  # [nodes, n], the gradient's dtype
+    x = grad_rows = x.reshape(nodes, -1)  # [nodes, n], the gradient's dtype
     feed = _INPUTS.get(type(codec))
     if feed is not None:  # the codec's _feedback_input, every row at once
         x = feed(codec, x, layer, typed)
     acc = _compensate(x, typed) if codec.error_feedback else x if x.dtype == torch.float32 else x.float()
-    payloads, sent = fn(codec, acc, layer, typed)
+    if type(codec) in _READS_GRADIENT:  # its _encode reads the raw gradient beside the accumulation
+        payloads, sent = fn(codec, acc, layer, typed, grad_rows)  # type: ignore[call-arg]
+    else:
+        payloads, sent = fn(codec, acc, layer, typed)
     if codec.error_feedback:
         _remember(acc, sent, typed, layer, before)
     for s in typed:
@@ -195,16 +203,6 @@ def _remember(
 
 
 # ---- shared helpers ------------------------------------------------------------------------------
-def _rows(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, batched: Callable[[torch.Tensor], torch.Tensor]):
-    """Per-row scalar reduction: ``batched(x)`` on the CPU at one intra-op thread (bit-identical
-    to the 1-D reductions there), else ``fn`` row by row (with several threads torch splits a long
-    1-D reduction across them, which sums in another order than a row of ``[nodes, n]``).
-    Returns ``[nodes]``."""
-    if x.device.type == "cpu" and torch.get_num_threads() == 1:
-        return batched(x)
-    return torch.stack([fn(r) for r in x])
-
-
 def _abs_max(acc: torch.Tensor) -> torch.Tensor:
     """``[nodes]`` max ``|acc|`` per row, as the codecs take it: from ``aminmax``, without ``|acc|``."""
     lo, hi = _rows(lambda r: torch.stack(torch.aminmax(r)), acc, lambda x: torch.stack(torch.aminmax(x, dim=1), 1)).T
@@ -414,9 +412,7 @@ def _dgc_input(codec: Codec, x: torch.Tensor, layer: LayerInfo, states: list[Cod
     """DGC's :meth:`~aiotsim.compress.dgc.DeepGradientCompression._feedback_input` of every row:
     local clipping (a row whose L2 norm exceeds ``clip_norm`` scaled by ``clip_norm / norm``, the
     same Python float as the loop's scalar), then the momentum correction ``u <- m u + g`` in each
-    node's velocity: one ``mul_`` and ``add_`` over the rows where the velocities are the rows of
-    one block (their previous batched step), else node by node; a first step keeps a copy of the
-    rows as the velocities. Returns ``u`` as ``[nodes, n]``."""
+    node's velocity (:func:`~aiotsim.compress.rowwise.velocity_rows`). Returns ``u`` as ``[nodes, n]``."""
     p = codec.params  # type: ignore[attr-defined]
     g = x if x.dtype == torch.float32 else x.float()
     if p.clip_norm > 0 and g.shape[1]:
@@ -424,18 +420,7 @@ def _dgc_input(codec: Codec, x: torch.Tensor, layer: LayerInfo, states: list[Cod
         scales = [p.clip_norm / v if v > p.clip_norm else 1.0 for v in norms]  # 1.0: kept as is (exact)
         if any(v != 1.0 for v in scales):
             g = g * torch.tensor(scales, dtype=torch.float32, device=g.device).unsqueeze(1)
-    velocity = [s.momentum for s in states]  # type: ignore[attr-defined]
-    if all(v is None for v in velocity):
-        u = g.clone()
-        for s, row in zip(states, u):
-            s.momentum = row.view(layer.shape)  # type: ignore[attr-defined]
-        return u
-    block = rows_block([v.reshape(-1) for v in velocity]) if all(v is not None for v in velocity) else None
-    if block is not None and block.numel() == g.numel():
-        return block.view(g.shape).mul_(p.momentum).add_(g)
-    for i, s in enumerate(states):  # node by node, as the loop
-        s.momentum = momentum_velocity(g[i].view(layer.shape), s.momentum, p.momentum)  # type: ignore[attr-defined]
-    return torch.stack([s.momentum.reshape(-1) for s in states])  # type: ignore[attr-defined]
+    return velocity_rows(g, states, layer, p.momentum)
 
 
 def _dgc(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
@@ -482,7 +467,11 @@ def _dgc(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecSt
 
 _INPUTS: dict[type[Codec], Callable[[Codec, torch.Tensor, LayerInfo, list[CodecState]], torch.Tensor]] = {
     DeepGradientCompression: _dgc_input,
+    PartitionGradientCompression: pgc_input,
+    PartitionGradientCompressionPaper: pgc_input,
 }
+# encoders that also take the gradient rows (PGC's Algorithm 1 reads the raw gradient)
+_READS_GRADIENT = (PartitionGradientCompression, PartitionGradientCompressionPaper)
 
 _BATCHED: dict[type[Codec], BatchEncoder] = {
     TopK: _topk,
@@ -499,6 +488,8 @@ _BATCHED: dict[type[Codec], BatchEncoder] = {
     OneBitSGD: _onebit,
     FourBit: _fourbit,
     DeepGradientCompression: _dgc,
+    PartitionGradientCompression: pgc_rows,  # type: ignore[dict-item]
+    PartitionGradientCompressionPaper: pgc_rows,  # type: ignore[dict-item]
 }
 
 __all__ = ["encode_batch", "batched_codecs"]

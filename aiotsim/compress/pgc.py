@@ -143,22 +143,40 @@ def pgc_threshold(g: torch.Tensor, scale: float = 1.0, reading: TopkReading = "f
     mag = flat.abs()  # [N]
     # Sums accumulate in float64 so the statistics of large layers stay exact enough.
     g_sum = float(mag.sum(dtype=torch.float64))
-    mu = float(flat.sum(dtype=torch.float64)) / n
-    squares = float(((flat - mu) ** 2).sum(dtype=torch.float64))
+    total = float(flat.sum(dtype=torch.float64))
+    squares = float(((flat - total / n) ** 2).sum(dtype=torch.float64))
     if math.isinf(squares):  # fp32 squares overflow above |g - mu| ~ 1.8e19 (a diverging run)
-        squares = float(((flat.double() - mu) ** 2).sum())
+        squares = float(((flat.double() - total / n) ** 2).sum())
+    thr = algorithm1(n, g_sum, total, squares, float(flat.max()), float(flat.min()), scale, reading)
+    return thr._replace(alpha=kth_largest(mag, thr.k)) if thr.k else thr
+
+
+def algorithm1(
+    n: int,
+    g_sum: float,
+    total: float,
+    squares: float,
+    g_max: float,
+    g_min: float,
+    scale: float = 1.0,
+    reading: TopkReading = "fraction",
+) -> PGCThreshold:
+    """Algorithm 1's scalars for an ``n``-element layer from its sums: ``g_sum`` = sum |G|,
+    ``total`` = sum G, ``squares`` = sum (G - mu)^2 (float64 sums), ``g_max`` / ``g_min`` its
+    extremes. ``alpha`` is left NaN for the caller's top-k, except for an all-zero layer (``k = 0``,
+    ``alpha = inf``: nothing sent). Shared by :func:`pgc_threshold` and the batched encode
+    (:mod:`aiotsim.compress.batch_pgc`), so both compute the same floats."""
+    mu = total / n
     sigma = math.sqrt(squares / n)
     if g_sum == 0.0:
         return PGCThreshold(mu, sigma, math.inf, 0.0, 0.0, 0, math.inf)
-    gamma = abs((float(flat.max()) - float(flat.min())) / g_sum)
+    gamma = abs((g_max - g_min) / g_sum)
     if sigma > 0.0:
         entropy = abs(0.5 * (math.log(2 * math.pi) + 2 * math.log(sigma) + 1))
         s = entropy * gamma
     else:  # constant layer: gamma = 0, the entropy term is unbounded; define S = 0
         entropy, s = math.inf, 0.0
-    k = kept_count(s, n, scale, reading)
-    alpha = kth_largest(mag, k)
-    return PGCThreshold(mu, sigma, entropy, gamma, s, k, alpha)
+    return PGCThreshold(mu, sigma, entropy, gamma, s, kept_count(s, n, scale, reading), math.nan)
 
 
 @dataclass

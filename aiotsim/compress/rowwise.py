@@ -1,0 +1,45 @@
+"""Helpers of the batched encoders (:mod:`aiotsim.compress.batch`, :mod:`aiotsim.compress.batch_pgc`)
+over a layer of many nodes as ``[nodes, n]`` rows: per-row reductions that equal each row's own
+1-D reduction, and the momentum correction of every row's velocity."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from aiotsim.compress.base import CodecState, LayerInfo
+from aiotsim.compress.memory import momentum_velocity, rows_block
+
+
+def row_reduce(
+    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, batched: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """Per-row scalar reduction: ``batched(x)`` on the CPU at one intra-op thread (bit-identical
+    to the 1-D reductions there), else ``fn`` row by row (with several threads torch splits a long
+    1-D reduction across them, which sums in another order than a row of ``[nodes, n]``).
+    Returns ``[nodes]``."""
+    if x.device.type == "cpu" and torch.get_num_threads() == 1:
+        return batched(x)
+    return torch.stack([fn(r) for r in x])
+
+
+def velocity_rows(g: torch.Tensor, states: list[CodecState], layer: LayerInfo, m: float) -> torch.Tensor:
+    """The momentum correction ``u <- m u + g`` (:func:`~aiotsim.compress.memory.momentum_velocity`)
+    of every row of the fp32 ``[nodes, n]`` ``g``, in each state's ``momentum``: one ``mul_`` and
+    ``add_`` over the rows where the velocities are the rows of one block (their previous batched
+    step), else node by node; a first step keeps a copy of the rows as the velocities (one block,
+    which :func:`aiotsim.sim.storage.hold_residual_rows` may move into the state pages). Returns
+    ``u`` as ``[nodes, n]``."""
+    velocity = [s.momentum for s in states]  # type: ignore[attr-defined]
+    if all(v is None for v in velocity):
+        u = g.clone()
+        for s, row in zip(states, u):
+            s.momentum = row.view(layer.shape)  # type: ignore[attr-defined]
+        return u
+    block = rows_block([v.reshape(-1) for v in velocity]) if all(v is not None for v in velocity) else None
+    if block is not None and block.numel() == g.numel():
+        return block.view(g.shape).mul_(m).add_(g)
+    for i, s in enumerate(states):  # node by node, as the loop
+        s.momentum = momentum_velocity(g[i].view(layer.shape), s.momentum, m)  # type: ignore[attr-defined]
+    return torch.stack([s.momentum.reshape(-1) for s in states])  # type: ignore[attr-defined]
