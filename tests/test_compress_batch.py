@@ -52,6 +52,10 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("pgc", {"scale": 30.0, "topk_reading": "count"}),
     ("pgc-paper", {}),  # no residual, no momentum: Algorithm 1 on the gradient itself
     ("pgc-paper", {"momentum": 0.5, "scale": 35.0}),  # no residual, the velocity screened
+    ("hylo", {}),  # the shapes here are small: dense, and the 1-D 70,000 falls back to 2-bit
+    ("hylo", {"size_threshold": 10}),  # fc 2-bit, conv kernels (15 of 3x3), dense, 2-bit fallback
+    ("hylo", {"size_threshold": 10, "importance_norm": "l2", "value_dtype": "fp16", "fc_stat": "rms"}),
+    ("hylo", {"size_threshold": 10, "kernel_unit": "filter", "fc_stat": "max_abs", "fc_factor": 0.5}),
 ]
 SHAPES = [(7,), (16, 8), (3, 5, 3, 3), (70_000,)]
 
@@ -180,6 +184,27 @@ def test_pgc_rows_that_are_zero_nan_or_overflow_encode_as_each_node(name: str) -
     assert batched[2].last.alpha == -math.inf
 
 
+@pytest.mark.parametrize(("shape", "kind"), [((6, 4, 3, 3), "conv"), ((12, 10), "fc")])
+def test_hylo_rows_with_tied_kernels_zero_or_nan_encode_as_each_node(shape: tuple[int, ...], kind: str) -> None:
+    """Hylo's edge rows: kernels of equal importance (zero kernels: top-k picks among ties), an
+    all-zero node (2-bit threshold 0: nothing sent), a NaN (a threshold of NaN sends no code)."""
+    codec = build_codec("hylo", {"size_threshold": 10}, seed=2)
+    layer = LayerInfo("w", shape, kind=kind, index=1)
+    grads = _grads(4, shape, 0, True)
+    grads[0].view(-1, 9 if kind == "conv" else 10)[::2] = 0.0  # every other kernel (row) zero
+    grads[1] = torch.zeros(shape)
+    grads[2].view(-1)[5] = float("nan")
+    looped = [codec.init_state(layer, CPU, node=i) for i in range(4)]
+    batched = copy.deepcopy(looped)
+    ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
+    got = encode_batch(codec, grads, layer, batched)
+    assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
+    for a, b in zip(looped, batched):
+        assert a.residual.numpy().tobytes() == b.residual.numpy().tobytes()
+    if kind == "fc":  # hand check: the zero node's threshold is 0, so it sends no code and keeps 0
+        assert _bytes(got[1])["threshold"] == bytes(4) and not any(_bytes(got[1])["codes"])
+
+
 def test_which_codecs_are_batched() -> None:
     names = batched_codecs()
     assert names == [
@@ -189,6 +214,7 @@ def test_which_codecs_are_batched() -> None:
         "dgc",
         "efsignsgd",
         "fp16",
+        "hylo",
         "none",
         "onebit",
         "pgc",

@@ -23,7 +23,8 @@ by row, since a GPU may split a long 1-D reduction differently from a row reduct
 Batched: ``topk``, ``agg-aware``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngrad``, ``qsgd`` (fixed-width
 codes), ``randomk``, ``threshold``, ``none``, ``fp16``, ``onebit``, ``4bit``, ``dgc`` (its clipping and
 momentum correction over the rows, its sampled thresholds from each node's generator in order) and
-``pgc`` / ``pgc-paper`` (Algorithm 1 over the rows: :mod:`aiotsim.compress.batch_pgc`).
+``pgc`` / ``pgc-paper`` (Algorithm 1 over the rows: :mod:`aiotsim.compress.batch_pgc`) and ``hylo``
+(each layer's route over the rows: :mod:`aiotsim.compress.batch_hylo`).
 Every other codec (and ``qsgd`` with ``elias``, ``fp16`` of gradients that are not fp32, an empty
 layer, a codec subclass) falls back to the per-node loop, so :func:`encode_batch` is always correct
 to call. Sums of squares come from
@@ -39,10 +40,12 @@ import torch
 
 from aiotsim.compress.aggaware import AggAwareState, AggregationAware
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.batch_hylo import hylo_rows
 from aiotsim.compress.batch_pgc import pgc_input, pgc_rows
 from aiotsim.compress.dense import HalfPrecision, NoCompression
 from aiotsim.compress.dgc import _MIN_SAMPLE, DeepGradientCompression
 from aiotsim.compress.fourbit import FourBit, first_threshold, quantize_levels
+from aiotsim.compress.hylo import Hylo
 from aiotsim.compress.memory import rows_block
 from aiotsim.compress.packing import (
     encode_index_ragged,
@@ -490,6 +493,7 @@ _BATCHED: dict[type[Codec], BatchEncoder] = {
     DeepGradientCompression: _dgc,
     PartitionGradientCompression: pgc_rows,  # type: ignore[dict-item]
     PartitionGradientCompressionPaper: pgc_rows,  # type: ignore[dict-item]
+    Hylo: hylo_rows,
 }
 
 __all__ = ["encode_batch", "batched_codecs"]
