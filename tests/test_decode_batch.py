@@ -59,9 +59,11 @@ BATCHED = [
     ("pgc-paper", {}),
     ("randomk", {}),
     ("randomk", {"scale": False, "value_dtype": "fp16"}),
+    ("hylo", {}),  # conv and bias dense, fc 2-bit: rows
+    ("hylo", {"size_threshold": 100, "fc_stat": "max_abs"}),  # conv kernel sets: one by one in the batch
 ]
 LOOPED = [("qsgd", {"elias": True}), ("qsgd", {"levels": 3})]
-LOOPED += [("fft", {}), ("hylo", {}), ("powersgd", {})]
+LOOPED += [("fft", {}), ("powersgd", {})]
 
 
 def make(name: str, params: dict[str, Any] | None = None) -> Codec:

@@ -20,7 +20,9 @@ sets are regenerated from each message's seed (on the CPU generator, one by one 
 its values scattered at once.
 
 Messages are decoded in chunks of at most :data:`CHUNK_ELEMENTS` values, which bounds the
-temporaries. Any payload this path does not cover (another codec: fft, hylo, powersgd; a codec
+temporaries. Hylo's dense and 2-bit layers stack as rows (each row's threshold broadcast over its
+codes); its conv layers' kernel sets are decoded one by one. Any payload this path does not cover
+(another codec: fft, powersgd; a codec
 subclass; buffers of differing sizes; Elias-coded QSGD or code widths of 3, 5, 6 or 7 bits) is
 decoded message by message, so :func:`decode_batch` is always correct to call and a malformed
 payload raises the per-message decoder's own error.
@@ -39,6 +41,7 @@ from aiotsim.compress.base import Codec, LayerInfo, Payload
 from aiotsim.compress.dense import HalfPrecision, NoCompression
 from aiotsim.compress.dgc import DeepGradientCompression
 from aiotsim.compress.fourbit import FourBit
+from aiotsim.compress.hylo import Hylo, two_bit_dequantize
 from aiotsim.compress.packing import (
     _IDX_HEADER,
     IDX_BITMAP,
@@ -115,7 +118,7 @@ def decodes_in_batch(codec: Codec) -> bool:
     kind = type(codec)
     if kind in _ROWS:
         return _covered(codec)
-    return kind in _SPARSE or kind is RandomK
+    return kind in _SPARSE or kind is RandomK or kind is Hylo
 
 
 def _rows_fn(
@@ -127,10 +130,24 @@ def _rows_fn(
     if type(codec) in _ROWS:
         rows_of = codec.decode_rows  # type: ignore[attr-defined]
         return (lambda chunk, layer: rows_of(_stacked(chunk), layer)) if _same_layout(payloads) else None
+    if isinstance(codec, Hylo):  # its dense and 2-bit routes are element-wise; kernel sets one by one
+        route = codec.route(layer)
+        if route == "kernels" or not _same_layout(payloads):
+            return None
+        return lambda chunk, layer: _hylo_rows(_stacked(chunk), layer, route)
     if isinstance(codec, RandomK):
         return lambda chunk, layer: _randomk_rows(codec, chunk, layer)
     sizes, values_of = _value_coding(codec)
     return lambda chunk, layer: _sparse_rows(chunk, layer.numel, sizes, values_of)
+
+
+def _hylo_rows(buffers: Mapping[str, torch.Tensor], layer: LayerInfo, route: str) -> torch.Tensor:
+    """:meth:`Hylo.decode` of stacked ``[messages, bytes]`` buffers on its ``dense`` or ``2bit``
+    route: each row's fp32 values, or its codes times its own threshold (``[messages, 1]``)."""
+    if route == "dense":
+        return buffers["values"].view(torch.float32)  # [messages, n]: stacked, so aligned
+    codes = unpack_bits(buffers["codes"], 2, layer.numel)  # [messages, n]
+    return two_bit_dequantize(codes, buffers["threshold"].view(torch.float32))
 
 
 def _covered(codec: Codec) -> bool:

@@ -18,9 +18,11 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.hylo import CODE_NEG, CODE_POS, Hylo
 from aiotsim.compress.packing import encode_index_rows, pack_bits, pack_rows, pack_value_rows
+from aiotsim.compress.quantize import _signed_to_f32
 from aiotsim.compress.rowwise import row_reduce
 
 _U8 = torch.uint8
+assert (CODE_POS, CODE_NEG) == (1, 2)  # the bit layout _two_bit writes
 
 
 def hylo_rows(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
@@ -69,8 +71,9 @@ def _two_bit(hylo: Hylo, acc: torch.Tensor):
     if off:
         rows = torch.tensor(off, device=acc.device)
         pos[rows], neg[rows] = False, False
-    codes = pos.to(_U8) * CODE_POS + neg.to(_U8) * CODE_NEG
-    sent = (pos.to(torch.int8) - neg.to(torch.int8)).to(torch.float32).mul_(t)
+    # codes pos | neg << 1 (CODE_POS = 1, CODE_NEG = 2); then pos - neg in pos's own bytes
+    codes = neg.view(_U8).bitwise_left_shift(1).bitwise_or_(pos.view(_U8))
+    sent = _signed_to_f32(pos.view(torch.int8).sub_(neg.view(torch.int8))).mul_(t)  # {-t, 0, t}
     if off:
         sent[rows] = 0.0  # zeros_like(acc): +0, whatever the threshold's sign of zero
     packed = pack_rows(codes, lambda c: pack_bits(c, 2), acc.shape[1] % 8 == 0)
