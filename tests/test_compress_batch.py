@@ -56,6 +56,10 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("hylo", {"size_threshold": 10}),  # fc 2-bit, conv kernels (15 of 3x3), dense, 2-bit fallback
     ("hylo", {"size_threshold": 10, "importance_norm": "l2", "value_dtype": "fp16", "fc_stat": "rms"}),
     ("hylo", {"size_threshold": 10, "kernel_unit": "filter", "fc_stat": "max_abs", "fc_factor": 0.5}),
+    ("fft", {}),  # no residual (the paper's reading); 70,000 values: 18 chunks of 4,096, the last padded
+    ("fft", {"error_feedback": True}),  # the residual: the inverse FFT of what was sent
+    ("fft", {"error_feedback": True, "chunk_size": 16, "mantissa_bits": 3, "max_exponent_bits": 2}),
+    ("fft", {"chunk_size": 0, "schedule": "linear", "keep": 0.2, "keep_end": 0.6, "schedule_steps": 2}),
 ]
 SHAPES = [(7,), (16, 8), (3, 5, 3, 3), (70_000,)]
 
@@ -213,6 +217,7 @@ def test_which_codecs_are_batched() -> None:
         "agg-aware",
         "dgc",
         "efsignsgd",
+        "fft",
         "fp16",
         "hylo",
         "none",

@@ -24,7 +24,8 @@ Batched: ``topk``, ``agg-aware``, ``2bit``, ``signsgd``, ``efsignsgd``, ``terngr
 codes), ``randomk``, ``threshold``, ``none``, ``fp16``, ``onebit``, ``4bit``, ``dgc`` (its clipping and
 momentum correction over the rows, its sampled thresholds from each node's generator in order) and
 ``pgc`` / ``pgc-paper`` (Algorithm 1 over the rows: :mod:`aiotsim.compress.batch_pgc`) and ``hylo``
-(each layer's route over the rows: :mod:`aiotsim.compress.batch_hylo`).
+(each layer's route over the rows: :mod:`aiotsim.compress.batch_hylo`) and ``fft`` (the chunked
+FFTs, top-k and range-based floats over the rows: :mod:`aiotsim.compress.batch_fft`).
 Every other codec (and ``qsgd`` with ``elias``, ``fp16`` of gradients that are not fp32, an empty
 layer, a codec subclass) falls back to the per-node loop, so :func:`encode_batch` is always correct
 to call. Sums of squares come from
@@ -40,10 +41,12 @@ import torch
 
 from aiotsim.compress.aggaware import AggAwareState, AggregationAware
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.batch_fft import fft_rows
 from aiotsim.compress.batch_hylo import hylo_rows
 from aiotsim.compress.batch_pgc import pgc_input, pgc_rows
 from aiotsim.compress.dense import HalfPrecision, NoCompression
 from aiotsim.compress.dgc import _MIN_SAMPLE, DeepGradientCompression
+from aiotsim.compress.fft import FFTSparsification
 from aiotsim.compress.fourbit import FourBit, first_threshold, quantize_levels
 from aiotsim.compress.hylo import Hylo
 from aiotsim.compress.memory import rows_block
@@ -59,6 +62,7 @@ from aiotsim.compress.packing import (
 from aiotsim.compress.pgc import PartitionGradientCompression, PartitionGradientCompressionPaper
 from aiotsim.compress.quantize import QSGD, TernGrad, TwoBit, _round_stochastic_, _signed_to_f32, pack_fixed
 from aiotsim.compress.rowwise import row_reduce as _rows
+from aiotsim.compress.rowwise import top_rows as _top_rows
 from aiotsim.compress.rowwise import velocity_rows
 from aiotsim.compress.sign import EFSignSGD, OneBitSGD, SignSGD, _reconstruct, side_means
 from aiotsim.compress.sparsify import (
@@ -221,20 +225,6 @@ def _uniform_rows(states: list[CodecState], nodes: int, n: int, device: torch.de
 
 
 # ---- the codecs ----------------------------------------------------------------------------------
-def _top_rows(mag: torch.Tensor, k: int) -> torch.Tensor:
-    """``[nodes, k]`` ascending indices of each row's ``k`` largest scores, lower index first among
-    equals: :func:`~aiotsim.compress.sparsify.topk_indices` of every row of ``mag``."""
-    nodes, n = mag.shape
-    if k >= n:
-        return torch.arange(n, device=mag.device).expand(nodes, n)
-    kth = torch.topk(mag, k, dim=1, sorted=False).values.min(dim=1, keepdim=True).values  # [nodes, 1]
-    above = mag > kth
-    need = k - above.sum(dim=1, keepdim=True)  # ties at the k-th magnitude that still fit
-    ties = mag == kth
-    mask = above | (ties & (torch.cumsum(ties, dim=1, dtype=torch.int64) <= need))  # k per row
-    return torch.nonzero(mask)[:, 1].view(nodes, k)  # ascending per row (lower index wins ties)
-
-
 def _topk(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[CodecState]):
     return _sparse_rows(codec, acc, _top_rows(acc.abs(), k_of(codec.params.ratio, acc.shape[1])))
 
@@ -494,6 +484,7 @@ _BATCHED: dict[type[Codec], BatchEncoder] = {
     PartitionGradientCompression: pgc_rows,  # type: ignore[dict-item]
     PartitionGradientCompressionPaper: pgc_rows,  # type: ignore[dict-item]
     Hylo: hylo_rows,
+    FFTSparsification: fft_rows,
 }
 
 __all__ = ["encode_batch", "batched_codecs"]

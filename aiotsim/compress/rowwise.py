@@ -43,3 +43,17 @@ def velocity_rows(g: torch.Tensor, states: list[CodecState], layer: LayerInfo, m
     for i, s in enumerate(states):  # node by node, as the loop
         s.momentum = momentum_velocity(g[i].view(layer.shape), s.momentum, m)  # type: ignore[attr-defined]
     return torch.stack([s.momentum.reshape(-1) for s in states])  # type: ignore[attr-defined]
+
+
+def top_rows(mag: torch.Tensor, k: int) -> torch.Tensor:
+    """``[nodes, k]`` ascending indices of each row's ``k`` largest scores, lower index first among
+    equals: :func:`~aiotsim.compress.sparsify.topk_indices` of every row of ``mag``."""
+    nodes, n = mag.shape
+    if k >= n:
+        return torch.arange(n, device=mag.device).expand(nodes, n)
+    kth = torch.topk(mag, k, dim=1, sorted=False).values.min(dim=1, keepdim=True).values  # [nodes, 1]
+    above = mag > kth
+    need = k - above.sum(dim=1, keepdim=True)  # ties at the k-th magnitude that still fit
+    ties = mag == kth
+    mask = above | (ties & (torch.cumsum(ties, dim=1, dtype=torch.int64) <= need))  # k per row
+    return torch.nonzero(mask)[:, 1].view(nodes, k)  # ascending per row (lower index wins ties)
