@@ -42,7 +42,7 @@ def _codec_reads(calls) -> int:
     return sum(k for (_, site), k in calls.items() if site.split(":")[0] in CODEC_FILES)
 
 
-CODEC_FILES = {"packing.py", "batch.py", "sparsify.py", "sparse.py"}
+CODEC_FILES = {"packing.py", "batch.py", "rowwise.py", "sparsify.py", "sparse.py"}  # rowwise: top_rows
 
 
 @pytest.mark.slow
@@ -157,4 +157,7 @@ def test_batched_codecs_read_the_host_per_layer_not_per_node(codec: str) -> None
 
     growth = reads(8) - reads(4)
     seeds = 4 * 10 if codec == "randomk" else 0
-    assert seeds <= growth < seeds + 4 * 10
+    # a read more or less per layer as the data changes (fft: the server decodes a bitmap-coded
+    # bin set with a nonzero, a read; 4 nodes' messages had one, 8 nodes' none); random-k: its seeds
+    low = seeds if codec == "randomk" else -10
+    assert low <= growth < seeds + 4 * 10
