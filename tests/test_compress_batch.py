@@ -209,6 +209,31 @@ def test_hylo_rows_with_tied_kernels_zero_or_nan_encode_as_each_node(shape: tupl
         assert _bytes(got[1])["threshold"] == bytes(4) and not any(_bytes(got[1])["codes"])
 
 
+@pytest.mark.parametrize("error_feedback", [False, True])
+def test_fft_rows_at_different_steps_or_with_a_nan_encode_as_each_node(error_feedback: bool) -> None:
+    """FFT rows whose schedules keep different bin counts (a newcomer beside nodes two steps on:
+    two top-k groups) and a row whose spectrum holds a NaN (the loop's own encode)."""
+    params = {"schedule": "linear", "keep": 0.1, "keep_end": 0.9, "schedule_steps": 4, "chunk_size": 64}
+    codec = build_codec("fft", {**params, "error_feedback": error_feedback}, seed=4)
+    layer = LayerInfo("w", (300,), kind="fc", index=0)
+    looped = [codec.init_state(layer, CPU, node=i) for i in range(5)]
+    for s in looped[:3]:
+        s.step = 2
+    batched = copy.deepcopy(looped)
+    grads = _grads(5, (300,), 0, False)
+    grads[4][10] = float("nan")
+    ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
+    got = encode_batch(codec, grads, layer, batched)
+    assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
+    for a, b in zip(looped, batched):
+        assert a.step == b.step and (a.residual is None) == (b.residual is None)
+        if a.residual is not None:
+            assert a.residual.numpy().tobytes() == b.residual.numpy().tobytes()
+    # hand check: 5 chunks of 64 (33 bins each, 165 in all); step 2 keeps ceil(0.5 * 165) = 83 bins,
+    # step 0 ceil(0.1 * 165) = 17: the first message holds more values than the fourth
+    assert got[0].buffers["values"].numel() > got[3].buffers["values"].numel()
+
+
 def test_which_codecs_are_batched() -> None:
     names = batched_codecs()
     assert names == [

@@ -73,8 +73,10 @@ def _encode_rows(
     """The messages of ``rows`` (all keeping ``k`` bins) into ``payloads``, their inverse into ``sent``."""
     p = f.params
     at = torch.tensor(rows, device=spec.device)
-    idx = top_rows(power.index_select(0, at), k)  # [r, k] ascending
-    kept = spec.index_select(0, at).gather(1, idx)  # [r, k] complex64
+    if len(rows) < spec.shape[0]:  # the usual pass keeps one k in every row: no copy of its rows
+        spec, power = spec.index_select(0, at), power.index_select(0, at)
+    idx = top_rows(power, k)  # [r, k] ascending
+    kept = spec.gather(1, idx)  # [r, k] complex64
     words, e_lo, exp_bits = range_float_rows(
         torch.cat([kept.real, kept.imag], dim=1), p.mantissa_bits, p.max_exponent_bits
     )
