@@ -26,7 +26,7 @@ from aiotsim.compress.fft import (
     _EXP_BIAS,
     FFTSparsification,
     pack_words,
-    range_float_decode_rows,
+    range_float_decode,
     range_float_rows,
 )
 from aiotsim.compress.packing import encode_index_rows, pack_uint
@@ -91,7 +91,7 @@ def _encode_rows(
         )
     if sent is not None:
         cols = torch.tensor(fields, dtype=torch.int64, device=spec.device)
-        deq = range_float_decode_rows(words, cols[:, :1] - _EXP_BIAS, cols[:, 1:], p.mantissa_bits)  # [r, 2k]
+        deq = range_float_decode(words, cols[:, :1] - _EXP_BIAS, cols[:, 1:], p.mantissa_bits)  # [r, 2k]
         sent.index_copy_(0, at, _inverse_rows(f, idx, deq[:, :k], deq[:, k:], n))
 
 

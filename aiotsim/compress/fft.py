@@ -145,18 +145,41 @@ def range_float_encode(values: torch.Tensor, mantissa_bits: int, max_exponent_bi
     RangeFloat
         The packed words and the format (``e_lo``, ``exp_bits``) the header must carry.
     """
-    words, e_lo, exp_bits = range_float_rows(values.reshape(1, -1), mantissa_bits, max_exponent_bits)
-    return RangeFloat(words=words[0], e_lo=e_lo[0], exp_bits=exp_bits[0], mantissa_bits=mantissa_bits)
+    v, mag, e, q, nonzero = _split(values.reshape(-1), mantissa_bits)
+    if bool(nonzero.any()):
+        big = torch.iinfo(torch.int64).max
+        e_max = int(torch.where(nonzero, e, -big).max())
+        e_min = int(torch.where(nonzero, e, big).min())
+    else:
+        e_max = e_min = 0
+    e_lo = max(e_min, e_max - ((1 << max_exponent_bits) - 2))
+    exp_bits = bit_width(e_max - e_lo + 1)  # codes 0 (zero/subnormal) .. e_max - e_lo + 1
+    words = _words(v, mag, e, q, nonzero, e_lo, exp_bits, 2.0**-e_lo * float(1 << mantissa_bits), mantissa_bits)
+    return RangeFloat(words=words, e_lo=e_lo, exp_bits=exp_bits, mantissa_bits=mantissa_bits)
 
 
 def range_float_rows(
     values: torch.Tensor, mantissa_bits: int, max_exponent_bits: int
 ) -> tuple[torch.Tensor, list[int], list[int]]:
-    """:func:`range_float_encode` of every row of ``values`` (``[rows, m]``), each row a message
-    with its own exponent range: ``int64`` words ``[rows, m]`` and each row's ``e_lo`` and
-    ``exp_bits`` (one host read for all rows). Integer arithmetic and the same float operations
-    per element, so a row's words are those of its own encode."""
-    v = values.float()  # [rows, m]
+    """:func:`range_float_encode` of every row of ``values`` (``[rows, m]``, ``m > 0``), each row a
+    message with its own exponent range: ``int64`` words ``[rows, m]`` and each row's ``e_lo`` and
+    ``exp_bits`` (one host read for all rows). The same integer and float operations per element,
+    with each row's format as a column, so a row's words are those of its own encode."""
+    v, mag, e, q, nonzero = _split(values, mantissa_bits)
+    big = torch.iinfo(torch.int64).max
+    extremes = torch.stack([torch.where(nonzero, e, -big).amax(dim=1), torch.where(nonzero, e, big).amin(dim=1)])
+    ranges = [(hi, lo) if hi != -big else (0, 0) for hi, lo in zip(*extremes.tolist())]  # none non-zero: 0
+    e_lo = [max(lo, hi - ((1 << max_exponent_bits) - 2)) for hi, lo in ranges]
+    exp_bits = [bit_width(hi - low + 1) for (hi, _), low in zip(ranges, e_lo)]
+    col = {"device": v.device}
+    inv = torch.tensor([2.0**-x * float(1 << mantissa_bits) for x in e_lo], dtype=torch.float64, **col)
+    low, bits = (torch.tensor(x, dtype=torch.int64, **col).unsqueeze(1) for x in (e_lo, exp_bits))
+    return _words(v, mag, e, q, nonzero, low, bits, inv.unsqueeze(1), mantissa_bits), e_lo, exp_bits
+
+
+def _split(v: torch.Tensor, mantissa_bits: int) -> tuple[torch.Tensor, ...]:
+    """``(values, |values|, exponent e of the 1.m form, mantissa code q, non-zero)``, elementwise."""
+    v = v.float()
     mag = v.abs()
     mant, expo = torch.frexp(mag)  # mag = mant * 2**expo, mant in [0.5, 1) (0 for zeros)
     e = expo.to(torch.int64) - 1  # mag = (1 + f) * 2**e
@@ -164,51 +187,37 @@ def range_float_rows(
     q = torch.round((2.0 * mant - 1.0) * scale).to(torch.int64)  # mantissa code, may round up to 2**M
     carry = q >= (1 << mantissa_bits)
     q = torch.where(carry, torch.zeros_like(q), q)
-    e = e + carry.to(torch.int64)
-    nonzero = mag > 0
-    rows = v.shape[0]
-    if v.shape[1]:
-        big = torch.iinfo(torch.int64).max
-        extremes = torch.stack([torch.where(nonzero, e, -big).amax(dim=1), torch.where(nonzero, e, big).amin(dim=1)])
-        ranges = [(hi, lo) if hi != -big else (0, 0) for hi, lo in zip(*extremes.tolist())]  # none non-zero: 0
-    else:
-        ranges = [(0, 0)] * rows
-    e_lo = [max(lo, hi - ((1 << max_exponent_bits) - 2)) for hi, lo in ranges]
-    exp_bits = [bit_width(hi - low + 1) for (hi, _), low in zip(ranges, e_lo)]  # codes 0 .. e_max - e_lo + 1
-    low = torch.tensor(e_lo, dtype=torch.int64, device=v.device).unsqueeze(1)  # [rows, 1]
-    normal = nonzero & (e >= low)
+    return v, mag, e + carry.to(torch.int64), q, mag > 0
+
+
+def _words(v, mag, e, q, nonzero, e_lo, exp_bits, inv, mantissa_bits: int) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """The ``sign | code | mantissa`` words at lowest exponent ``e_lo`` and field width
+    ``exp_bits`` (ints for one message, ``[rows, 1]`` columns for rows); ``inv`` = 2**-e_lo * 2**M
+    (float64: 2**-e_lo overflows fp32 when e_lo is near fp32's smallest exponents)."""
+    normal = nonzero & (e >= e_lo)
     # Subnormal level: (m / 2**M) * 2**e_lo, which also holds exact zeros.
-    # float64: 2**-e_lo overflows fp32 when e_lo is near fp32's smallest exponents.
-    inv = torch.tensor([2.0**-x * scale for x in e_lo], dtype=torch.float64, device=v.device).unsqueeze(1)
     sub_q = torch.round(mag.double() * inv).to(torch.int64)
     sub_full = sub_q >= (1 << mantissa_bits)  # rounded up to 1.0 * 2**e_lo: the first normal code
-    code = torch.where(normal, e - low + 1, sub_full.to(torch.int64))
+    code = torch.where(normal, e - e_lo + 1, sub_full.to(torch.int64))
     mcode = torch.where(normal, q, torch.where(sub_full, torch.zeros_like(sub_q), sub_q))
     sign = (v < 0).to(torch.int64)
-    top = torch.tensor(exp_bits, dtype=torch.int64, device=v.device).unsqueeze(1) + mantissa_bits
-    words = (sign << top) | (code << mantissa_bits) | mcode
-    return words, e_lo, exp_bits
+    return (sign << (exp_bits + mantissa_bits)) | (code << mantissa_bits) | mcode
 
 
-def range_float_decode(words: torch.Tensor, e_lo: int, exp_bits: int, mantissa_bits: int) -> torch.Tensor:
-    """Inverse of :func:`range_float_encode`: fp32 values from the packed words."""
-    cols = torch.tensor([[e_lo, exp_bits]], dtype=torch.int64, device=words.device)
-    return range_float_decode_rows(words.reshape(1, -1), cols[:, :1], cols[:, 1:], mantissa_bits)[0]
-
-
-def range_float_decode_rows(
-    words: torch.Tensor, e_lo: torch.Tensor, exp_bits: torch.Tensor, mantissa_bits: int
+def range_float_decode(
+    words: torch.Tensor, e_lo: int | torch.Tensor, exp_bits: int | torch.Tensor, mantissa_bits: int
 ) -> torch.Tensor:
-    """:func:`range_float_decode` of every row of ``words`` (``[rows, m]``), each with its own
-    ``e_lo`` and ``exp_bits`` (``int64`` ``[rows, 1]``): ``[rows, m]`` fp32."""
+    """Inverse of :func:`range_float_encode`: fp32 values from the packed words. ``e_lo`` and
+    ``exp_bits`` are ints for one message, or ``int64`` ``[rows, 1]`` columns for ``[rows, m]``
+    words (one message per row, :func:`range_float_rows`)."""
     words = words.to(torch.int64)
     mcode = words & ((1 << mantissa_bits) - 1)
-    code = (words >> mantissa_bits) & ((torch.ones_like(exp_bits) << exp_bits) - 1)
+    code = (words >> mantissa_bits) & ((1 << exp_bits) - 1)
     sign = (words >> (exp_bits + mantissa_bits)) & 1
     frac = mcode.to(torch.float32) / float(1 << mantissa_bits)  # [0, 1)
     normal = code > 0
     signif = torch.where(normal, 1.0 + frac, frac)
-    exponent = torch.where(normal, code - 1 + e_lo, e_lo.expand_as(code))
+    exponent = torch.where(normal, code - 1 + e_lo, e_lo)
     mag = signif * _pow2(exponent // 2) * _pow2(exponent - exponent // 2)  # exact scaling by 2**e
     return torch.where(sign.bool(), -mag, mag)
 
