@@ -21,8 +21,9 @@ its values scattered at once.
 
 Messages are decoded in chunks of at most :data:`CHUNK_ELEMENTS` values, which bounds the
 temporaries. Hylo's dense and 2-bit layers stack as rows (each row's threshold broadcast over its
-codes); its conv layers' kernel sets are decoded one by one. Any payload this path does not cover
-(another codec: fft, powersgd; a codec
+codes); its conv layers' kernel sets are decoded one by one. FFT messages of one schedule step
+decode their range-based floats as rows, each inverse FFT still the message's own. Any payload
+this path does not cover (another codec: powersgd; a codec
 subclass; buffers of differing sizes; Elias-coded QSGD or code widths of 3, 5, 6 or 7 bits) is
 decoded message by message, so :func:`decode_batch` is always correct to call and a malformed
 payload raises the per-message decoder's own error.
@@ -38,8 +39,10 @@ from torch.nn.utils.rnn import pad_sequence
 
 from aiotsim.compress.aggaware import AggregationAware
 from aiotsim.compress.base import Codec, LayerInfo, Payload
+from aiotsim.compress.batch_fft import fft_decode_rows
 from aiotsim.compress.dense import HalfPrecision, NoCompression
 from aiotsim.compress.dgc import DeepGradientCompression
+from aiotsim.compress.fft import FFTSparsification
 from aiotsim.compress.fourbit import FourBit
 from aiotsim.compress.hylo import Hylo, two_bit_dequantize
 from aiotsim.compress.packing import (
@@ -118,7 +121,7 @@ def decodes_in_batch(codec: Codec) -> bool:
     kind = type(codec)
     if kind in _ROWS:
         return _covered(codec)
-    return kind in _SPARSE or kind is RandomK or kind is Hylo
+    return kind in _SPARSE or kind in (RandomK, Hylo, FFTSparsification)
 
 
 def _rows_fn(
@@ -130,6 +133,8 @@ def _rows_fn(
     if type(codec) in _ROWS:
         rows_of = codec.decode_rows  # type: ignore[attr-defined]
         return (lambda chunk, layer: rows_of(_stacked(chunk), layer)) if _same_layout(payloads) else None
+    if isinstance(codec, FFTSparsification):  # the range-based floats at once, the FFTs one by one
+        return lambda chunk, layer: fft_decode_rows(codec, chunk, layer)
     if isinstance(codec, Hylo):  # its dense and 2-bit routes are element-wise; kernel sets one by one
         route = codec.route(layer)
         if route == "kernels" or not _same_layout(payloads):

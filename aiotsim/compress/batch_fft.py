@@ -17,7 +17,7 @@ calls are kept. A row whose spectrum holds a NaN (a diverging run) is encoded by
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -95,6 +95,22 @@ def _encode_rows(
         sent.index_copy_(0, at, _inverse_rows(f, idx, deq[:, :k], deq[:, k:], n))
 
 
+def fft_decode_rows(f: FFTSparsification, chunk: Sequence[Payload], layer: LayerInfo) -> torch.Tensor | None:
+    """:meth:`FFTSparsification.decode` of a chunk of messages that keep the same number of bins
+    (one schedule step): the range-based floats of all at once and their spectra scattered as
+    rows, each inverse FFT the message's own. ``[messages, n]`` fp32, or None (counts differ, or
+    none kept): then one by one."""
+    parsed = [f.parse(p, layer.numel) for p in chunk]  # (bins, words, e_lo, exp_bits)
+    counts = {int(x[0].numel()) for x in parsed}
+    if len(counts) != 1 or 0 in counts:
+        return None
+    k = counts.pop()
+    idx, words = torch.stack([x[0] for x in parsed]), torch.stack([x[1] for x in parsed])
+    fmt = torch.tensor([[x[2], x[3]] for x in parsed], dtype=torch.int64, device=words.device)  # [m, 2]
+    deq = range_float_decode(words, fmt[:, :1], fmt[:, 1:], f.params.mantissa_bits)  # [m, 2k]
+    return _inverse_rows(f, idx.to(words.device), deq[:, :k], deq[:, k:], layer.numel)
+
+
 def _inverse_rows(f: FFTSparsification, idx: torch.Tensor, re: torch.Tensor, im: torch.Tensor, n: int) -> torch.Tensor:
     """:meth:`FFTSparsification._inverse` of every row: ``[rows, n]`` fp32 signals."""
     rows = idx.shape[0]
@@ -111,4 +127,4 @@ def _by_node(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, nodes:
     return torch.cat([fn(part) for part in x.view(nodes, -1, x.shape[1])])
 
 
-__all__ = ["fft_rows"]
+__all__ = ["fft_rows", "fft_decode_rows"]

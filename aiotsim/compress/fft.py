@@ -400,6 +400,18 @@ class FFTSparsification(Codec[CodecState]):
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         n = layer.numel
+        idx, words, e_lo, exp_bits = self.parse(payload, n)
+        k = int(idx.numel())
+        if k == 0:
+            device = payload.buffers["values"].device
+            return torch.zeros(layer.shape, dtype=layer.dtype, device=device)
+        deq = range_float_decode(words, e_lo, exp_bits, self.params.mantissa_bits)
+        out = self._inverse(idx, deq[:k], deq[k:], n)
+        return out.view(layer.shape).to(layer.dtype)
+
+    def parse(self, payload: Payload, n: int) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+        """A message of an ``n``-element layer: its kept bins, their ``2k`` words (real parts,
+        then imaginary) and the format ``(e_lo, exp_bits)`` of its header."""
         head = payload.heads.get("header")  # its host copy, else one host read of the buffer
         head = bytes(payload.buffers["header"].tolist()) if head is None else head
         # two 16-bit fields, little-endian (pack_uint's bit order): biased lowest exponent, width
@@ -408,12 +420,5 @@ class FFTSparsification(Codec[CodecState]):
         bins = chunks * (length // 2 + 1)
         index_buf = payload.buffers["indices"]
         idx = decode_indices(index_buf, bins, index_header(index_buf, payload.heads.get("indices")))
-        k = int(idx.numel())
-        if k == 0:
-            device = payload.buffers["values"].device
-            return torch.zeros(layer.shape, dtype=layer.dtype, device=device)
         width = 1 + exp_bits + self.params.mantissa_bits
-        words = unpack_words(payload.buffers["values"], width, 2 * k)
-        deq = range_float_decode(words, e_lo, exp_bits, self.params.mantissa_bits)
-        out = self._inverse(idx, deq[:k], deq[k:], n)
-        return out.view(layer.shape).to(layer.dtype)
+        return idx, unpack_words(payload.buffers["values"], width, 2 * int(idx.numel())), e_lo, exp_bits
