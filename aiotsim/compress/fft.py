@@ -190,7 +190,17 @@ def _split(v: torch.Tensor, mantissa_bits: int) -> tuple[torch.Tensor, ...]:
     return v, mag, e + carry.to(torch.int64), q, mag > 0
 
 
-def _words(v, mag, e, q, nonzero, e_lo, exp_bits, inv, mantissa_bits: int) -> torch.Tensor:  # type: ignore[no-untyped-def]
+def _words(
+    v: torch.Tensor,
+    mag: torch.Tensor,
+    e: torch.Tensor,
+    q: torch.Tensor,
+    nonzero: torch.Tensor,
+    e_lo: int | torch.Tensor,
+    exp_bits: int | torch.Tensor,
+    inv: float | torch.Tensor,
+    mantissa_bits: int,
+) -> torch.Tensor:
     """The ``sign | code | mantissa`` words at lowest exponent ``e_lo`` and field width
     ``exp_bits`` (ints for one message, ``[rows, 1]`` columns for rows); ``inv`` = 2**-e_lo * 2**M
     (float64: 2**-e_lo overflows fp32 when e_lo is near fp32's smallest exponents)."""
