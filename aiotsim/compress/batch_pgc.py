@@ -53,7 +53,9 @@ def pgc_rows(codec: Codec, acc: torch.Tensor, layer: LayerInfo, states: list[Cod
     own = p.stats == "accumulated" or (not pgc.error_feedback and p.momentum == 0.0)  # as _encode's
     src = acc if own else (grad if grad.dtype == torch.float32 else grad.float())
     thr, mag = _algorithm1_rows(src, p.scale, p.topk_reading)
-    mag = mag if own else acc.abs()  # [nodes, n] |acc|; one [nodes, n] temporary at a time
+    if not own:  # |acc| instead of |src|: the one dropped before the other is made
+        del mag
+        mag = acc.abs()  # [nodes, n]
     thr = _alphas(thr, mag)
     for s, t in zip(states, thr):
         s.last = t  # type: ignore[attr-defined]
