@@ -166,14 +166,16 @@ def batched_pass_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int
     """Host memory of the batched gradient pass when a run of ``s`` on the CPU batches its nodes'
     gradients (``nodes.batched = true``, or ``"auto"`` where
     :func:`~aiotsim.learn.batched.cpu_batches` picks it), else 0: the pass's budget x
-    :data:`BATCH_PASS_FACTOR`. On CUDA the pass lives in device memory, which this does not count."""
+    :data:`BATCH_PASS_FACTOR`, plus for Gradient Variance its per-sample gradients and their squares
+    (:data:`~aiotsim.learn.batched.PER_SAMPLE_BUDGET_BYTES` each). On CUDA the pass lives in device
+    memory, which this does not count."""
     from aiotsim.compress.registry import get_codec_class
-    from aiotsim.learn.batched import CPU_BUDGET_BYTES, CPU_MIN_NODES, cpu_batches
+    from aiotsim.learn.batched import CPU_BUDGET_BYTES, CPU_MIN_NODES, PER_SAMPLE_BUDGET_BYTES, cpu_batches
     from aiotsim.learn.models import meta_model
     from aiotsim.sim.batching import BATCHED_MODES
 
     option = s.nodes.batched
-    if s.training.mode not in BATCHED_MODES or get_codec_class(s.compressor.name).needs_sq_grad or option is False:
+    if s.training.mode not in BATCHED_MODES or option is False:
         return 0
     batch_shape = (s.data.batch_size, *shape)
     if option == "auto" and (
@@ -181,7 +183,8 @@ def batched_pass_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int
         or not cpu_batches(meta_model(s.model.name, shape, classes), s.nodes.count, batch_shape)
     ):
         return 0
-    return round(CPU_BUDGET_BYTES * BATCH_PASS_FACTOR)
+    per_sample = 2 * PER_SAMPLE_BUDGET_BYTES if get_codec_class(s.compressor.name).needs_sq_grad else 0
+    return round(CPU_BUDGET_BYTES * BATCH_PASS_FACTOR) + per_sample
 
 
 def decode_scratch_bytes(nodes: int, params: int) -> int:

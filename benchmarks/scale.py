@@ -387,8 +387,9 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
     decodes = counts["decodes"] - sum(m for _, m in batches)  # one by one
     sync_device(learning.device)
     t0, c0 = time.perf_counter(), time.process_time()
+    sq = learning.codec.needs_sq_grad  # Gradient Variance: the passes' per-sample squares too, as the run's
     for n in counts["passes"]:
-        for r in learning.batched.gradients(None, x.expand(n, *x.shape), y.expand(n, *y.shape)):
+        for r in learning.batched.gradients(None, x.expand(n, *x.shape), y.expand(n, *y.shape), per_sample_sq=sq):
             r.take()
     for j, m, whole in encode_batches:
         rows = blocks[(j, m)] if whole else [grads[j]] * m
@@ -440,11 +441,14 @@ def plain_loop(
     gradients, encodes, decodes = work
     batches = batches or []
     rounds = max(gradients, -(-encodes // n_layers), -(-decodes // n_layers), -(-len(batches) // n_layers))
+    sq = None  # Gradient Variance's per-sample squares of the latest gradient, as the run sets them
     for k in range(rounds):
         if k < gradients:
-            grads = learning.computer.gradient(None, *batch).grads
+            res = learning.computer.gradient(None, *batch, per_sample_sq=learning.codec.needs_sq_grad)
+            grads, sq = res.grads, res.sq_grads
         for j in range(n_layers):
             if encodes > 0:
+                states[j].sq_grad = sq[j] if sq is not None else None
                 payloads[j] = codecs[j].encode(grads[j], layers[j], states[j])
                 encodes -= 1
             if decodes > 0:

@@ -135,6 +135,54 @@ def test_momentum_none_is_a_cumulative_average() -> None:
     torch.testing.assert_close(b.bn1.running_mean, per_node.mean(dim=0), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["lenet5", "mlp", "resnet20"])
+def test_per_sample_squares_equal_each_nodes_own(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gradient Variance's input, batched: each node's batch mean of squared per-sample gradients
+    equals the looped computer's for that node up to float rounding (a sample's gradient is its
+    own batch of one, whatever is mapped beside it; a conv's batched backward may sum in another
+    order), also where the nodes' samples are mapped a few nodes at a time (a per-sample budget of
+    2 nodes' worth: calls of 2, 2, 1 nodes); the gradients themselves are the pass's as without it."""
+    nodes, batch = 5, 3
+    shape, xs, ys = _inputs(name, nodes, batch, seed=2)
+    model = build_model(name, shape, 10, seed=1)
+    params = [p.detach() for p in model.parameters()]
+    param_bytes = sum(p.numel() * 4 for p in params)
+    monkeypatch.setattr(batched_mod, "PER_SAMPLE_BUDGET_BYTES", 2 * batch * param_bytes + 1)
+    assert batched_mod.per_sample_nodes(batch, param_bytes) == 2
+    computer = GradientComputer(model, CPU)
+    ref = [computer.gradient(None, xs[i], ys[i], per_sample_sq=True) for i in range(nodes)]
+    bg = BatchedGradients(GradientComputer(model, CPU), chunk=3)  # passes of 3 and 2 nodes
+    plain = [g.take() for g in bg.gradients(None, xs, ys)]
+    got = [g.take() for g in bg.gradients(None, xs, ys, per_sample_sq=True)]
+    for r, p, g in zip(ref, plain, got):
+        assert p.sq_grads is None and g.sq_grads is not None
+        assert len(g.sq_grads) == len(r.sq_grads)
+        for a, b, grad in zip(r.sq_grads, g.sq_grads, g.grads):
+            assert b.shape == a.shape == grad.shape
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6 * float(a.abs().max()))
+        assert all(torch.equal(a, b) for a, b in zip(p.grads, g.grads))
+
+
+def test_per_sample_squares_by_hand() -> None:
+    """A linear model's per-sample gradient is ``(softmax - onehot) x^T``: the batched squares of
+    two nodes of two samples each are the means of those outer products squared, by hand."""
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3, bias=False))
+    with torch.no_grad():
+        model[1].weight.copy_(torch.tensor([[0.5, -1.0, 0.0, 2.0], [1.0, 0.0, -0.5, 0.0], [0.0, 1.5, 1.0, -1.0]]))
+    g = torch.Generator().manual_seed(5)
+    xs, ys = torch.randn((2, 2, 1, 2, 2), generator=g), torch.tensor([[0, 2], [1, 1]])
+    sq = BatchedGradients(GradientComputer(model, CPU)).per_sample_sq(list(model.parameters()), xs, ys)
+    w = model[1].weight.detach()
+    for node in range(2):
+        outer = []
+        for k in range(2):
+            x = xs[node, k].reshape(4)
+            err = torch.softmax(w @ x, dim=0) - torch.nn.functional.one_hot(ys[node, k], 3).float()
+            outer.append(torch.outer(err, x))
+        expected = (outer[0].square() + outer[1].square()) / 2
+        torch.testing.assert_close(sq[0][node], expected, rtol=1e-6, atol=1e-7)
+
+
 def test_chunk_size_from_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     model = build_model("mlp", (1, 8, 8), 10, seed=0)
     bg = BatchedGradients(GradientComputer(model, CPU))
@@ -225,8 +273,8 @@ def _run(sc, monkeypatch: pytest.MonkeyPatch | None = None, device: str = "cpu")
     if cluster.learning.batched is not None:
         inner = cluster.learning.batched.gradients
 
-        def counted(*args: Any) -> Any:
-            out = inner(*args)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            out = inner(*args, **kwargs)
             calls[0] += len(out)
             return out
 
@@ -238,7 +286,14 @@ def _run(sc, monkeypatch: pytest.MonkeyPatch | None = None, device: str = "cpu")
 
 @pytest.mark.parametrize(
     ("mode", "codec", "model"),
-    [("sync", "none", "mlp"), ("sync", "topk", "mlp"), ("partial", "topk", "mlp"), ("sync", "none", "resnet20")],
+    [
+        ("sync", "none", "mlp"),
+        ("sync", "topk", "mlp"),
+        ("partial", "topk", "mlp"),
+        ("sync", "none", "resnet20"),
+        ("sync", "variance", "mlp"),
+        ("partial", "variance", "mlp"),
+    ],
 )
 def test_whole_run_batched_matches_looped(mode: str, codec: str, model: str) -> None:
     looped, lsink, lcalls = _run(_scenario(mode, codec, model, batched=False))
@@ -265,6 +320,8 @@ def test_whole_run_batched_matches_looped(mode: str, codec: str, model: str) -> 
     assert float((flat[1] - flat[0]).norm()) <= 1e-3 * float(flat[0].norm())
     for a, b in zip(lsink.evals, bsink.evals):
         assert b["accuracy"] == pytest.approx(a["accuracy"], abs=0.02)
+    for cluster in (looped, batched):  # Gradient Variance's squares are each encode's input, not kept
+        assert all(s.sq_grad is None for st in cluster.nodes for s in st.local.states)
 
 
 def test_default_on_cpu_is_looped_below_a_fleet() -> None:
@@ -292,7 +349,7 @@ def test_a_sync_round_lets_each_pass_go_once_encoded() -> None:
     assert cluster.learning.batched is not None
     inner, seen = cluster.learning.batched.gradients, []
 
-    def spy(params: Any, xs: torch.Tensor, ys: torch.Tensor) -> Any:
+    def spy(params: Any, xs: torch.Tensor, ys: torch.Tensor, **kwargs: Any) -> Any:
         # a parked result's gradient views and its pass's outputs (either pins the pass's memory)
         held = [len(p.grads) + len(p.rows) for st in cluster.nodes if (p := st.local.pending) is not None]
         seen.append((int(xs.shape[0]), held))

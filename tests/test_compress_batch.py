@@ -60,6 +60,10 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("fft", {"error_feedback": True}),  # the residual: the inverse FFT of what was sent
     ("fft", {"error_feedback": True, "chunk_size": 16, "mantissa_bits": 3, "max_exponent_bits": 2}),
     ("fft", {"chunk_size": 0, "schedule": "linear", "keep": 0.2, "keep_end": 0.6, "schedule_steps": 2}),
+    ("variance", {}),  # no per-sample squares given: the gradient squared stands in
+    ("variance", {"alpha": 2.0, "zeta": 0.9}),  # fewer pass, v decays
+    ("variance", {"quantize": False, "value_dtype": "fp16"}),
+    ("variance", {"decay_residual": True, "zeta": 0.9}),  # a residual decay per element: the loop
 ]
 SHAPES = [(7,), (16, 8), (3, 5, 3, 3), (70_000,)]
 
@@ -91,7 +95,7 @@ def test_batch_is_byte_identical_to_the_loop(name: str, params: dict[str, Any], 
     for step in range(3):  # residuals build up from the second step
         grads = _grads(nodes, shape, seed=step, ties=step == 1)
         ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
-        if name in batched_codecs() and not params.get("elias"):  # the batched path, not the loop
+        if name in batched_codecs() and not params.get("elias") and not params.get("decay_residual"):
             codec.encode = _no_loop  # type: ignore[method-assign]
         got = encode_batch(codec, torch.stack(grads) if step == 2 else grads, layer, batched, always=True)
         vars(codec).pop("encode", None)
@@ -104,12 +108,59 @@ def test_batch_is_byte_identical_to_the_loop(name: str, params: dict[str, Any], 
                 assert a.residual.numpy().tobytes() == b.residual.numpy().tobytes()
             assert torch.equal(a.generator.get_state(), b.generator.get_state())
             assert getattr(a, "last", None) == getattr(b, "last", None)  # PGC's Algorithm-1 quantities
+            _same_tensor(getattr(a, "variance", None), getattr(b, "variance", None))  # Gradient Variance's v
             u, v = getattr(a, "momentum", None), getattr(b, "momentum", None)  # DGC's, PGC's velocity
             assert (u is None) == (v is None)
             if u is not None:
                 assert v.shape == u.shape and u.numpy().tobytes() == v.numpy().tobytes()
     for g in grads:  # the callers' gradients are not modified
         assert g.abs().sum() > 0
+
+
+def _same_tensor(a: torch.Tensor | None, b: torch.Tensor | None) -> None:
+    assert (a is None) == (b is None)
+    if a is not None:
+        assert b is not None and b.shape == a.shape and a.numpy().tobytes() == b.numpy().tobytes()
+
+
+@pytest.mark.parametrize("quantize", [True, False])
+def test_variance_rows_with_per_sample_squares_encode_as_each_node(quantize: bool) -> None:
+    """Gradient Variance as the engine feeds it: each node's ``sq_grad`` set before the encode (the
+    rows of one batched pass's block, or tensors of their own), one node without (the gradient
+    squared stands in), variances as one block, apart from it, or none yet; three steps of
+    bytes, residuals and variances equal to each node's own encode. A hand check: at the first
+    step (no residual, no variance yet, alpha = 1) element i is sent when g_i^2 > s_i, so with
+    squares g^2 / 4 every nonzero element is sent."""
+    codec = build_codec("variance", {"alpha": 1.0, "zeta": 0.95, "quantize": quantize}, seed=3)
+    layer = LayerInfo("w", (6, 5), kind="fc", index=1)
+    nodes = 4
+    looped = [codec.init_state(layer, CPU, node=i) for i in range(nodes)]
+    batched = copy.deepcopy(looped)
+    for step in range(3):
+        grads = _grads(nodes, (6, 5), seed=10 + step, ties=False)
+        block = torch.stack([g.square() / (4 if step == 0 else 1 + k) for k, g in enumerate(grads)])  # a pass's rows
+        squares = list(block.unbind(0)) if step != 1 else [b.clone() for b in block]  # own tensors at step 1
+        squares[2] = None if step == 2 else squares[2]
+        for s, sq in zip(looped, squares):
+            s.sq_grad = sq
+        for states in (looped, batched):  # node 1's variance apart from the block, node 3 a fresh one
+            if step == 1:
+                states[1].variance = states[1].variance.clone()
+            if step == 2:
+                states[3].variance = None
+        ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
+        for s, sq in zip(batched, squares):
+            s.sq_grad = sq
+        codec.encode = _no_loop  # type: ignore[method-assign]
+        got = encode_batch(codec, grads, layer, batched)
+        vars(codec).pop("encode", None)
+        assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
+        if step == 0:
+            for g, p in zip(grads, ref):
+                assert torch.equal(codec.decode(p, layer) != 0, g != 0)
+        for a, b in zip(looped, batched):
+            _same_tensor(a.residual, b.residual)
+            _same_tensor(a.variance, b.variance)
 
 
 def test_a_node_without_residual_next_to_nodes_with_one() -> None:
@@ -255,6 +306,7 @@ def test_which_codecs_are_batched() -> None:
         "terngrad",
         "threshold",
         "topk",
+        "variance",
     ]
     assert set(names) <= set(codec_names())
 

@@ -95,7 +95,8 @@ PASS = round(128 * 2**20 * 1.25)  # the CPU pass's budget (128 MiB) x BATCH_PASS
         (["nodes.count=100", "training.mode=partial", "training.partial_k=50"], PASS),
         (["nodes.count=100", "training.mode=async"], 0),  # a node's version is its own: never batched
         (["nodes.count=100", "training.mode=federated"], 0),
-        (["nodes.count=100", "compressor.name=variance"], 0),  # per-sample squared gradients: looped
+        # Gradient Variance: batched too, with its per-sample gradients and their squares (32 MiB each)
+        (["nodes.count=100", "compressor.name=variance"], PASS + 2 * 32 * 2**20),
         (["nodes.count=100", "model.name=resnet20", "data.dataset=synthetic"], 0),  # batch norm: looped
     ],
 )

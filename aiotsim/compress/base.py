@@ -135,7 +135,8 @@ class CodecState:
 
     Fields are grouped by role, as in PyTorch's PowerSGD state: randomness, internal state and
     statistics. ``sq_grad`` is filled by the engine before :meth:`Codec.encode` for codecs that set
-    ``needs_sq_grad`` (mean over the batch of per-sample squared gradients, same shape as the grad).
+    ``needs_sq_grad`` (mean over the batch of per-sample squared gradients, same shape as the grad)
+    and cleared after it: it is that encode's input, not state kept between steps.
     """
 
     # randomness: owned by the state, derived from the scenario seed (never the global RNG)

@@ -25,8 +25,10 @@ codes), ``randomk``, ``threshold``, ``none``, ``fp16``, ``onebit``, ``4bit``, ``
 momentum correction over the rows, its sampled thresholds from each node's generator in order) and
 ``pgc`` / ``pgc-paper`` (Algorithm 1 over the rows: :mod:`aiotsim.compress.batch_pgc`) and ``hylo``
 (each layer's route over the rows: :mod:`aiotsim.compress.batch_hylo`) and ``fft`` (the chunked
-FFTs, top-k and range-based floats over the rows: :mod:`aiotsim.compress.batch_fft`).
-Every other codec (and ``qsgd`` with ``elias``, ``fp16`` of gradients that are not fp32, an empty
+FFTs, top-k and range-based floats over the rows: :mod:`aiotsim.compress.batch_fft`) and
+``variance`` (:mod:`aiotsim.compress.batch_variance`).
+Every other codec (and ``qsgd`` with ``elias``, ``variance`` with ``decay_residual``, ``fp16`` of
+gradients that are not fp32, an empty
 layer, a codec subclass) falls back to the per-node loop, so :func:`encode_batch` is always correct
 to call. Sums of squares come from
 ``vector_norm``, never BLAS's ``dot``, whose rounding depends on where a row lies in memory.
@@ -44,6 +46,7 @@ from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.batch_fft import fft_rows
 from aiotsim.compress.batch_hylo import hylo_rows
 from aiotsim.compress.batch_pgc import pgc_input, pgc_rows
+from aiotsim.compress.batch_variance import variance_rows
 from aiotsim.compress.dense import HalfPrecision, NoCompression
 from aiotsim.compress.dgc import _MIN_SAMPLE, DeepGradientCompression
 from aiotsim.compress.fft import FFTSparsification
@@ -74,6 +77,7 @@ from aiotsim.compress.sparsify import (
     k_of,
     round_values,
 )
+from aiotsim.compress.variance import VarianceCompression
 
 _U8 = torch.uint8
 
@@ -118,7 +122,7 @@ def encode_batch(
     if len(grads) != nodes:
         raise ValueError(f"{len(grads)} gradients for {nodes} states")
     fn = _BATCHED.get(type(codec))
-    if fn is None or nodes == 0 or layer.numel == 0 or (isinstance(codec, QSGD) and codec.params.elias):
+    if fn is None or nodes == 0 or layer.numel == 0 or _looped_variant(codec):
         return [codec.encode(g, layer, s) for g, s in zip(grads, states)]
     x = grads if isinstance(grads, torch.Tensor) else torch.stack(list(grads))
     if (not always and _loop_is_faster(codec, layer, x.device)) or (
@@ -141,6 +145,13 @@ def encode_batch(
     for s in typed:
         s.step += 1
     return payloads
+
+
+def _looped_variant(codec: Codec) -> bool:
+    """Settings without a batched path: Elias-coded QSGD, Gradient Variance's residual decay."""
+    if isinstance(codec, QSGD):
+        return codec.params.elias
+    return isinstance(codec, VarianceCompression) and codec.params.decay_residual
 
 
 def _loop_is_faster(codec: Codec, layer: LayerInfo, device: torch.device) -> bool:
@@ -463,8 +474,9 @@ _INPUTS: dict[type[Codec], Callable[[Codec, torch.Tensor, LayerInfo, list[CodecS
     PartitionGradientCompression: pgc_input,
     PartitionGradientCompressionPaper: pgc_input,
 }
-# encoders that also take the gradient rows (PGC's Algorithm 1 reads the raw gradient)
-_READS_GRADIENT = (PartitionGradientCompression, PartitionGradientCompressionPaper)
+# encoders that also take the gradient rows (PGC's Algorithm 1 reads the raw gradient; Gradient
+# Variance squares it where a node has no per-sample squares)
+_READS_GRADIENT = (PartitionGradientCompression, PartitionGradientCompressionPaper, VarianceCompression)
 
 _BATCHED: dict[type[Codec], BatchEncoder] = {
     TopK: _topk,
@@ -485,6 +497,7 @@ _BATCHED: dict[type[Codec], BatchEncoder] = {
     PartitionGradientCompressionPaper: pgc_rows,  # type: ignore[dict-item]
     Hylo: hylo_rows,
     FFTSparsification: fft_rows,
+    VarianceCompression: variance_rows,  # type: ignore[dict-item]
 }
 
 __all__ = ["encode_batch", "batched_codecs"]

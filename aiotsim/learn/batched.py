@@ -71,6 +71,11 @@ ACTIVATION_FACTOR = 4
 # Copies of the parameters a node's pass holds: its gradient, and the per-node weight-gradient
 # intermediates of the backward.
 PARAM_FACTOR = 3
+# Per-sample gradients (Gradient Variance's squares) mapped in one call, B: about 128 LeNet-5
+# samples, where one call was fastest (CPU, 1 thread, s for 106 nodes: batch 4 by 4 / 16 / 32 / 106
+# nodes per call 0.104 / 0.098 / 0.106 / 0.135, node by node 0.207; batch 32 by 1 / 2 / 4 / 8 nodes
+# 0.61 / 0.55 / 0.45 / 0.72, node by node 0.59).
+PER_SAMPLE_BUDGET_BYTES = 32 << 20
 
 
 def use_batched(
@@ -141,6 +146,12 @@ def forward_bytes(model: nn.Module, sample_shape: tuple[int, ...]) -> int:
     return total // 2
 
 
+def per_sample_nodes(batch: int, param_bytes: int) -> int:
+    """Nodes whose per-sample gradients one call of :meth:`BatchedGradients.per_sample_sq` maps at
+    once: as many as :data:`PER_SAMPLE_BUDGET_BYTES` of per-sample gradients hold (at least one)."""
+    return max(1, PER_SAMPLE_BUDGET_BYTES // max(1, batch * param_bytes))
+
+
 def node_batcher(
     computer: GradientComputer, option: str | bool, chunk: int = 0, nodes: int = 0, batch_shape: tuple[int, ...] = ()
 ) -> BatchedGradients | None:
@@ -168,7 +179,10 @@ class NodeGradient:
         The pass's ``[nodes, *shape]`` outputs per parameter (shared by the pass's nodes), of which
         ``grads`` is row ``row``; for whole-pass steps on them (empty: not from a pass).
     row : int
-        This node's row in ``rows``.
+        This node's row in ``rows`` (and in ``sq_rows``).
+    sq_rows : list of torch.Tensor
+        With ``per_sample_sq``: per parameter the pass's ``[nodes, *shape]`` batch means of
+        squared per-sample gradients (Gradient Variance's input), else empty.
     """
 
     grads: list[torch.Tensor]
@@ -177,6 +191,7 @@ class NodeGradient:
     norms: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = field(default_factory=list)
     rows: list[torch.Tensor] = field(default_factory=list)
     row: int = 0
+    sq_rows: list[torch.Tensor] = field(default_factory=list)
 
     def take(self) -> GradResult:
         """Apply this node's BN running-statistics update to the shared model (as the looped
@@ -186,7 +201,8 @@ class NodeGradient:
                 for module, mean, var in self.norms:
                     _update_running_stats(module, mean, var)
             self.norms = []  # applied once
-        return GradResult(grads=self.grads, loss=self.loss, wall_s=self.wall_s)
+        sq = [r[self.row] for r in self.sq_rows] if self.sq_rows else None
+        return GradResult(grads=self.grads, loss=self.loss, wall_s=self.wall_s, sq_grads=sq)
 
 
 def _update_running_stats(m: nn.Module, mean: torch.Tensor, var: torch.Tensor) -> None:
@@ -245,7 +261,9 @@ class BatchedGradients:
         return max(1, min(nodes, self.budget_bytes() // per_node))
 
     # -- the pass -------------------------------------------------------------------------------
-    def gradients(self, params: list[torch.Tensor] | None, xs: torch.Tensor, ys: torch.Tensor) -> list[NodeGradient]:
+    def gradients(
+        self, params: list[torch.Tensor] | None, xs: torch.Tensor, ys: torch.Tensor, per_sample_sq: bool = False
+    ) -> list[NodeGradient]:
         """Every node's gradient of its batch-mean loss at ``params``.
 
         Parameters
@@ -256,6 +274,9 @@ class BatchedGradients:
             ``[nodes, B, C, H, W]``: node ``i``'s batch is ``xs[i]``.
         ys : torch.Tensor
             ``[nodes, B]`` int64 targets.
+        per_sample_sq : bool
+            Also each node's batch mean of squared per-sample gradients (``NodeGradient.sq_rows``,
+            :meth:`per_sample_sq`), as the looped ``GradientComputer.gradient`` computes it.
 
         Returns
         -------
@@ -272,8 +293,32 @@ class BatchedGradients:
         step = self.chunk_size(nodes, tuple(xs.shape[1:]))
         out: list[NodeGradient] = []
         for start in range(0, nodes, step):
-            out.extend(self._chunk(pdict, xs[start : start + step], ys[start : start + step]))
+            chunk = self._chunk(pdict, xs[start : start + step], ys[start : start + step])
+            if per_sample_sq:
+                sq_rows = self.per_sample_sq(leaves, xs[start : start + step], ys[start : start + step])
+                for g in chunk:
+                    g.sq_rows = sq_rows
+            out.extend(chunk)
         return out
+
+    def per_sample_sq(self, params: list[torch.Tensor], xs: torch.Tensor, ys: torch.Tensor) -> list[torch.Tensor]:
+        """Per parameter, ``[nodes, *shape]``: each node's mean over its batch of the squared
+        per-sample gradients at ``params``, the looped ``GradientComputer._per_sample_sq`` of
+        every node at once. The nodes' samples are mapped together
+        (:meth:`GradientComputer.per_sample_grads` of ``xs`` flattened to ``[nodes x B, ...]``),
+        :func:`per_sample_nodes` nodes at a time, and each node's ``B`` rows averaged: node by
+        node's values up to float rounding (a conv's batched backward may sum in another order;
+        tests/test_batched.py), with the pass's per-sample gradients within
+        :data:`PER_SAMPLE_BUDGET_BYTES`."""
+        nodes, batch = int(xs.shape[0]), int(xs.shape[1])
+        params = [p.detach() for p in params]
+        step = per_sample_nodes(batch, sum(p.numel() * p.element_size() for p in params))
+        parts: list[list[torch.Tensor]] = []
+        for a in range(0, nodes, step):
+            m = min(step, nodes - a)
+            per = self.computer.per_sample_grads(params, xs[a : a + m].flatten(0, 1), ys[a : a + m].flatten(0, 1))
+            parts.append([per[n].view(m, batch, *per[n].shape[1:]).square().mean(dim=1) for n in self.computer.names])
+        return [torch.cat(col) if len(col) > 1 else col[0] for col in zip(*parts)]
 
     def _chunk(self, pdict: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor) -> list[NodeGradient]:
         """One vectorized pass over ``xs.shape[0]`` nodes."""
@@ -356,6 +401,7 @@ __all__ = [
     "cpu_batches",
     "forward_bytes",
     "node_batcher",
+    "per_sample_nodes",
     "node_pass_bytes",
     "use_batched",
 ]

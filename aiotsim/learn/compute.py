@@ -378,6 +378,17 @@ class GradientComputer:
         return GradResult(grads, loss_value, wall_s, sq, time.perf_counter() - t1)
 
     def _per_sample_sq(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        per_sample = self.per_sample_grads(params, x, y)  # name -> [B, *shape]
+        return [per_sample[n].square().mean(dim=0) for n in self.names]
+
+    def per_sample_grads(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each sample's own gradient of its loss at ``params`` (detached, in ``model.parameters()``
+        order): ``torch.func.vmap`` of ``torch.func.grad`` over the samples of ``x`` (``[S, C, H,
+        W]``) and ``y`` (``[S]``); parameter name -> ``[S, *shape]``. A sample's gradient does not
+        depend on the other samples mapped with it (each is a batch of one, batch norm on its own
+        statistics), so nodes' batches may be mapped together
+        (:meth:`aiotsim.learn.batched.BatchedGradients.gradients`)."""
+
         def sample_loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
             state = {**p, **self.buffers} if self.buffers else p
             out = functional_call(self.model, state, (xi.unsqueeze(0),))  # [1, classes]
@@ -385,8 +396,7 @@ class GradientComputer:
 
         pdict = dict(zip(self.names, params))
         with batch_stats_only(self.model):  # vmap cannot update shared running statistics
-            per_sample = vmap(grad(sample_loss), in_dims=(None, 0, 0))(pdict, x, y)  # name -> [B, *shape]
-        return [per_sample[n].square().mean(dim=0) for n in self.names]
+            return vmap(grad(sample_loss), in_dims=(None, 0, 0))(pdict, x, y)  # type: ignore[no-any-return]
 
     def train_flops(self, batch_shape: tuple[int, ...] | torch.Size) -> float:
         """FLOPs of one forward + backward pass on a batch of this shape.

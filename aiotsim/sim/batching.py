@@ -50,7 +50,7 @@ def prefetch(c: Cluster, nodes: list[int], encode: bool = True) -> int:
     many nodes got one (0 when the looped path runs). ``encode``: also encode them at once where
     that is exact (:func:`encode_group`); the ring, which encodes chunks of its own, passes False."""
     batched = c.learning.batched
-    if batched is None or c.mode not in BATCHED_MODES or c.learning.codec.needs_sq_grad or len(nodes) < 2:
+    if batched is None or c.mode not in BATCHED_MODES or len(nodes) < 2:
         return 0
     groups: dict[int, list[int]] = {}  # batch size -> nodes
     for i in nodes:
@@ -78,13 +78,13 @@ def gradient_group(c: Cluster, members: list[int], encode: bool) -> None:
     19.7 s and 1,454 MB; looped 1,289 MB)."""
     assert c.learning.batched is not None
     xs, ys = draw_batches([c.nodes[i].local.stream for i in members])  # [nodes, B, C, H, W], [nodes, B]
-    results = c.learning.batched.gradients(None, xs, ys)
+    results = c.learning.batched.gradients(None, xs, ys, per_sample_sq=c.learning.codec.needs_sq_grad)
     del xs, ys
     for i, g in zip(members, results):
         c.nodes[i].local.pending = g
     if encode and c.mode == "sync" and encode_group(c, members, results):
         for g in results:
-            g.grads, g.rows = [], []  # sent as the parked payloads; both pinned the pass's [nodes, ...] outputs
+            g.grads, g.rows, g.sq_rows = [], [], []  # sent as the parked payloads; they pinned the pass's outputs
 
 
 def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) -> bool:
@@ -112,9 +112,14 @@ def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) ->
     per_node: list[list[Payload]] = [[] for _ in members]
     for j, (codec, layer) in enumerate(zip(learning.layer_codecs, learning.layers)):
         states = [local.states[j] for local in locals_]
+        for state, g in zip(states, results):  # Gradient Variance's squares, as Learning.encode sets them
+            if g.sq_rows:
+                state.sq_grad = g.sq_rows[j][g.row]
         grads = steps[j] if steps is not None else [g.grads[j] for g in results]
         for out, p in zip(per_node, encode_batch(codec, grads, layer, states)):
             out.append(p)
+        for state in states:
+            state.sq_grad = None  # read by the encode only (Learning.encode lets it go too)
     if learning.state_dtype == torch.float32:
         hold_residual_rows([local.states for local in locals_], learning.pages)
     for local, kept in zip(locals_, narrow):

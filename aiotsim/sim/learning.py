@@ -200,9 +200,9 @@ class Learning:
         payloads = []
         narrow = widen_states(states)
         for j, (codec, layer, g) in enumerate(zip(codecs, self.layers, grads)):
-            if sq is not None:
-                states[j].sq_grad = sq[j]
+            states[j].sq_grad = sq[j] if sq is not None else None
             payloads.append(codec.encode(g, layer, states[j]))
+            states[j].sq_grad = None  # read by this encode only: not a model-sized tensor per node until the next
         narrow_states(states, self.state_dtype, narrow, self.pages)
         sync_device(self.device)
         return payloads, time.perf_counter() - t0
