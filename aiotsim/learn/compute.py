@@ -328,7 +328,12 @@ class GradientComputer:
             raise ValueError(f"got {len(params)} parameter tensors, the model has {len(self.names)}")
         return [p.detach().requires_grad_(True) for p in params]
 
-    def _call(self, leaves: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    def _call(self, leaves: list[torch.Tensor], x: torch.Tensor, own: bool = False) -> torch.Tensor:
+        """The model's output on ``x`` with ``leaves`` as its parameters; ``own``: they are the
+        model's own, so it runs as it is (``functional_call`` would swap every parameter for
+        itself: about 0.1 ms per call of module walks, 5% of a LeNet-5 batch gradient)."""
+        if own:
+            return self.model(x)  # type: ignore[no-any-return]
         state = dict(zip(self.names, leaves))
         if self.buffers:
             state.update(self.buffers)
@@ -365,7 +370,7 @@ class GradientComputer:
         leaves = self._leaves(params)
         _sync(self.device)
         t0 = time.perf_counter()
-        loss = self.loss_fn(self._call(leaves, x), y)  # scalar
+        loss = self.loss_fn(self._call(leaves, x, own=params is None), y)  # scalar
         grads = list(torch.autograd.grad(loss, leaves))
         loss_value = loss.item()  # the one host sync (waits for backward on the same stream)
         _sync(self.device)
@@ -425,7 +430,7 @@ class GradientComputer:
             leaves = self._leaves(None)
             counter = FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS)
             with batch_stats_only(self.model), counter:
-                loss = self.loss_fn(self._call(leaves, x), y)
+                loss = self.loss_fn(self._call(leaves, x, own=True), y)
                 torch.autograd.grad(loss, leaves)
             self._flops[key] = float(counter.get_total_flops())
         return self._flops[key]
@@ -460,7 +465,7 @@ class GradientComputer:
             for start in range(0, n, batch_size):
                 xb = x[start : start + batch_size].to(self.device, non_blocking=True)
                 yb = y[start : start + batch_size].to(self.device, non_blocking=True)
-                logits = self._call(leaves, xb)  # [b, classes]
+                logits = self._call(leaves, xb, own=params is None)  # [b, classes]
                 correct += (logits.argmax(dim=1) == yb).sum()
                 loss_sum += self.loss_fn(logits, yb) * yb.shape[0]  # batch mean -> batch sum
         return correct.item() / n, loss_sum.item() / n
