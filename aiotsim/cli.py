@@ -336,11 +336,16 @@ def calibrate(
     out.print(format_table(rows), highlight=False)
 
 
-def main() -> None:  # pragma: no cover - console entry point alias
+def main() -> None:
+    """The ``aiotsim`` command: a process of its own, whose heap keeps a round's freed blocks for
+    the next round (:func:`aiotsim.sim.allocator.keep_freed_blocks`), then the CLI."""
+    from aiotsim.sim.allocator import keep_freed_blocks
+
+    keep_freed_blocks()
     app()
 
 
 _register_batch(app)
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    sys.exit(main())
