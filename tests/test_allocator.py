@@ -59,8 +59,8 @@ try:
 except AttributeError:
     print("no mallinfo2"); sys.exit(0)
 class Info(ctypes.Structure):  # struct mallinfo2: ten size_t fields; hblkhd (mapped bytes) is the fifth
-    _fields_ = [(n, ctypes.c_size_t) for n in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+    _fields_ = [(n, ctypes.c_size_t) for n in names.split()]
 info.restype = Info
 if sys.argv[1] == "kept":
     from aiotsim.sim.allocator import keep_freed_blocks
