@@ -55,5 +55,8 @@ def top_rows(mag: torch.Tensor, k: int) -> torch.Tensor:
     above = mag > kth
     need = k - above.sum(dim=1, keepdim=True)  # ties at the k-th magnitude that still fit
     ties = mag == kth
-    mask = above | (ties & (torch.cumsum(ties, dim=1, dtype=torch.int64) <= need))  # k per row
+    # int32 counts (n < 2**31): half the bytes of int64's, and a pass's [nodes, n] of them stays
+    # under glibc's largest heap block (32 MiB), so its memory is reused, not mapped and faulted
+    # in afresh each call (iot1000 topk, 106 nodes x 48,000: 40.7 -> 20.3 MB)
+    mask = above | (ties & (torch.cumsum(ties, dim=1, dtype=torch.int32) <= need))  # k per row
     return torch.nonzero(mask)[:, 1].view(nodes, k)  # ascending per row (lower index wins ties)
