@@ -69,7 +69,9 @@ Run: ``python benchmarks/scale.py [--nodes 10 100 1000 10000] [--codecs none top
 [--topologies star hierarchical] [--iterations N] [--repeats N] [--aggregation auto|stacked|streamed]
 [--batched auto|true|false] [--device cpu|cuda] [--no-loop]`` (column ``agg``: the aggregation the
 run used; ``auto`` streams above 1 GB of stack; column ``grads``: ``nodes.batched`` as resolved,
-``auto`` batching on the CPU from 100 nodes of LeNet-5). One torch thread per case.
+``auto`` batching on the CPU from 100 nodes of LeNet-5). One torch thread per case; each case's
+process keeps its freed heap blocks as the ``aiotsim`` command does
+(:func:`aiotsim.sim.allocator.keep_freed_blocks`, since 2026-11-25).
 """
 
 from __future__ import annotations
@@ -476,6 +478,9 @@ def main() -> None:
     parser.add_argument("--case", nargs=9, metavar=case_args, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
+        from aiotsim.sim.allocator import keep_freed_blocks
+
+        keep_freed_blocks()  # the heap policy of the aiotsim command, whose runs this process stands for
         n, codec, topo, its, reps, agg, batched, device, loop = args.case
         print(json.dumps(run_case(int(n), codec, topo, int(its), int(reps), agg, batched, device, loop == "1")))
         return
