@@ -339,9 +339,14 @@ def calibrate(
 def main() -> None:
     """The ``aiotsim`` command: a process of its own, whose heap keeps a round's freed blocks for
     the next round (:func:`aiotsim.sim.allocator.keep_freed_blocks`), then the CLI."""
+    from aiotsim.cli_common import print_error
     from aiotsim.sim.allocator import keep_freed_blocks
 
-    keep_freed_blocks()
+    try:
+        keep_freed_blocks()
+    except ConfigError as exc:
+        print_error(exc.message)
+        sys.exit(exc.exit_code)
     app()
 
 

@@ -4,6 +4,7 @@ the heap instead of a mapping of its own."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -11,6 +12,7 @@ from importlib.metadata import entry_points
 import pytest
 
 from aiotsim import cli
+from aiotsim.errors import ConfigError
 from aiotsim.sim import allocator
 
 
@@ -35,6 +37,22 @@ def test_leaves_the_allocator_alone_when_told_or_when_the_user_set_glibcs_own(en
     calls: list[tuple[int, int]] = []
     assert not allocator.keep_freed_blocks(lambda p, v: calls.append((p, v)) or 1, environ=environ)
     assert calls == []
+
+
+def test_keep_is_the_default_and_another_value_is_refused() -> None:
+    calls: list[tuple[int, int]] = []
+    assert allocator.keep_freed_blocks(lambda p, v: calls.append((p, v)) or 1, environ={"AIOTSIM_MALLOC": "keep"})
+    assert len(calls) == 2
+    with pytest.raises(ConfigError, match=r"AIOTSIM_MALLOC='off': must be 'default' .* or 'keep'"):
+        allocator.keep_freed_blocks(lambda p, v: 1, environ={"AIOTSIM_MALLOC": "off"})
+
+
+def test_the_command_refuses_a_bad_value_with_exit_2() -> None:
+    env = {**os.environ, "AIOTSIM_MALLOC": "off"}
+    code = "import sys; sys.argv = ['aiotsim', '--help']; from aiotsim.cli import main; main()"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 2
+    assert "error: AIOTSIM_MALLOC='off': must be 'default'" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_refused_setting_reports_false() -> None:

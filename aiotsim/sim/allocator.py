@@ -28,6 +28,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from aiotsim.errors import ConfigError
+
 TRIM_MARGIN_BYTES = 64 << 20  # B of resident growth past the last trim before the next one
 
 
@@ -39,7 +41,7 @@ _M_MMAP_THRESHOLD = -3
 COMMAND_MMAP_THRESHOLD = 32 << 20
 # ... and up to this much free memory at the heap's top stays there, B
 COMMAND_TRIM_THRESHOLD = 1 << 30
-# set to "default" to keep glibc's own policy in the aiotsim command
+# "default": glibc's own policy in the aiotsim command; "keep" (or unset): keep_freed_blocks
 MALLOC_ENV = "AIOTSIM_MALLOC"
 
 
@@ -72,10 +74,17 @@ def keep_freed_blocks(mallopt: Callable[[int, int], int] | None = None, environ:
 
     Nothing is changed without glibc, where ``$AIOTSIM_MALLOC`` is ``default``, or where the
     user set glibc's own ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or
-    ``MALLOC_TOP_PAD_`` (theirs stand). ``mallopt`` and ``environ`` are injected by tests.
+    ``MALLOC_TOP_PAD_`` (theirs stand). Another value of ``$AIOTSIM_MALLOC`` than ``default`` or
+    ``keep`` raises :class:`ConfigError`. ``mallopt`` and ``environ`` are injected by tests.
     """
     environ = os.environ if environ is None else environ
-    if environ.get(MALLOC_ENV, "").strip().lower() == "default":
+    choice = environ.get(MALLOC_ENV, "").strip().lower()
+    if choice not in ("", "keep", "default"):
+        raise ConfigError(
+            f"{MALLOC_ENV}={environ[MALLOC_ENV]!r}: must be 'default' (glibc's own heap policy) or 'keep' "
+            "(a round's freed blocks kept for the next, the default); unset it or set one of those"
+        )
+    if choice == "default":
         return False
     if any(k in environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")):
         return False
