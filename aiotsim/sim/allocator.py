@@ -65,12 +65,13 @@ def keep_freed_blocks(mallopt: Callable[[int, int], int] | None = None, environ:
     temporaries, so every round faulted fresh, zeroed pages in again. With blocks up to 32 MiB
     from the heap and up to 1 GiB of free top kept: iot100 ``none`` x 10, 7.4-7.7 -> 6.6-7.0 s
     (670,000-890,000 -> 170,000-214,000 page faults); ``topk`` 8.2-8.4 -> 7.3-7.6 s, peak 650 ->
-    695-700 MB; iot1000 ``topk`` x 3, 10.2-10.3 -> 9.4-9.9 s; iot10k ``none`` x 3, 124.8 -> 109.5
-    s (system time 27.6 -> 13.3 s), peak 6.14 -> 6.15 GB; iot10 unchanged in time, peak 524 ->
-    540-552 MB (measured with glibc's ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``,
-    which set the same). Results do not change (memory placement only; torch aligns every tensor
-    to 64 bytes either way). A streamed run's :class:`HeapTrimmer` still gives free pages back
-    when the resident memory sets a new high (``malloc_trim`` ignores the trim threshold).
+    695-700 MB; iot1000 ``topk`` x 3, 10.2-10.3 -> 9.4-9.9 s; iot10k ``none`` x 3, 126.2 -> 108.5
+    s (system time 26.4 -> 9.4 s), peak 6.18 -> 6.13 GB; iot10 unchanged in time, peak 524 ->
+    540-552 MB (iot10k through the command, the others with glibc's ``MALLOC_MMAP_THRESHOLD_`` /
+    ``MALLOC_TRIM_THRESHOLD_`` at 32 MiB / 4 GB, which set the same). Results do not change
+    (memory placement only; torch aligns every tensor to 64 bytes either way). A streamed run's
+    :class:`HeapTrimmer` still gives free pages back when the resident memory sets a new high
+    (``malloc_trim`` ignores the trim threshold).
 
     Nothing is changed without glibc, where ``$AIOTSIM_MALLOC`` is ``default``, or where the
     user set glibc's own ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or
