@@ -112,14 +112,14 @@ def _quantize_rows(
     mag = values.abs()
     top = torch.zeros(nodes, dtype=torch.float32, device=values.device).scatter_reduce_(0, owner, mag, "amax")
     scales = top.tolist()  # exact fp32 values, as float(mag.max()) reads them
-    # 1 / scale in double rounded to fp32 once per row: the factor mul_(1.0 / scale) applies
-    inv = torch.tensor([1.0 / s if s else 0.0 for s in scales], dtype=torch.float32, device=values.device)
+    # 1 / scale in double, rounded to fp32: the factor mul_(1.0 / scale) applies (0 for an empty row)
+    inv = torch.where(top != 0, 1.0 / top.double(), 0.0).float()
     m, big_e = torch.frexp(mag.mul_(inv.index_select(0, owner)))
     e = (m < _SQRT_HALF).to(torch.int32).sub_(big_e).clamp_(0, _MAX_EXP)
     codes = e.to(torch.uint8) | ((values < 0).to(torch.uint8) << _EXP_BITS)
     # each row's 16-entry table (dequantize_pow2 of every code at the row's scale), then a gather
     every = torch.arange(1 << (_EXP_BITS + 1), device=values.device).to(torch.uint8).expand(nodes, -1)
-    tables = dequantize_pow2(every, torch.tensor(scales, dtype=torch.float32, device=values.device).unsqueeze(1))
+    tables = dequantize_pow2(every, top.unsqueeze(1))
     deq = tables.reshape(-1).index_select(0, owner * (1 << (_EXP_BITS + 1)) + codes.to(torch.int64))
     return codes, deq, scales
 

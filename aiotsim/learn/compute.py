@@ -331,7 +331,7 @@ class GradientComputer:
     def _call(self, leaves: list[torch.Tensor], x: torch.Tensor, own: bool = False) -> torch.Tensor:
         """The model's output on ``x`` with ``leaves`` as its parameters; ``own``: they are the
         model's own, so it runs as it is (``functional_call`` would swap every parameter for
-        itself: about 0.1 ms per call of module walks, 5% of a LeNet-5 batch gradient)."""
+        itself: 42 us of module walks per call, measured on a batch-1 LeNet-5 forward, 172 vs 130 us)."""
         if own:
             return self.model(x)  # type: ignore[no-any-return]
         state = dict(zip(self.names, leaves))
