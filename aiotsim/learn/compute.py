@@ -316,6 +316,10 @@ class GradientComputer:
         self.device = torch.device(device)
         self.loss_fn = loss_fn
         self.names: list[str] = [n for n, _ in model.named_parameters()]
+        # the model's own parameters, listed once rather than by a module walk per gradient (6.6 us
+        # for LeNet-5). Moving the model (``.to``) and loading a state dict keep these Parameter
+        # objects, as the server optimizer relies on too.
+        self._own: list[torch.Tensor] = list(model.parameters())
         self.buffers: dict[str, torch.Tensor] = dict(model.named_buffers())
         self._flops: dict[tuple[int, ...], float] = {}  # batch shape -> FLOP per fwd+bwd
 
@@ -323,7 +327,7 @@ class GradientComputer:
     def _leaves(self, params: list[torch.Tensor] | None) -> list[torch.Tensor]:
         """Tensors to differentiate: the model's own, or detached views of ``params`` (no copy)."""
         if params is None:
-            return list(self.model.parameters())
+            return list(self._own)
         if len(params) != len(self.names):
             raise ValueError(f"got {len(params)} parameter tensors, the model has {len(self.names)}")
         return [p.detach().requires_grad_(True) for p in params]
