@@ -198,6 +198,44 @@ def test_chunk_size_from_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> N
     assert BatchedGradients(bg.computer, chunk=7).chunk_size(100, (16, 1, 8, 8)) == 7
 
 
+@pytest.mark.parametrize(("name", "squares"), [("lenet5", False), ("mlp", True)])
+@pytest.mark.parametrize("at_version", [False, True])
+def test_a_looped_pass_gives_each_nodes_own_gradient_bit_for_bit(name: str, squares: bool, at_version: bool) -> None:
+    """From ``loop_from`` samples per node a pass runs its nodes one by one: the looped computer's
+    gradients, losses and squares exactly, as rows of ``[nodes, *shape]`` blocks per chunk (chunk
+    2 of 5 nodes: blocks of 2, 2, 1)."""
+    nodes, batch = 5, 16
+    shape = (1, 28, 28) if name == "lenet5" else (1, 8, 8)
+    g = torch.Generator().manual_seed(3)
+    xs, ys = torch.randn((nodes, batch, *shape), generator=g), torch.randint(0, 10, (nodes, batch), generator=g)
+    model = build_model(name, shape, 10, seed=2)
+    version = [p.detach() + 0.01 for p in model.parameters()] if at_version else None
+    ref = GradientComputer(copy.deepcopy(model), CPU)
+    bg = BatchedGradients(GradientComputer(model, CPU), chunk=2, loop_from=batch)
+    assert bg.loops(batch) and not bg.loops(batch - 1)
+    out = bg.gradients(version, xs, ys, per_sample_sq=squares)
+    assert [g.rows[0].shape[0] for g in out] == [2, 2, 2, 2, 1] and [g.row for g in out] == [0, 1, 0, 1, 0]
+    for k, got in enumerate(out):
+        want = ref.gradient(version, xs[k], ys[k], per_sample_sq=squares)
+        res = got.take()
+        assert res.loss == want.loss
+        assert all(torch.equal(a, b) for a, b in zip(res.grads, want.grads, strict=True))
+        for j, row in enumerate(res.grads):  # a view of its block's row, not a copy
+            assert row.data_ptr() == got.rows[j][got.row].data_ptr()
+        if squares:
+            assert want.sq_grads is not None and res.sq_grads is not None
+            assert all(torch.equal(a, b) for a, b in zip(res.sq_grads, want.sq_grads, strict=True))
+        else:
+            assert res.sq_grads is None and got.sq_rows == []
+
+
+def test_a_batch_norm_model_is_always_mapped() -> None:
+    """A looped pass would update BN running statistics at dispatch, in node order, not at each
+    node's turn: a BN model's passes stay mapped whatever ``loop_from`` says."""
+    bn = BatchedGradients(GradientComputer(build_model("resnet20", (3, 8, 8), 10), CPU), loop_from=1)
+    assert bn.loop_from == 0 and not bn.loops(64)
+
+
 def test_option() -> None:
     assert use_batched(True, CPU) and not use_batched(False, CPU)
     assert not use_batched("auto", CPU)  # no model to judge: looped
@@ -206,7 +244,9 @@ def test_option() -> None:
         use_batched("yes", CPU)
     computer = GradientComputer(build_model("mlp", (1, 8, 8), 10), CPU)
     assert node_batcher(computer, "auto") is None and node_batcher(computer, True) is not None
-    assert node_batcher(computer, "auto", nodes=100, batch_shape=(16, 1, 8, 8)) is not None
+    auto = node_batcher(computer, "auto", nodes=100, batch_shape=(16, 1, 8, 8))
+    assert auto is not None and auto.loop_from == batched_mod.CPU_LOOPED_PASS_BATCH
+    assert node_batcher(computer, True).loop_from == 0  # type: ignore[union-attr]  # true: mapped
     assert node_batcher(computer, "auto", chunk=5, nodes=99, batch_shape=(16, 1, 8, 8)) is None
 
 
@@ -329,14 +369,20 @@ def test_default_on_cpu_is_looped_below_a_fleet() -> None:
     assert calls == 0
 
 
-def test_auto_batches_a_cpu_fleet_as_true_does() -> None:
-    """From CPU_MIN_NODES nodes ``auto`` runs the batched path on the CPU (mlp: batch-norm free),
-    row for row what ``true`` gives; one node fewer runs looped."""
-    fleet = {"scenario.iterations": 2}
+@pytest.mark.parametrize("batch", [8, batched_mod.CPU_LOOPED_PASS_BATCH])
+def test_auto_batches_a_cpu_fleet(batch: int) -> None:
+    """From CPU_MIN_NODES nodes ``auto`` runs the batched path on the CPU (mlp: batch-norm free):
+    below CPU_LOOPED_PASS_BATCH samples per node mapped passes, row for row what ``true`` gives;
+    from there passes filled node by node, row for row what ``false`` gives. One node fewer runs
+    looped."""
+    # each node's own shard of `batch` samples, so that every batch has `batch` samples
+    fleet = {"scenario.iterations": 2, "data.batch_size": batch, "data.samples_per_node": batch}
     n = batched_mod.CPU_MIN_NODES
     _, asink, acalls = _run(_scenario("sync", "topk", count=n).replace(**fleet))
-    _, tsink, tcalls = _run(_scenario("sync", "topk", count=n, batched=True).replace(**fleet))
-    assert acalls == tcalls == n * 2 and asink.rows == tsink.rows
+    same = {"batched": True} if batch < batched_mod.CPU_LOOPED_PASS_BATCH else {"batched": False}
+    _, ref, rcalls = _run(_scenario("sync", "topk", count=n, **same).replace(**fleet))
+    assert acalls == n * 2 and rcalls == (n * 2 if same["batched"] else 0)
+    assert asink.rows == ref.rows and asink.evals == ref.evals
     _, _, calls = _run(_scenario("sync", "topk", count=n - 1).replace(**fleet))
     assert calls == 0
 

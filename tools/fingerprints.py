@@ -28,7 +28,7 @@ and fails (the test skips: there is nothing to compare with until the machine's 
 from the code before the change under test). A case whose fingerprint ``--record`` changes (a
 change of results on purpose) is marked ``stale`` in every other set: those machines' values are
 no longer the reference, and ``--check`` and the test pass over the case there until that machine
-records it again.
+records it again; a case added since a set was recorded is stale in it the same way.
 """
 
 from __future__ import annotations
@@ -74,7 +74,11 @@ SUBSET = ("none", "2bit", "topk", "agg-aware", "powersgd", "variance")
 EXTRA = {
     # a fleet: nodes.batched = "auto" computes its gradients in batched passes on the CPU too
     # (aiotsim.learn.batched.cpu_batches), and a sync round encodes each pass at dispatch
+    # (at 32 samples per node a pass computes its gradients node by node: the looped path's values,
+    # CPU_LOOPED_PASS_BATCH) ...
     "iot100-batched": ("scenarios/iot100.toml", 2, []),
+    # ... and mapped, as "auto" runs smaller batches (iot1000: about 4 samples per node)
+    "iot100-mapped": ("scenarios/iot100.toml", 2, ["nodes.batched=true"]),
     # the fluid model without TCP windows: its fingerprints are those iot10 had before the TCP
     # transport became the default
     "iot10-ideal": ("scenarios/iot10.toml", 3, ["network.transport=ideal"]),
@@ -162,14 +166,16 @@ def set_to_record(sets: list[dict], found: dict | None, name: str) -> dict:
 
 def record_case(sets: list[dict], chosen: dict, key: str, fp: dict[str, str]) -> None:
     """Record ``key``'s fingerprint in ``chosen``. Where it changes the one recorded before (results
-    changed on purpose) the other sets' values of ``key`` are marked stale; where ``chosen`` had
-    ``key`` stale, this machine catches up with such a change: its mark goes, nothing else."""
+    changed on purpose) the other sets' values of ``key`` are marked stale, and so is a new case in
+    the sets that lack it; where ``chosen`` had ``key`` stale, this machine catches up with such a
+    change: its mark goes, nothing else."""
     catching_up = key in chosen.get("stale", [])
     old = chosen["fingerprints"].get(key)
-    if old is not None and old != fp and not catching_up:
-        for other in sets:
-            if other is not chosen:
-                other["stale"] = sorted({*other.get("stale", []), key})
+    for other in sets:
+        # changed on purpose, or a new case: the other machines have no current value of it
+        changed = old is not None and old != fp and not catching_up
+        if other is not chosen and (changed or key not in other["fingerprints"]):
+            other["stale"] = sorted({*other.get("stale", []), key})
     chosen["fingerprints"][key] = fp
     left = [k for k in chosen.get("stale", []) if k != key]
     if left:

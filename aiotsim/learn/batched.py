@@ -23,12 +23,22 @@ Batch normalization, per node, as in the looped path:
   running statistics see the same updates in the same order as looped, up to float rounding.
 
 Where it wins: on a GPU, where one pass over thousands of small batches replaces thousands of
-kernel launches. On the 2-core development CPU it depends on the model (``benchmarks/batched.py``,
-CPU time at one thread, batched / looped, chunks of the 128 MiB budget): the batch-norm-free
+kernel launches. On the first 2-core development CPU (before 2026-11-25) it depended on the model
+(``benchmarks/batched.py``, CPU time at one thread, batched / looped, chunks of the 128 MiB
+budget): the batch-norm-free
 lenet5 0.84x, mlp 0.60x, lenet-caffe 0.80x; alexnet 1.21x at the one node per pass that budget
 holds (0.95x at 7); resnet20 and mobilenetv2 (batch norm) 1.2-1.6x. ``nodes.batched = "auto"``
 therefore batches on CUDA, and on the CPU only fleets (:data:`CPU_MIN_NODES`) of models built from
 the layer kinds measured faster (:func:`cpu_batches`); see :func:`use_batched`.
+
+On the CPU the mapped pass wins only for small batches: one node's forward and backward at a time
+is faster from :data:`CPU_LOOPED_PASS_BATCH` samples per node (measured on the AMD EPYC machine,
+where a single LeNet-5 gradient at batch 32 takes 2.2 ms and its share of a mapped pass 3.9 ms).
+There ``auto`` still makes the round's passes, for what they do beyond the gradients (one momentum
+operation per layer for the pass's nodes, the batched encodes of
+:mod:`aiotsim.sim.batching`), but fills each pass's ``[nodes, *shape]`` blocks node by node
+(:meth:`BatchedGradients.gradients`): the looped path's gradients, bit for bit, so such a run's
+results are those of ``nodes.batched = false``.
 """
 
 from __future__ import annotations
@@ -63,6 +73,12 @@ CPU_MIN_CHUNK = 8
 # ... and the only layer kinds a model may have (measured batched faster: lenet5, mlp, lenet-caffe,
 # alexnet; batch norm slower: resnet20 1.24x, mobilenetv2 1.6x; others unmeasured, so looped).
 CPU_LAYER_KINDS: tuple[type[nn.Module], ...] = (nn.Conv2d, nn.Linear, nn.MaxPool2d, nn.ReLU)
+# ... and the batch size from which "auto" on the CPU computes a pass's gradients node by node
+# (:meth:`BatchedGradients.gradients`; the pass stays a pass for the momentum and the encode): one
+# node's forward and backward then beats the mapped pass (lenet5, 100 nodes, CPU ms per node at
+# batch 4 / 8 / 16 / 32: node by node 0.64 / 0.86 / 1.29 / 2.20, mapped 0.33 / 0.69 / 1.65 / 3.86;
+# AMD EPYC, one thread, torch 2.13).
+CPU_LOOPED_PASS_BATCH = 16
 # Memory a node's pass holds, relative to the bytes of its batch's forward outputs (every module's
 # output): the saved outputs, their gradients and vmap's own copies. Measured with torch 2.13 on the
 # CPU (peak RSS growth of one pass, minus one copy of the parameters, per node): lenet5 at batch 32
@@ -158,7 +174,10 @@ def node_batcher(
     """The batched pass for ``computer`` when ``nodes.batched = option`` batches on its device for a
     fleet of ``nodes`` with batches of ``batch_shape`` (:func:`use_batched`), else ``None`` (looped)."""
     on = use_batched(option, computer.device, computer.model, nodes, batch_shape)
-    return BatchedGradients(computer, chunk) if on else None
+    if not on:
+        return None
+    cpu_auto = option == "auto" and computer.device.type == "cpu"
+    return BatchedGradients(computer, chunk, loop_from=CPU_LOOPED_PASS_BATCH if cpu_auto else 0)
 
 
 @dataclass
@@ -223,9 +242,14 @@ class BatchedGradients:
         The looped computer whose model, buffers and loss this pass shares.
     chunk : int
         Nodes per vectorized pass; 0 picks it from a memory budget (:meth:`chunk_size`).
+    loop_from : int
+        Batch size from which a pass computes its nodes' gradients one node at a time, through
+        the looped computer, instead of mapped (0: always mapped). Only for models without batch
+        normalization: there the looped path's values come out bit for bit (``auto`` on the CPU,
+        :data:`CPU_LOOPED_PASS_BATCH`).
     """
 
-    def __init__(self, computer: GradientComputer, chunk: int = 0) -> None:
+    def __init__(self, computer: GradientComputer, chunk: int = 0, loop_from: int = 0) -> None:
         if chunk < 0:
             raise ConfigError(f"nodes.batch_chunk(={chunk}) must be >= 0")
         self.computer = computer
@@ -234,6 +258,7 @@ class BatchedGradients:
         self.norm_modules = [
             m for m in self.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
         ]
+        self.loop_from = 0 if self.norm_modules else int(loop_from)
         self._sample_bytes: dict[tuple[int, ...], int] = {}  # sample shape -> forward output bytes
 
     # -- memory ---------------------------------------------------------------------------------
@@ -291,6 +316,12 @@ class BatchedGradients:
             raise ValueError(f"got {len(leaves)} parameter tensors, the model has {len(self.computer.names)}")
         pdict = {n: p.detach() for n, p in zip(self.computer.names, leaves)}
         step = self.chunk_size(nodes, tuple(xs.shape[1:]))
+        if self.loops(int(xs.shape[1])):
+            return [
+                g
+                for start in range(0, nodes, step)
+                for g in self._looped(params, xs[start : start + step], ys[start : start + step], per_sample_sq)
+            ]
         out: list[NodeGradient] = []
         for start in range(0, nodes, step):
             chunk = self._chunk(pdict, xs[start : start + step], ys[start : start + step])
@@ -319,6 +350,35 @@ class BatchedGradients:
             per = self.computer.per_sample_grads(params, xs[a : a + m].flatten(0, 1), ys[a : a + m].flatten(0, 1))
             parts.append([per[n].view(m, batch, *per[n].shape[1:]).square().mean(dim=1) for n in self.computer.names])
         return [torch.cat(col) if len(col) > 1 else col[0] for col in zip(*parts)]
+
+    def loops(self, batch: int) -> bool:
+        """Whether a pass of batches of ``batch`` samples computes its gradients node by node."""
+        return 0 < self.loop_from <= batch
+
+    def _looped(
+        self, params: list[torch.Tensor] | None, xs: torch.Tensor, ys: torch.Tensor, per_sample_sq: bool
+    ) -> list[NodeGradient]:
+        """A pass's nodes one at a time through :meth:`GradientComputer.gradient` (the looped
+        path's own values, bit for bit), each gradient (and its squares) copied into row ``k`` of
+        ``[nodes, *shape]`` blocks, as a mapped pass returns them."""
+        n = int(xs.shape[0])
+        rows: list[torch.Tensor] = []
+        sq_rows: list[torch.Tensor] = []
+        out: list[NodeGradient] = []
+        for k in range(n):
+            res = self.computer.gradient(params, xs[k], ys[k], per_sample_sq=per_sample_sq)
+            if not rows:
+                rows = [torch.empty((n, *g.shape), dtype=g.dtype, device=g.device) for g in res.grads]
+                sq_rows = [torch.empty((n, *q.shape), dtype=q.dtype, device=q.device) for q in res.sq_grads or []]
+            for block, g in zip(rows, res.grads):
+                block[k].copy_(g)
+            for block, q in zip(sq_rows, res.sq_grads or []):
+                block[k].copy_(q)
+            out.append(NodeGradient([], res.loss, res.wall_s, rows=rows, row=k, sq_rows=sq_rows))
+        per_row = [block.unbind(0) for block in rows]  # views, one call per parameter
+        for g in out:
+            g.grads = [r[g.row] for r in per_row]
+        return out
 
     def _chunk(self, pdict: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor) -> list[NodeGradient]:
         """One vectorized pass over ``xs.shape[0]`` nodes."""
