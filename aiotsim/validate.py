@@ -167,10 +167,21 @@ def batched_pass_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int
     gradients (``nodes.batched = true``, or ``"auto"`` where
     :func:`~aiotsim.learn.batched.cpu_batches` picks it), else 0: the pass's budget x
     :data:`BATCH_PASS_FACTOR`, plus for Gradient Variance its per-sample gradients and their squares
-    (:data:`~aiotsim.learn.batched.PER_SAMPLE_BUDGET_BYTES` each). On CUDA the pass lives in device
-    memory, which this does not count."""
+    (:data:`~aiotsim.learn.batched.PER_SAMPLE_BUDGET_BYTES` each); an upper bound where the passes
+    may be filled node by node (a node's shard may be smaller than the batch size, and smaller
+    batches are mapped). Where ``"auto"`` fills every pass (:func:`~aiotsim.learn.batched.cpu_fills`:
+    below a fleet, or with ``data.samples_per_node`` setting every node's batch), a pass's gradient
+    rows, and their squares for Gradient Variance. On CUDA the pass lives in device memory, which
+    this does not count."""
     from aiotsim.compress.registry import get_codec_class
-    from aiotsim.learn.batched import CPU_BUDGET_BYTES, CPU_MIN_NODES, PER_SAMPLE_BUDGET_BYTES, cpu_batches
+    from aiotsim.learn.batched import (
+        CPU_BUDGET_BYTES,
+        CPU_MIN_NODES,
+        PER_SAMPLE_BUDGET_BYTES,
+        cpu_batches,
+        cpu_fills,
+        node_pass_bytes,
+    )
     from aiotsim.learn.models import meta_model
     from aiotsim.sim.batching import BATCHED_MODES
 
@@ -178,12 +189,22 @@ def batched_pass_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int
     if s.training.mode not in BATCHED_MODES or option is False:
         return 0
     batch_shape = (s.data.batch_size, *shape)
-    if option == "auto" and (
-        s.nodes.count < CPU_MIN_NODES  # (decided before a model is built)
-        or not cpu_batches(meta_model(s.model.name, shape, classes), s.nodes.count, batch_shape)
-    ):
-        return 0
-    per_sample = 2 * PER_SAMPLE_BUDGET_BYTES if get_codec_class(s.compressor.name).needs_sq_grad else 0
+    squares = get_codec_class(s.compressor.name).needs_sq_grad
+    if option == "auto":
+        model = meta_model(s.model.name, shape, classes)
+        maps = s.nodes.count >= CPU_MIN_NODES and cpu_batches(model, s.nodes.count, batch_shape)
+        # a node's batch: known where every node draws its own shard, else a shard may be smaller
+        own = s.data.samples_per_node
+        fills = cpu_fills(model, (min(s.data.batch_size, own) if own else s.data.batch_size, *shape))
+        fills = fills and (maps or s.nodes.compute_model != "measured")  # as Learning decides
+        if fills and (own or not maps):  # every pass filled node by node: its gradient rows
+            budget = CPU_BUDGET_BYTES // node_pass_bytes(model, batch_shape)
+            nodes = min(s.nodes.count, s.nodes.batch_chunk or max(1, budget))  # a pass's nodes
+            params = sum(p.numel() for p in model.parameters()) * 4  # B, fp32
+            return nodes * params * (2 if squares else 1)
+        if not maps:
+            return 0
+    per_sample = 2 * PER_SAMPLE_BUDGET_BYTES if squares else 0
     return round(CPU_BUDGET_BYTES * BATCH_PASS_FACTOR) + per_sample
 
 

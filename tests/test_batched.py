@@ -245,14 +245,25 @@ def test_option() -> None:
     computer = GradientComputer(build_model("mlp", (1, 8, 8), 10), CPU)
     assert node_batcher(computer, "auto") is None and node_batcher(computer, True) is not None
     auto = node_batcher(computer, "auto", nodes=100, batch_shape=(16, 1, 8, 8))
-    assert auto is not None and auto.loop_from == batched_mod.CPU_LOOPED_PASS_BATCH
-    assert node_batcher(computer, True).loop_from == 0  # type: ignore[union-attr]  # true: mapped
-    assert node_batcher(computer, "auto", chunk=5, nodes=99, batch_shape=(16, 1, 8, 8)) is None
+    assert auto is not None and auto.loop_from == batched_mod.CPU_LOOPED_PASS_BATCH and auto.maps
+    assert auto.handles(8) and auto.handles(16) and not auto.loops(8) and auto.loops(16)
+    true = node_batcher(computer, True)
+    assert true is not None and true.loop_from == 0 and true.maps and not true.loops(64)  # true: mapped
+    # below a fleet: passes filled node by node from 16 samples per node, smaller batches looped
+    small = node_batcher(computer, "auto", chunk=5, nodes=99, batch_shape=(16, 1, 8, 8))
+    assert small is not None and not small.maps and small.handles(16) and not small.handles(15)
+    with pytest.raises(ValueError, match="left to the looped path"):
+        small.gradients(None, torch.zeros(2, 15, 1, 8, 8), torch.zeros(2, 15, dtype=torch.long))
+    assert node_batcher(computer, "auto", chunk=5, nodes=99, batch_shape=(15, 1, 8, 8)) is None
+    # a "measured" run below a fleet stays looped (its encode times are each node's own)
+    assert node_batcher(computer, "auto", nodes=99, batch_shape=(16, 1, 8, 8), fill_small=False) is None
+    fleet = node_batcher(computer, "auto", nodes=100, batch_shape=(16, 1, 8, 8), fill_small=False)
+    assert fleet is not None and fleet.maps and fleet.loops(16)
 
 
 def _auto_on_cpu(name: str, nodes: int, shape: tuple[int, ...] = (3, 32, 32), batch: int = 32) -> bool:
-    model = meta_model(name, shape, 10)
-    return use_batched("auto", CPU, model, nodes, (batch, *shape))
+    """Whether ``auto`` maps the passes of this fleet on the CPU."""
+    return batched_mod.cpu_batches(meta_model(name, shape, 10), nodes, (batch, *shape))
 
 
 def test_auto_on_the_cpu_batches_fleets_of_batch_norm_free_models() -> None:
@@ -273,6 +284,22 @@ def test_auto_on_the_cpu_batches_fleets_of_batch_norm_free_models() -> None:
     assert not use_batched("auto", CPU, dropout, 1000, (16, 1, 8, 8))  # Flatten, Dropout: not measured
 
 
+def test_auto_on_the_cpu_fills_passes_of_large_batches_at_any_fleet_size() -> None:
+    """Passes filled node by node give the looped values, so ``auto`` makes them for any fleet of a
+    model of CPU_LAYER_KINDS from CPU_LOOPED_PASS_BATCH samples per node; never for batch norm or
+    random layers (their statistics and draws would follow dispatch order, not each node's turn)."""
+    mnist, b = (1, 28, 28), batched_mod.CPU_LOOPED_PASS_BATCH
+    for name in ("lenet5", "mlp", "lenet-caffe"):
+        model = meta_model(name, mnist, 10)
+        assert batched_mod.cpu_fills(model, (b, *mnist)) and use_batched("auto", CPU, model, 2, (b, *mnist)), name
+        assert not batched_mod.cpu_fills(model, (b - 1, *mnist)), name
+        assert not use_batched("auto", CPU, model, 2, (b - 1, *mnist)), name
+    for name in ("resnet20", "mobilenetv2"):
+        assert not batched_mod.cpu_fills(meta_model(name, (3, 32, 32), 10), (64, 3, 32, 32)), name
+    dropout = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10), torch.nn.Dropout(0.1))
+    assert not batched_mod.cpu_fills(dropout, (64, 1, 8, 8))
+
+
 def test_auto_on_the_cpu_needs_min_chunk_nodes_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pass bytes by hand (mlp on 1x8x8 at batch 16): the budget must hold CPU_MIN_CHUNK of them."""
     model = build_model("mlp", (1, 8, 8), 10, seed=0)
@@ -280,9 +307,9 @@ def test_auto_on_the_cpu_needs_min_chunk_nodes_per_pass(monkeypatch: pytest.Monk
     per_node = batched_mod.ACTIVATION_FACTOR * 16 * (200 + 200 + 10) * 4 + batched_mod.PARAM_FACTOR * params
     assert batched_mod.node_pass_bytes(model, (16, 1, 8, 8)) == per_node
     monkeypatch.setattr(batched_mod, "CPU_BUDGET_BYTES", batched_mod.CPU_MIN_CHUNK * per_node)
-    assert use_batched("auto", CPU, model, 100, (16, 1, 8, 8))
+    assert batched_mod.cpu_batches(model, 100, (16, 1, 8, 8))
     monkeypatch.setattr(batched_mod, "CPU_BUDGET_BYTES", batched_mod.CPU_MIN_CHUNK * per_node - 1)
-    assert not use_batched("auto", CPU, model, 100, (16, 1, 8, 8))
+    assert not batched_mod.cpu_batches(model, 100, (16, 1, 8, 8))
     with pytest.raises(ConfigError, match=r"nodes\.batched: must be 'auto', true or false, got 'yes'"):
         _scenario("sync", "none", batched="yes")
     with pytest.raises(ConfigError, match=r"nodes\.batch_chunk: must be in \[0"):
@@ -364,17 +391,28 @@ def test_whole_run_batched_matches_looped(mode: str, codec: str, model: str) -> 
         assert all(s.sq_grad is None for st in cluster.nodes for s in st.local.states)
 
 
-def test_default_on_cpu_is_looped_below_a_fleet() -> None:
-    _, _, calls = _run(_scenario("sync", "none"))
+@pytest.mark.parametrize("mode", ["sync", "partial"])
+def test_below_a_fleet_auto_fills_passes_with_the_looped_results(mode: str) -> None:
+    """Four nodes at batch 16: ``auto`` fills passes node by node (every gradient of a sync round
+    at dispatch), row for row and eval for eval the looped run's; at batch 8 it runs looped."""
+    looped, lsink, lcalls = _run(_scenario(mode, "topk", batched=False))
+    auto, asink, acalls = _run(_scenario(mode, "topk"))
+    assert lcalls == 0 and (acalls == 4 * 6 if mode == "sync" else acalls > 0)
+    assert asink.rows == lsink.rows and asink.evals == lsink.evals
+    for p, q in zip(looped.learning.model.parameters(), auto.learning.model.parameters()):
+        assert torch.equal(p, q)
+    _, _, calls = _run(_scenario(mode, "topk").replace(**{"data.batch_size": 8}))
     assert calls == 0
+    _, _, calls = _run(_scenario(mode, "topk").replace(**{"nodes.compute_model": "measured"}))
+    assert calls == 0  # measured: a node's own encode time, so looped below a fleet
 
 
 @pytest.mark.parametrize("batch", [8, batched_mod.CPU_LOOPED_PASS_BATCH])
 def test_auto_batches_a_cpu_fleet(batch: int) -> None:
     """From CPU_MIN_NODES nodes ``auto`` runs the batched path on the CPU (mlp: batch-norm free):
-    below CPU_LOOPED_PASS_BATCH samples per node mapped passes, row for row what ``true`` gives;
-    from there passes filled node by node, row for row what ``false`` gives. One node fewer runs
-    looped."""
+    below CPU_LOOPED_PASS_BATCH samples per node mapped passes, row for row what ``true`` gives
+    (one node fewer: looped); from there passes filled node by node, row for row what ``false``
+    gives (one node fewer: the same)."""
     # each node's own shard of `batch` samples, so that every batch has `batch` samples
     fleet = {"scenario.iterations": 2, "data.batch_size": batch, "data.samples_per_node": batch}
     n = batched_mod.CPU_MIN_NODES
@@ -384,7 +422,7 @@ def test_auto_batches_a_cpu_fleet(batch: int) -> None:
     assert acalls == n * 2 and rcalls == (n * 2 if same["batched"] else 0)
     assert asink.rows == ref.rows and asink.evals == ref.evals
     _, _, calls = _run(_scenario("sync", "topk", count=n - 1).replace(**fleet))
-    assert calls == 0
+    assert calls == (0 if same["batched"] else (n - 1) * 2)
 
 
 def test_a_sync_round_lets_each_pass_go_once_encoded() -> None:

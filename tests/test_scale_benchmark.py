@@ -20,16 +20,23 @@ def _scale_module():
 @pytest.mark.slow
 @pytest.mark.parametrize("codec", ["none", "topk"])
 def test_a_star_rounds_work_is_counted_for_the_bare_loop(codec: str) -> None:
-    """iot10, one sync iteration: 10 gradients, 10 x 10 layer encodes at the nodes, and the
-    server decodes each of the 10 messages' 10 layers once (LeNet-5: 5 weights + 5 biases), in
-    one batched decode per layer (none and topk have one)."""
+    """iot10, one sync iteration: looped, 10 gradients and 10 x 10 layer encodes at the nodes;
+    with ``auto`` (a pass of the 10 nodes filled node by node, encoded as one batch per layer)
+    one pass of 10 and 10 batched encodes instead. Either way the server decodes each of the 10
+    messages' 10 layers once (LeNet-5: 5 weights + 5 biases), in one batched decode per layer
+    (none and topk have one)."""
     from aiotsim.network.flows import Network
 
     send = Network.send
-    row = _scale_module().run_case(10, codec, "star", 1, repeats=2)
+    scale = _scale_module()
+    looped = scale.run_case(10, codec, "star", 1, repeats=2, batched="false")
     # per repeat: a second repeat's work is not added to the first's
-    assert (row["gradients"], row["encodes"], row["decodes"]) == (10, 100, 100)
-    assert row["decode_batches"] == 10
+    assert (looped["gradients"], looped["encodes"], looped["decodes"]) == (10, 100, 100)
+    assert looped["passes"] == [] and looped["encode_batches"] == 0
+    row = scale.run_case(10, codec, "star", 1, repeats=2)
+    assert (row["gradients"], row["encodes"], row["decodes"]) == (0, 0, 100)
+    assert row["grads"] == "batched" and row["passes"] == [10] and row["encode_batches"] == 10
+    assert looped["decode_batches"] == row["decode_batches"] == 10
     assert row["status"] == "complete" and row["bare_s"] > 0 and row["cpu_ratio"] > 0
     assert row["repeats"] == 2 and len(row["ratios"]) == 2
     assert Network.send is send  # the timing wrappers are taken off after each repeat
@@ -88,7 +95,7 @@ def test_the_aggregation_asked_is_the_one_the_case_runs() -> None:
     scale = _scale_module()
     rows = {agg: scale.run_case(10, "none", "star", 1, repeats=1, aggregation=agg) for agg in ("auto", "streamed")}
     assert (rows["auto"]["aggregation"], rows["streamed"]["aggregation"]) == ("stacked", "streamed")
-    assert rows["auto"]["gradients"] == rows["streamed"]["gradients"] == 10
+    assert rows["auto"]["passes"] == rows["streamed"]["passes"] == [10]  # the 10 nodes' gradients
 
 
 @pytest.mark.slow

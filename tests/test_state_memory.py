@@ -98,11 +98,23 @@ PASS = round(128 * 2**20 * 1.25)  # the CPU pass's budget (128 MiB) x BATCH_PASS
         # Gradient Variance: batched too, with its per-sample gradients and their squares (32 MiB each)
         (["nodes.count=100", "compressor.name=variance"], PASS + 2 * 32 * 2**20),
         (["nodes.count=100", "model.name=resnet20", "data.dataset=synthetic"], 0),  # batch norm: looped
+        # 16 samples per node (CPU_LOOPED_PASS_BATCH): passes filled node by node, at any fleet size;
+        # they hold a pass's gradient rows (all 99 or 100 nodes: the budget holds 174 mlp nodes)
+        (["nodes.count=99", "data.samples_per_node=16"], 99 * P * 4),
+        (["nodes.count=100", "data.samples_per_node=16"], 100 * P * 4),
+        (["nodes.count=100", "data.samples_per_node=16", "nodes.batch_chunk=30"], 30 * P * 4),
+        (["nodes.count=99", "data.samples_per_node=16", "compressor.name=variance"], 2 * 99 * P * 4),  # + squares
+        # shards from the partition (sizes unknown here): below a fleet filled at the batch size of
+        # 16; a fleet could map a smaller shard's batches, so its budget is counted
+        (["nodes.count=4", "data.samples_per_node=0"], 4 * P * 4),
+        (["nodes.count=4", "data.samples_per_node=0", "nodes.compute_model=measured"], 0),  # looped
+        (["nodes.count=100", "data.samples_per_node=0"], PASS),
     ],
 )
 def test_estimate_counts_the_batched_pass_where_the_cpu_runs_one(tiny_scenario, sets, pass_bytes) -> None:
-    """The batched gradient pass's host memory (its 128 MiB budget x 1.25, measured) is counted
-    exactly where a CPU run batches: ``true``, or ``auto`` by aiotsim.learn.batched.cpu_batches."""
+    """The batched gradient pass's host memory is counted exactly where a CPU run batches:
+    ``true``, or ``auto`` by aiotsim.learn.batched.cpu_batches (mapped: the 128 MiB budget x 1.25,
+    measured) and cpu_fills (filled node by node: a pass's gradient rows)."""
     size = world_size(load_scenario(tiny_scenario, ["data.samples_per_node=10", *sets]))
     assert size.pass_bytes == pass_bytes
     assert ("batched gradient pass" in size.describe()) == (pass_bytes > 0)
@@ -186,7 +198,9 @@ def test_a_sync_round_holds_one_gradient_at_a_time(tiny_scenario, tmp_path, monk
     """8 nodes start together: in a sync round each encodes its gradient as soon as it is
     computed and drops it, so one is alive at a time; in a partial round the server may step
     during a node's compute, so the encode waits for it and all 8 are held over their compute.
-    (No momentum: with momentum on the nodes the gradient handed on is the kept velocity.)"""
+    (No momentum: with momentum on the nodes the gradient handed on is the kept velocity. The
+    looped path: ``auto`` would fill a pass at dispatch, whose encode lets each gradient go,
+    tests/test_batched.py.)"""
     import weakref
 
     from aiotsim.sim.world import Cluster
@@ -203,7 +217,7 @@ def test_a_sync_round_holds_one_gradient_at_a_time(tiny_scenario, tmp_path, monk
 
     monkeypatch.setattr(Cluster, "gradient", counted)
     over = ["nodes.count=8", "compressor.name=topk", f"training.mode={mode}", "training.partial_k=8",
-            "training.momentum=0"]  # fmt: skip
+            "training.momentum=0", "nodes.batched=false"]  # fmt: skip
     run_scenario(load_scenario(tiny_scenario, over, iterations=2), tmp_path / "run", device="cpu")
     assert peak[0] == most
 

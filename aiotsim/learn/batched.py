@@ -38,7 +38,8 @@ There ``auto`` still makes the round's passes, for what they do beyond the gradi
 operation per layer for the pass's nodes, the batched encodes of
 :mod:`aiotsim.sim.batching`), but fills each pass's ``[nodes, *shape]`` blocks node by node
 (:meth:`BatchedGradients.gradients`): the looped path's gradients, bit for bit, so such a run's
-results are those of ``nodes.batched = false``.
+results are those of ``nodes.batched = false``, and ``auto`` does so at any fleet size
+(:func:`cpu_fills`; iot10 ``topk``: 37-38 ms per iteration instead of 44-46).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -56,6 +57,9 @@ from torch.func import functional_call, grad_and_value, vmap
 from aiotsim.errors import ConfigError
 from aiotsim.learn.compute import GradientComputer, GradResult, batch_stats_only
 
+if TYPE_CHECKING:
+    from aiotsim.config import NodesSection
+
 # Device memory a batched pass may use when no chunk size is given: on CUDA this fraction of the
 # free memory (torch.cuda.mem_get_info) ...
 CUDA_BUDGET_FRACTION = 0.5
@@ -63,9 +67,10 @@ CUDA_BUDGET_FRACTION = 0.5
 # passes run from cache: lenet5 at 128 nodes, CPU ms per node, budget 64 / 128 / 256 / 512 MiB:
 # 8.07 / 8.13 / 8.29 / 8.97 (looped 9.62); mlp 1.39 / 1.19 / 1.24 / 1.24 (looped 1.99).
 CPU_BUDGET_BYTES = 128 << 20
-# "auto" on the CPU: the fleet size from which it batches (below, a round's gradients take well
+# "auto" on the CPU: the fleet size from which it maps passes (below, a round's gradients take well
 # under a second either way, and small runs keep the looped path's results, which the documented
-# results were measured with; batched gradients differ from looped ones by float rounding) ...
+# results were measured with; mapped gradients differ from looped ones by float rounding; passes
+# filled node by node, cpu_fills, give the looped values and run at any size) ...
 CPU_MIN_NODES = 100
 # ... the fewest nodes per pass (the budget's chunk) at which vmap's per-pass cost is amortized
 # (alexnet, CPU ms per node: 1 node per pass 58.0, 3 nodes 48.7, looped 47.9) ...
@@ -105,7 +110,8 @@ def use_batched(
 
     ``True``/``False`` decide; ``"auto"`` batches on CUDA, and on the CPU when
     :func:`cpu_batches` says the fleet of ``nodes`` nodes training ``model`` on batches of
-    ``batch_shape`` (``(B, C, H, W)``) is faster batched (without a model: looped).
+    ``batch_shape`` (``(B, C, H, W)``) is faster mapped, or :func:`cpu_fills` that its passes are
+    faster filled node by node (without a model: looped).
     """
     if option is True or option is False:
         return option
@@ -113,19 +119,29 @@ def use_batched(
         raise ConfigError(f"nodes.batched(={option!r}) must be 'auto', true or false")
     if torch.device(device).type == "cuda":
         return True
-    return model is not None and cpu_batches(model, nodes, batch_shape)
+    return model is not None and (cpu_batches(model, nodes, batch_shape) or cpu_fills(model, batch_shape))
 
 
 def cpu_batches(model: nn.Module, nodes: int, batch_shape: tuple[int, ...]) -> bool:
     """``"auto"``'s choice on the CPU: batched for at least :data:`CPU_MIN_NODES` nodes of a model
     built only from :data:`CPU_LAYER_KINDS` (no batch norm) when :data:`CPU_BUDGET_BYTES` holds at
     least :data:`CPU_MIN_CHUNK` of its nodes per pass (the measurements are in those constants)."""
-    if nodes < CPU_MIN_NODES:
-        return False
-    leaves = [m for m in model.modules() if not list(m.children())]
-    if not leaves or not all(isinstance(m, CPU_LAYER_KINDS) for m in leaves):
+    if nodes < CPU_MIN_NODES or not _cpu_layer_kinds(model):
         return False
     return CPU_BUDGET_BYTES // node_pass_bytes(model, batch_shape) >= CPU_MIN_CHUNK
+
+
+def cpu_fills(model: nn.Module, batch_shape: tuple[int, ...]) -> bool:
+    """``"auto"``'s other choice on the CPU: passes filled node by node (the looped path's values
+    bit for bit, so at any fleet size) for a model built only from :data:`CPU_LAYER_KINDS` (no batch
+    norm, no random layers) at batches of at least :data:`CPU_LOOPED_PASS_BATCH` samples."""
+    return bool(batch_shape) and batch_shape[0] >= CPU_LOOPED_PASS_BATCH and _cpu_layer_kinds(model)
+
+
+def _cpu_layer_kinds(model: nn.Module) -> bool:
+    """Whether ``model`` is built from :data:`CPU_LAYER_KINDS` alone."""
+    leaves = [m for m in model.modules() if not list(m.children())]
+    return bool(leaves) and all(isinstance(m, CPU_LAYER_KINDS) for m in leaves)
 
 
 def node_pass_bytes(model: nn.Module, batch_shape: tuple[int, ...], sample_bytes: int | None = None) -> int:
@@ -168,16 +184,38 @@ def per_sample_nodes(batch: int, param_bytes: int) -> int:
     return max(1, PER_SAMPLE_BUDGET_BYTES // max(1, batch * param_bytes))
 
 
+def fleet_batcher(
+    computer: GradientComputer, section: NodesSection, nodes: int, batch_shape: tuple[int, ...]
+) -> BatchedGradients | None:
+    """:func:`node_batcher` for a scenario's ``[nodes]`` section (``batched``, ``batch_chunk``) and
+    a fleet of ``nodes`` with batches of ``batch_shape``. Below a fleet ``"auto"`` fills passes only
+    where the simulated compute time is not the host's wall time: ``compute_model = "measured"``
+    would charge a node its share of a batched encode, less than its own encode's, so such runs
+    stay looped, as they were."""
+    fill_small = section.compute_model != "measured"
+    return node_batcher(computer, section.batched, section.batch_chunk, nodes, batch_shape, fill_small)
+
+
 def node_batcher(
-    computer: GradientComputer, option: str | bool, chunk: int = 0, nodes: int = 0, batch_shape: tuple[int, ...] = ()
+    computer: GradientComputer,
+    option: str | bool,
+    chunk: int = 0,
+    nodes: int = 0,
+    batch_shape: tuple[int, ...] = (),
+    fill_small: bool = True,
 ) -> BatchedGradients | None:
     """The batched pass for ``computer`` when ``nodes.batched = option`` batches on its device for a
-    fleet of ``nodes`` with batches of ``batch_shape`` (:func:`use_batched`), else ``None`` (looped)."""
+    fleet of ``nodes`` with batches of ``batch_shape`` (:func:`use_batched`), else ``None`` (looped).
+    ``fill_small``: ``"auto"`` on the CPU may fill passes below a fleet (False: those runs loop)."""
     on = use_batched(option, computer.device, computer.model, nodes, batch_shape)
     if not on:
         return None
-    cpu_auto = option == "auto" and computer.device.type == "cpu"
-    return BatchedGradients(computer, chunk, loop_from=CPU_LOOPED_PASS_BATCH if cpu_auto else 0)
+    if option == "auto" and computer.device.type == "cpu":  # mapped only where cpu_batches says so
+        maps = cpu_batches(computer.model, nodes, batch_shape)
+        if not maps and not fill_small:
+            return None
+        return BatchedGradients(computer, chunk, loop_from=CPU_LOOPED_PASS_BATCH, maps=maps)
+    return BatchedGradients(computer, chunk)
 
 
 @dataclass
@@ -247,9 +285,12 @@ class BatchedGradients:
         the looped computer, instead of mapped (0: always mapped). Only for models without batch
         normalization: there the looped path's values come out bit for bit (``auto`` on the CPU,
         :data:`CPU_LOOPED_PASS_BATCH`).
+    maps : bool
+        Whether smaller batches are mapped; False: they are not this pass's (:meth:`handles`),
+        the looped path computes them (``auto`` on the CPU below :data:`CPU_MIN_NODES`).
     """
 
-    def __init__(self, computer: GradientComputer, chunk: int = 0, loop_from: int = 0) -> None:
+    def __init__(self, computer: GradientComputer, chunk: int = 0, loop_from: int = 0, maps: bool = True) -> None:
         if chunk < 0:
             raise ConfigError(f"nodes.batch_chunk(={chunk}) must be >= 0")
         self.computer = computer
@@ -259,6 +300,7 @@ class BatchedGradients:
             m for m in self.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
         ]
         self.loop_from = 0 if self.norm_modules else int(loop_from)
+        self.maps = maps or not self.loop_from  # a pass that cannot loop maps
         self._sample_bytes: dict[tuple[int, ...], int] = {}  # sample shape -> forward output bytes
 
     # -- memory ---------------------------------------------------------------------------------
@@ -314,6 +356,8 @@ class BatchedGradients:
         leaves = list(self.model.parameters()) if params is None else list(params)
         if len(leaves) != len(self.computer.names):
             raise ValueError(f"got {len(leaves)} parameter tensors, the model has {len(self.computer.names)}")
+        if not self.handles(int(xs.shape[1])):
+            raise ValueError(f"batches of {int(xs.shape[1])} are left to the looped path (handles())")
         pdict = {n: p.detach() for n, p in zip(self.computer.names, leaves)}
         step = self.chunk_size(nodes, tuple(xs.shape[1:]))
         if self.loops(int(xs.shape[1])):
@@ -354,6 +398,10 @@ class BatchedGradients:
     def loops(self, batch: int) -> bool:
         """Whether a pass of batches of ``batch`` samples computes its gradients node by node."""
         return 0 < self.loop_from <= batch
+
+    def handles(self, batch: int) -> bool:
+        """Whether batches of ``batch`` samples are this pass's (mapped or node by node)."""
+        return self.maps or self.loops(batch)
 
     def _looped(
         self, params: list[torch.Tensor] | None, xs: torch.Tensor, ys: torch.Tensor, per_sample_sq: bool
@@ -459,6 +507,8 @@ __all__ = [
     "BatchedGradients",
     "NodeGradient",
     "cpu_batches",
+    "cpu_fills",
+    "fleet_batcher",
     "forward_bytes",
     "node_batcher",
     "per_sample_nodes",

@@ -59,7 +59,7 @@ def prefetch(c: Cluster, nodes: list[int], encode: bool = True) -> int:
             groups.setdefault(local.stream.batch_size, []).append(i)
     done = 0
     for size, members in groups.items():
-        if len(members) < 2:
+        if len(members) < 2 or not batched.handles(size):
             continue
         step = batched.chunk_size(len(members), (size, *c.learning.data.input_shape))
         for start in range(0, len(members), step):

@@ -26,7 +26,7 @@ from aiotsim.compress.registry import build_codec
 from aiotsim.compress.sparse import sparse_payload
 from aiotsim.config import Scenario
 from aiotsim.errors import ConfigError
-from aiotsim.learn.batched import NodeGradient, node_batcher
+from aiotsim.learn.batched import NodeGradient, fleet_batcher
 from aiotsim.learn.compute import BatchStream, GradientComputer
 from aiotsim.learn.data.transforms import augmentation
 from aiotsim.learn.datasets import Dataset, SyntheticSpec, load_dataset
@@ -122,7 +122,7 @@ class Learning:
         )
         self.computer = GradientComputer(self.model, device)
         batch_shape = (s.data.batch_size, *self.data.input_shape)  # a node's batch, (B, C, H, W)
-        self.batched = node_batcher(self.computer, s.nodes.batched, s.nodes.batch_chunk, len(shares), batch_shape)
+        self.batched = fleet_batcher(self.computer, s.nodes, len(shares), batch_shape)
         self.flops_per_batch = self.computer.train_flops(batch_shape)
         test_n = s.data.eval_samples or len(self.data.test_y)
         self.test_x, self.test_y = self.data.test_x[:test_n].to(device), self.data.test_y[:test_n].to(device)
