@@ -358,7 +358,6 @@ class BatchedGradients:
             raise ValueError(f"got {len(leaves)} parameter tensors, the model has {len(self.computer.names)}")
         if not self.handles(int(xs.shape[1])):
             raise ValueError(f"batches of {int(xs.shape[1])} are left to the looped path (handles())")
-        pdict = {n: p.detach() for n, p in zip(self.computer.names, leaves)}
         step = self.chunk_size(nodes, tuple(xs.shape[1:]))
         if self.loops(int(xs.shape[1])):
             return [
@@ -366,6 +365,7 @@ class BatchedGradients:
                 for start in range(0, nodes, step)
                 for g in self._looped(params, xs[start : start + step], ys[start : start + step], per_sample_sq)
             ]
+        pdict = {n: p.detach() for n, p in zip(self.computer.names, leaves)}
         out: list[NodeGradient] = []
         for start in range(0, nodes, step):
             chunk = self._chunk(pdict, xs[start : start + step], ys[start : start + step])
