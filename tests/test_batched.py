@@ -247,8 +247,8 @@ def test_option() -> None:
     auto = node_batcher(computer, "auto", nodes=100, batch_shape=(16, 1, 8, 8))
     assert auto is not None and auto.loop_from == batched_mod.CPU_LOOPED_PASS_BATCH and auto.maps
     assert auto.handles(8) and auto.handles(16) and not auto.loops(8) and auto.loops(16)
-    true = node_batcher(computer, True)
-    assert true is not None and true.loop_from == 0 and true.maps and not true.loops(64)  # true: mapped
+    forced = node_batcher(computer, True)  # nodes.batched = true always maps
+    assert forced is not None and forced.loop_from == 0 and forced.maps and not forced.loops(64)
     # below a fleet: passes filled node by node from 16 samples per node, smaller batches looped
     small = node_batcher(computer, "auto", chunk=5, nodes=99, batch_shape=(16, 1, 8, 8))
     assert small is not None and not small.maps and small.handles(16) and not small.handles(15)
