@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiotsim.compress import batch_decode, codec_names, get_codec_class
-from aiotsim.compress.base import Codec, LayerInfo, Payload
+from aiotsim.compress.base import CPU_SCAN_MAX_VALUES, Codec, LayerInfo, Payload
 from aiotsim.compress.batch_decode import decode_batch, decodes_in_batch
 from aiotsim.errors import CodecError
 from aiotsim.sim.aggregate import Aggregation
@@ -308,10 +308,11 @@ def test_decode_batch_on_cuda_equals_each_message_decoded_there(name: str, param
 def test_aggregate_add_rows_equals_the_adds_in_order() -> None:
     """The one-scan sum of a batch of rows equals the in-place float64 adds, message by message,
     bit for bit: magnitudes 1e-20..1e20 (so that additions round) and whole weights; a fractional
-    weight and signSGD's own sum take the adds themselves."""
+    weight and signSGD's own sum take the adds themselves. Rows from 1 value to past
+    CPU_SCAN_MAX_VALUES (from there the CPU adds row by row) and 48,000 (LeNet-5's largest layer)."""
     gen = torch.Generator().manual_seed(5)
-    for trial in range(30):
-        m, n = 1 + trial % 9, 1 + 37 * trial
+    for trial in range(32):
+        m, n = 1 + trial % 9, (1 + 37 * trial if trial < 30 else (CPU_SCAN_MAX_VALUES, 48_000)[trial - 30])
         rows = torch.randn(m, n, generator=gen) * 10.0 ** torch.randint(-20, 21, (m, 1), generator=gen)
         start = torch.randn(n, generator=gen, dtype=torch.float64) * 1e15
         for codec, weights in ((make("none"), [float(1 + (i * 7) % 5) for i in range(m)]), (make("none"), [0.5] * m)):
