@@ -3,7 +3,8 @@
 The batched decode's count does not grow with the number of messages for a fixed-size codec in
 the stacked form (one batch per layer; sparse codecs: one per layer and index coding), while
 decoding message by message adds the same number of operations for every message; the streamed
-form folds a chunk of messages with one decode and one float64 scan per layer.
+form folds a chunk of messages with one decode per layer and one float64 scan per short layer (on
+the CPU a layer of CPU_SCAN_MAX_VALUES values or more is added row by row: one add per message).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 from conftest import ROOT, load_script
 
 from aiotsim.compress import build_codec
+from aiotsim.compress.base import CPU_SCAN_MAX_VALUES
 from aiotsim.learn.models import build_model, layer_infos
 
 
@@ -32,4 +34,7 @@ def test_batched_ops_do_not_grow_with_the_messages_and_per_message_ones_do(name:
     else:
         assert per_message == int(per_message)  # the same operations for every message
         assert stacked[20] == stacked[10]  # one batch per layer, whatever the count
-        assert streamed[20] == streamed[10]  # one chunk (67 LeNet-5 messages): one decode and one scan per layer
+        # one chunk (67 LeNet-5 messages): one decode per layer, one scan per short layer, and an
+        # add per message of each long one (LeNet-5's conv2 and fc1, fc2 weights: 3 layers)
+        long = sum(layer.numel >= CPU_SCAN_MAX_VALUES for layer in layers)
+        assert long == 3 and streamed[20] - streamed[10] == 10 * long
