@@ -69,8 +69,9 @@ Run: ``python benchmarks/scale.py [--nodes 10 100 1000 10000] [--codecs none top
 [--topologies star hierarchical] [--iterations N] [--repeats N] [--aggregation auto|stacked|streamed]
 [--batched auto|true|false] [--device cpu|cuda] [--no-loop]`` (column ``agg``: the aggregation the
 run used; ``auto`` streams above 1 GB of stack; column ``grads``: ``nodes.batched`` as resolved,
-``auto`` batching on the CPU from 100 nodes of LeNet-5, its passes filled node by node from 16
-samples per node since 2026-11-25: iot100 and iot10k, not iot1000's 4). One torch thread per case; each case's
+``auto`` mapping passes on the CPU from 100 nodes of LeNet-5; since 2026-11-25 it fills them node
+by node, at any fleet size, from 16 samples per node: iot10, iot100 and iot10k, not iot1000's 4).
+One torch thread per case; each case's
 process keeps its freed heap blocks as the ``aiotsim`` command does
 (:func:`aiotsim.sim.allocator.keep_freed_blocks`, since 2026-11-25).
 """
