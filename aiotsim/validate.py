@@ -176,10 +176,10 @@ def batched_pass_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int
     from aiotsim.compress.registry import get_codec_class
     from aiotsim.learn.batched import (
         CPU_BUDGET_BYTES,
-        CPU_MIN_NODES,
         PER_SAMPLE_BUDGET_BYTES,
         cpu_batches,
         cpu_fills,
+        fills_below_fleet,
         node_pass_bytes,
     )
     from aiotsim.learn.models import meta_model
@@ -192,11 +192,12 @@ def batched_pass_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int
     squares = get_codec_class(s.compressor.name).needs_sq_grad
     if option == "auto":
         model = meta_model(s.model.name, shape, classes)
-        maps = s.nodes.count >= CPU_MIN_NODES and cpu_batches(model, s.nodes.count, batch_shape)
+        maps = cpu_batches(model, s.nodes.count, batch_shape)
         # a node's batch: known where every node draws its own shard, else a shard may be smaller
         own = s.data.samples_per_node
-        fills = cpu_fills(model, (min(s.data.batch_size, own) if own else s.data.batch_size, *shape))
-        fills = fills and (maps or s.nodes.compute_model != "measured")  # as Learning decides
+        fills = (maps or fills_below_fleet(s.nodes)) and cpu_fills(
+            model, (min(s.data.batch_size, own) if own else s.data.batch_size, *shape)
+        )
         if fills and (own or not maps):  # every pass filled node by node: its gradient rows
             budget = CPU_BUDGET_BYTES // node_pass_bytes(model, batch_shape)
             nodes = min(s.nodes.count, s.nodes.batch_chunk or max(1, budget))  # a pass's nodes

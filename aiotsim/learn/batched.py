@@ -188,12 +188,17 @@ def fleet_batcher(
     computer: GradientComputer, section: NodesSection, nodes: int, batch_shape: tuple[int, ...]
 ) -> BatchedGradients | None:
     """:func:`node_batcher` for a scenario's ``[nodes]`` section (``batched``, ``batch_chunk``) and
-    a fleet of ``nodes`` with batches of ``batch_shape``. Below a fleet ``"auto"`` fills passes only
-    where the simulated compute time is not the host's wall time: ``compute_model = "measured"``
-    would charge a node its share of a batched encode, less than its own encode's, so such runs
-    stay looped, as they were."""
-    fill_small = section.compute_model != "measured"
-    return node_batcher(computer, section.batched, section.batch_chunk, nodes, batch_shape, fill_small)
+    a fleet of ``nodes`` with batches of ``batch_shape``, filling passes below a fleet where
+    :func:`fills_below_fleet` allows it."""
+    small = fills_below_fleet(section)
+    return node_batcher(computer, section.batched, section.batch_chunk, nodes, batch_shape, small)
+
+
+def fills_below_fleet(section: NodesSection) -> bool:
+    """Whether ``"auto"`` may fill passes below a fleet: only where the simulated compute time is
+    not the host's wall time (``compute_model = "measured"`` would charge a node its share of a
+    batched encode, less than its own encode's, so such runs stay looped, as they were)."""
+    return section.compute_model != "measured"
 
 
 def node_batcher(
@@ -508,6 +513,7 @@ __all__ = [
     "NodeGradient",
     "cpu_batches",
     "cpu_fills",
+    "fills_below_fleet",
     "fleet_batcher",
     "forward_bytes",
     "node_batcher",
