@@ -181,6 +181,7 @@ def batched_pass_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int
         cpu_fills,
         fills_below_fleet,
         node_pass_bytes,
+        pass_nodes,
     )
     from aiotsim.learn.models import meta_model
     from aiotsim.sim.batching import BATCHED_MODES
@@ -199,8 +200,9 @@ def batched_pass_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int
             model, (min(s.data.batch_size, own) if own else s.data.batch_size, *shape)
         )
         if fills and (own or not maps):  # every pass filled node by node: its gradient rows
-            budget = CPU_BUDGET_BYTES // node_pass_bytes(model, batch_shape)
-            nodes = min(s.nodes.count, s.nodes.batch_chunk or max(1, budget))  # a pass's nodes
+            nodes = pass_nodes(  # a pass's nodes
+                s.nodes.count, s.nodes.batch_chunk, lambda: CPU_BUDGET_BYTES // node_pass_bytes(model, batch_shape)
+            )
             params = sum(p.numel() for p in model.parameters()) * 4  # B, fp32
             return nodes * params * (2 if squares else 1)
         if not maps:

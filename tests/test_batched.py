@@ -198,6 +198,16 @@ def test_chunk_size_from_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> N
     assert BatchedGradients(bg.computer, chunk=7).chunk_size(100, (16, 1, 8, 8)) == 7
 
 
+def test_pass_nodes_chunk_first_budget_only_when_needed() -> None:
+    def unused() -> int:
+        raise AssertionError("the budget is not measured when a chunk is set")
+
+    assert batched_mod.pass_nodes(100, 7, unused) == 7
+    assert batched_mod.pass_nodes(3, 7, unused) == 3  # never more than the nodes
+    assert batched_mod.pass_nodes(100, 0, lambda: 40) == 40
+    assert batched_mod.pass_nodes(100, 0, lambda: 0) == 1  # at least one
+
+
 @pytest.mark.parametrize(("name", "squares"), [("lenet5", False), ("mlp", True)])
 @pytest.mark.parametrize("at_version", [False, True])
 def test_a_looped_pass_gives_each_nodes_own_gradient_bit_for_bit(name: str, squares: bool, at_version: bool) -> None:

@@ -184,6 +184,13 @@ def per_sample_nodes(batch: int, param_bytes: int) -> int:
     return max(1, PER_SAMPLE_BUDGET_BYTES // max(1, batch * param_bytes))
 
 
+def pass_nodes(nodes: int, chunk: int, budget_nodes: Callable[[], int]) -> int:
+    """Nodes per pass for a fleet of ``nodes``: ``chunk`` (``nodes.batch_chunk``) when set, else
+    ``budget_nodes()`` (as many as the memory budget holds; only then computed), at least one and at
+    most ``nodes``. :meth:`BatchedGradients.chunk_size` and ``validate``'s estimate share it."""
+    return max(1, min(nodes, chunk or budget_nodes()))
+
+
 def fleet_batcher(
     computer: GradientComputer, section: NodesSection, nodes: int, batch_shape: tuple[int, ...]
 ) -> BatchedGradients | None:
@@ -327,10 +334,12 @@ class BatchedGradients:
     def chunk_size(self, nodes: int, batch_shape: tuple[int, ...]) -> int:
         """Nodes per pass: ``nodes.batch_chunk`` when set, else as many as the budget holds
         (:func:`node_pass_bytes` each; ``batch_shape`` is ``(B, C, H, W)``)."""
-        if self.chunk:
-            return max(1, min(self.chunk, nodes))
-        per_node = node_pass_bytes(self.model, batch_shape, self.activation_bytes(tuple(batch_shape[1:])))
-        return max(1, min(nodes, self.budget_bytes() // per_node))
+
+        def budget_nodes() -> int:
+            per_node = node_pass_bytes(self.model, batch_shape, self.activation_bytes(tuple(batch_shape[1:])))
+            return self.budget_bytes() // per_node
+
+        return pass_nodes(nodes, self.chunk, budget_nodes)
 
     # -- the pass -------------------------------------------------------------------------------
     def gradients(
@@ -517,6 +526,7 @@ __all__ = [
     "fleet_batcher",
     "forward_bytes",
     "node_batcher",
+    "pass_nodes",
     "per_sample_nodes",
     "node_pass_bytes",
     "use_batched",
