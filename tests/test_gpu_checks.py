@@ -34,3 +34,43 @@ def test_without_cuda_it_refuses_with_the_reason() -> None:
     out = _run("env", "cumsum")
     assert out.returncode == 2 and "no CUDA device" in out.stderr
     assert out.stdout == ""  # no stage ran
+
+
+def _stub_python(tmp_path, body: str):  # type: ignore[no-untyped-def]
+    """A stand-in for the GPU machine's python3: its imports and CUDA check pass, and the stage
+    commands named in ``body`` (a bash ``case`` over the arguments) do what it says."""
+    stub = tmp_path / "python3"
+    stub.write_text(f'#!/usr/bin/env bash\ncase "$*" in\n{body}\n  *) exit 0 ;;\nesac\n')
+    stub.chmod(0o755)
+    return stub
+
+
+def test_a_stage_past_its_limit_is_stopped_and_the_next_one_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    body = '  *server_ops.py*) echo "server_ops started"; sleep 60 ;;\n  *host_reads.py*) echo "host_reads ran" ;;'
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(_stub_python(tmp_path, body)), "OUT": str(tmp_path / "out")}
+    env["GPU_STAGE_LIMIT_S"] = "2"
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "server_ops", "host_reads"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env
+    )
+    assert out.returncode == 124  # the first failing stage's status: timeout's
+    assert "server_ops: stopped at its limit of 2 s" in out.stdout
+    assert "host_reads ran" in out.stdout and "=== host_reads: exit 0" in out.stdout  # it still ran
+    assert (tmp_path / "out" / "server_ops.txt").read_text() == "server_ops started\n"  # kept
+
+
+def test_lease_runs_the_targets_stages_in_order_under_their_limits(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(_stub_python(tmp_path, "")), "OUT": str(tmp_path / "out")}
+    out = subprocess.run(["bash", str(SCRIPT), "lease"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    heads = [line for line in out.stdout.splitlines() if line.startswith("=== ") and "exit" not in line]
+    names = [h.split()[1] for h in heads]
+    assert names == ["env", "cumsum", "tests", "scale10k", "scale1k"]
+    limits = [int(h.split("limit ")[1].split(" s")[0]) for h in heads]
+    assert sum(limits) <= 540  # one device call of at most 10 minutes, with room to spare
+
+
+def test_a_bad_stage_limit_is_refused() -> None:
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "env"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "GPU_STAGE_LIMIT_S": "9m"},
+    )  # fmt: skip
+    assert out.returncode == 2 and "GPU_STAGE_LIMIT_S must be a whole number of seconds" in out.stderr

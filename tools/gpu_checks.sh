@@ -5,7 +5,16 @@
 # with an index) into /tmp/site, and imports aiotsim from this checkout.
 #
 #   bash tools/gpu_checks.sh env tests        # one or more stages, in order
+#   bash tools/gpu_checks.sh lease            # issue 13's targets within one 10-minute call (below)
 #   bash tools/gpu_checks.sh all              # every stage (far longer than one 10-minute call)
+#
+# A lent GPU machine gives a task 15 minutes of device time in all, its start (minutes) included,
+# and one call at most 10 minutes: `lease` runs the stages that measure issue 13's targets, the
+# cheapest and most telling first (env cumsum tests scale10k scale1k), each under its own time
+# limit (STAGE_LIMITS below, 510 s in all), so that one slow stage cannot take the others' time
+# and what finished is in $OUT. Call it with a device timeout of about 540 s, and carry .whl.
+# GPU_STAGE_LIMIT_S=N sets every stage's limit to N seconds instead (0: none, the default
+# outside `lease`).
 #
 # Stages (each writes its output to $OUT/<stage>.txt as well; OUT defaults to /tmp/gpu_checks):
 #   env         nvidia-smi, torch's CUDA build and device, the wheels installed
@@ -28,15 +37,32 @@ PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 
 stages=("$@")
-STAGES="env tests batched scale1k scale10k host_reads server_ops cumsum all"
+STAGES="env tests batched scale1k scale10k host_reads server_ops cumsum all lease"
+# seconds each stage may take under `lease` (timeout(1) stops it there; its output so far is kept)
+declare -A STAGE_LIMITS=([env]=30 [cumsum]=30 [tests]=120 [scale10k]=150 [scale1k]=180)
 if [ ${#stages[@]} -eq 0 ]; then
     echo "usage: bash tools/gpu_checks.sh STAGE... (stages: $STAGES)" >&2
     exit 2
 fi
-[ "${stages[0]}" = all ] && stages=(env tests cumsum batched host_reads server_ops scale1k scale10k)
+lease=0
+case "${stages[0]}" in
+    all) stages=(env tests cumsum batched host_reads server_ops scale1k scale10k) ;;
+    lease) stages=(env cumsum tests scale10k scale1k); lease=1 ;;
+esac
 for s in "${stages[@]}"; do
     case " $STAGES " in *" $s "*) ;; *) echo "unknown stage '$s' (stages: $STAGES)" >&2; exit 2 ;; esac
 done
+LIMIT=${GPU_STAGE_LIMIT_S:-}
+if [ -n "$LIMIT" ] && ! [[ "$LIMIT" =~ ^[0-9]+$ ]]; then
+    echo "GPU_STAGE_LIMIT_S must be a whole number of seconds (0: no limit), got '$LIMIT'" >&2
+    exit 2
+fi
+limit_of() {  # limit_of STAGE: its time limit in seconds (0: none)
+    if [ -n "$LIMIT" ]; then echo "$LIMIT"
+    elif [ "$lease" -eq 1 ]; then echo "${STAGE_LIMITS[$1]:-0}"
+    else echo 0
+    fi
+}
 
 if ! "$PY" -c "import simpy, mlxtend, tomli_w" 2>/dev/null; then
     if ! ls .whl/*.whl >/dev/null 2>&1; then
@@ -93,9 +119,17 @@ EOF
 
 status=0
 for s in "${stages[@]}"; do
-    echo "=== $s ($(date -u +%H:%M:%S))"
-    stage "$s" 2>&1 | tee "$OUT/$s.txt"
+    limit=$(limit_of "$s")
+    echo "=== $s ($(date -u +%H:%M:%S)$([ "$limit" -gt 0 ] && echo ", limit ${limit} s"))"
+    if [ "$limit" -gt 0 ]; then  # a child bash runs the stage, so that timeout can stop it
+        export -f stage
+        export PY OUT
+        timeout --kill-after=10 "$limit" bash -c 'stage "$1"' _ "$s" 2>&1 | tee "$OUT/$s.txt"
+    else
+        stage "$s" 2>&1 | tee "$OUT/$s.txt"
+    fi
     rc=${PIPESTATUS[0]}
+    [ "$rc" -eq 124 ] && echo "=== $s: stopped at its limit of ${limit} s (what it printed is above and in $OUT/$s.txt)"
     echo "=== $s: exit $rc"
     [ "$rc" -ne 0 ] && [ "$status" -eq 0 ] && status=$rc
 done
