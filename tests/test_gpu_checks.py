@@ -74,3 +74,13 @@ def test_a_bad_stage_limit_is_refused() -> None:
         env={"PATH": "/usr/bin:/bin", "GPU_STAGE_LIMIT_S": "9m"},
     )  # fmt: skip
     assert out.returncode == 2 and "GPU_STAGE_LIMIT_S must be a whole number of seconds" in out.stderr
+
+
+def test_outside_lease_a_stage_has_no_limit(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    body = '  *host_reads.py*) sleep 3; echo "host_reads ran" ;;'
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(_stub_python(tmp_path, body)), "OUT": str(tmp_path / "out")}
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "host_reads"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env
+    )
+    assert out.returncode == 0 and "host_reads ran" in out.stdout
+    assert "limit" not in out.stdout  # no limit named, none applied (timeout 0)

@@ -121,16 +121,13 @@ EOF
 }
 
 status=0
+export -f stage  # a child bash runs each stage, so that timeout can stop it and its children
+export PY OUT
 for s in "${stages[@]}"; do
     limit=$(limit_of "$s")
     echo "=== $s ($(date -u +%H:%M:%S)$([ "$limit" -gt 0 ] && echo ", limit ${limit} s"))"
-    if [ "$limit" -gt 0 ]; then  # a child bash runs the stage, so that timeout can stop it
-        export -f stage
-        export PY OUT
-        timeout --kill-after=10 "$limit" bash -c 'stage "$1"' _ "$s" 2>&1 | tee "$OUT/$s.txt"
-    else
-        stage "$s" 2>&1 | tee "$OUT/$s.txt"
-    fi
+    # a limit of 0 is timeout(1)'s "no limit"
+    timeout --kill-after=10 "$limit" bash -c 'stage "$1"' _ "$s" 2>&1 | tee "$OUT/$s.txt"
     rc=${PIPESTATUS[0]}
     [ "$rc" -eq 124 ] && echo "=== $s: stopped at its limit of ${limit} s (what it printed is above and in $OUT/$s.txt)"
     echo "=== $s: exit $rc"
