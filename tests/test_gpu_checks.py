@@ -14,8 +14,8 @@ from conftest import ROOT
 SCRIPT = ROOT / "tools" / "gpu_checks.sh"
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
 
 
 def test_no_stage_is_a_usage_error() -> None:
@@ -36,22 +36,20 @@ def test_without_cuda_it_refuses_with_the_reason() -> None:
     assert out.stdout == ""  # no stage ran
 
 
-def _stub_python(tmp_path, body: str):  # type: ignore[no-untyped-def]
-    """A stand-in for the GPU machine's python3: its imports and CUDA check pass, and the stage
-    commands named in ``body`` (a bash ``case`` over the arguments) do what it says."""
+def _stub_env(tmp_path, body: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """The script's environment with a stand-in for the GPU machine's python3: its imports and CUDA
+    check pass, and the stage commands named in ``body`` (a bash ``case`` over the arguments) do
+    what it says; stage outputs under ``tmp_path / "out"``."""
     stub = tmp_path / "python3"
     stub.write_text(f'#!/usr/bin/env bash\ncase "$*" in\n{body}\n  *) exit 0 ;;\nesac\n')
     stub.chmod(0o755)
-    return stub
+    return {"PATH": "/usr/bin:/bin", "PYTHON": str(stub), "OUT": str(tmp_path / "out")}
 
 
 def test_a_stage_past_its_limit_is_stopped_and_the_next_one_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     body = '  *server_ops.py*) echo "server_ops started"; sleep 60 ;;\n  *host_reads.py*) echo "host_reads ran" ;;'
-    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(_stub_python(tmp_path, body)), "OUT": str(tmp_path / "out")}
-    env["GPU_STAGE_LIMIT_S"] = "2"
-    out = subprocess.run(
-        ["bash", str(SCRIPT), "server_ops", "host_reads"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env
-    )
+    env = {**_stub_env(tmp_path, body), "GPU_STAGE_LIMIT_S": "2"}
+    out = _run("server_ops", "host_reads", env=env)
     assert out.returncode == 124  # the first failing stage's status: timeout's
     assert "server_ops: stopped at its limit of 2 s" in out.stdout
     assert "host_reads ran" in out.stdout and "=== host_reads: exit 0" in out.stdout  # it still ran
@@ -59,8 +57,7 @@ def test_a_stage_past_its_limit_is_stopped_and_the_next_one_runs(tmp_path) -> No
 
 
 def test_lease_runs_the_targets_stages_in_order_under_their_limits(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(_stub_python(tmp_path, "")), "OUT": str(tmp_path / "out")}
-    out = subprocess.run(["bash", str(SCRIPT), "lease"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    out = _run("lease", env=_stub_env(tmp_path, ""))
     heads = [line for line in out.stdout.splitlines() if line.startswith("=== ") and "exit" not in line]
     names = [h.split()[1] for h in heads]
     assert names == ["env", "cumsum", "tests", "scale10k", "scale1k"]
@@ -69,18 +66,12 @@ def test_lease_runs_the_targets_stages_in_order_under_their_limits(tmp_path) -> 
 
 
 def test_a_bad_stage_limit_is_refused() -> None:
-    out = subprocess.run(
-        ["bash", str(SCRIPT), "env"], capture_output=True, text=True, timeout=60, cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "GPU_STAGE_LIMIT_S": "9m"},
-    )  # fmt: skip
+    out = _run("env", env={"PATH": "/usr/bin:/bin", "GPU_STAGE_LIMIT_S": "9m"})
     assert out.returncode == 2 and "GPU_STAGE_LIMIT_S must be a whole number of seconds" in out.stderr
 
 
 def test_outside_lease_a_stage_has_no_limit(tmp_path) -> None:  # type: ignore[no-untyped-def]
     body = '  *host_reads.py*) sleep 3; echo "host_reads ran" ;;'
-    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(_stub_python(tmp_path, body)), "OUT": str(tmp_path / "out")}
-    out = subprocess.run(
-        ["bash", str(SCRIPT), "host_reads"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env
-    )
+    out = _run("host_reads", env=_stub_env(tmp_path, body))
     assert out.returncode == 0 and "host_reads ran" in out.stdout
     assert "limit" not in out.stdout  # no limit named, none applied (timeout 0)
