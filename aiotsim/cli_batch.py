@@ -161,37 +161,64 @@ def compare(
 ) -> None:
     """Run a scenario with several compressors (x seeds) in parallel and compare them in one table.
 
-    Writes a run directory per codec and seed (OUT/CODEC/seedK; complete ones of the same scenario
-    are reused), then comparison.csv and comparison.md, read from those run directories only.
+    Writes a run directory per codec and seed (OUT/CODEC/seedK-HASH, HASH of the resolved scenario:
+    complete runs of the identical scenario are reused, others kept beside), then comparison.csv,
+    comparison.md and comparison.json (its run directories), read from those run directories only.
     """
-    from aiotsim.config import read_toml
-    from aiotsim.results.compare import already_done, compare_runs, parse_compressors, plan_comparison, write_comparison
+    from aiotsim.results.compare import already_done, parse_compressors, plan_comparison
     from aiotsim.results.store import is_run_dir
 
     names = parse_compressors(compressor)
-    if out_dir is None:
-        section = read_toml(scenario).get("scenario")
-        name = section.get("name") if isinstance(section, dict) else None
-        out_dir = Path("runs") / f"compare-{slug(name if isinstance(name, str) else scenario.stem)}"
+    out_dir = out_dir if out_dir is not None else _default_compare_dir(scenario)
     mode_list = [m.strip() for m in modes.split(",") if m.strip()]
     variants = [_mode_variant(out_dir, set_, m) for m in mode_list or [None]]
     planned = [j for d, sets in variants for j in plan_comparison(scenario, names, seeds, d, sets, iterations, device)]
     if baseline is not None and baseline.split("/")[-1] not in names:
         raise ResultsError(f"--baseline {baseline!r} is not among the compared codecs: {', '.join(names)}")
     to_run = [j for j in planned if not already_done(j)]
+    reused = len(planned) - len(to_run)
+    out.print(f"compare: {len(planned)} runs, {reused} reused (complete, same scenario), {len(to_run)} to run")
     ensure_dir(out_dir)
     with writing_to(out_dir):
-        results = _run_jobs(to_run, jobs, None, quiet, skipped=len(planned) - len(to_run))
+        results = _run_jobs(to_run, jobs, None, quiet, skipped=reused)
         done = [j.out_dir for j in planned if is_run_dir(j.out_dir)]
         if done:
-            c = compare_runs(done, target_accuracy, baseline)
-            title = f"{scenario.stem}: {len(c.rows)} codecs x {seeds} seed{'s' if seeds > 1 else ''}"
-            csv_path, md_path = write_comparison(c, out_dir, title)
-            out.print(comparison_table(c, title))
-            out.print(f"written: {csv_path}, {md_path}")
+            _write_comparison(done, planned, reused, out_dir, (scenario.stem, seeds), target_accuracy, baseline)
             if len(mode_list) > 1:
                 out.print(f"written: {_plot_modes(done, out_dir)}")
     report_failures(results)
+
+
+def _default_compare_dir(scenario: Path) -> Path:
+    """``runs/compare-NAME``, NAME the scenario's ``scenario.name`` (else the file's stem), made path-safe."""
+    from aiotsim.config import read_toml
+
+    section = read_toml(scenario).get("scenario")
+    name = section.get("name") if isinstance(section, dict) else None
+    return Path("runs") / f"compare-{slug(name if isinstance(name, str) else scenario.stem)}"
+
+
+def _write_comparison(
+    done: list[str],
+    planned: list[Job],
+    reused: int,
+    out_dir: Path,
+    name_seeds: tuple[str, int],
+    target: float | None,
+    baseline: str | None,
+) -> None:
+    """Compare the complete runs ``done`` and write, then print, the table and the record of the
+    ``planned`` runs; the title names the scenario (``name_seeds[0]``) and the seeds per codec."""
+    from aiotsim.results.compare import compare_runs, reuse_note, write_comparison, write_comparison_record
+
+    c = compare_runs(done, target, baseline)
+    name, seeds = name_seeds
+    title = f"{name}: {len(c.rows)} codecs x {seeds} seed{'s' if seeds > 1 else ''}"
+    csv_path, md_path = write_comparison(c, out_dir, title, reused)
+    record = write_comparison_record(out_dir, planned, reused, title)
+    out.print(comparison_table(c, title))
+    out.print(reuse_note(len(c.run_dirs), reused), highlight=False)
+    out.print(f"written: {csv_path}, {md_path}, {record}")
 
 
 def _mode_variant(out_dir: Path, set_: list[str] | None, mode: str | None) -> tuple[Path, list[str]]:

@@ -57,8 +57,14 @@ def _csv(path: Path) -> dict[str, dict[str, str]]:
         return {r["compressor"]: r for r in csv.DictReader(f)}
 
 
+def _run_dir(out: Path, codec: str, seed: int) -> Path:
+    """The one run directory of ``codec`` and ``seed``: ``OUT/CODEC/seedK-HASH``."""
+    (d,) = (out / codec).glob(f"seed{seed}-*")
+    return d
+
+
 def _summaries(out: Path, codec: str) -> list[dict]:
-    return [json.loads((out / codec / f"seed{s}" / "summary.json").read_text()) for s in (3, 4)]
+    return [json.loads((_run_dir(out, codec, s) / "summary.json").read_text()) for s in (3, 4)]
 
 
 def test_comparison_numbers_equal_the_run_summaries(compared) -> None:
@@ -98,19 +104,19 @@ def test_comparison_numbers_equal_the_run_summaries(compared) -> None:
 
 def test_time_to_accuracy_recomputed_for_any_target(compared) -> None:
     out, _ = compared
-    dirs = [out / c / f"seed{s}" for c in CODECS for s in (3, 4)]
+    dirs = [_run_dir(out, c, s) for c in CODECS for s in (3, 4)]
     # A target of 0 is reached at the first evaluation; an unreachable one never.
     low = compare_runs(dirs, target_accuracy=0.0)
     for row in low.rows:
-        firsts = [read_csv(out / row.compressor / f"seed{s}" / "evals.csv")[0]["sim_time_s"] for s in (3, 4)]
+        firsts = [read_csv(_run_dir(out, row.compressor, s) / "evals.csv")[0]["sim_time_s"] for s in (3, 4)]
         assert row.time_to_accuracy_s == pytest.approx(statistics.fmean(firsts)) and row.reached == 2
     high = compare_runs(dirs, target_accuracy=1.0)
     for row in high.rows:
-        evals = [read_csv(out / row.compressor / f"seed{s}" / "evals.csv") for s in (3, 4)]
+        evals = [read_csv(_run_dir(out, row.compressor, s) / "evals.csv") for s in (3, 4)]
         expect = [time_to_accuracy(e, 1.0) for e in evals]
         assert row.reached == sum(t is not None for t in expect)
     # Without `none`, the first codec is the baseline.
-    only = compare_runs([out / "2bit" / "seed3", out / "2bit" / "seed4"])
+    only = compare_runs([_run_dir(out, "2bit", 3), _run_dir(out, "2bit", 4)])
     assert only.baseline == "2bit" and only.rows[0].speedup == pytest.approx(1.0)
 
 
@@ -141,6 +147,10 @@ def test_rerun_reuses_complete_runs(compared, tiny_scenario) -> None:
     assert res.exit_code == 0, res.output
     assert {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")} == before
     assert "sim s to 5%" in (out / "comparison.md").read_text()
+    # every run was reused, and both the console and the comparison's files say so
+    assert "4 runs, 4 reused" in res.output and "Runs: 4 (4 reused" in res.output
+    assert "Runs: 4 (4 reused" in (out / "comparison.md").read_text()
+    assert json.loads((out / "comparison.json").read_text())["reused"] == 4
 
 
 def test_unknown_compressor_exits_2_without_traceback(tiny_scenario, tmp_path) -> None:

@@ -57,7 +57,7 @@ def test_plot_runs_writes_one_figure_set_and_a_timeline_per_codec(runs, tmp_path
     # one run directory alone: same figures, one timeline
     res = runner.invoke(
         app,
-        ["plot", str(runs / "2bit" / "seed3"), "-o", str(tmp_path / "one"), "--formats", "png"],
+        ["plot", str(next((runs / "2bit").glob("seed3-*"))), "-o", str(tmp_path / "one"), "--formats", "png"],
         catch_exceptions=False,
     )
     assert res.exit_code == 0, res.output

@@ -28,11 +28,17 @@ TESTS = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory) -> Path:
-    """A comparison directory of real tiny runs: none/seed3 and 2bit/seed3."""
+    """A comparison directory of real tiny runs: none/seed3-HASH and 2bit/seed3-HASH (see :func:`_run`)."""
     out = tmp_path_factory.mktemp("robust") / "cmp"
     jobs = plan_comparison(TESTS / "tiny.toml", ["none", "2bit"], 1, out, ["training.eval_every=1"], iterations=2)
     assert all(r.ok for r in run_local(jobs, workers=1))
     return out
+
+
+def _run(root: Path, codec: str) -> Path:
+    """The seed-3 run directory of ``codec`` in comparison directory ``root`` (``CODEC/seed3-HASH``)."""
+    (d,) = (root / codec).glob("seed3-*")
+    return d
 
 
 def _summary_edit(edit: Callable[[dict], object]) -> Callable[[Path], None]:
@@ -106,7 +112,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
 
 def _damaged_copy(good: Path, root: Path, kind: str) -> Path:
     d = root / kind
-    shutil.copytree(good / "2bit" / "seed3", d)
+    shutil.copytree(_run(good, "2bit"), d)
     DAMAGE[kind][0](d)
     return d
 
@@ -132,11 +138,11 @@ def test_compare_skips_a_damaged_run_with_a_warning(good, tmp_path, kind) -> Non
     d = _damaged_copy(good, tmp_path, kind)
     warnings: list[str] = []
     if DAMAGE[kind][1] == "metrics.csv":  # compare reads summary.json and evals.csv only
-        c = compare_runs([good / "none" / "seed3", d], warn=warnings.append)
+        c = compare_runs([_run(good, "none"), d], warn=warnings.append)
         assert [r.compressor for r in c.rows] == ["none", "2bit"] and not warnings
         return
-    c = compare_runs([good / "none" / "seed3", d], warn=warnings.append)
-    assert [r.compressor for r in c.rows] == ["none"] and c.run_dirs == [good / "none" / "seed3"]
+    c = compare_runs([_run(good, "none"), d], warn=warnings.append)
+    assert [r.compressor for r in c.rows] == ["none"] and c.run_dirs == [_run(good, "none")]
     assert len(warnings) == 1 and str(d) in warnings[0] and DAMAGE[kind][1] in warnings[0]
     with pytest.raises(ResultsError) as info:  # nothing usable: an error listing the problem
         compare_runs([d])
@@ -145,10 +151,10 @@ def test_compare_skips_a_damaged_run_with_a_warning(good, tmp_path, kind) -> Non
 
 def test_compare_skips_an_incomplete_run(good, tmp_path) -> None:
     d = tmp_path / "inc"
-    shutil.copytree(good / "2bit" / "seed3", d)
+    shutil.copytree(_run(good, "2bit"), d)
     _summary_edit(lambda s: {**s, "complete": False, "status": "interrupted"})(d)
     warnings: list[str] = []
-    c = compare_runs([good / "none" / "seed3", d], warn=warnings.append)
+    c = compare_runs([_run(good, "none"), d], warn=warnings.append)
     assert len(c.rows) == 1 and "incomplete (interrupted)" in warnings[0]
 
 
@@ -157,7 +163,7 @@ def test_plot_uses_the_good_runs_and_names_every_damaged_one(good, tmp_path, cap
     root = tmp_path / "mixed"
     shutil.copytree(good, root)
     damaged = {kind: _damaged_copy(good, root / "bad", kind) for kind in DAMAGE}
-    trace_dir = root / "2bit" / "seed3"  # a trace event without ts: its timeline is skipped, the run is used
+    trace_dir = _run(root, "2bit")  # a trace event without ts: its timeline is skipped, the run is used
     trace = json.loads((trace_dir / "trace.json").read_text())
     span = next(e for e in trace["traceEvents"] if e.get("ph") == "X")
     del span["ts"]
@@ -187,7 +193,7 @@ def test_plot_with_only_damaged_runs_exits_2_naming_each(good, tmp_path) -> None
 
 def test_load_trace_damage_is_a_results_error(good, tmp_path) -> None:
     d = tmp_path / "t"
-    shutil.copytree(good / "none" / "seed3", d)
+    shutil.copytree(_run(good, "none"), d)
     for text in (b"[]", b"{}", b'{"traceEvents": 3}', b"\xff\xfe", b'{"traceEvents": [{"ph": "X", "dur": 1}]}'):
         (d / "trace.json").write_bytes(text)
         with pytest.raises(ResultsError) as info:
@@ -252,7 +258,7 @@ def test_plot_to_an_unwritable_path_exits_2(good, tmp_path) -> None:
 
 
 def test_compare_outputs_to_an_unwritable_path_raise_results_error(good, tmp_path) -> None:
-    c = compare_runs([good / "none" / "seed3"])
+    c = compare_runs([_run(good, "none")])
     for target in _unwritable(tmp_path):
         with pytest.raises(ResultsError, match=f"cannot write to {target}"):
             write_comparison(c, target)

@@ -4,8 +4,11 @@ A comparison has two halves that share nothing but files (pyperf style: comparis
 storage):
 
 1. :func:`plan_comparison` turns a scenario and a list of compressors x seeds into validated
-   :class:`~aiotsim.results.parallel.Job` s, one run directory each (``OUT/<compressor>/seed<k>``).
-   Every variant is validated before anything runs, and every problem is reported at once.
+   :class:`~aiotsim.results.parallel.Job` s, one run directory each, keyed by the resolved scenario
+   as a sweep's points are (``OUT/<compressor>/seed<k>-<hash>``, :func:`scenario_key`): a later
+   comparison with other settings (another ``-n``) gets directories of its own, and only a
+   complete run of the identical scenario is reused (:func:`already_done`). Every variant is
+   validated before anything runs, and every problem is reported at once.
 2. :func:`compare_runs` reads only the run directories (``summary.json`` and ``evals.csv``) and
    builds one :class:`ComparisonRow` per compressor: means (and the standard deviation of the final
    accuracy) over seeds, the speed-up over a baseline, and the time to reach a target accuracy,
@@ -13,14 +16,19 @@ storage):
    Runs of several training modes (sync-PS beside federated) get one row per mode and codec,
    named ``mode/codec``.
 
-:func:`write_comparison` writes ``comparison.csv`` (raw numbers, SI units) and ``comparison.md``.
+:func:`write_comparison` writes ``comparison.csv`` (raw numbers, SI units), ``comparison.md`` and
+``comparison.json``, the record of which run directories belong to the comparison (what
+``aiotsim plot`` draws: :func:`read_comparison_runs`) and how many of them were reused.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
+import json
 import math
+import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -35,6 +43,7 @@ from aiotsim.results.store import (
     is_run_dir,
     make_dir,
     read_evals,
+    read_json,
     read_summary,
     read_text,
     write_file,
@@ -110,12 +119,18 @@ def plan_comparison(
             except ConfigError as exc:
                 problems.extend(p for p in exc.problems if p not in problems)
                 break  # the other seeds of this variant have the same problems
-            run_dir = Path(out_dir) / _safe(name) / f"seed{seed}"
-            jobs.append(Job(f"{name} seed {seed}", sc.to_toml(), str(run_dir), device))
+            toml = sc.to_toml()
+            run_dir = Path(out_dir) / _safe(name) / f"seed{seed}-{scenario_key(toml)}"
+            jobs.append(Job(f"{name} seed {seed}", toml, str(run_dir), device))
     if problems:
         raise ConfigError(problems)
     make_dir(out_dir)  # every variant is valid: the comparison directory must exist and be writable
     return jobs
+
+
+def scenario_key(scenario_toml: str) -> str:
+    """The key of a resolved scenario in run directory names: 12 hex digits of its SHA-256."""
+    return hashlib.sha256(scenario_toml.encode()).hexdigest()[:12]
 
 
 def _safe(name: str) -> str:
@@ -365,8 +380,9 @@ def display_columns(c: Comparison) -> tuple[list[str], list[list[str]]]:
     return headers, cells
 
 
-def to_markdown(c: Comparison, title: str = "") -> str:
-    """The comparison as a Markdown table, with a note on the baseline and the target."""
+def to_markdown(c: Comparison, title: str = "", reused: int | None = None) -> str:
+    """The comparison as a Markdown table, with a note on the baseline and the target (and, given
+    ``reused``, on how many of its runs were reused from an earlier comparison)."""
     headers, cells = display_columns(c)
     lines = [f"# {title}", ""] if title else []
     lines += ["| " + " | ".join(headers) + " |", "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|"]
@@ -378,11 +394,24 @@ def to_markdown(c: Comparison, title: str = "") -> str:
         "(mean over the seeds that reached it). Shares: of simulated time.",
         "",
     ]
+    if reused is not None:
+        lines += [reuse_note(len(c.run_dirs), reused), ""]
     return "\n".join(lines)
 
 
-def write_comparison(c: Comparison, out_dir: str | Path, title: str = "") -> tuple[Path, Path]:
-    """Write ``comparison.csv`` (raw numbers) and ``comparison.md``; returns their paths."""
+def reuse_note(runs: int, reused: int) -> str:
+    """``"Runs: 5 (2 reused: ...; 3 run now)."``: how a comparison's runs were obtained."""
+    return (
+        f"Runs: {runs} ({reused} reused: complete runs of the identical resolved scenario from an earlier "
+        f"comparison; {runs - reused} run now)."
+    )
+
+
+def write_comparison(
+    c: Comparison, out_dir: str | Path, title: str = "", reused: int | None = None
+) -> tuple[Path, Path]:
+    """Write ``comparison.csv`` (raw numbers) and ``comparison.md`` (with :func:`reuse_note` when
+    ``reused`` is given); returns their paths."""
     d = make_dir(out_dir)
     csv_path, md_path = d / "comparison.csv", d / "comparison.md"
     table = io.StringIO(newline="")
@@ -392,8 +421,65 @@ def write_comparison(c: Comparison, out_dir: str | Path, title: str = "") -> tup
         cells = [("" if getattr(r, k) is None else getattr(r, k)) for k in CSV_FIELDS]
         w.writerow([*cells, c.baseline, c.target_accuracy])
     write_file(csv_path, table.getvalue())
-    write_file(md_path, to_markdown(c, title))
+    write_file(md_path, to_markdown(c, title, reused))
     return csv_path, md_path
+
+
+# ---- the record of a comparison's runs ---------------------------------------------------------------
+RECORD_NAME = "comparison.json"
+RECORD_VERSION = 1
+
+
+def write_comparison_record(out_dir: str | Path, jobs: Sequence[Job], reused: int, title: str = "") -> Path:
+    """``comparison.json``: the run directories of this comparison (relative to ``out_dir``, in
+    plan order) and how many were reused, so that ``aiotsim plot OUT`` draws exactly these runs and
+    not those an earlier comparison with other settings left in the same directory."""
+    d = make_dir(out_dir)
+    runs = [{"label": j.label, "run_dir": Path(os.path.relpath(j.out_dir, d)).as_posix()} for j in jobs]
+    record = {"schema_version": RECORD_VERSION, "title": title, "reused": reused, "runs": runs}
+    path = d / RECORD_NAME
+    write_file(path, json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def is_comparison_dir(path: str | Path) -> bool:
+    """True when ``path`` holds a ``comparison.json``."""
+    return (Path(path) / RECORD_NAME).is_file()
+
+
+def read_comparison_runs(comparison_dir: str | Path) -> list[Path]:
+    """The run directories ``comparison.json`` lists (complete or not: the caller checks).
+
+    Raises
+    ------
+    ResultsError
+        When the file is not UTF-8 JSON, of another version, or not a record: a ``runs`` list of
+        objects whose ``run_dir`` is a relative path inside the comparison directory (the message
+        names the file and the problem).
+    """
+    d = Path(comparison_dir)
+    path = d / RECORD_NAME
+    data = read_json(path)
+    problem = _record_problem(data)
+    if problem:
+        raise ResultsError(f"{path}: not a comparison record: {problem}")
+    return [d / run["run_dir"] for run in data["runs"]]
+
+
+def _record_problem(data: Any) -> str | None:
+    """Why ``data`` is not a usable ``comparison.json`` (None when it is)."""
+    if not isinstance(data, dict):
+        return f"a JSON object is expected, got {type(data).__name__}"
+    if data.get("schema_version") != RECORD_VERSION:
+        return f"schema_version {data.get('schema_version')!r}, expected {RECORD_VERSION}"
+    runs = data.get("runs")
+    if not isinstance(runs, list) or not runs:
+        return "no runs list"
+    for i, run in enumerate(runs):
+        rd = run.get("run_dir") if isinstance(run, dict) else None
+        if not isinstance(rd, str) or not rd or "\0" in rd or Path(rd).is_absolute() or ".." in Path(rd).parts:
+            return f"run {i}: run_dir must be a path inside the comparison directory, got {rd!r}"
+    return None
 
 
 __all__ = [
@@ -401,6 +487,12 @@ __all__ = [
     "parse_compressors",
     "variant_data",
     "already_done",
+    "scenario_key",
+    "write_comparison_record",
+    "read_comparison_runs",
+    "is_comparison_dir",
+    "reuse_note",
+    "RECORD_NAME",
     "compare_runs",
     "time_to_accuracy",
     "run_label",

@@ -1,7 +1,10 @@
 """Figures from run directories: what a comparison or a sweep looks like, read from files alone.
 
-Inputs are directories: a run directory, any directory holding run directories (a comparison's
-``OUT/``), or a sweep directory (with ``sweep.json``). Runs are grouped by compressor (prefixed by the
+Inputs are directories: a run directory, a comparison directory (its ``comparison.json`` lists
+the runs drawn: exactly that comparison's, not those an earlier comparison with other settings left
+beside them), a sweep directory (with ``sweep.json``) or any directory holding run directories (all
+of them are drawn, as for a comparison written before ``comparison.json`` existed, with a warning).
+Runs are grouped by compressor (prefixed by the
 scenario name when several scenarios are mixed); runs of one group are seeds. From the runs, in
 every requested format (PNG and SVG by default):
 
@@ -40,7 +43,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from aiotsim.errors import ResultsError  # noqa: E402
-from aiotsim.results.compare import time_to_accuracy  # noqa: E402
+from aiotsim.results.compare import is_comparison_dir, read_comparison_runs, time_to_accuracy  # noqa: E402
 from aiotsim.results.store import Warn, make_dir, read_evals, read_json, read_metrics, read_summary  # noqa: E402
 from aiotsim.results.store import warn as store_warn  # noqa: E402
 from aiotsim.results.sweep import is_sweep_dir, read_manifest  # noqa: E402
@@ -117,6 +120,7 @@ class _Inputs:
     sweeps: list[SweepData]
     problems: list[str]
     seen: set[Path]
+    notes: list[str]  # warnings about inputs that are used
 
     def add_run(self, d: Path) -> None:
         if d.resolve() in self.seen:
@@ -144,29 +148,56 @@ def collect(paths: Sequence[str | Path], warn: Warn | None = None) -> tuple[list
     """
     if not paths:
         raise ResultsError("no input directories given")
-    got = _Inputs([], [], [], set())
+    got = _Inputs([], [], [], set(), [])
     for path in paths:
         p = Path(path)
         if p.is_file() and p.suffix == ".toml":  # a scenario or sweep file: nothing run yet
             got.problems.append(f"{p}: a scenario or sweep file; plot reads what a run, compare or sweep wrote")
         elif not p.is_dir():
             got.problems.append(f"{p}: no such directory")
+        elif is_comparison_dir(p):
+            _collect_comparison(p, got)
         elif is_sweep_dir(p):
             _collect_sweep(p, got)
         else:
-            found = find_run_dirs(p)
-            for d in found:
-                got.add_run(d)
-            if not found:
-                got.problems.append(
-                    f"{p}: no complete run directory found (a run directory holds summary.json with complete: true)"
-                )
+            _collect_below(p, got)
     if not got.runs and not got.sweeps:
         raise ResultsError("\n".join(got.problems or ["no usable run directory"]))
     for line in got.problems:
         (warn or store_warn)(f"skipped {line}")
+    for line in got.notes:
+        (warn or store_warn)(line)
     _assign_groups(got.runs)
     return got.runs, got.sweeps
+
+
+def _collect_below(p: Path, got: _Inputs) -> None:
+    """Every run directory at or below ``p`` (a comparison of an older aiotsim: said in a note)."""
+    found = find_run_dirs(p)
+    for d in found:
+        got.add_run(d)
+    if not found:
+        got.problems.append(
+            f"{p}: no complete run directory found (a run directory holds summary.json with complete: true)"
+        )
+    elif (p / "comparison.csv").is_file():
+        got.notes.append(
+            f"{p}: no comparison.json (a comparison written before aiotsim recorded its runs): drawing every "
+            f"run directory below it ({len(found)}); rerun `aiotsim compare` to draw one comparison only"
+        )
+
+
+def _collect_comparison(p: Path, got: _Inputs) -> None:
+    """The run directories a comparison's ``comparison.json`` lists, and no others."""
+    try:
+        dirs = read_comparison_runs(p)
+    except ResultsError as exc:
+        got.problems.append(exc.message)
+        return
+    for d in dirs:
+        got.add_run(d)
+    if not any(d.resolve() in got.seen for d in dirs):
+        got.problems.append(f"{p}: none of the comparison's {len(dirs)} runs is complete")
 
 
 def _collect_sweep(p: Path, got: _Inputs) -> None:
@@ -236,8 +267,16 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def _title_suffix(runs: list[Run]) -> str:
-    s = runs[0].summary
-    return f"{s.get('scenario')}: {s.get('nodes')} nodes, {s.get('iterations')} iterations"
+    """``"iot10: 10 nodes, 30 iterations"`` from every run drawn (``"30-60 iterations"`` when they differ)."""
+
+    def span(key: str) -> str:
+        values = {r.summary.get(key) for r in runs}
+        numbers = sorted(v for v in values if _is_number(v))
+        if len(values) == 1 or len(numbers) != len(values):
+            return ", ".join(sorted(str(v) for v in values))
+        return f"{numbers[0]}-{numbers[-1]}"
+
+    return f"{span('scenario')}: {span('nodes')} nodes, {span('iterations')} iterations"
 
 
 # ---- run figures -------------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ the key summary metrics of every point, rewritten as runs finish.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import itertools
 import json
@@ -41,7 +40,7 @@ from typing import Any
 
 from aiotsim.config import path_safe_name, read_toml, scenario_from_dict
 from aiotsim.errors import ConfigError, ResultsError
-from aiotsim.results.compare import variant_data
+from aiotsim.results.compare import scenario_key, variant_data
 from aiotsim.results.parallel import Job
 from aiotsim.results.store import is_run_dir, make_dir, read_json, read_summary, write_file
 from aiotsim.validate import validate_scenario
@@ -105,11 +104,6 @@ class Sweep:
     def pending(self, device: str = "auto") -> list[Job]:
         """The jobs whose run directory does not hold a complete run yet."""
         return [j for j in self.jobs(device) if not is_run_dir(j.out_dir)]
-
-
-def scenario_key(scenario_toml: str) -> str:
-    """The run directory name of a resolved scenario: 12 hex digits of its SHA-256."""
-    return hashlib.sha256(scenario_toml.encode()).hexdigest()[:12]
 
 
 def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
