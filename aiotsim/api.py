@@ -22,7 +22,7 @@ from torch.utils.data import TensorDataset
 
 from aiotsim.config import Scenario, apply_overrides, load_scenario, read_toml, scenario_from_dict
 from aiotsim.cpus import resolve_threads
-from aiotsim.errors import ConfigError
+from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.learn.datasets import Dataset
 from aiotsim.records import Progress, RunSummary
 from aiotsim.results.store import RunWriter, _CsvLog, atomic_write, read_summary
@@ -127,7 +127,8 @@ def resume_run(
         restore(cluster, state)
         attach(cluster, d / CHECKPOINT_NAME, checkpoint_every)
         strategy = build_strategy(cluster)  # may fail (a trace file gone): before any row is cut
-        writer = _ResumeWriter(d, scenario.to_toml(), keep_below=state["iteration"])
+        kept = {name: _kept_rows(d / name, state["iteration"]) for name in ("metrics.csv", "evals.csv")}
+        writer = _ResumeWriter(d, scenario.to_toml(), kept)
         return run_cluster(cluster, writer, strategy)
 
 
@@ -136,10 +137,30 @@ def _rows_before(lines: list[str], iteration: int) -> list[str]:
     row cut by a crash mid-write, and everything after it, is dropped."""
     kept = []
     for line in lines:
-        first = line.split(",", 1)[0]
-        if not (line.endswith("\n") and first.isdigit() and int(first) < iteration):
+        first = line.split(",", 1)[0]  # isascii: "²".isdigit() is True, int("²") fails
+        if not (line.endswith("\n") and first.isascii() and first.isdigit() and int(first) < iteration):
             break
         kept.append(line)
+    return kept
+
+
+def _kept_rows(path: Path, iteration: int) -> list[str]:
+    """The rows of ``path`` (``metrics.csv``: one per iteration from 0; ``evals.csv``: rising
+    iterations) that a resume from ``iteration``'s checkpoint keeps. A file that is not UTF-8 text,
+    or whose rows before ``iteration`` are not all there, is a :class:`ResultsError`: nothing is cut."""
+    try:
+        # bytes, not text: the rows end in "\r\n" (csv's dialect) and must stay as written
+        lines = path.read_bytes().decode().splitlines(keepends=True) if path.is_file() else []
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot be read as UTF-8 text ({exc}); the run directory is damaged") from None
+    kept = _rows_before(lines[1:], iteration)
+    its = [int(line.split(",", 1)[0]) for line in kept]
+    whole = its == list(range(iteration)) if path.name == "metrics.csv" else its == sorted(set(its))
+    if not whole:
+        raise ResultsError(
+            f"{path}: the rows before the checkpoint's iteration {iteration} are damaged or missing "
+            f"(iterations {its[:5]}{'...' if len(its) > 5 else ''} read); the run directory is damaged: rerun the run"
+        )
     return kept
 
 
@@ -157,19 +178,17 @@ def _threads(threads: int | str) -> Iterator[None]:
 
 
 class _ResumeWriter(RunWriter):
-    """A :class:`RunWriter` that keeps the CSV rows of iterations before ``keep_below`` (rows
-    written after the checkpoint, before the crash, are cut) and appends to them."""
+    """A :class:`RunWriter` that keeps the CSV rows ``kept`` (those of iterations before the
+    checkpoint's: rows written after it, before the crash, are cut) and appends to them."""
 
-    def __init__(self, out_dir: Path, scenario_toml: str, keep_below: int) -> None:
-        self.keep_below = keep_below
+    def __init__(self, out_dir: Path, scenario_toml: str, kept: dict[str, list[str]]) -> None:
+        self.kept = kept  # file name -> its rows to keep (see _kept_rows)
         super().__init__(out_dir, scenario_toml)
 
     def _open(self, name: str, fields: tuple[str, ...]) -> _CsvLog:
         path = self.dir / name
-        # bytes, not text: the rows end in "\r\n" (csv's dialect) and must stay as written
-        lines = path.read_bytes().decode().splitlines(keepends=True) if path.is_file() else []
         header = ",".join(fields) + "\r\n"  # csv.DictWriter's header line
-        atomic_write(path, (header + "".join(_rows_before(lines[1:], self.keep_below))).encode())
+        atomic_write(path, (header + "".join(self.kept[name])).encode())
         handle = open(path, "a", newline="")
         return _CsvLog(handle, csv.DictWriter(handle, fieldnames=list(fields), extrasaction="raise"))
 

@@ -241,22 +241,39 @@ def test_augmented_stream_resumes_exactly(tiny_scenario: Path, tmp_path: Path) -
     assert "aug_gen" in load(crash / CHECKPOINT_NAME)["nodes"][0]["stream"]
 
 
-def test_state_copies_keep_containers_and_named_tuples() -> None:
-    """Tensors copied to the CPU inside lists, tuples, dicts and named tuples (rebuilt from their
-    fields, not from one iterable); other values kept as they are."""
-    from typing import NamedTuple
+def test_state_encoding_round_trips_numpy_and_keeps_only_plain_data() -> None:
+    """Tensors are copied onto the CPU, numpy arrays and scalars come back with their dtype and
+    values; anything else (a named tuple, a set, an object) is refused when saved, since it could
+    not be read back with ``weights_only=True``."""
+    import numpy as np
 
-    from aiotsim.sim import checkpoint
-
-    class Pair(NamedTuple):
-        a: torch.Tensor
-        b: int
+    from aiotsim.sim.checkpoint_file import decode, encode
 
     t = torch.ones(2, requires_grad=True)
-    state = {"p": Pair(t, 3), "l": [t, "x"], "t": (t,)}
-    copied = checkpoint._cpu(state)
-    assert type(copied["p"]) is Pair and copied["p"].b == 3 and not copied["p"].a.requires_grad
-    assert copied["p"].a is not t and torch.equal(copied["p"].a, t.detach())
-    assert type(copied["l"]) is list and copied["l"][1] == "x" and type(copied["t"]) is tuple
-    moved = checkpoint._to(Pair(t, 4), torch.device("cpu"))
-    assert type(moved) is Pair and moved.b == 4
+    state = {"l": [t, "x", 3, None], "t": (t, 2.5), 4: np.array([1.5, 2.0]), "s": np.float32(0.1)}
+    back = decode(encode(state))
+    assert back["l"][0] is not t and not back["l"][0].requires_grad and torch.equal(back["l"][0], t.detach())
+    assert back["l"][1:] == ["x", 3, None] and type(back["t"]) is tuple and back["t"][1] == 2.5
+    assert back[4].dtype == np.float64 and back[4].tolist() == [1.5, 2.0]
+    assert type(back["s"]) is np.float32 and back["s"] == np.float32(0.1)  # not widened to a float
+    for bad in ({1, 2}, object(), np.array([object()])):
+        with pytest.raises(TypeError, match=r"state\['k'\]: .* cannot go into a checkpoint"):
+            encode({"k": bad})
+
+
+def test_pgc_statistics_come_back_as_their_named_tuple(tiny_scenario: Path, tmp_path: Path) -> None:
+    # PGC keeps its latest Algorithm 1 quantities as a PGCThreshold (a named tuple): stored as a
+    # plain tuple, rebuilt from the codec state's declared field type
+    from aiotsim.compress.pgc import PGCThreshold
+    from aiotsim.sim.checkpoint import restore
+    from aiotsim.sim.world import Cluster
+
+    sc = load_scenario(tiny_scenario, ["compressor.name=pgc", "scenario.iterations=4"])
+    run_scenario(sc, tmp_path / "run", checkpoint_every=2)
+    state = load(tmp_path / "run" / CHECKPOINT_NAME)
+    saved = state["nodes"][0]["codec"][0]["last"]
+    assert type(saved) is tuple and len(saved) == len(PGCThreshold._fields)
+    c = Cluster(sc, device="cpu")
+    restore(c, state)
+    assert c.nodes[0].local.states[0].last == PGCThreshold(*saved)
+    assert type(c.nodes[0].local.states[0].last) is PGCThreshold

@@ -547,6 +547,19 @@ class Network:
         self._tcp_flows = [None] * n
         self._free = [int(x) for x in free]
 
+    def loss_state(self) -> dict[str, object]:
+        """What a checkpoint must keep of sampled (Gilbert-Elliott) losses: the generator the
+        chains draw from and the samples :meth:`wire_bytes_for` took for sends still to come."""
+        pre = [[src, dst, n, [list(s) for s in q]] for (src, dst, n), q in self._presampled.items()]
+        return {"rng": self._loss_rng.bit_generator.state, "presampled": pre}
+
+    def restore_loss_state(self, state: Mapping[str, object]) -> None:
+        """Restore :meth:`loss_state`."""
+        pre = state["presampled"]
+        assert isinstance(pre, list)
+        self._loss_rng.bit_generator.state = state["rng"]
+        self._presampled = {(src, dst, int(n)): deque((float(b), float(d)) for b, d in q) for src, dst, n, q in pre}
+
     def wire_bytes_for(self, src: str, dst: str, nbytes: int) -> float:
         """Wire bytes a transfer of ``nbytes`` from ``src`` to ``dst`` would put on its path
         (the same figure :meth:`send` charges), without sending anything. On a path with

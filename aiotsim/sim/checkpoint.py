@@ -25,15 +25,18 @@ federated fleet only the nodes built so far are kept (by index), so a checkpoint
 nodes that took part, not with the fleet. ``async`` runs (a node is always in flight) and
 ``ring`` runs are refused with a :class:`~aiotsim.errors.ConfigError`.
 
-The file is ``checkpoint.pt`` (``torch.save`` of plain containers, tensors on the CPU), written to a
-temporary file and moved into place with ``os.replace``, so a crash mid-write leaves the previous
-checkpoint whole. It holds pickled Python objects: load only checkpoints you wrote.
+The file is ``checkpoint.pt``: tensors and plain data only, behind a header with a format version
+and a sha256 digest, read with ``torch.load(weights_only=True)`` (see
+:mod:`aiotsim.sim.checkpoint_file`): a crafted file cannot run code and a damaged one is refused.
+Before a resume, :mod:`aiotsim.sim.checkpoint_check` checks a loaded state against the freshly
+built cluster (keys, iteration range, clock, tensor shapes, finite values): what does not fit is a
+:class:`~aiotsim.errors.ResultsError` (exit 2) naming it, never a crash or a wrong run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,13 +44,14 @@ from typing import Any
 import torch
 
 from aiotsim.compress.base import CodecState
-from aiotsim.errors import ConfigError
+from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.sim.accounting import Totals, Window
+from aiotsim.sim.checkpoint_check import check_keys, check_state
+from aiotsim.sim.checkpoint_file import FORMAT_VERSION, RERUN, load, save
 from aiotsim.sim.learning import LocalState
 from aiotsim.sim.world import Applied, Cluster, NodeState, Upload
 
 CHECKPOINT_NAME = "checkpoint.pt"
-FORMAT_VERSION = 1
 RESUMABLE_MODES = ("sync", "partial", "federated")
 _METER_FIELDS = ("compute_j", "tx_j", "rx_j", "idle_j", "busy_s", "log")
 
@@ -102,25 +106,6 @@ def quiescent_point(
             c.on_checkpoint(it, done, strategy_state() if strategy_state is not None else {})
 
 
-def save(path: str | Path, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically (temporary file, then ``os.replace``)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, p)
-
-
-def load(path: str | Path) -> dict[str, Any]:
-    """A checkpoint written by :func:`save` (tensors on the CPU)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: no checkpoint (run with checkpoint_every > 0 to write one)")
-    state = torch.load(p, map_location="cpu", weights_only=False)
-    if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
-        raise ConfigError(f"{p}: not an aiotsim checkpoint of format {FORMAT_VERSION}")
-    return state
-
-
 # ---- capture -----------------------------------------------------------------------------------
 def capture(c: Cluster, it: int, done: Applied, strategy: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything a resumed run needs, after iteration ``it``'s step (``done``, row not yet
@@ -137,57 +122,48 @@ def capture(c: Cluster, it: int, done: Applied, strategy: dict[str, Any] | None 
         "update_bytes": c.update_bytes,
         "last_row_s": c.last_row_s,
         "last_activity_s": c.last_activity_s,
-        "model": {k: v.detach().cpu().clone() for k, v in learning.model.state_dict().items()},
-        "optimizer": _cpu(learning.optimizer.state_dict()),
+        "model": dict(learning.model.state_dict()),
+        "optimizer": learning.optimizer.state_dict(),
         "server_states": [_codec_state(x) for x in learning.server_states],
         "gateway_states": {gw: [_codec_state(x) for x in xs] for gw, xs in c.gateway_states.items()},
-        "snapshots": {v: _cpu(ps) for v, ps in c.snapshots.items()},
+        "snapshots": dict(c.snapshots),
         "nodes": [_node(st) for st in c.nodes],  # the nodes built so far (all but in a federated fleet)
         "node_index": c.nodes.built_indices(),
         "net_rng": c.net._rng.bit_generator.state,
-        "net_carried": c.net._carried.copy(),  # wire bytes per link
+        "net_carried": c.net._carried,  # wire bytes per link (numpy: copied when saved)
         "net_tcp": c.net.tcp_state(),  # TCP connections' windows, loss generator
         "net_slots": c.net.slot_state(),  # free-slot order: ties between flows finish in slot order
+        "net_loss": c.net.loss_state(),  # Gilbert-Elliott sampling generator and presampled losses
         "totals": dataclasses.asdict(c.totals),
         "window": dataclasses.asdict(c.window),
         "trace": c.trace.state(),
         "applied": _applied(done),
-        "strategy": _cpu(strategy or {}),
+        "strategy": strategy or {},
     }
 
 
-def _cpu(obj: Any) -> Any:
-    """A copy of ``obj`` with every tensor detached and on the CPU (containers rebuilt)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu().clone()
-    if isinstance(obj, dict):
-        return {k: _cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return _rebuilt(obj, [_cpu(v) for v in obj])
-    return obj
-
-
-def _rebuilt(seq: list[Any] | tuple[Any, ...], items: list[Any]) -> Any:
-    """A list or tuple of ``seq``'s type holding ``items`` (a named tuple takes them as arguments)."""
-    return type(seq)(*items) if hasattr(seq, "_fields") else type(seq)(items)
-
-
 def _codec_state(state: CodecState) -> dict[str, Any]:
+    """A codec state's fields as plain data: a ``torch.Generator`` as its ``get_state()`` bytes,
+    a named tuple (PGC's statistics) as a tuple (rebuilt from the field's declared type)."""
     out = {}
     for f in dataclasses.fields(state):
         v = getattr(state, f.name)
-        out[f.name] = v.get_state() if isinstance(v, torch.Generator) else _cpu(v)
+        out[f.name] = v.get_state() if isinstance(v, torch.Generator) else tuple(v) if _is_named_tuple(v) else v
     return out
+
+
+def _is_named_tuple(v: Any) -> bool:
+    return isinstance(v, tuple) and hasattr(v, "_fields")
 
 
 def _node(st: NodeState) -> dict[str, Any]:
     local, stream = st.local, st.local.stream
     return {
         "codec": [_codec_state(x) for x in local.states],
-        "velocity": _cpu(local.velocity),
+        "velocity": local.velocity,
         "stream": stream.state_dict(),
         "rng": st.rng.bit_generator.state,
-        "energy": {k: _cpu(getattr(st.energy, k)) for k in _METER_FIELDS},
+        "energy": {k: getattr(st.energy, k) for k in _METER_FIELDS},
         "held_version": st.held_version,
         "dispatched_version": st.dispatched_version,
         "busy": st.busy,
@@ -210,8 +186,13 @@ def _applied(done: Applied) -> dict[str, Any]:
 # ---- restore -----------------------------------------------------------------------------------
 def restore(c: Cluster, state: dict[str, Any]) -> None:
     """Load a checkpoint into a freshly built ``c``: its clock restarts at the checkpoint's time
-    and its strategy continues with the pending metrics row of the checkpoint's iteration."""
+    and its strategy continues with the pending metrics row of the checkpoint's iteration.
+
+    Raises :class:`ConfigError` for a checkpoint of another scenario, model or data set, and
+    :class:`~aiotsim.errors.ResultsError` for one that does not fit the cluster (see
+    :func:`~aiotsim.sim.checkpoint_check.check_state`)."""
     check_resumable(c)
+    check_keys(state)
     if state["scenario"] != c.sc.to_toml():
         raise ConfigError("the checkpoint was written by a run of another scenario than this cluster's")
     ran = (state["model_name"], state["dataset_name"])
@@ -220,6 +201,15 @@ def restore(c: Cluster, state: dict[str, Any]) -> None:
             f"the checkpoint's run trained model {ran[0]!r} on data set {ran[1]!r}, this cluster has "
             f"{c.model_name!r} on {c.dataset_name!r}: resume with the model and data set the run started with"
         )
+    check_state(c, state)
+    try:
+        _load(c, state)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
+        raise ResultsError(f"the checkpoint does not fit this run ({type(exc).__name__}: {exc}); {RERUN}") from None
+
+
+def _load(c: Cluster, state: dict[str, Any]) -> None:
+    """Set ``c``'s state from a checked checkpoint."""
     learning, dev = c.learning, c.device
     learning.model.load_state_dict(state["model"])
     learning.optimizer.load_state_dict(state["optimizer"])  # moves its state to the params' device
@@ -227,14 +217,14 @@ def restore(c: Cluster, state: dict[str, Any]) -> None:
     for gw, saved in state["gateway_states"].items():
         _load_codec_states(c.gateway_states[gw], saved, dev)
     c.snapshots = {int(v): [p.to(dev) for p in ps] for v, ps in state["snapshots"].items()}
-    index = state.get("node_index")  # None: a checkpoint from before it (every node, in order)
-    for i, saved in zip(range(c.n) if index is None else index, state["nodes"], strict=True):
+    for i, saved in zip(state["node_index"], state["nodes"], strict=True):
         _load_node(c.nodes[i], saved, dev)  # builds a federated fleet's node first
     c.start_clock(state["now"])
     c.net._rng.bit_generator.state = state["net_rng"]
     c.net._carried[:] = state["net_carried"]
-    c.net.restore_tcp_state(state.get("net_tcp"))
-    c.net.restore_slot_state(state.get("net_slots"))
+    c.net.restore_tcp_state(state["net_tcp"])
+    c.net.restore_slot_state(state["net_slots"])
+    c.net.restore_loss_state(state["net_loss"])
     c.totals = Totals(**state["totals"])
     c.window = Window(**state["window"])
     c.trace.load_state(state["trace"])
@@ -245,25 +235,37 @@ def restore(c: Cluster, state: dict[str, Any]) -> None:
     a = state["applied"]
     uploads = [Upload(payloads=[], **u) for u in a["uploads"]]
     c.resume_point = (state["iteration"], Applied(a["iteration"], uploads, a["decode_s"], a["agg_nnz"], a["agg_bytes"]))
-    c.resume_strategy = state.get("strategy", {})
+    c.resume_strategy = state["strategy"]
 
 
 def _to(obj: Any, device: torch.device) -> Any:
+    """``obj`` with every tensor (also in lists and tuples) moved to ``device``."""
     if isinstance(obj, torch.Tensor):
         return obj.to(device)
-    if isinstance(obj, (list, tuple)):
-        return _rebuilt(obj, [_to(v, device) for v in obj])
+    if isinstance(obj, list | tuple):
+        return type(obj)(_to(v, device) for v in obj)
     return obj
 
 
 def _load_codec_states(states: list[CodecState], saved: list[dict[str, Any]], device: torch.device) -> None:
     for state, fields in zip(states, saved, strict=True):
+        hints = typing.get_type_hints(type(state))
         for name, v in fields.items():
             current = getattr(state, name)
             if isinstance(current, torch.Generator):
                 current.set_state(v)
+            elif isinstance(v, tuple) and (cls := _named_tuple_type(hints[name])) is not None:
+                setattr(state, name, cls(*v))
             else:
                 setattr(state, name, _to(v, device))
+
+
+def _named_tuple_type(hint: Any) -> type | None:
+    """The named tuple class among a field's declared types (``PGCThreshold | None``), if any."""
+    for t in typing.get_args(hint) or (hint,):
+        if isinstance(t, type) and issubclass(t, tuple) and hasattr(t, "_fields"):
+            return t
+    return None
 
 
 def _load_node(st: NodeState, saved: dict[str, Any], device: torch.device) -> None:

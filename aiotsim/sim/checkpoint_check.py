@@ -1,0 +1,189 @@
+"""Checks of a loaded checkpoint against the freshly built cluster it is to be resumed into.
+
+The file's digest (:mod:`aiotsim.sim.checkpoint_file`) catches damage; these checks catch a file
+that is well formed but does not fit the run: missing or unknown keys, an iteration outside the
+run, a clock that is not a finite time, tensors of another shape or dtype than the model's,
+optimizer's and codecs', non-finite model or optimizer values, nodes that do not exist. Each
+problem found is one line of the :class:`~aiotsim.errors.ResultsError` raised (exit 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+
+from aiotsim.errors import ResultsError
+from aiotsim.sim.checkpoint_file import FORMAT_VERSION, RERUN
+from aiotsim.sim.world import Cluster
+
+KEYS = frozenset(
+    "format scenario model_name dataset_name iteration now version update_bytes last_row_s "
+    "last_activity_s model optimizer server_states gateway_states snapshots nodes node_index net_rng "
+    "net_carried net_tcp net_slots net_loss totals window trace applied strategy".split()
+)
+_NODE_KEYS = frozenset("codec velocity stream rng energy held_version dispatched_version busy online".split())
+# codec state fields shaped like their layer's gradient (others, as PowerSGD's q, are not)
+_GRADIENT_SHAPED = ("residual", "momentum", "variance", "sq_grad")
+
+
+def _refuse(problems: list[str]) -> None:
+    if problems:
+        lines = problems[:8] + ([f"... and {len(problems) - 8} more"] if len(problems) > 8 else [])
+        raise ResultsError(["the checkpoint does not fit this run:", *(f"  {p}" for p in lines), f"  ({RERUN})"])
+
+
+def _keys(got: Any, want: frozenset[str], where: str) -> list[str]:
+    """Problems of a dict ``got`` whose keys must be ``want``."""
+    if not isinstance(got, dict):
+        return [f"{where} is a {type(got).__name__}, not a dict"]
+    missing, unknown = sorted(want - got.keys()), sorted(map(str, got.keys() - want))
+    out = [f"{where} lacks key(s) {', '.join(missing)}"] if missing else []
+    return out + ([f"{where} has unknown key(s) {', '.join(unknown)}"] if unknown else [])
+
+
+def check_keys(state: dict[str, Any]) -> None:
+    """Raise :class:`ResultsError` unless ``state`` has exactly a checkpoint's keys and format."""
+    problems = _keys(state, KEYS, "the state")
+    if not problems and state["format"] != FORMAT_VERSION:
+        problems.append(f"format is {state['format']!r}, not {FORMAT_VERSION}")
+    _refuse(problems)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _time(v: Any, name: str, upto: float = math.inf) -> list[str]:
+    """Problems of a simulated time ``v`` (s): a finite number in [0, upto]."""
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= upto
+    return [] if ok else [f"{name} (={v!r}) must be a finite time in [0, {upto:g}] s"]
+
+
+def _tensor(got: Any, like: torch.Tensor, name: str, dtype: bool = True) -> list[str]:
+    """Problems of a tensor that must have ``like``'s shape (and dtype) and finite values."""
+    if not isinstance(got, torch.Tensor):
+        return [f"{name} is a {type(got).__name__}, not a tensor"]
+    if got.shape != like.shape or (dtype and got.dtype != like.dtype):
+        return [f"{name} has shape {tuple(got.shape)} {got.dtype}, the run's has {tuple(like.shape)} {like.dtype}"]
+    if got.is_floating_point() and not bool(torch.isfinite(got).all()):
+        return [f"{name} holds NaN or infinite values (the run had diverged, or the file was altered)"]
+    return []
+
+
+def check_state(c: Cluster, state: dict[str, Any]) -> None:
+    """Raise :class:`ResultsError` listing what of ``state`` (keys checked by :func:`check_keys`)
+    does not fit the freshly built cluster ``c``."""
+    iters = c.sc.scenario.iterations
+    it, now = state["iteration"], state["now"]
+    problems = []
+    if not (_is_int(it) and 0 <= it < iters - 1):  # a checkpoint is taken only with rows still to come
+        problems.append(f"iteration (={it!r}) must be an integer in [0, {iters - 2}] (the run has {iters} iterations)")
+    problems += _time(now, "now (the simulated clock)")
+    if not problems:
+        for key in ("last_row_s", "last_activity_s"):
+            problems += _time(state[key], key, now)
+    if not (_is_int(state["version"]) and state["version"] >= 0):
+        problems.append(f"version (={state['version']!r}) must be an integer >= 0")
+    problems += _model(c, state["model"]) + _optimizer(c, state["optimizer"])
+    problems += _codecs(c, state["server_states"], c.learning.server_states, "server_states")
+    gws = state["gateway_states"]
+    if not isinstance(gws, dict) or gws.keys() != c.gateway_states.keys():
+        problems.append(f"gateway_states must be for gateways {sorted(c.gateway_states)}")
+    else:
+        for gw, saved in gws.items():
+            problems += _codecs(c, saved, c.gateway_states[gw], f"gateway_states[{gw}]")
+    problems += _nodes(c, state["nodes"], state["node_index"])
+    _refuse(problems)
+
+
+def _model(c: Cluster, saved: Any) -> list[str]:
+    fresh = c.learning.model.state_dict()
+    if not isinstance(saved, dict) or saved.keys() != fresh.keys():
+        return ["model: its tensors are not the run's model's (other names)"]
+    return [p for k, v in fresh.items() for p in _tensor(saved[k], v, f"model[{k}]")]
+
+
+def _optimizer(c: Cluster, saved: Any) -> list[str]:
+    fresh = c.learning.optimizer.state_dict()
+    if not isinstance(saved, dict) or saved.keys() != fresh.keys():
+        return ["optimizer: not a state of the run's optimizer"]
+    groups = saved["param_groups"]
+    if not isinstance(groups, list) or [g.get("params") for g in groups if isinstance(g, dict)] != [
+        g["params"] for g in fresh["param_groups"]
+    ]:
+        return ["optimizer: its parameter groups are not the run's model's"]
+    params = list(c.learning.model.parameters())
+    if not isinstance(saved["state"], dict) or not set(saved["state"]) <= set(range(len(params))):
+        return ["optimizer: its state is for parameters the model does not have"]
+    out = []
+    for i, buffers in saved["state"].items():
+        for k, v in buffers.items() if isinstance(buffers, dict) else ():
+            like = params[i].detach() if isinstance(v, torch.Tensor) and v.dim() > 0 else None
+            out += _tensor(v, like, f"optimizer.state[{i}][{k}]") if like is not None else []
+    return out
+
+
+def _codecs(c: Cluster, saved: Any, fresh: list[Any], name: str) -> list[str]:
+    """Problems of saved codec states (one dict per layer) against the fresh ones."""
+    if not isinstance(saved, list) or len(saved) != len(fresh):
+        return [f"{name}: {len(fresh)} layers' codec states expected"]
+    out = []
+    for j, (got, st) in enumerate(zip(saved, fresh, strict=True)):
+        where = f"{name}[{j}]"
+        fields = frozenset(f.name for f in dataclasses.fields(st))
+        if probs := _keys(got, fields, where):
+            out += probs
+            continue
+        out += _tensor(got["generator"], st.generator.get_state(), f"{where}.generator")
+        shape = torch.empty(c.learning.layers[j].shape, device="meta")  # the layer's gradient, fp32
+        for f in _GRADIENT_SHAPED:
+            if got.get(f) is not None:
+                out += _tensor(got[f], shape, f"{where}.{f}", dtype=False)
+        out += [] if _is_int(got["step"]) and got["step"] >= 0 else [f"{where}.step must be an integer >= 0"]
+    return out
+
+
+def _nodes(c: Cluster, nodes: Any, index: Any) -> list[str]:
+    known = isinstance(index, list) and all(_is_int(i) and 0 <= i < c.n for i in index)
+    if not (known and len(set(index)) == len(index)):
+        return [f"node_index must list distinct nodes in [0, {c.n - 1}]"]
+    if not isinstance(nodes, list) or len(nodes) != len(index):
+        return [f"nodes: {len(index)} nodes expected (as node_index lists)"]
+    out = []
+    for i, saved in zip(index, nodes, strict=True):
+        where = f"nodes[{i}]"
+        if probs := _keys(saved, _NODE_KEYS, where):
+            out += probs
+            continue
+        st = c.nodes[i]  # built now for a federated fleet's node, as the resume builds it
+        out += _codecs(c, saved["codec"], st.local.states, f"{where}.codec")
+        out += _stream(saved["stream"], st.local.stream.state_dict(), where)
+        vel = saved["velocity"]
+        if vel is not None:
+            if not isinstance(vel, list) or len(vel) != len(c.learning.layers):
+                out.append(f"{where}.velocity: one tensor per layer expected")
+            else:
+                for j, (v, L) in enumerate(zip(vel, c.learning.layers, strict=True)):
+                    out += _tensor(v, torch.empty(L.shape, device="meta"), f"{where}.velocity[{j}]", dtype=False)
+        if saved["busy"] is not False:
+            out.append(f"{where}.busy: a checkpoint is taken with no node at work")
+    return out
+
+
+def _stream(got: Any, fresh: dict[str, Any], where: str) -> list[str]:
+    if probs := _keys(got, frozenset(fresh), f"{where}.stream"):
+        return probs
+    out = [p for k in ("gen", "aug_gen") for p in _tensor(got[k], fresh[k], f"{where}.stream.{k}")]
+    perm, n = got["perm"], len(fresh["perm"])
+    if not (isinstance(perm, torch.Tensor) and perm.dtype == fresh["perm"].dtype and perm.shape == (n,)
+            and torch.equal(perm.sort().values, torch.arange(n, dtype=perm.dtype))):  # fmt: skip
+        out.append(f"{where}.stream.perm must be a permutation of the node's {n} samples")
+    if not (_is_int(got["pos"]) and 0 <= got["pos"] <= n and _is_int(got["epoch"]) and got["epoch"] >= 0):
+        out.append(f"{where}.stream: pos must be in [0, {n}] and epoch >= 0")
+    return out
+
+
+__all__ = ["KEYS", "check_keys", "check_state"]
