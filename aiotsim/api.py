@@ -20,11 +20,12 @@ import pandas as pd
 import torch
 from torch.utils.data import TensorDataset
 
-from aiotsim.config import Scenario, apply_overrides, load_scenario, read_toml, scenario_from_dict
+from aiotsim.config import Scenario, apply_overrides, read_toml, scenario_from_dict
 from aiotsim.cpus import resolve_threads
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.learn.datasets import Dataset
 from aiotsim.records import Progress, RunSummary
+from aiotsim.results.custom import custom_run_writer, recorded_toml, resume_scenario
 from aiotsim.results.store import RunWriter, _CsvLog, atomic_write, read_summary
 from aiotsim.sim.checkpoint import CHECKPOINT_NAME, attach, restore
 from aiotsim.sim.checkpoint import load as load_checkpoint
@@ -85,7 +86,7 @@ def run_scenario(
         checkpoint.unlink(missing_ok=True)  # an older run's: never resume this run from it
         attach(cluster, checkpoint, checkpoint_every)
         strategy = build_strategy(cluster)  # before the run directory is touched
-        return run_cluster(cluster, RunWriter(out_dir, scenario.to_toml()), strategy)
+        return run_cluster(cluster, custom_run_writer(out_dir, scenario, model, data), strategy)
 
 
 def resume_run(
@@ -120,7 +121,7 @@ def resume_run(
         The summary, as :func:`run_scenario` returns it.
     """
     d = Path(run_dir)
-    scenario = load_scenario(d / "scenario.toml")
+    scenario = resume_scenario(d, model, data)  # refused when the run's own model/data are not given
     state = load_checkpoint(d / CHECKPOINT_NAME)
     with _threads(threads):
         cluster = Cluster(scenario, device=device, on_progress=on_progress, model=model, data=data)
@@ -128,7 +129,7 @@ def resume_run(
         attach(cluster, d / CHECKPOINT_NAME, checkpoint_every)
         strategy = build_strategy(cluster)  # may fail (a trace file gone): before any row is cut
         kept = {name: _kept_rows(d / name, state["iteration"]) for name in ("metrics.csv", "evals.csv")}
-        writer = _ResumeWriter(d, scenario.to_toml(), kept)
+        writer = _ResumeWriter(d, recorded_toml(scenario, model, data), kept)
         return run_cluster(cluster, writer, strategy)
 
 
@@ -253,12 +254,12 @@ def run(
     model : torch.nn.Module, optional
         Your model, used instead of ``model.name``. It is deep-copied (your object is never
         changed) and used with its parameters as they are: seeding its initialization is yours.
-        It must map a batch ``[B, *input_shape]`` to logits ``[B, num_classes]``. The summary
-        names it by its class.
+        It must map a batch ``[B, *input_shape]`` to logits ``[B, num_classes]``. The run
+        directory records it (:mod:`aiotsim.results.custom`): summary and ``custom.json``.
     dataset : (train, test), optional
         Your data instead of ``data.dataset``: each split a ``(x, y)`` pair of tensors or a
         ``TensorDataset`` of them; ``y`` holds int64 class ids. Partitioned across the nodes by
-        ``data.partition`` as the built-in sets are. The summary names it ``"custom"``.
+        ``data.partition`` as the built-in sets are. Recorded like ``model`` (name ``"custom"``).
     overrides : dict, optional
         ``{"section.key": value}``, e.g. ``{"network.uplink_mbps": 5}``; validated like the file.
     out_dir : str or Path, optional

@@ -3,6 +3,8 @@ dicts, with the user's own ``nn.Module`` and tensors, and its agreement with ``r
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -10,13 +12,20 @@ import pytest
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
+from typer.testing import CliRunner
 
 import aiotsim
-from aiotsim.api import as_dataset, run_scenario
+from aiotsim.api import as_dataset, resume_run, run_scenario
+from aiotsim.cli import app
 from aiotsim.config import load_scenario, read_toml
-from aiotsim.errors import ConfigError
-from aiotsim.records import RunSummary
+from aiotsim.errors import ConfigError, ResultsError
+from aiotsim.records import Progress, RunSummary
+from aiotsim.results.compare import compare_runs
+from aiotsim.results.custom import resume_scenario
 from aiotsim.results.fingerprint import fingerprint_run_dir
+from aiotsim.results.plots import plot_all
+
+TESTS = Path(__file__).parent
 
 
 class TwoLayer(nn.Module):
@@ -137,7 +146,6 @@ def test_progress_within_federated_rounds_counts_local_steps(
     tiny_scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """2 nodes x 3 local steps a round: reports at the 2nd to 6th gradient of each round."""
-    from aiotsim.records import Progress
     from aiotsim.sim import heartbeat
 
     monkeypatch.setattr(heartbeat, "HEARTBEAT_S", 0.0)
@@ -162,3 +170,116 @@ def test_a_batch_job_passes_its_reports_within_iterations_on(
     iters = [(e.iteration, e.gradients) for e in events if e.kind == "iter"]
     assert iters == [(0, 2), (0, 3), (1, 0), (1, 2), (1, 3), (2, 0)]
     assert events[0].kind == "start" and all(e.index == 5 for e in events)
+
+
+# ---- what a run with the user's model and data records ---------------------------------------------
+def _stop_at(iteration: int):
+    """An ``on_progress`` that stops the run like Ctrl-C once ``iteration`` rows are written."""
+
+    def on_progress(p: Progress) -> None:
+        if p.iteration == iteration:
+            raise KeyboardInterrupt
+
+    return on_progress
+
+
+@pytest.fixture(scope="module")
+def custom_run(tmp_path_factory) -> Path:
+    """A 4-iteration run of TwoLayer(6, 16, 3) on 240 + 60 blob samples, stopped after 2 iterations
+    with a checkpoint every iteration."""
+    torch.manual_seed(0)
+    x, y = blobs(300, 6, 3, seed=1)
+    d = tmp_path_factory.mktemp("custom") / "run"
+    with pytest.raises(KeyboardInterrupt):
+        aiotsim.run(
+            TESTS / "tiny.toml",
+            model=TwoLayer(6, 16, 3),
+            dataset=((x[:240], y[:240]), (x[240:], y[240:])),
+            out_dir=d,
+            on_progress=_stop_at(2),
+            checkpoint_every=1,
+        )
+    return d
+
+
+def test_a_custom_run_records_what_ran_not_the_scenario_s_names(custom_run: Path) -> None:
+    text = (custom_run / "scenario.toml").read_text()
+    sc = read_toml(custom_run / "scenario.toml")
+    assert (sc["model"]["name"], sc["data"]["dataset"]) == ("custom", "custom")  # not the file's mlp / digits
+    assert "lenet5" not in text and "mlp" not in text and "digits" not in text
+    assert text.startswith("#") and "custom.json" in text.splitlines()[0] + text.splitlines()[1]
+    record = json.loads((custom_run / "custom.json").read_text())
+    assert record["model"]["class"] == "TwoLayer"
+    assert record["model"]["params"] == 6 * 16 + 16 + 16 * 3 + 3
+    assert record["model"]["layers"] == [
+        "fc1: Linear(in_features=6, out_features=16, bias=True)",
+        "fc2: Linear(in_features=16, out_features=3, bias=True)",
+    ]
+    assert [(t["name"], t["shape"]) for t in record["model"]["tensors"]] == [
+        ("fc1.weight", [16, 6]),
+        ("fc1.bias", [16]),
+        ("fc2.weight", [3, 16]),
+        ("fc2.bias", [3]),
+    ]
+    assert record["data"] == {
+        "name": "custom",
+        "train_samples": 240,
+        "test_samples": 60,
+        "input_shape": [6],
+        "classes": 3,
+    }
+    assert record["scenario_names"] == {"model.name": "mlp", "data.dataset": "digits"}
+
+
+def test_resume_from_the_cli_of_a_custom_run_is_refused_with_exit_2(custom_run: Path) -> None:
+    before = {p.name: p.read_bytes() for p in custom_run.iterdir() if p.is_file()}
+    res = CliRunner().invoke(app, ["run", "--resume", str(custom_run), "-q"])
+    assert res.exit_code == 2, res.output
+    flat = " ".join(res.output.split())
+    assert "trained model 'TwoLayer' on data set 'custom'" in flat and "aiotsim.resume(" in flat
+    assert "Traceback" not in res.output
+    assert {p.name: p.read_bytes() for p in custom_run.iterdir() if p.is_file()} == before  # nothing cut
+    with pytest.raises(ConfigError, match="cannot continue it"):  # the model without the data: refused too
+        resume_run(custom_run, model=TwoLayer(6, 16, 3))
+
+
+def test_a_custom_run_resumes_from_python_to_the_uninterrupted_result(custom_run: Path, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = TwoLayer(6, 16, 3)  # the same initial weights as the stopped run's
+    x, y = blobs(300, 6, 3, seed=1)
+    data = ((x[:240], y[:240]), (x[240:], y[240:]))
+    crash = tmp_path / "crash"
+    shutil.copytree(custom_run, crash)
+    ref = aiotsim.run(TESTS / "tiny.toml", model=model, dataset=data, out_dir=tmp_path / "ref")
+    res = aiotsim.resume(crash, model=model, dataset=data)
+    assert res.summary.complete and fingerprint_run_dir(crash) == fingerprint_run_dir(ref.run_dir)
+    assert (crash / "scenario.toml").read_text() == (ref.run_dir / "scenario.toml").read_text()
+    # the finished run directory compares and plots like any other
+    c = compare_runs([crash, ref.run_dir])
+    assert [r.compressor for r in c.rows] == ["none"] and c.rows[0].seeds == 2
+    written = plot_all([crash], tmp_path / "fig", formats=("png",))
+    assert {p.stem for p in written} >= {"throughput", "convergence_time", "timeline_none"}
+
+
+def test_a_plain_run_over_a_custom_one_drops_its_record(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    over = {"scenario.iterations": 1, "training.eval_every": 1}
+    digits = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))  # built-in data, the user's model
+    aiotsim.run(TESTS / "tiny.toml", model=digits, overrides=over, out_dir=d)
+    sc = read_toml(d / "scenario.toml")
+    assert (sc["model"]["name"], sc["data"]["dataset"]) == ("custom", "digits")
+    record = json.loads((d / "custom.json").read_text())
+    assert record["data"] is None and record["model"]["params"] == 64 * 10 + 10
+    assert record["scenario_names"] == {"model.name": "mlp"}
+    aiotsim.run(TESTS / "tiny.toml", overrides=over, out_dir=d)
+    assert not (d / "custom.json").exists() and read_toml(d / "scenario.toml")["model"]["name"] == "mlp"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [("[]", "a JSON object is expected"), ('{"schema_version": 1, "model": 3}', "must be objects or null")],
+)
+def test_a_damaged_custom_record_is_refused(tmp_path: Path, content: str, problem: str) -> None:
+    (tmp_path / "custom.json").write_text(content)
+    with pytest.raises(ResultsError, match=problem):
+        resume_scenario(tmp_path, None, None)

@@ -10,6 +10,7 @@ normalization needs more than one sample per channel in training mode).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -91,3 +92,25 @@ def describe_models(input_shape: tuple[int, ...], num_classes: int) -> list[Mode
         their summary.
     """
     return [describe_model(name, tuple(input_shape), num_classes) for name in MODELS]
+
+
+def describe_module(model: nn.Module) -> dict[str, Any]:
+    """What a model given as an object is, as plain JSON data (a run records it: it cannot be
+    rebuilt from files).
+
+    Returns
+    -------
+    dict
+        ``class`` (its class name), ``params`` (trainable parameters, counted as
+        :func:`describe_model` counts them), ``layers`` (``"name: repr"`` of every module without
+        submodules, in order) and ``tensors`` (every parameter's name, shape and kind:
+        ``conv``, ``fc``, ``bias``, ``norm`` or ``other``).
+    """
+    infos = layer_infos(model)
+    leaves = [(n, m) for n, m in model.named_modules() if not any(True for _ in m.children())]
+    return {
+        "class": type(model).__name__,
+        "params": sum(L.numel for L in infos),
+        "layers": [f"{n or type(m).__name__}: {m!r}" for n, m in leaves],
+        "tensors": [{"name": L.name, "shape": list(L.shape), "kind": L.kind} for L in infos],
+    }
