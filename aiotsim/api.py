@@ -26,13 +26,14 @@ from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.learn.datasets import Dataset
 from aiotsim.records import Progress, RunSummary
 from aiotsim.results.custom import custom_run_writer, recorded_toml, resume_scenario
-from aiotsim.results.store import RunWriter, _CsvLog, atomic_write, read_summary
+from aiotsim.results.store import RunWriter, _CsvLog, atomic_write, holding_run_dir, read_summary
 from aiotsim.sim.checkpoint import CHECKPOINT_NAME, attach, restore
 from aiotsim.sim.checkpoint import load as load_checkpoint
 from aiotsim.sim.runner import build_strategy, run_cluster
 from aiotsim.sim.world import Cluster
 
 
+@holding_run_dir("out_dir")  # one process writes a run directory: a second one is refused (exit 2)
 def run_scenario(
     scenario: Scenario,
     out_dir: str | Path,
@@ -89,6 +90,7 @@ def run_scenario(
         return run_cluster(cluster, custom_run_writer(out_dir, scenario, model, data), strategy)
 
 
+@holding_run_dir("run_dir")
 def resume_run(
     run_dir: str | Path,
     device: str = "auto",
@@ -289,7 +291,7 @@ def run(
     """
     scenario = as_scenario(scenario_or_path, overrides)
     data = as_dataset(dataset, num_classes) if dataset is not None else None
-    d = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"aiotsim-{scenario.scenario.name}-"))
+    d = out_dir if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"aiotsim-{scenario.scenario.name}-"))
     run_scenario(scenario, d, device, on_progress, threads, model=model, data=data, checkpoint_every=checkpoint_every)
     return Result.load(d)
 

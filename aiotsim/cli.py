@@ -31,6 +31,7 @@ from aiotsim.cli_common import (
     fmt,
     fmt_bytes,
     out,
+    out_path,
     print_error,
     slug,
     writing_to,
@@ -138,7 +139,8 @@ def run(
     iterations: IterOpt = None,
     set_: SetOpt = None,
     out_dir: Annotated[
-        Path | None, typer.Option("--out", "-o", help="run directory (default runs/NAME-CODEC-TIME)")
+        Path | None,
+        typer.Option("--out", "-o", help="run directory (default runs/NAME-CODEC-TIME)", parser=out_path),
     ] = None,
     device: DeviceOpt = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,

@@ -22,11 +22,13 @@ from aiotsim.cli_common import (
     err,
     expected_errors,
     out,
+    out_path,
     slug,
     writing_to,
 )
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.parallel import BatchError, Event, Job, JobResult
+from aiotsim.results.store import locked_run_dir
 
 JobsOpt = Annotated[
     int | None,
@@ -140,7 +142,8 @@ def compare(
     seeds: Annotated[int, typer.Option("--seeds", help="seeds per codec: scenario.seed, +1, ...", min=1)] = 1,
     jobs: JobsOpt = None,
     out_dir: Annotated[
-        Path | None, typer.Option("--out", "-o", help="comparison directory (default runs/compare-NAME)")
+        Path | None,
+        typer.Option("--out", "-o", help="comparison directory (default runs/compare-NAME)", parser=out_path),
     ] = None,
     set_: SetOpt = None,
     iterations: Annotated[
@@ -179,7 +182,7 @@ def compare(
     reused = len(planned) - len(to_run)
     out.print(f"compare: {len(planned)} runs, {reused} reused (complete, same scenario), {len(to_run)} to run")
     ensure_dir(out_dir)
-    with writing_to(out_dir):
+    with writing_to(out_dir), locked_run_dir(out_dir):  # a second compare into OUT is refused
         results = _run_jobs(to_run, jobs, None, quiet, skipped=reused)
         done = [j.out_dir for j in planned if is_run_dir(j.out_dir)]
         if done:
@@ -235,13 +238,17 @@ def _plot_modes(run_dirs: list[Path], out_dir: Path) -> str:
     return ", ".join(str(p) for p in plot_modes([load_run(d) for d in run_dirs], out_dir, ["png"]))
 
 
+SweepOutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", "-o", help="sweep directory (default: \\[sweep] out, else runs/sweep-NAME)", parser=out_path),
+]
+
+
 def sweep(
     sweep_file: Annotated[
         Path, typer.Argument(help="sweep TOML file, e.g. scenarios/sweep_uplink.toml", show_default=False)
     ],
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", "-o", help="sweep directory (default: \\[sweep] out, else runs/sweep-NAME)")
-    ] = None,
+    out_dir: SweepOutOpt = None,
     jobs: JobsOpt = None,
     ray: Annotated[
         bool,
@@ -280,7 +287,7 @@ def sweep(
             out.print(f"  {sw.run_dir(pt)}  {pt.label()}", highlight=False)
         return
     ensure_dir(sw.out_dir)
-    with writing_to(sw.out_dir):
+    with writing_to(sw.out_dir), locked_run_dir(sw.out_dir):  # a second sweep into OUT is refused
         write_manifest(sw)
         write_index(sw)
         results = _run_jobs(
@@ -325,7 +332,7 @@ def _sweep_table(sw: Any) -> Table:
 
 def plot(
     paths: Annotated[list[Path], typer.Argument(help="run, comparison or sweep directories", show_default=False)],
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="directory for the figures")] = Path("plots"),
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="figures' directory", parser=out_path)] = Path("plots"),
     formats: Annotated[str, typer.Option("--formats", help="comma-separated figure formats")] = "png,svg",
     target_accuracy: Annotated[
         float | None,

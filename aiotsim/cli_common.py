@@ -96,6 +96,16 @@ def slug(text: Any, fallback: str = "run") -> str:
     return s or fallback
 
 
+def out_path(value: Any) -> Path:
+    """Typer parser of ``--out``/``-o``: an empty or blank name is refused (exit 2, a usage error)
+    because ``Path("")`` is the current directory, whose ``checkpoint.pt`` a new run deletes."""
+    if isinstance(value, str) and not value.strip():
+        raise typer.BadParameter(
+            f"{value!r} is empty: it would write into the current directory; give a directory, e.g. -o runs/mine"
+        )
+    return Path(value)
+
+
 class SignalInterrupt:
     """Inside ``with SignalInterrupt():`` SIGINT, SIGTERM and SIGHUP stop the run in the main thread
     (:func:`aiotsim.results.parallel.stop_on_signals`: a ``KeyboardInterrupt`` carrying the signal),

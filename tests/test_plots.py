@@ -146,3 +146,16 @@ def test_a_fleet_s_timeline_shows_a_spread_of_its_nodes(tmp_path: Path, monkeypa
     node0, node3 = ["node0", "node0 -> server", "server -> node0"], ["node3", "node3 -> server", "server -> node3"]
     assert rows == [*node0, *node3, "server"]
     assert ax.get_title().endswith("(2 of 6 nodes, spread evenly)")
+
+
+def test_titles_describe_every_run_drawn_not_only_the_first() -> None:
+    """Runs of 60 and 30 iterations in one figure (an older comparison directory drawn whole) are
+    titled "30-60 iterations", not the first run's "60 iterations"."""
+
+    def run(scenario: str, iterations: int) -> plots.Run:
+        return plots.Run(Path(scenario), {"scenario": scenario, "nodes": 10, "iterations": iterations}, [], [])
+
+    title = plots._title_suffix
+    assert title([run("iot10", 60), run("iot10", 60)]) == "iot10: 10 nodes, 60 iterations"
+    assert title([run("iot10", 60), run("iot10", 30), run("iot10", 60)]) == "iot10: 10 nodes, 30-60 iterations"
+    assert title([run("b", 5), run("a", 5)]) == "a, b: 10 nodes, 5 iterations"

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiotsim.errors import AiotsimError, ConfigError
-from aiotsim.results.store import atomic_write
+from aiotsim.results.store import atomic_write, locked_run_dir
 
 if TYPE_CHECKING:
     from aiotsim.config import Scenario
@@ -411,12 +411,11 @@ def _ray_task(job: Job, index: int, progress: Any) -> tuple[dict[str, Any] | Non
 def _write_run_files(out_dir: str, files: dict[str, bytes]) -> None:
     """Write a run returned by a Ray task; ``summary.json`` last (atomically), so that a directory
     is a complete run only once every other file is in place."""
-    d = Path(out_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "summary.json").unlink(missing_ok=True)
-    for name in RUN_FILES:
-        if name in files:
-            atomic_write(d / name, files[name])
+    with locked_run_dir(out_dir) as d:  # as a local run holds it: one writer at a time
+        (d / "summary.json").unlink(missing_ok=True)
+        for name in RUN_FILES:
+            if name in files:
+                atomic_write(d / name, files[name])
 
 
 def run_ray(jobs: Sequence[Job], address: str | None = None, on_event: EventSink | None = None) -> list[JobResult]:

@@ -9,19 +9,26 @@ computed before a Ctrl-C or an error stays readable. Comparisons and plots read 
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
+import functools
+import inspect
 import io
 import itertools
 import json
 import logging
 import math
 import os
+import socket
+import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
-from aiotsim.errors import ResultsError
+from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.records import EVAL_FIELDS, METRIC_FIELDS
 
 SCHEMA_VERSION = 1
@@ -316,3 +323,106 @@ def write_file(path: Path, data: str | bytes) -> None:
         atomic_write(path, data)
     except OSError as exc:
         raise ResultsError(f"cannot write to {path}: {exc.strerror or exc}") from None
+
+
+# ---- one writer per run directory ----------------------------------------------------------------
+LOCK_NAME = ".aiotsim.lock"  # in a run directory while a process writes it; holds who that is
+
+
+def run_dir_path(out_dir: str | Path) -> Path:
+    """``out_dir`` as a Path; an empty or blank string is a :class:`ConfigError` (``Path("")`` is
+    the current directory, whose ``checkpoint.pt`` a new run would delete)."""
+    if not str(out_dir).strip():
+        raise ConfigError(f"output directory {str(out_dir)!r} is empty: give a directory name (e.g. -o runs/mine)")
+    return Path(out_dir)
+
+
+@contextlib.contextmanager
+def locked_run_dir(out_dir: str | Path) -> Iterator[Path]:
+    """Hold the run directory ``out_dir`` (created if needed) for this process while the block runs.
+
+    The lock is ``fcntl.flock`` on :data:`LOCK_NAME` inside it: the kernel drops it when the process
+    ends, however it ends (kill -9 leaves no lock that blocks a later ``--resume``). The file says
+    who holds it (pid, host, command, start time); it is removed on the way out.
+
+    Raises
+    ------
+    ResultsError
+        When another process (or another open of it in this one) holds the directory; the message
+        names the holder. ``cannot write to ...`` when the directory cannot be created.
+    """
+    d = run_dir_path(out_dir)
+    created = not d.exists()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsError(f"cannot write to {d}: {exc.strerror or exc}") from None
+    handle = _acquire(d / LOCK_NAME)
+    try:
+        yield d
+    except BaseException:
+        _release(d, handle)
+        if created:  # a run refused before it wrote anything leaves no empty directory behind
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise
+    _release(d, handle)
+
+
+def _release(d: Path, handle: Any) -> None:
+    """Remove the lock file, then unlock: a process that opened the old file before the removal
+    sees its inode gone and takes the new one (see :func:`_acquire`)."""
+    with contextlib.suppress(OSError):
+        (d / LOCK_NAME).unlink()
+    handle.close()
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def holding_run_dir(param: str) -> Callable[[F], F]:
+    """Decorate a function that writes the run directory passed as its argument ``param`` so that
+    it runs inside :func:`locked_run_dir` (one writer per run directory)."""
+
+    def decorate(fn: F) -> F:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with locked_run_dir(signature.bind(*args, **kwargs).arguments[param]):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def _acquire(path: Path) -> Any:
+    """The open, exclusively flock-ed lock file ``path`` with this process's description in it."""
+    while True:
+        try:
+            handle = open(path, "a+")
+        except OSError as exc:
+            raise ResultsError(f"cannot write to {path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read(500).strip() or "a process that has not yet said who it is"
+            handle.close()
+            raise ResultsError(
+                f"{path.parent} is in use by another aiotsim process ({holder}); wait for it to end, "
+                "stop it, or choose another output directory"
+            ) from None
+        try:  # the holder may have removed the file between our open and our lock: lock the new one
+            same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        handle.close()
+    handle.truncate(0)
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {started}: {' '.join(sys.argv)[:200]}")
+    handle.flush()
+    return handle

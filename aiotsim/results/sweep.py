@@ -42,7 +42,7 @@ from aiotsim.config import path_safe_name, read_toml, scenario_from_dict
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.compare import scenario_key, variant_data
 from aiotsim.results.parallel import Job
-from aiotsim.results.store import is_run_dir, make_dir, read_json, read_summary, write_file
+from aiotsim.results.store import is_run_dir, make_dir, read_json, read_summary, run_dir_path, write_file
 from aiotsim.validate import validate_scenario
 
 SWEEP_KEYS = {"base", "name", "out"}
@@ -138,7 +138,7 @@ def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
     name = head.get("name", p.stem)
     if out_dir is None and "out" not in head and (bad := path_safe_name(str(name))):
         raise ConfigError(f"{p}: sweep.name: {bad}; or give [sweep] out / --out")
-    out = Path(out_dir) if out_dir is not None else Path(head.get("out", f"runs/sweep-{name}"))
+    out = run_dir_path(out_dir) if out_dir is not None else Path(head.get("out", f"runs/sweep-{name}"))
     return Sweep(p, str(name), base, dict(fixed), {k: list(v) for k, v in grid.items()}, points, out)
 
 
@@ -155,6 +155,9 @@ def _structure_problems(data: dict[str, Any], where: str) -> list[str]:
     for k in head:
         if k not in SWEEP_KEYS:
             problems.append(f"{where}: sweep.{k}: unknown key; valid: {', '.join(sorted(SWEEP_KEYS))}")
+    out = head.get("out", "runs")
+    if not isinstance(out, str) or not out.strip():  # "" is the current directory
+        problems.append(f'{where}: sweep.out: {out!r} must be a directory name, e.g. "runs/sweep-uplink"')
     grid = data.get("grid", {})
     for table, content in (("set", data.get("set", {})), ("grid", grid)):
         if not isinstance(content, dict):
