@@ -52,7 +52,8 @@ def run_scenario(
     scenario : Scenario
         The validated scenario.
     out_dir : str or Path
-        Run directory to create (its run files are replaced).
+        Run directory to create (its run files are replaced). It is held for the run: while another
+        process (or call) holds it, this one raises :class:`~aiotsim.errors.ResultsError` naming it.
     device : str
         ``"auto"``, ``"cpu"`` or ``"cuda"``: where the real learning runs.
     on_progress : callable, optional
