@@ -88,16 +88,31 @@ def auto_threads(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> i
     return max(1, cpus)
 
 
+THREADS_PER_CPU = 4  # the most torch threads per usable CPU a run may ask for
+
+
+def max_threads() -> int:
+    """The most threads a run may ask for: :data:`THREADS_PER_CPU` x the CPUs in the affinity mask.
+    More only oversubscribes the CPUs, and a huge count makes OpenMP abort allocating a stack per
+    thread (``--threads 1000000000``: 216 GB)."""
+    return THREADS_PER_CPU * affinity_cpus()
+
+
 def resolve_threads(threads: int | str) -> int:
-    """``threads`` as a count: an int >= 1 as it is, ``"auto"`` by :func:`auto_threads`, a digit
-    string as its int; anything else is a :class:`ConfigError`."""
+    """``threads`` as a count: an int in 1..:func:`max_threads` as it is, ``"auto"`` by
+    :func:`auto_threads`, a digit string as its int; anything else is a :class:`ConfigError`."""
     if isinstance(threads, str):
         text = threads.strip().lower()
         if text == "auto":
             return auto_threads()
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):  # "²".isdigit() is True, int("²") fails
             raise ConfigError(f"threads(={threads!r}) must be a whole number >= 1 or 'auto'")
         threads = int(text)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"threads(={threads!r}) must be a whole number >= 1 or 'auto'")
+    if threads > max_threads():
+        raise ConfigError(
+            f"threads(={threads}) is more than {max_threads()} ({THREADS_PER_CPU} per CPU this process may use, "
+            f"{affinity_cpus()}): give a smaller number or 'auto'"
+        )
     return threads

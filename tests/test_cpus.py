@@ -88,3 +88,37 @@ def test_cli_bad_threads_is_exit_2_before_the_run(tmp_path: Path) -> None:
     assert res.exit_code == 2
     assert "'auto'" in res.output
     assert not out.exists()
+
+
+def test_threads_are_bounded_by_the_usable_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 3 usable CPUs, 4 threads each: 12 is the most; more (1e9 made libgomp abort allocating
+    # 216 GB) is refused naming the bound, through run_scenario's thread block as well
+    monkeypatch.setattr(cpus, "affinity_cpus", lambda: 3)
+    assert cpus.max_threads() == 12
+    assert cpus.resolve_threads(12) == 12 and cpus.resolve_threads("12") == 12
+    for bad in (13, "13", 1_000_000_000, "1000000000"):
+        with pytest.raises(ConfigError, match=r"more than 12 \(4 per CPU this process may use, 3\)"):
+            cpus.resolve_threads(bad)
+    before = torch.get_num_threads()
+    with pytest.raises(ConfigError, match="more than 12"), _threads(10**9):
+        pass
+    assert torch.get_num_threads() == before
+    with pytest.raises(ConfigError, match="whole number"):  # a digit int() cannot read: a message, not a traceback
+        cpus.resolve_threads("²")
+
+
+def test_too_many_threads_is_exit_2_in_run_and_refused_by_the_api(tmp_path: Path) -> None:
+    # compare and sweep take no --threads: their runs use RUN_THREADS (1) through run_scenario
+    from typer.testing import CliRunner
+
+    from aiotsim.api import run
+    from aiotsim.cli import app
+
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["run", "tests/tiny.toml", "--threads", "1000000000", "--out", str(out), "-q"])
+    assert res.exit_code == 2, res.output
+    assert f"more than {cpus.max_threads()}" in res.output and "Traceback" not in res.output
+    assert not out.exists()
+    with pytest.raises(ConfigError, match=f"more than {cpus.max_threads()}"):
+        run("tests/tiny.toml", out_dir=out, threads=cpus.max_threads() + 1)
+    assert not out.exists()
