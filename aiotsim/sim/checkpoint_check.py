@@ -32,7 +32,9 @@ _GRADIENT_SHAPED = ("residual", "momentum", "variance", "sq_grad")
 def _refuse(problems: list[str]) -> None:
     if problems:
         lines = problems[:8] + ([f"... and {len(problems) - 8} more"] if len(problems) > 8 else [])
-        raise ResultsError(["the checkpoint does not fit this run:", *(f"  {p}" for p in lines), f"  ({RERUN})"])
+        raise ResultsError(
+            "\n".join(["the checkpoint does not fit this run:", *(f"  {p}" for p in lines), f"  ({RERUN})"])
+        )
 
 
 def _keys(got: Any, want: frozenset[str], where: str) -> list[str]:

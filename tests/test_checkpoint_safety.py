@@ -1,0 +1,250 @@
+"""A checkpoint is input: it never runs code, and a damaged or inconsistent one is refused (exit 2,
+a message naming what is wrong) before anything of its run directory changes."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from aiotsim.api import resume_run, run_scenario
+from aiotsim.cli import app
+from aiotsim.config import load_scenario
+from aiotsim.errors import ResultsError
+from aiotsim.results.fingerprint import fingerprint_run_dir
+from aiotsim.sim import checkpoint_file
+from aiotsim.sim.checkpoint import CHECKPOINT_NAME
+
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished 6-iteration run whose checkpoint is after iteration 3: server momentum (the
+    optimizer's buffers), top-k residuals on the nodes."""
+    return _finished_run(tmp_path_factory, "training.momentum_at=server")
+
+
+@pytest.fixture(scope="module")
+def nodes_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As :func:`run_dir` with the momentum on the nodes (their velocities in the checkpoint)."""
+    return _finished_run(tmp_path_factory, "training.momentum_at=nodes")
+
+
+def _finished_run(tmp_path_factory: pytest.TempPathFactory, momentum_at: str) -> Path:
+    over = ["compressor.name=topk", "training.momentum=0.9", momentum_at, "scenario.iterations=6"]
+    d = tmp_path_factory.mktemp("ckpt") / "run"
+    run_scenario(load_scenario(TESTS / "tiny.toml", over), d, checkpoint_every=2)
+    return d
+
+
+def copied(run_dir: Path, tmp_path: Path) -> Path:
+    d = tmp_path / "run"
+    shutil.copytree(run_dir, d)
+    return d
+
+
+def files(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+# ---- a checkpoint never runs code ------------------------------------------------------------
+class Payload:
+    """Unpickled, it creates directory ``marker``: what a crafted checkpoint could do instead."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (str(self.marker),))
+
+
+def _bare(state: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+def _with_header(state: dict[str, Any]) -> bytes:
+    """``state`` behind a valid format-2 header and digest: only weights_only stands in the way."""
+    payload = _bare(state)
+    digest = checkpoint_file.hashlib.sha256(payload).hexdigest()
+    return checkpoint_file.MAGIC + f"2 sha256:{digest}\n".encode() + payload
+
+
+@pytest.mark.parametrize(
+    ("wrap", "says"),
+    [
+        (_bare, "a checkpoint of format 1 (written by an aiotsim older than format 2) or another program's"),
+        (_with_header, "holds objects other than tensors and plain data"),
+    ],
+    ids=["format-1-file", "format-2-header"],
+)
+def test_a_checkpoint_with_a_code_payload_is_refused_unrun(
+    run_dir: Path, tmp_path: Path, wrap: Callable[[dict[str, Any]], bytes], says: str
+) -> None:
+    d = copied(run_dir, tmp_path)
+    marker = tmp_path / "pwned"
+    (d / CHECKPOINT_NAME).write_bytes(wrap({"format": 2, "iteration": Payload(marker)}))
+    # the payload is live: an unguarded torch.load (format 1's loader) runs it
+    control = tmp_path / "control"
+    torch.load(io.BytesIO(_bare({"x": Payload(control)})), weights_only=False)
+    assert control.is_dir()
+    before = files(d)
+    res = CliRunner().invoke(app, ["run", "--resume", str(d), "-q"])
+    assert res.exit_code == 2, res.output
+    assert says in " ".join(res.output.split()) and "Traceback" not in res.output
+    assert not marker.exists()
+    assert files(d) == before
+
+
+# ---- damaged files: the digest -----------------------------------------------------------------
+def _flip(data: bytes, count: int) -> bytes:
+    """``count`` bytes of the payload (after the header line) XOR 0xFF, at seeded positions."""
+    b, start = bytearray(data), data.index(b"\n") + 1
+    for i in random.Random(7).sample(range(start, len(b)), count):
+        b[i] ^= 0xFF
+    return bytes(b)
+
+
+def _other_digest(data: bytes) -> bytes:
+    """The file with the first hex digit of its header's digest changed."""
+    i = data.index(b"sha256:") + len(b"sha256:")
+    return data[:i] + (b"1" if data[i : i + 1] == b"0" else b"0") + data[i + 1 :]
+
+
+BYTE_TAMPERS: dict[str, tuple[Callable[[bytes], bytes], str]] = {
+    "empty": (lambda b: b"", "the checkpoint is empty"),
+    "truncated": (lambda b: b[: len(b) // 2], "does not match its sha256 digest"),
+    "random-bytes": (lambda b: random.Random(1).randbytes(4096), "not an aiotsim checkpoint"),
+    "50-flipped-bytes": (lambda b: _flip(b, 50), "does not match its sha256 digest"),
+    "1-flipped-byte": (lambda b: _flip(b, 1), "does not match its sha256 digest"),
+    "digest-altered": (lambda b: _other_digest(b), "does not match its sha256 digest"),
+    "header-cut": (lambda b: b[:30], "header is damaged"),
+    "format-3": (lambda b: b.replace(b"checkpoint 2 ", b"checkpoint 3 ", 1), "a checkpoint of format '3'"),
+}
+
+
+@pytest.mark.parametrize("case", list(BYTE_TAMPERS))
+def test_a_damaged_checkpoint_file_is_refused(run_dir: Path, tmp_path: Path, case: str) -> None:
+    tamper, says = BYTE_TAMPERS[case]
+    d = copied(run_dir, tmp_path)
+    (d / CHECKPOINT_NAME).write_bytes(tamper((d / CHECKPOINT_NAME).read_bytes()))
+    before = files(d)
+    res = CliRunner().invoke(app, ["run", "--resume", str(d), "-q"])
+    assert res.exit_code == 2 and says in " ".join(res.output.split()), res.output
+    assert "Traceback" not in res.output and files(d) == before
+
+
+# ---- well-formed files that do not fit the run: the checks -------------------------------------
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """A tamper setting ``state[a][b]...`` (``path`` "a/b/..."; integer parts index lists)."""
+
+    def tamper(state: dict[str, Any]) -> None:
+        *parents, last = [int(p) if p.isdigit() else p for p in path.split("/")]
+        obj = state
+        for p in parents:
+            obj = obj[p]
+        obj[last] = value(obj[last]) if callable(value) else value
+
+    return tamper
+
+
+def _drop(key: str) -> Callable[[dict[str, Any]], None]:
+    return lambda state: state.pop(key)
+
+
+STATE_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "missing-key": (_drop("net_loss"), "the state lacks key(s) net_loss"),
+    "unknown-key": (_set("surprise", 1), "the state has unknown key(s) surprise"),
+    "iteration-1e9": (_set("iteration", 10**9), "iteration (=1000000000) must be an integer in [0, 4]"),
+    "iteration-last": (_set("iteration", 5), "iteration (=5) must be an integer in [0, 4]"),
+    "iteration-negative": (_set("iteration", -5), "iteration (=-5) must be"),
+    "iteration-float": (_set("iteration", 3.0), "iteration (=3.0) must be"),
+    "clock-nan": (_set("now", float("nan")), "now (the simulated clock) (=nan) must be a finite time"),
+    "clock-negative": (_set("now", -1.0), "now (the simulated clock) (=-1.0) must be a finite time"),
+    "row-time-after-clock": (_set("last_row_s", 1e9), "last_row_s (=1000000000.0) must be a finite time"),
+    "model-shape": (_set("model/fc1.weight", torch.zeros(3, 3)), "model[fc1.weight] has shape (3, 3)"),
+    "model-dtype": (_set("model/fc1.bias", lambda t: t.double()), "model[fc1.bias] has shape (200,) torch.float64"),
+    "model-nan": (_set("model/fc2.bias", lambda t: t * float("nan")), "model[fc2.bias] holds NaN or infinite values"),
+    "model-renamed": (lambda s: s["model"].update(extra=torch.zeros(1)), "model: its tensors are not the run's"),
+    "optimizer-buffer-shape": (
+        _set("optimizer/state/0/momentum_buffer", torch.zeros(7)),
+        "optimizer.state[0][momentum_buffer] has shape (7,)",
+    ),
+    "optimizer-inf": (
+        _set("optimizer/state/1/momentum_buffer", lambda t: t / 0.0),
+        "optimizer.state[1][momentum_buffer] holds NaN or infinite values",
+    ),
+    "optimizer-params": (_set("optimizer/state/99", {}), "its state is for parameters the model does not have"),
+    "residual-shape": (_set("nodes/0/codec/2/residual", torch.zeros(5)), "nodes[0].codec[2].residual has shape (5,)"),
+    "codec-layers": (_set("nodes/1/codec", lambda xs: xs[:2]), "nodes[1].codec: 6 layers' codec states expected"),
+    "generator-size": (_set("nodes/0/codec/0/generator", torch.zeros(3, dtype=torch.uint8)), "codec[0].generator"),
+    "node-busy": (_set("nodes/1/busy", True), "nodes[1].busy: a checkpoint is taken with no node at work"),
+    "node-index": (_set("node_index", [0, 7]), "node_index must list distinct nodes in [0, 1]"),
+    "stream-perm": (_set("nodes/0/stream/perm", lambda p: p * 0), "stream.perm must be a permutation"),
+    "stream-pos": (_set("nodes/0/stream/pos", 10**6), "pos must be in [0, "),
+    "totals-field": (_set("totals", lambda t: {**t, "bogus": 1}), "does not fit this run (TypeError"),
+    "net-rng": (_set("net_rng/bit_generator", "MT19937"), "does not fit this run (ValueError"),
+}
+
+
+@pytest.mark.parametrize("case", list(STATE_TAMPERS))
+def test_a_checkpoint_that_does_not_fit_the_run_is_refused(run_dir: Path, tmp_path: Path, case: str) -> None:
+    tamper, says = STATE_TAMPERS[case]
+    assert says in _refused_after(run_dir, tmp_path, tamper)
+
+
+def _refused_after(run_dir: Path, tmp_path: Path, tamper: Callable[[dict[str, Any]], None]) -> str:
+    """The message of the refusal to resume ``run_dir``'s checkpoint once tampered with (saved
+    again with a valid digest: only the checks stand in the way); nothing in the directory changes."""
+    d = copied(run_dir, tmp_path)
+    state = checkpoint_file.load(d / CHECKPOINT_NAME)
+    tamper(state)
+    checkpoint_file.save(d / CHECKPOINT_NAME, state)
+    before = files(d)
+    with pytest.raises(ResultsError) as err:
+        resume_run(d)
+    assert files(d) == before
+    return err.value.message
+
+
+def test_node_velocities_of_another_shape_are_refused(nodes_run_dir: Path, tmp_path: Path) -> None:
+    says = _refused_after(nodes_run_dir, tmp_path, _set("nodes/1/velocity/4", torch.zeros(200, 10)))
+    assert "nodes[1].velocity[4] has shape (200, 10) torch.float32, the run's has (10, 200)" in says
+
+
+def test_the_untampered_checkpoint_resumes(run_dir: Path, tmp_path: Path) -> None:
+    # the control of the tamper tests: the same checkpoint, loaded and saved again, resumes to the
+    # run's own files
+    d = copied(run_dir, tmp_path)
+    checkpoint_file.save(d / CHECKPOINT_NAME, checkpoint_file.load(d / CHECKPOINT_NAME))
+    resume_run(d)
+    assert fingerprint_run_dir(d) == fingerprint_run_dir(run_dir)
+
+
+# ---- damaged rows beside a good checkpoint -----------------------------------------------------
+ROW_TAMPERS: dict[str, tuple[Callable[[bytes], bytes], str]] = {
+    "metrics-not-utf8": (lambda b: b.replace(b"\n1,", b"\n\xff\xfe,", 1), "cannot be read as UTF-8 text"),
+    "metrics-row-gone": (lambda b: b.replace(b"\n1,", b"\n", 1), "the rows before the checkpoint's iteration 3"),
+    "metrics-superscript": (lambda b: b.replace(b"\n1,", "\n²,".encode(), 1), "are damaged or missing"),
+}
+
+
+@pytest.mark.parametrize("case", list(ROW_TAMPERS))
+def test_damaged_metrics_rows_are_refused_before_any_row_is_cut(run_dir: Path, tmp_path: Path, case: str) -> None:
+    tamper, says = ROW_TAMPERS[case]
+    d = copied(run_dir, tmp_path)
+    (d / "metrics.csv").write_bytes(tamper((d / "metrics.csv").read_bytes()))
+    before = files(d)
+    res = CliRunner().invoke(app, ["run", "--resume", str(d), "-q"])
+    assert res.exit_code == 2 and says in " ".join(res.output.split()), res.output
+    assert "Traceback" not in res.output and files(d) == before
