@@ -3,6 +3,7 @@ a message naming what is wrong) before anything of its run directory changes."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import random
@@ -248,3 +249,40 @@ def test_damaged_metrics_rows_are_refused_before_any_row_is_cut(run_dir: Path, t
     res = CliRunner().invoke(app, ["run", "--resume", str(d), "-q"])
     assert res.exit_code == 2 and says in " ".join(res.output.split()), res.output
     assert "Traceback" not in res.output and files(d) == before
+
+
+# ---- a full disk while saving ----------------------------------------------------------------
+class _FullDisk:
+    """A file whose writes put half their bytes on disk, then fail as a full disk does."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def __enter__(self) -> _FullDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.handle.close()
+
+    def write(self, data: bytes) -> int:
+        self.handle.write(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.handle.name))
+
+
+def test_a_full_disk_while_saving_keeps_the_previous_checkpoint_and_no_temporary_file(
+    tiny_scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saves = []
+
+    def opened(path: Any, mode: str = "r", *args: Any) -> Any:
+        saves.append(path)
+        handle = open(path, mode, *args)
+        return handle if len(saves) == 1 else _FullDisk(handle)  # the first checkpoint is written
+
+    monkeypatch.setattr(checkpoint_file, "open", opened, raising=False)
+    d = tmp_path / "run"
+    res = CliRunner().invoke(app, ["run", str(tiny_scenario), "-q", "-o", str(d), "--checkpoint-every", "1"])
+    assert res.exit_code == 2 and "No space left on device" in res.output and "Traceback" not in res.output
+    assert len(saves) == 2 and not list(d.glob("*.tmp"))
+    monkeypatch.undo()
+    assert checkpoint_file.load(d / CHECKPOINT_NAME)["iteration"] == 0  # the first one, whole
