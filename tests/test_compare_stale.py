@@ -4,6 +4,7 @@ identical runs reused (and counted), and `aiotsim plot DIR` draws exactly the la
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -75,15 +76,17 @@ def test_plot_draws_exactly_the_last_comparison(twice, tmp_path) -> None:
     assert "| none |" in md and "| topk |" in md and "| 2bit |" not in md
 
 
-def test_an_identical_comparison_reuses_the_runs_and_says_so(twice) -> None:
-    out, first, _ = twice
-    output = _compare(out, "none,2bit", 3)  # the first comparison's settings: nothing runs
+def test_an_identical_comparison_reuses_the_runs_and_says_so(twice, tmp_path) -> None:
+    out, _, _ = twice
+    copy = tmp_path / "cmp"  # the fixture's directory stays as the other tests expect it
+    shutil.copytree(out, copy)
+    before = {p: p.read_bytes() for p in copy.rglob("summary.json")}
+    output = _compare(copy, "none,2bit", 3)  # the first comparison's settings: nothing runs
     assert "2 runs, 2 reused" in output
-    assert {p: p.stat().st_mtime_ns for p in first} == first
-    assert len(list(out.rglob("summary.json"))) == 5
-    assert _drawn(out) == {"none": 3, "2bit": 3}
-    assert "Runs: 2 (2 reused" in (out / "comparison.md").read_text()
-    assert json.loads((out / "comparison.json").read_text())["reused"] == 2
+    assert {p: p.read_bytes() for p in copy.rglob("summary.json")} == before  # 5 runs, none rewritten
+    assert _drawn(copy) == {"none": 3, "2bit": 3}
+    assert "Runs: 2 (2 reused" in (copy / "comparison.md").read_text()
+    assert json.loads((copy / "comparison.json").read_text())["reused"] == 2
 
 
 def test_a_comparison_without_record_draws_every_run_and_says_so(twice, tmp_path) -> None:
@@ -116,3 +119,16 @@ def test_a_damaged_record_is_refused_with_exit_2(tmp_path, record, problem) -> N
     res = runner.invoke(app, ["plot", str(d), "-o", str(tmp_path / "fig")])
     assert res.exit_code == 2 and problem in res.output and "comparison.json" in res.output
     assert "Traceback" not in res.output
+
+
+def test_a_listed_run_that_is_gone_is_skipped_with_a_warning(twice, tmp_path) -> None:
+    out, _, _ = twice
+    copy = tmp_path / "cmp"
+    shutil.copytree(out, copy)
+    record = json.loads((copy / "comparison.json").read_text())
+    gone = copy / record["runs"][0]["run_dir"]
+    shutil.rmtree(gone)
+    warnings: list[str] = []
+    drawn = _drawn(copy, warnings)
+    assert drawn == {"topk": 2}  # the second comparison's none run is gone
+    assert len(warnings) == 1 and str(gone) in warnings[0] and "no summary.json" in warnings[0]
