@@ -193,6 +193,15 @@ STATE_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "node-index": (_set("node_index", [0, 7]), "node_index must list distinct nodes in [0, 1]"),
     "stream-perm": (_set("nodes/0/stream/perm", lambda p: p * 0), "stream.perm must be a permutation"),
     "stream-pos": (_set("nodes/0/stream/pos", 10**6), "pos must be in [0, "),
+    "held-version": (_set("nodes/0/held_version", 99), "nodes[0]: held_version and dispatched_version must be"),
+    "energy-nan": (_set("nodes/1/energy/tx_j", float("nan")), "nodes[1].energy: its meters must be finite"),
+    "energy-not-a-dict": (_set("nodes/1/energy", 3), "does not fit this run (AttributeError"),
+    "net-carried": (_set("net_carried", lambda a: a[:1]), "net_carried must be"),
+    "snapshot-version": (_set("snapshots", {99: []}), "snapshots must be keyed by model versions in [0, 4]"),
+    "snapshot-shape": (
+        _set("snapshots", {2: [torch.zeros(2)] * 6}),
+        "snapshots[2][0] has shape (2,) torch.float32, the run's has (200, 64)",
+    ),
     "totals-field": (_set("totals", lambda t: {**t, "bogus": 1}), "does not fit this run (TypeError"),
     "net-rng": (_set("net_rng/bit_generator", "MT19937"), "does not fit this run (ValueError"),
 }

@@ -201,8 +201,8 @@ def restore(c: Cluster, state: dict[str, Any]) -> None:
             f"the checkpoint's run trained model {ran[0]!r} on data set {ran[1]!r}, this cluster has "
             f"{c.model_name!r} on {c.dataset_name!r}: resume with the model and data set the run started with"
         )
-    check_state(c, state)
     try:
+        check_state(c, state)  # problems found: a ResultsError listing them; a value of another type may raise
         _load(c, state)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
         raise ResultsError(f"the checkpoint does not fit this run ({type(exc).__name__}: {exc}); {RERUN}") from None

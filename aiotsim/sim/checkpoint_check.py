@@ -13,6 +13,7 @@ import dataclasses
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from aiotsim.errors import ResultsError
@@ -97,8 +98,26 @@ def check_state(c: Cluster, state: dict[str, Any]) -> None:
     else:
         for gw, saved in gws.items():
             problems += _codecs(c, saved, c.gateway_states[gw], f"gateway_states[{gw}]")
-    problems += _nodes(c, state["nodes"], state["node_index"])
+    problems += _nodes(c, state["nodes"], state["node_index"], state["version"])
+    problems += _snapshots(c, state["snapshots"], state["version"])
+    carried = state["net_carried"]
+    if not (getattr(carried, "shape", None) == c.net._carried.shape and bool(np.isfinite(carried).all())):
+        problems.append(f"net_carried must be {c.net._carried.shape[0]} finite byte counts (one per link)")
     _refuse(problems)
+
+
+def _snapshots(c: Cluster, saved: Any, version: Any) -> list[str]:
+    """Problems of the model versions kept for nodes still to work on them."""
+    if not isinstance(saved, dict) or not all(_is_int(v) and 0 <= v <= version for v in saved):
+        return [f"snapshots must be keyed by model versions in [0, {version!r}]"]
+    params = [p.detach() for p in c.learning.model.parameters()]
+    out = []
+    for v, ps in saved.items():
+        if not isinstance(ps, list) or len(ps) != len(params):
+            out.append(f"snapshots[{v}]: one tensor per model parameter expected")
+            continue
+        out += [p for j, (got, like) in enumerate(zip(ps, params)) for p in _tensor(got, like, f"snapshots[{v}][{j}]")]
+    return out
 
 
 def _model(c: Cluster, saved: Any) -> list[str]:
@@ -148,7 +167,7 @@ def _codecs(c: Cluster, saved: Any, fresh: list[Any], name: str) -> list[str]:
     return out
 
 
-def _nodes(c: Cluster, nodes: Any, index: Any) -> list[str]:
+def _nodes(c: Cluster, nodes: Any, index: Any, version: Any) -> list[str]:
     known = isinstance(index, list) and all(_is_int(i) and 0 <= i < c.n for i in index)
     if not (known and len(set(index)) == len(index)):
         return [f"node_index must list distinct nodes in [0, {c.n - 1}]"]
@@ -172,6 +191,11 @@ def _nodes(c: Cluster, nodes: Any, index: Any) -> list[str]:
                     out += _tensor(v, torch.empty(L.shape, device="meta"), f"{where}.velocity[{j}]", dtype=False)
         if saved["busy"] is not False:
             out.append(f"{where}.busy: a checkpoint is taken with no node at work")
+        if not all(_is_int(saved[k]) and 0 <= saved[k] <= version for k in ("held_version", "dispatched_version")):
+            out.append(f"{where}: held_version and dispatched_version must be model versions in [0, {version!r}]")
+        energy = saved["energy"]
+        if not all(_time(v, "") == [] for k, v in energy.items() if k != "log"):
+            out.append(f"{where}.energy: its meters must be finite and >= 0 (J, s)")
     return out
 
 
