@@ -25,7 +25,7 @@ from aiotsim.cpus import resolve_threads
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.learn.datasets import Dataset
 from aiotsim.records import Progress, RunSummary
-from aiotsim.results.custom import custom_run_writer, recorded_toml, resume_scenario
+from aiotsim.results.custom import custom_run_writer, read_custom_record, recorded_toml, resume_scenario
 from aiotsim.results.store import RunWriter, _CsvLog, atomic_write, holding_run_dir, read_summary
 from aiotsim.sim.checkpoint import CHECKPOINT_NAME, attach, restore
 from aiotsim.sim.checkpoint import load as load_checkpoint
@@ -212,12 +212,16 @@ class Result:
         ``summary.json`` as the typed record.
     run_dir : Path
         The run directory (``scenario.toml``, the CSV files, ``summary.json``, ``trace.json``).
+    custom : dict or None
+        ``custom.json`` of a run with your model or data (their description, see
+        :mod:`aiotsim.results.custom`); None for a run of the scenario's own model and data.
     """
 
     rows: pd.DataFrame
     evals: pd.DataFrame
     summary: RunSummary
     run_dir: Path
+    custom: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, run_dir: str | Path) -> Result:
@@ -228,6 +232,7 @@ class Result:
             evals=pd.read_csv(d / "evals.csv"),
             summary=RunSummary.from_dict(read_summary(d)),
             run_dir=d,
+            custom=read_custom_record(d),
         )
 
 

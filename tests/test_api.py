@@ -254,6 +254,7 @@ def test_a_custom_run_resumes_from_python_to_the_uninterrupted_result(custom_run
     res = aiotsim.resume(crash, model=model, dataset=data)
     assert res.summary.complete and fingerprint_run_dir(crash) == fingerprint_run_dir(ref.run_dir)
     assert (crash / "scenario.toml").read_text() == (ref.run_dir / "scenario.toml").read_text()
+    assert res.custom is not None and res.custom["model"]["class"] == "TwoLayer"
     # the finished run directory compares and plots like any other
     c = compare_runs([crash, ref.run_dir])
     assert [r.compressor for r in c.rows] == ["none"] and c.rows[0].seeds == 2
@@ -271,8 +272,9 @@ def test_a_plain_run_over_a_custom_one_drops_its_record(tmp_path: Path) -> None:
     record = json.loads((d / "custom.json").read_text())
     assert record["data"] is None and record["model"]["params"] == 64 * 10 + 10
     assert record["scenario_names"] == {"model.name": "mlp"}
-    aiotsim.run(TESTS / "tiny.toml", overrides=over, out_dir=d)
+    plain = aiotsim.run(TESTS / "tiny.toml", overrides=over, out_dir=d)
     assert not (d / "custom.json").exists() and read_toml(d / "scenario.toml")["model"]["name"] == "mlp"
+    assert plain.custom is None
 
 
 @pytest.mark.parametrize(
