@@ -49,7 +49,8 @@ def print_error(message: str) -> None:
 
 
 def expected_errors(fn: F) -> F:
-    """Turn AiotsimError into 'error: ...' lines and its exit code; Ctrl-C into exit 130."""
+    """Turn AiotsimError into 'error: ...' lines and its exit code; a stop (Ctrl-C, or a batch's stop
+    signal) into :func:`stop_exit`'s code."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -58,11 +59,20 @@ def expected_errors(fn: F) -> F:
         except AiotsimError as exc:
             print_error(exc.message)
             raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            err.print("interrupted: results written so far are kept", highlight=False)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except KeyboardInterrupt as exc:  # Ctrl-C, or a stop signal of a batch (compare, sweep)
+            raise stop_exit(exc) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def stop_exit(exc: KeyboardInterrupt) -> typer.Exit:
+    """Say that the command was stopped and keeps its results; the exit to raise: 130 for Ctrl-C
+    (a plain ``KeyboardInterrupt``), 128 + N for signal N (a ``Stopped`` carrying ``signum``:
+    SIGTERM 143, SIGHUP 129), the same for ``run``, ``compare`` and ``sweep``."""
+    signum = getattr(exc, "signum", signal.SIGINT)
+    name = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    err.print(f"{name}: results written so far are kept", highlight=False)
+    return typer.Exit(EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum)
 
 
 @contextlib.contextmanager
@@ -122,10 +132,7 @@ class SignalInterrupt:
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
         self._stop.__exit__(kind, exc, tb)
         if kind is not None and issubclass(kind, KeyboardInterrupt):
-            signum = getattr(exc, "signum", signal.SIGINT)
-            name = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-            err.print(f"{name}: results written so far are kept", highlight=False)
-            raise typer.Exit(EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum) from None
+            raise stop_exit(exc) from None
 
 
 ScenarioArg = Annotated[Path, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)]

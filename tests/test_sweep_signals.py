@@ -95,7 +95,7 @@ def _complete_runs(out: Path) -> set[Path]:
 
 def _stop_after_first_run(cmd: list[str], out: Path, signame: str, linger_s: float) -> None:
     """Start the sweep ``cmd``, send it ``signame`` once its first run is complete in ``out``, and
-    check the stop: exit 130 within EXIT_WITHIN_S, no traceback, and every process below it
+    check the stop: exit 128 + the signal's number within EXIT_WITHIN_S, no traceback, and every process below it
     (workers, a local Ray instance) gone within ``linger_s`` seconds."""
     proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -113,7 +113,7 @@ def _stop_after_first_run(cmd: list[str], out: Path, signame: str, linger_s: flo
         if proc.poll() is None:
             proc.kill()
     assert took < EXIT_WITHIN_S, f"{signame}: exited after {took:.1f} s"
-    assert proc.returncode == 130, output.decode()
+    assert proc.returncode == 128 + getattr(signal, signame), output.decode()  # as run: SIGINT 130, SIGTERM 143
     assert b"Traceback" not in output
     end = time.monotonic() + linger_s
     while _alive(workers) and time.monotonic() < end:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiotsim.errors import AiotsimError, ConfigError
 from aiotsim.results.store import atomic_write, locked_run_dir
+from aiotsim.sim.stops import clear_stop, request_stop
 
 if TYPE_CHECKING:
     from aiotsim.config import Scenario
@@ -171,7 +172,7 @@ class _StopOnSignal:
         if self.fired is None:
             self.fired = signum
             if not self.defer:
-                raise Stopped(signum)
+                _stop_here(signum)
 
     def check(self) -> None:
         """Raise :class:`Stopped` when a deferred stop signal has arrived."""
@@ -188,6 +189,16 @@ class _StopOnSignal:
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        clear_stop()
+
+
+def _stop_here(signum: int) -> None:
+    """Stop the run in this process: raise :class:`Stopped`, recorded first for the simulation's
+    long local work (SimPy defers an exception raised inside one of its processes: see
+    :func:`aiotsim.sim.stops.check_stop`)."""
+    stop = Stopped(signum)
+    request_stop(stop)
+    raise stop
 
 
 def stop_on_signals() -> contextlib.AbstractContextManager[Any]:
@@ -221,7 +232,7 @@ def _worker_sigterm(signum: int, frame: Any) -> None:
     """In a run: raise :class:`Stopped` (the run writes its summary as interrupted, then the worker
     exits in :func:`_pool_task`); between runs: exit at once."""
     if _WORKER_RUNNING:
-        raise Stopped(signum)
+        _stop_here(signum)
     os._exit(128 + signum)
 
 

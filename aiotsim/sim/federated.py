@@ -24,7 +24,7 @@ import torch
 
 from aiotsim.sim.availability import AvailabilityTrace
 from aiotsim.sim.learning import Learning, LocalState
-from aiotsim.sim.stops import Diverged, non_finite
+from aiotsim.sim.stops import Diverged, check_stop, non_finite, request_stop
 from aiotsim.sim.topologies import SERVER, node_name
 from aiotsim.sim.world import Cluster, Proc, Upload
 
@@ -116,7 +116,7 @@ def federated_node(
     st.held_version = rnd
     steps = local_steps(learning, st.local)
     samples = steps * learning.sc.data.batch_size
-    res = local_update(learning, st.local, start, steps, lambda: c.heartbeat.gradient(c.totals.iterations))
+    res = _train(c, i, start, steps)
     compute_s = _compute_time(c, i, res)
     busy_s = yield from _work(c, name, "compute", compute_s, cut, version=rnd)
     if busy_s == compute_s:
@@ -138,6 +138,22 @@ def federated_node(
         yield box.put(Report(i, rnd, None, samples))
         return
     yield box.put(Report(i, rnd, Upload(name, [i], rnd, payloads, [res.loss], [compute_s], [encode_s]), samples))
+
+
+def _train(c: Cluster, i: int, start: list[torch.Tensor], steps: int) -> LocalResult:
+    """Node ``i``'s local update; a stop (Ctrl-C, SIGTERM) met in it is recorded, so that every
+    other node's local work ends at its next step rather than after all its steps (see
+    :func:`aiotsim.sim.stops.check_stop`)."""
+
+    def on_step() -> None:
+        check_stop()
+        c.heartbeat.gradient(c.totals.iterations)
+
+    try:
+        return local_update(c.learning, c.nodes[i].local, start, steps, on_step)
+    except KeyboardInterrupt as exc:
+        request_stop(exc)
+        raise
 
 
 def _transfer(c: Cluster, route: tuple[str, str, str], nbytes: int, rnd: int, cut: float) -> Proc:

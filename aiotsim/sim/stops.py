@@ -60,4 +60,33 @@ def _all_finite(tensors: list[torch.Tensor]) -> bool:
     return not ends or bool(torch.isfinite(torch.stack(ends)).all())
 
 
-__all__ = ["RunStopped", "Diverged", "Stalled", "non_finite"]
+# ---- a stop from outside: Ctrl-C or a stop signal -------------------------------------------------
+# A KeyboardInterrupt (Ctrl-C, or a stop signal's: aiotsim.results.parallel.Stopped) raised inside a
+# SimPy process does not end the simulation there: SimPy makes it the process's failure, which the
+# environment raises only once it reaches that event, after every event due before it. Meanwhile
+# the other nodes due at the same moment would run their whole local training (a federated round
+# of local_epochs = 1000: minutes, while SIGTERM seemed ignored). So whoever sees a stop records it
+# here, and long local work checks it after every step (:func:`check_stop`). One per process, as
+# signals are.
+_requested: list[KeyboardInterrupt] = []
+
+
+def request_stop(exc: KeyboardInterrupt) -> None:
+    """Record the stop ``exc`` (the first one is kept) for :func:`check_stop`."""
+    if not _requested:
+        _requested.append(exc)
+
+
+def clear_stop() -> None:
+    """Forget a recorded stop: a new run starts, or the stop has been handled."""
+    _requested.clear()
+
+
+def check_stop() -> None:
+    """Raise a copy of the recorded stop, if there is one (it carries the same signal number)."""
+    if _requested:
+        exc = _requested[0]
+        raise type(exc)(*exc.args)
+
+
+__all__ = ["RunStopped", "Diverged", "Stalled", "non_finite", "request_stop", "clear_stop", "check_stop"]
