@@ -77,9 +77,10 @@ def test_a_stop_in_one_nodes_local_training_ends_the_others_at_their_next_step(
     assert reports == [2]
     summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())
     assert (summary["status"], summary["complete"]) == ("interrupted", False)
-    # the stop is over with that run: the next one in this process runs to the end
-    short = as_scenario(TESTS / "tiny.toml", {"training.mode": "federated"})
-    assert run_scenario(short, tmp_path / "next", device="cpu")["status"] == "complete"
+    # the stop is over with that run: the next ones in this process run to the end
+    for mode in ("sync", "federated"):
+        short = as_scenario(TESTS / "tiny.toml", {"training.mode": mode})
+        assert run_scenario(short, tmp_path / mode, device="cpu")["status"] == "complete"
 
 
 @pytest.mark.slow

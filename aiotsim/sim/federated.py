@@ -24,7 +24,7 @@ import torch
 
 from aiotsim.sim.availability import AvailabilityTrace
 from aiotsim.sim.learning import Learning, LocalState
-from aiotsim.sim.stops import Diverged, check_stop, non_finite, request_stop
+from aiotsim.sim.stops import Diverged, non_finite, request_stop
 from aiotsim.sim.topologies import SERVER, node_name
 from aiotsim.sim.world import Cluster, Proc, Upload
 
@@ -142,15 +142,12 @@ def federated_node(
 
 def _train(c: Cluster, i: int, start: list[torch.Tensor], steps: int) -> LocalResult:
     """Node ``i``'s local update; a stop (Ctrl-C, SIGTERM) met in it is recorded, so that every
-    other node's local work ends at its next step rather than after all its steps (see
-    :func:`aiotsim.sim.stops.check_stop`)."""
-
-    def on_step() -> None:
-        check_stop()
-        c.heartbeat.gradient(c.totals.iterations)
-
+    other node's local work ends at its next step (its heartbeat, :func:`aiotsim.sim.stops.check_stop`)
+    rather than after all its steps."""
     try:
-        return local_update(c.learning, c.nodes[i].local, start, steps, on_step)
+        return local_update(
+            c.learning, c.nodes[i].local, start, steps, lambda: c.heartbeat.gradient(c.totals.iterations)
+        )
     except KeyboardInterrupt as exc:
         request_stop(exc)
         raise

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from aiotsim.records import Progress
 from aiotsim.sim.allocator import TRIM_EVERY, HeapTrimmer
+from aiotsim.sim.stops import check_stop, clear_stop
 
 HEARTBEAT_S = 1.0  # wall seconds between reports within an iteration
 
@@ -43,9 +44,12 @@ class Heartbeat:
         self.last = Progress(0, total, 0.0, math.nan)
         self.gradients = 0
         self.due = math.inf  # wall time (time.monotonic) of the next report within an iteration
+        clear_stop()  # a new run: an earlier run's stop in this process is not this one's
 
     def gradient(self, completed: int) -> None:
-        """A node's gradient was computed; ``completed``: the run's iterations done before it."""
+        """A node's gradient was computed; ``completed``: the run's iterations done before it.
+        Raises a stop recorded while SimPy holds it for another process (:func:`~aiotsim.sim.stops.check_stop`)."""
+        check_stop()  # no further gradients once a stop has come: every mode's nodes pass here
         self.gradients += 1
         if self.trimmer is not None and self.gradients % self.trim_every == 0:
             self.trimmer.maybe_trim()

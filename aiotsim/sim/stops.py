@@ -66,8 +66,8 @@ def _all_finite(tensors: list[torch.Tensor]) -> bool:
 # environment raises only once it reaches that event, after every event due before it. Meanwhile
 # the other nodes due at the same moment would run their whole local training (a federated round
 # of local_epochs = 1000: minutes, while SIGTERM seemed ignored). So whoever sees a stop records it
-# here, and long local work checks it after every step (:func:`check_stop`). One per process, as
-# signals are.
+# here, and every node's work checks it after each gradient (the run's heartbeat calls
+# :func:`check_stop`). One per process, as signals are; a new run's heartbeat clears it.
 _requested: list[KeyboardInterrupt] = []
 
 

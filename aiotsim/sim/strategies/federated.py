@@ -39,7 +39,7 @@ from aiotsim.sim.checkpoint import quiescent_point
 from aiotsim.sim.federated import Report, federated_node
 from aiotsim.sim.selection import select
 from aiotsim.sim.server_opt import ServerOptimizer
-from aiotsim.sim.stops import Diverged, clear_stop, non_finite
+from aiotsim.sim.stops import Diverged, non_finite
 from aiotsim.sim.strategies.base import Strategy, register
 from aiotsim.sim.topologies import SERVER
 from aiotsim.sim.world import Applied, Cluster, Proc, Upload
@@ -79,7 +79,6 @@ class FederatedStrategy(Strategy):
 
     def run(self) -> Proc:
         c = self.cluster
-        clear_stop()  # an earlier run's stop (this process's) is not this run's
         self.box = simpy.Store(c.env)
         start, pending = c.resume_point or (0, None)  # resumed: the checkpoint's row is still open
         if pending is not None:
