@@ -119,17 +119,17 @@ def atomic_write(path: Path, data: str | bytes | Iterable[str]) -> None:
     """Write ``data`` (or its pieces, in order) to ``path`` through a temporary file and a rename,
     so that a reader sees either the old file or the whole new one, never a part."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    if isinstance(data, bytes):
-        tmp.write_bytes(data)
-    elif isinstance(data, str):
-        tmp.write_text(data)
-    else:
-        try:
+    try:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        elif isinstance(data, str):
+            tmp.write_text(data)
+        else:
             with tmp.open("w") as fh:
                 fh.writelines(data)
-        except BaseException:  # the pieces failed midway: no half file left, the old one stays
-            tmp.unlink(missing_ok=True)
-            raise
+    except BaseException:  # a full disk, or the pieces failed midway: no half file left, the old one stays
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 
