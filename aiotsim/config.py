@@ -32,6 +32,8 @@ import tomli_w
 
 from aiotsim.errors import ConfigError
 from aiotsim.schema import (
+    MAX_SECONDS,
+    MIN_MBPS,
     between,
     check_fields,
     did_you_mean,
@@ -54,10 +56,8 @@ MAX_LR = 1_000.0
 MAX_WEIGHT_DECAY = 1.0
 MAX_NOISE = 1_000.0
 MAX_MBPS = 1e6  # 1 Tbit/s
-MIN_MBPS = 1e-4  # 100 bit/s (LoRa's slowest is ~250 bit/s): slower links would make times overflow
 MIN_RETRY_S = 1e-3
 MAX_MS = 1e6  # 1000 s of latency, jitter
-MAX_SECONDS = 1e6
 MAX_MTU = 65_535
 MAX_FACTOR = 1e6  # straggler factor, group slowdown and share
 MAX_ALPHA = 1e6
@@ -801,12 +801,12 @@ def trace_paths(s: Scenario) -> list[tuple[str, str]]:
 def _trace_problems(s: Scenario) -> list[str]:
     """Trace files that cannot be read, traces where the topology cannot use them, loss keys
     that a Gilbert-Elliott model would silently override."""
-    from aiotsim.network.traces import load_trace
+    from aiotsim.network.traces import MS, load_trace
 
     out = []
     for key, path in trace_paths(s):
-        try:
-            load_trace(path)
+        try:  # as the run loads it: averaged over trace_resolution_ms's windows (their count is bounded)
+            load_trace(path, s.network.trace_resolution_ms * MS)
         except ConfigError as exc:
             out.extend(f"{key}: {p}" for p in exc.problems)
     nw = s.network
@@ -1090,7 +1090,7 @@ def resolve_trace_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
         for key in keys:
             v = out.get(key)
             if isinstance(v, str) and v and not Path(v).expanduser().is_absolute():
-                out[key] = str((base / v).resolve())
+                out[key] = _absolute(base / v)
         return out
 
     net, nodes = data.get("network"), data.get("nodes")
@@ -1103,6 +1103,15 @@ def resolve_trace_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
         groups = [fix(g, ("uplink_trace", "downlink_trace")) for g in nodes["group"]]
         data = {**data, "nodes": {**nodes, "group": groups}}
     return data
+
+
+def _absolute(p: Path) -> str:
+    """``p`` resolved; as given (the trace check then names what is wrong) when it cannot be: a NUL
+    byte in it, a symlink loop."""
+    try:
+        return str(p.resolve())
+    except (OSError, ValueError, RuntimeError):
+        return str(p)
 
 
 _COMPRESSOR_KEYS = {f.name for f in dataclasses.fields(CompressorSection)} - {"params"}

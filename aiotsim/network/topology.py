@@ -291,6 +291,16 @@ class Topology:
             if agg not in self._roles:
                 problems.append(f"node {v!r} has an unknown aggregator {agg!r}")
                 continue
+            # aggregation has two tiers: a node sends to a gateway or the server, a gateway to the
+            # server (the run delivers a gateway's merged update to the server, and only those two
+            # roles sum updates: a node or relay as aggregator ends the run in a KeyError)
+            allowed = ("server",) if self._roles[v] == "gateway" else ("server", "gateway")
+            if self._roles[agg] not in allowed:
+                problems.append(
+                    f"{self._roles[v]} {v!r} has aggregator {agg!r}, a {self._roles[agg]}; a {self._roles[v]}'s "
+                    f"aggregator must be {' or '.join(f'a {r}' for r in allowed)}: set it to one, or omit it"
+                )
+                continue
             way = [d for a, d in ((v, agg), (agg, v)) if d not in self._bfs(a)]
             if way:
                 direction = " and ".join(f"from {agg!r}" if d == v else f"to {agg!r}" for d in way)

@@ -42,6 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from aiotsim.errors import ConfigError
+from aiotsim.inputfiles import MIB, read_input_text, resolve_input
+from aiotsim.schema import MAX_SECONDS, MIN_MBPS
 
 MAHIMAHI_PACKET_BYTES = 1500  # bytes per delivery opportunity (mahimahi's MTU-sized packet)
 MS = 1e-3  # s per ms
@@ -49,6 +51,18 @@ BYTES_PER_MBPS = 1e6 / 8.0  # bytes/s per Mbit/s
 # Time snapping: a time within this of a segment boundary counts as on it (the engine's timers land
 # on boundaries up to float rounding of ``now + delay``). 1 ns; widened to a few ulps of large t.
 SNAP_S = 1e-9
+MAX_PERIOD_MS = int(MAX_SECONDS / MS)  # a Mahimahi timestamp's bound, ms: the longest period
+# The most bytes a trace file may hold: 32 MiB is about 4 million Mahimahi lines, an hour of a
+# 13 Mbit/s link at one line per 1,500-byte packet (mahimahi's own cellular traces are a few hundred
+# KB); parsing it takes a few seconds and the lines' Python ints a few hundred MB.
+MAX_TRACE_FILE_BYTES = 32 * MIB
+# The most segments a loaded trace may hold after trace_resolution_ms's windows: 2 million are
+# about 33 min of 1 ms windows, ~200 MB while averaged (about 12 float64 arrays of that length).
+MAX_TRACE_SEGMENTS = 2_000_000
+TRACE_FORMATS = "a trace is a Mahimahi file (ms per line) or a 'time_s, mbps' .csv"
+TRACE_PATHS = (
+    "a path in a scenario file is relative to that file's directory, one given with --set to the working directory"
+)
 
 
 class RateTrace:
@@ -243,6 +257,10 @@ def _shape_problems(b: np.ndarray, r: np.ndarray, period_s: float, offset_s: flo
 def parse_mahimahi(lines: Sequence[str], source: str = "<mahimahi>") -> RateTrace:
     """A Mahimahi trace (one line per 1,500-byte delivery opportunity, ms) as a :class:`RateTrace`.
 
+    Only the busy ms and the first ms of each idle gap become segments (a dense array of one
+    entry per ms would take 8 bytes per ms of the period: 745 GiB for a 14-byte trace ending at
+    1e11 ms); the result equals the dense one, whose equal neighbours :class:`RateTrace` merges.
+
     Parameters
     ----------
     lines : sequence of str
@@ -253,19 +271,23 @@ def parse_mahimahi(lines: Sequence[str], source: str = "<mahimahi>") -> RateTrac
     Raises
     ------
     ConfigError
-        Naming the file and line of the first bad timestamp (not an integer >= 0, or smaller than
-        the line before), or an empty trace, or a trace whose last timestamp is 0.
+        Naming the file and line of the first bad timestamp (not an integer >= 0 in ASCII digits,
+        above :data:`MAX_PERIOD_MS`, or smaller than the line before), or an empty trace, or a
+        trace whose last timestamp is 0. Messages never quote the line (a path may name any file).
     """
     stamps: list[int] = []
     for no, line in enumerate(lines, start=1):
         text = line.strip()
         if not text:
             continue
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):  # str.isdigit alone takes '²', which int() refuses
             raise ConfigError(
-                f"{source}:{no}: {text[:40]!r} is not a timestamp; a Mahimahi trace has one integer >= 0 "
+                f"{source}:{no}: not a timestamp; a Mahimahi trace has one integer >= 0 "
                 "(ms) per line, non-decreasing (use a .csv name for 'time_s, mbps' rows)"
             )
+        if len(text) > len(str(MAX_PERIOD_MS)) or int(text) > MAX_PERIOD_MS:
+            raise ConfigError(f"{source}:{no}: the timestamp is over {MAX_PERIOD_MS:,} ms ({MAX_SECONDS:g} s), the "
+                              "longest trace period; shorten the trace")  # fmt: skip
         ms = int(text)
         if stamps and ms < stamps[-1]:
             raise ConfigError(f"{source}:{no}: timestamp {ms} ms is smaller than the line before ({stamps[-1]} ms); "
@@ -278,9 +300,12 @@ def parse_mahimahi(lines: Sequence[str], source: str = "<mahimahi>") -> RateTrac
         raise ConfigError(
             f"{source}:{len(lines)}: the last timestamp is 0 ms; it is the trace's period and must be > 0"
         )
-    counts = np.bincount(np.asarray(stamps) % period_ms, minlength=period_ms)  # [ms] packets
-    starts = np.arange(period_ms) * MS  # s
-    return RateTrace(starts, counts * MAHIMAHI_PACKET_BYTES / MS, period_ms * MS, source=source)
+    busy, counts = np.unique(np.asarray(stamps, dtype=np.int64) % period_ms, return_counts=True)  # [busy ms]
+    edges = np.union1d(np.union1d(busy, busy + 1), [0])  # every busy ms and the ms after each (idle or busy)
+    edges = edges[edges < period_ms]  # [segments] ms
+    packets = np.zeros(edges.size, dtype=np.int64)
+    packets[np.searchsorted(edges, busy)] = counts
+    return RateTrace(edges * MS, packets * MAHIMAHI_PACKET_BYTES / MS, period_ms * MS, source=source)
 
 
 def parse_csv(lines: Sequence[str], source: str = "<csv>") -> RateTrace:
@@ -290,7 +315,8 @@ def parse_csv(lines: Sequence[str], source: str = "<csv>") -> RateTrace:
     ------
     ConfigError
         Naming the file and line of the first bad row (not two numbers, a negative rate, a time not
-        increasing, a first time not 0), or a trace with fewer than two rows.
+        increasing, a first time not 0, a time over :data:`~aiotsim.schema.MAX_SECONDS`), or a trace
+        with fewer than two rows. Messages never quote a line that is not two numbers.
     """
     times: list[float] = []
     mbps: list[float] = []
@@ -307,7 +333,7 @@ def parse_csv(lines: Sequence[str], source: str = "<csv>") -> RateTrace:
         if t is None or m is None:
             if not times and no == _first_content_line(lines) and not any(_is_number(c) for c in cells):
                 continue  # a header row (no number in it)
-            raise ConfigError(f"{source}:{no}: {text[:40]!r} is not a 'time_s, mbps' row of two numbers")
+            raise ConfigError(f"{source}:{no}: not a 'time_s, mbps' row of two numbers")
         why = _csv_row_problem(t, m, times)
         if why:
             raise ConfigError(f"{source}:{no}: {why}")
@@ -345,6 +371,8 @@ def _csv_row_problem(t: float, m: float, times: list[float]) -> str | None:
         return f"the first row's time_s must be 0, got {t}"
     if times and t <= times[-1]:
         return f"time_s(={t}) must be greater than the row before's (={times[-1]})"
+    if t > MAX_SECONDS:
+        return f"time_s(={t:g}) is over {MAX_SECONDS:g} s, the longest trace period; shorten the trace"
     return None
 
 
@@ -353,37 +381,47 @@ def load_trace(path: str | Path, resolution_s: float = 0.0) -> RateTrace:
 
     With ``resolution_s`` > 0 the trace is averaged over windows of that length
     (:meth:`RateTrace.coarsened`). Parsed traces are cached per process by resolved path, size,
-    modification time and resolution.
+    modification time and resolution. The scenario check (:mod:`aiotsim.config`) and the run both
+    call this with the scenario's resolution, so a trace the check accepts, the run can build.
 
     Raises
     ------
     ConfigError
-        A missing, unreadable, empty or malformed file, naming the file (and line) and the fix.
+        A missing or unreadable path, not a regular file (a FIFO, a device, a directory), over
+        :data:`MAX_TRACE_FILE_BYTES`, not UTF-8, malformed, a mean rate under
+        :data:`~aiotsim.schema.MIN_MBPS`, or more than :data:`MAX_TRACE_SEGMENTS` windows at
+        ``resolution_s``: naming the file (and line) and the fix, never quoting its content.
     """
-    p = Path(path).expanduser()
-    try:
-        st = p.resolve().stat()
-    except OSError:
-        raise ConfigError(
-            f"{p}: no such trace file (a path in a scenario file is relative to that file's directory, "
-            "one given with --set to the working directory)"
-        ) from None
-    if not p.is_file():
-        raise ConfigError(f"{p}: not a file; a trace is a Mahimahi file (ms per line) or a 'time_s, mbps' .csv")
-    return _load_cached(str(p.resolve()), st.st_size, st.st_mtime_ns, float(resolution_s))
+    resolved, st = resolve_input(path, "trace", TRACE_FORMATS, TRACE_PATHS)
+    if not (resolution_s >= 0 and math.isfinite(resolution_s)):
+        raise ConfigError(f"{resolved}: trace resolution(={resolution_s} s) must be finite and >= 0")
+    return _load_cached(str(resolved), st.st_size, st.st_mtime_ns, float(resolution_s))
 
 
 @functools.lru_cache(maxsize=64)
 def _load_cached(path: str, size: int, mtime_ns: int, resolution_s: float) -> RateTrace:
     if resolution_s > 0:
-        return _load_cached(path, size, mtime_ns, 0.0).coarsened(resolution_s)
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot read the trace ({exc}); it must be a UTF-8 text file") from None
-    parse = parse_csv if p.suffix.lower() == ".csv" else parse_mahimahi
-    return parse(lines, source=str(p))
+        trace = _load_cached(path, size, mtime_ns, 0.0)
+        windows = math.ceil(trace.period_s / resolution_s - 1e-9)
+        if windows > MAX_TRACE_SEGMENTS:
+            least_ms = trace.period_s / MAX_TRACE_SEGMENTS / MS
+            raise ConfigError(
+                f"{path}: network.trace_resolution_ms = {resolution_s / MS:g} splits its {trace.period_s:g} s period "
+                f"into {windows:,} windows, more than the {MAX_TRACE_SEGMENTS:,} a trace may hold; set "
+                f"trace_resolution_ms >= {least_ms:.6g} (or 0: the trace as written)"
+            )
+        return trace.coarsened(resolution_s)
+    text = read_input_text(path, "trace", MAX_TRACE_FILE_BYTES, TRACE_FORMATS)
+    parse = parse_csv if Path(path).suffix.lower() == ".csv" else parse_mahimahi
+    trace = parse(text.splitlines(), source=path)
+    mean_mbps = trace.mean_rate / BYTES_PER_MBPS
+    if mean_mbps < MIN_MBPS:
+        raise ConfigError(
+            f"{path}: the trace carries {mean_mbps:.3g} Mbit/s on average over its {trace.period_s:g} s period, "
+            f"under the slowest link allowed ({MIN_MBPS:g} Mbit/s, as for uplink_mbps: slower links run for hours "
+            "and overflow the simulated time); give it more delivery opportunities or a shorter period"
+        )
+    return trace
 
 
 # ------------------------------------------------------------------------------------ loss

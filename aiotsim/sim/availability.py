@@ -26,6 +26,13 @@ import math
 from pathlib import Path
 
 from aiotsim.errors import ConfigError
+from aiotsim.inputfiles import MIB, read_input_text
+
+# The most bytes an availability file may hold: 32 MiB is about 1.5 million intervals (~22 bytes a
+# row), 15 per node of a 100,000-node fleet; Python's csv reads it in a few seconds.
+MAX_AVAILABILITY_BYTES = 32 * MIB
+AVAILABILITY_FORMAT = "give a CSV file of node,start_s,end_s rows"
+MAX_PROBLEMS = 20  # bad rows listed in one message (a wrong file may have millions)
 
 
 class AvailabilityTrace:
@@ -52,26 +59,33 @@ class AvailabilityTrace:
 
     @classmethod
     def from_csv(cls, path: str | Path, n_nodes: int) -> AvailabilityTrace:
-        """Read a trace file; raises :class:`ConfigError` naming the file and line of a bad row."""
+        """Read a trace file; raises :class:`ConfigError` naming the file and line of a bad row, or
+        the path and the reason when it is not a readable regular UTF-8 file of at most
+        :data:`MAX_AVAILABILITY_BYTES` (a FIFO, a device, a binary file), never quoting its content."""
         p = Path(path)
         where = f"nodes.availability_trace: {p}"
         try:
-            text = p.read_text()
-        except OSError as exc:
-            reason = exc.strerror or exc
-            raise ConfigError(f"{where}: cannot be read ({reason}); give a CSV file node,start_s,end_s") from None
+            text = read_input_text(p, "availability trace", MAX_AVAILABILITY_BYTES, AVAILABILITY_FORMAT)
+        except ConfigError as exc:
+            raise ConfigError([f"nodes.availability_trace: {line}" for line in exc.problems]) from None
         out: dict[int, list[tuple[float, float]]] = {}
         problems: list[str] = []
-        for lineno, row in enumerate(csv.reader(text.splitlines()), start=1):
-            cells = [x.strip() for x in row]
-            if not cells or not cells[0] or cells[0].startswith("#") or (lineno == 1 and cells[0] == "node"):
-                continue
-            try:
-                node, span = _row(cells, n_nodes)
-            except ValueError as exc:
-                problems.append(f"{where}:{lineno}: {exc}")
-                continue
-            out.setdefault(node, []).append(span)
+        rows = csv.reader(text.splitlines())
+        try:
+            for lineno, row in enumerate(rows, start=1):
+                cells = [x.strip() for x in row]
+                if not cells or not cells[0] or cells[0].startswith("#") or (lineno == 1 and cells[0] == "node"):
+                    continue
+                try:
+                    node, span = _row(cells, n_nodes)
+                except ValueError as exc:
+                    problems.append(f"{where}:{lineno}: {exc}")
+                    continue
+                out.setdefault(node, []).append(span)
+        except csv.Error:  # a field over csv's size limit, an unbalanced quote ...
+            problems.append(f"{where}:{rows.line_num}: not a CSV row; {AVAILABILITY_FORMAT}")
+        if len(problems) > MAX_PROBLEMS:
+            problems[MAX_PROBLEMS:] = [f"{where}: ... and {len(problems) - MAX_PROBLEMS} more bad rows"]
         if problems:
             raise ConfigError(problems)
         return cls(out)
@@ -101,14 +115,14 @@ class AvailabilityTrace:
 def _row(cells: list[str], n_nodes: int) -> tuple[int, tuple[float, float]]:
     """One CSV row as ``(node, (start_s, end_s))``; ValueError says what is wrong."""
     if len(cells) != 3:
-        raise ValueError(f"expected 3 fields node,start_s,end_s, got {len(cells)}: {','.join(cells)!r}")
+        raise ValueError(f"expected 3 fields node,start_s,end_s, got {len(cells)}")
     name = cells[0].removeprefix("node")
-    if not name.isdigit() or int(name) >= n_nodes:
-        raise ValueError(f"node {cells[0]!r} is not a node index 0..{n_nodes - 1} (or node0..)")
+    if not (name.isascii() and name.isdigit()) or len(name) > 6 or int(name) >= n_nodes:  # < MAX_NODES = 1e5
+        raise ValueError(f"the node is not a node index 0..{n_nodes - 1} (or node0..)")
     try:
         start, end = float(cells[1]), float(cells[2])
     except ValueError:
-        raise ValueError(f"start_s and end_s must be numbers, got {cells[1]!r}, {cells[2]!r}") from None
+        raise ValueError("start_s and end_s must be numbers") from None
     if not (math.isfinite(start) and start >= 0 and end > start):
         raise ValueError(f"need 0 <= start_s < end_s, got {start:g}, {end:g}")
     return int(name), (start, end)
