@@ -247,7 +247,7 @@ def test_validate_reads_the_availability_trace(tmp_path: Path) -> None:
     # the gate: a scenario whose trace file is missing or bad is refused by validate, as run would
     bad = tmp_path / "bad.csv"
     bad.write_text("node,start_s,end_s\n0,0,5\n7,0,5\n")
-    for path, why in ((tmp_path / "missing.csv", "cannot be read"), (bad, r"bad.csv:3: node '7' is not a node")):
+    for path, why in ((tmp_path / "missing.csv", "cannot be read"), (bad, "bad.csv:3: the node is not a node index")):
         with pytest.raises(ConfigError, match=why):
             validate_scenario(fed(nodes={"availability_trace": str(path)}), "s.toml")
     good = tmp_path / "good.csv"
