@@ -76,7 +76,7 @@ def read_input_text(path: str | Path, what: str, limit_bytes: int, fix: str, mis
     try:
         fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as f:
-            data = _read_at_most(f, limit_bytes + 1)
+            data = read_at_most(f, limit_bytes + 1)
     except OSError as exc:
         raise ConfigError(f"{resolved}: cannot read the {what} ({(exc.strerror or 'error').lower()}); {fix}") from None
     if len(data) > limit_bytes:
@@ -92,7 +92,7 @@ def read_input_text(path: str | Path, what: str, limit_bytes: int, fix: str, mis
         ) from None
 
 
-def _read_at_most(f: BinaryIO, n: int) -> bytes:
+def read_at_most(f: BinaryIO, n: int) -> bytes:
     """Up to ``n`` bytes of ``f``, read a MiB at a time (``f.read(n)`` would allocate all ``n`` at
     once, however short the file)."""
     chunks: list[bytes] = []
@@ -120,4 +120,4 @@ def _kind(mode: int) -> str:
     return "not a plain file"
 
 
-__all__ = ["MIB", "read_input_text", "resolve_input"]
+__all__ = ["MIB", "read_at_most", "read_input_text", "resolve_input"]

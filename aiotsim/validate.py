@@ -361,17 +361,20 @@ def radio_problems(s: Scenario) -> list[str]:
 
 
 def data_problems(s: Scenario) -> list[str]:
-    """A data set read from files whose files are not there (no ``data.path``, nothing in the
-    cache, no ``data.download``): the run would stop at its first read, so the gate says it now.
-    Only existence is checked; the files are read (and their format checked) by the run."""
+    """A data set read from files whose files are not there or not what its reader expects (no
+    ``data.path``, nothing in the cache, no ``data.download``; a missing IDX or CIFAR batch file, a
+    wrong IDX header or size, no LEAF JSON, no image class): the run would stop at its first read,
+    so the gate says it now (:func:`~aiotsim.learn.data.files.check_files`). The values are parsed
+    by the run, which refuses bad ones before anything is computed. With ``data.download`` the
+    run fetches what is missing, so nothing is checked."""
     from aiotsim.errors import DataError
-    from aiotsim.learn.data.files import FILE_DATASETS, locate
+    from aiotsim.learn.data.files import FILE_DATASETS, check_files
 
     d = s.data
     if d.dataset not in FILE_DATASETS or d.download:
         return []
     try:
-        locate(d.dataset, d.path or None, False, d.cache_dir)
+        check_files(d.dataset, d.path or None, d.cache_dir)
     except DataError as e:
         return [f"data: {e}"]
     return []

@@ -40,6 +40,9 @@ CIFAR_LAYOUT: dict[str, dict[str, Any]] = {
 }
 
 _PIXELS = 3 * 32 * 32  # values per image (C x H x W)
+# The most bytes one batch file may hold: 512 MiB, over 3x CIFAR-100's 'train' (50,000 images,
+# about 155 MB); a larger file is refused before it is unpickled.
+MAX_BATCH_BYTES = 512 << 20
 # the globals a pickled numpy array needs, under numpy 1.x and 2.x module names
 _ALLOWED = {
     (module, name)
@@ -57,15 +60,31 @@ class _ArrayUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+def check_batch(path: Path) -> None:
+    """What can be told of a batch file without unpickling it: it is a regular file of at most
+    :data:`MAX_BATCH_BYTES` that starts as a pickle of protocol 2 or later does. DataError names it."""
+    if not path.is_file():
+        raise DataError(f"{path}: missing CIFAR batch file")
+    size = path.stat().st_size
+    if size > MAX_BATCH_BYTES:
+        raise DataError(f"{path}: {size:,} bytes, more than a CIFAR batch ({MAX_BATCH_BYTES:,} at most)")
+    with path.open("rb") as f:
+        if f.read(1) != b"\x80":  # the PROTO opcode the published batches (protocol 2) start with
+            raise DataError(f"{path}: not a CIFAR python batch (not a pickle)")
+
+
 def read_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
     """One batch file: ``([N, 3, 32, 32] uint8, [N] int64)``; a DataError names the file."""
+    check_batch(path)
     try:
         with path.open("rb") as f:
             batch = _ArrayUnpickler(f, encoding="bytes").load()
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing CIFAR batch file") from None
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError) as exc:
-        raise DataError(f"{path}: not a CIFAR python batch: {exc}") from exc
+    except MemoryError:  # an array constructor asked for more than there is
+        raise DataError(f"{path}: not a CIFAR python batch: it declares an array too large to hold") from None
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, LookupError,
+            RecursionError, OverflowError) as exc:  # fmt: skip
+        # LookupError: an unknown codec named to _codecs.encode; RecursionError: nesting too deep
+        raise DataError(f"{path}: not a CIFAR python batch: {type(exc).__name__}: {exc}") from exc
     if not isinstance(batch, dict):
         raise DataError(f"{path}: a CIFAR batch must be a pickled dict, found {type(batch).__name__}")
     batch = {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in batch.items()}
@@ -84,6 +103,15 @@ def read_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
 def _batch_dir(path: Path, folder: str) -> Path:
     """The directory holding the batches: ``path`` itself or its extracted ``folder``."""
     return path / folder if (path / folder).is_dir() else path
+
+
+def check_cifar(path: Path, name: str) -> None:
+    """Every batch file :func:`read_cifar` reads is there and looks like a pickle (see
+    :func:`check_batch`); nothing is unpickled. Raises DataError naming the first bad file."""
+    layout = CIFAR_LAYOUT[name]
+    directory = _batch_dir(path, layout["folder"])
+    for f in layout["train"] + layout["test"]:
+        check_batch(directory / f)
 
 
 def read_cifar(path: Path, name: str) -> RawSplit:

@@ -14,12 +14,15 @@ official test split.
 from __future__ import annotations
 
 import gzip
+import math
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from aiotsim.errors import DataError
+from aiotsim.inputfiles import read_at_most
 from aiotsim.learn.data.base import RawSplit
 
 IMAGES_MAGIC: int = 0x00000803  # unsigned bytes, 3 dimensions
@@ -34,15 +37,56 @@ IDX_FILES: dict[str, str] = {
 }
 
 
-def _raw_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped when it starts with the gzip magic ``1f 8b``."""
+# The most value bytes one IDX file may declare: 1 GiB (EMNIST's largest split, byclass training
+# images, is 697,932 x 28 x 28 = 547 MB); a header declaring more is refused before reading, and a
+# gzip file is never inflated past its header's size plus one byte (no decompression bomb).
+MAX_IDX_BYTES = 1 << 30
+
+
+def _is_gzip(path: Path) -> bool:
+    """Whether ``path`` starts with the gzip magic ``1f 8b``."""
+    with path.open("rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def _open(path: Path) -> BinaryIO:
+    """``path`` opened for reading, through gzip when it is gzip-compressed."""
+    return gzip.open(path, "rb") if _is_gzip(path) else path.open("rb")  # type: ignore[return-value]
+
+
+def _header(f: BinaryIO, path: Path, magic: int) -> tuple[list[int], int]:
+    """``(dims, value bytes)`` from the header at ``f``'s start; DataError for a short header, a
+    wrong magic, or more value bytes than :data:`MAX_IDX_BYTES`."""
+    head = f.read(4)
+    if len(head) < 4:
+        raise DataError(f"{path}: truncated IDX file ({len(head)} bytes, no header)")
+    found = int.from_bytes(head, "big")
+    if found != magic:
+        raise DataError(f"{path}: wrong IDX magic 0x{found:08x}, expected 0x{magic:08x}")
+    ndim = magic & 0xFF
+    sizes = f.read(4 * ndim)
+    if len(sizes) < 4 * ndim:
+        raise DataError(f"{path}: truncated IDX header ({4 + len(sizes)} bytes, expected {4 + 4 * ndim})")
+    dims = [int.from_bytes(sizes[4 * k : 4 * k + 4], "big") for k in range(ndim)]
+    expected = math.prod(dims)  # bytes: unsigned byte values
+    if expected > MAX_IDX_BYTES:
+        raise DataError(f"{path}: IDX dimensions {dims} declare {expected:,} bytes, more than the "
+                        f"{MAX_IDX_BYTES:,} aiotsim reads from one file")  # fmt: skip
+    return dims, expected
+
+
+def check_idx(path: Path, magic: int) -> None:
+    """The header of one IDX file (and, uncompressed, its size against it), read without its values:
+    the check :func:`read_idx` makes first. Raises DataError naming the file."""
     try:
-        data = path.read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
+        with _open(path) as f:
+            dims, expected = _header(f, path, magic)
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path}: cannot read IDX file: {exc}") from exc
-    return data
+    if not _is_gzip(path) and path.stat().st_size != 4 + 4 * len(dims) + expected:
+        found = path.stat().st_size - 4 - 4 * len(dims)
+        raise DataError(f"{path}: IDX dimensions {dims} need {expected} bytes of values, found {found}"
+                        f"{' (truncated)' if found < expected else ''}")  # fmt: skip
 
 
 def read_idx(path: Path, magic: int) -> np.ndarray:
@@ -58,27 +102,21 @@ def read_idx(path: Path, magic: int) -> np.ndarray:
     Raises
     ------
     DataError
-        Wrong magic, a header or payload shorter or longer than the dimensions say; the message
-        names the file.
+        Wrong magic, a header or payload shorter or longer than the dimensions say, more than
+        :data:`MAX_IDX_BYTES` of values; the message names the file.
     """
-    data = _raw_bytes(path)
-    if len(data) < 4:
-        raise DataError(f"{path}: truncated IDX file ({len(data)} bytes, no header)")
-    found = int.from_bytes(data[:4], "big")
-    if found != magic:
-        raise DataError(f"{path}: wrong IDX magic 0x{found:08x}, expected 0x{magic:08x}")
-    ndim = magic & 0xFF
-    header = 4 + 4 * ndim  # bytes
-    if len(data) < header:
-        raise DataError(f"{path}: truncated IDX header ({len(data)} bytes, expected {header})")
-    dims = [int.from_bytes(data[4 + 4 * k : 8 + 4 * k], "big") for k in range(ndim)]
-    expected = int(np.prod(dims, dtype=np.int64))
-    if len(data) - header != expected:
+    try:
+        with _open(path) as f:
+            dims, expected = _header(f, path, magic)
+            data = read_at_most(f, expected + 1)  # one more: a longer file is an error too
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataError(f"{path}: cannot read IDX file: {exc}") from exc
+    if len(data) != expected:
         raise DataError(
-            f"{path}: IDX dimensions {dims} need {expected} bytes of values, found {len(data) - header}"
-            f"{' (truncated)' if len(data) - header < expected else ''}"
+            f"{path}: IDX dimensions {dims} need {expected} bytes of values, found "
+            f"{len(data) if len(data) < expected else 'more'}{' (truncated)' if len(data) < expected else ''}"
         )
-    return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims)
+    return np.frombuffer(data, dtype=np.uint8).reshape(dims)
 
 
 def find_idx(directory: Path, stem: str) -> Path:
@@ -87,6 +125,15 @@ def find_idx(directory: Path, stem: str) -> Path:
         if candidate.is_file():
             return candidate
     raise DataError(f"{directory}: missing IDX file {stem} (or {stem}.gz)")
+
+
+def check_idx_dir(directory: Path) -> None:
+    """The four files :func:`read_idx_dir` reads are there, with the right headers (and sizes,
+    uncompressed); their values are not read. Raises DataError naming the first bad file."""
+    if not directory.is_dir():
+        raise DataError(f"{directory}: not a directory; an IDX data set is a directory of its four files")
+    for role, stem in IDX_FILES.items():
+        check_idx(find_idx(directory, stem), IMAGES_MAGIC if role.endswith("_x") else LABELS_MAGIC)
 
 
 def read_idx_dir(directory: Path, num_classes: int = 10) -> RawSplit:

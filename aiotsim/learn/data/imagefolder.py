@@ -80,20 +80,32 @@ def _labelled(classes: dict[str, list[Path]], names: list[str]) -> tuple[list[Pa
     return files, labels
 
 
-def read_imagefolder(path: Path) -> RawSplit:
-    """The images under ``path`` (see the module docstring)."""
+def image_classes(path: Path) -> tuple[dict[str, list[Path]], dict[str, list[Path]] | None]:
+    """``(training classes, test classes or None)``: class name -> image files, as
+    :func:`read_imagefolder` reads them (no image decoded). DataError when a split has no class
+    with images, or the test split has a class the training split lacks."""
+    if not path.is_dir():
+        raise DataError(f"{path}: not a directory; an imagefolder is a directory of class subdirectories")
     test_dir = next((path / d for d in ("test", "val") if (path / d).is_dir()), None)
     split = (path / "train").is_dir() and test_dir is not None
     train_classes = _class_files(path / "train" if split else path)
+    if not split or test_dir is None:
+        return train_classes, None
+    test_classes = _class_files(test_dir)
+    unknown = sorted(set(test_classes) - set(train_classes))
+    if unknown:
+        raise DataError(f"{test_dir}: test classes {unknown} are not training classes {list(train_classes)}")
+    return train_classes, test_classes
+
+
+def read_imagefolder(path: Path) -> RawSplit:
+    """The images under ``path`` (see the module docstring)."""
+    train_classes, test_classes = image_classes(path)
     names = list(train_classes)
     train_files, train_y = _labelled(train_classes, names)
     test_files: list[Path] = []
     test_y = None
-    if split and test_dir is not None:
-        test_classes = _class_files(test_dir)
-        unknown = sorted(set(test_classes) - set(names))
-        if unknown:
-            raise DataError(f"{test_dir}: test classes {unknown} are not training classes {names}")
+    if test_classes is not None:
         test_files, test_y = _labelled(test_classes, names)
     images = _decode(train_files + test_files)
     channels = max(a.shape[0] for a in images)  # 1 if every image is grayscale, else 3

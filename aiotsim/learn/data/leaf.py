@@ -89,15 +89,24 @@ def _read_split(files: list[Path], writers: dict[str, int]) -> tuple[np.ndarray,
     return flat.reshape(-1, *_sample_shape(flat.shape[1], files[0])), labels, owner
 
 
+def leaf_files(path: Path) -> tuple[list[Path], list[Path] | None]:
+    """``(training files, test files or None)`` :func:`read_leaf` reads: LEAF's ``train/`` and
+    ``test/`` layout, else ``path`` itself or its ``*.json`` files. DataError when there are none."""
+    if path.is_dir() and (path / "train").is_dir() and (path / "test").is_dir():
+        return _json_files(path / "train"), _json_files(path / "test")
+    return _json_files(path), None
+
+
 def read_leaf(path: Path) -> RawSplit:
     """A LEAF JSON file or directory (see the module docstring)."""
     writers: dict[str, int] = {}
-    if path.is_dir() and (path / "train").is_dir() and (path / "test").is_dir():
-        train_x, train_y, train_w = _read_split(_json_files(path / "train"), writers)
-        test_x, test_y, _ = _read_split(_json_files(path / "test"), writers)
+    train_files, test_files = leaf_files(path)
+    if test_files is not None:
+        train_x, train_y, train_w = _read_split(train_files, writers)
+        test_x, test_y, _ = _read_split(test_files, writers)
         if test_x.shape[1:] != train_x.shape[1:]:
             raise DataError(f"{path}: test samples are {test_x.shape[1:]}, training samples {train_x.shape[1:]}")
         classes = int(max(train_y.max(), test_y.max())) + 1
         return RawSplit(train_x, train_y, test_x, test_y, classes, train_w)
-    train_x, train_y, train_w = _read_split(_json_files(path), writers)
+    train_x, train_y, train_w = _read_split(train_files, writers)
     return RawSplit(train_x, train_y, None, None, int(train_y.max()) + 1, train_w)
