@@ -134,3 +134,25 @@ def test_a_cifar_batch_over_the_size_bound_is_refused_unread(tmp_path, monkeypat
     monkeypatch.setattr(cifar, "MAX_BATCH_BYTES", 64)
     with pytest.raises(DataError, match="data_batch_1: 101 bytes, more than a CIFAR batch .64 at most"):
         read_batch(d / "data_batch_1", "labels")
+
+
+def test_validate_finds_damaged_gzip_and_count_mismatch(tmp_path, tiny_scenario) -> None:
+    # findings F1 of the fuzz campaign: each validated ok, then run exited 2
+    d = tmp_path / "idx"
+    d.mkdir()
+    (d / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(_idx([4, 2, 2], bytes(16))))
+    (d / "t10k-images-idx3-ubyte").write_bytes(_idx([4, 2, 2], bytes(16)))
+    (d / "train-labels-idx1-ubyte").write_bytes(_idx([3], bytes(3), 0x801))  # 3 labels for 4 images
+    (d / "t10k-labels-idx1-ubyte").write_bytes(_idx([4], bytes(4), 0x801))
+    s = _scenario(tmp_path, tiny_scenario, "mnist-idx", d)
+    assert "train split has 4 images but 3 labels" in _exit2("validate", str(s))
+    (d / "train-labels-idx1-ubyte").write_bytes(_idx([4], bytes(4), 0x801))
+    gz = d / "train-images-idx3-ubyte.gz"
+    gz.write_bytes(gz.read_bytes()[:-12])  # the stream's end (and its CRC) cut off; the header intact
+    assert "train-images-idx3-ubyte.gz: cannot read IDX file" in _exit2("validate", str(s)).replace("\n", "")
+
+
+def test_validate_refuses_an_empty_cifar_batch(tmp_path, tiny_scenario) -> None:
+    d = _cifar_dir(tmp_path, b"")  # run: "not a CIFAR python batch: Ran out of input"
+    s = _scenario(tmp_path, tiny_scenario, "cifar10", d)
+    assert "data_batch_1: not a CIFAR python batch (not a pickle)" in _exit2("validate", str(s)).replace("\n", "")
