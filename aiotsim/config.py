@@ -58,6 +58,13 @@ MAX_NOISE = 1_000.0
 MAX_MBPS = 1e6  # 1 Tbit/s
 MIN_RETRY_S = 1e-3
 MAX_MS = 1e6  # 1000 s of latency, jitter
+# The most packet loss with transport = 'tcp': the TCP model simulates each transmission round (one
+# event, ~90 us measured on a shared 2-core CPU), and a packet takes 1/(1 - loss) transmissions on
+# average: at 0.99, 100 (tests/tiny.toml: +1 s of wall time per iteration), at 0.999999 a million
+# (a run of hours for 3 iterations). 'ideal' charges a Bernoulli loss as an expected cost and takes
+# any loss < 1; a Gilbert-Elliott chain samples every transmission with either transport (150
+# packets at a mean loss of 0.99999: 2 s for one transfer), so its mean loss is bounded too.
+MAX_TCP_LOSS = 0.99
 MAX_MTU = 65_535
 MAX_FACTOR = 1e6  # straggler factor, group slowdown and share
 MAX_ALPHA = 1e6
@@ -783,6 +790,7 @@ def cross_checks(s: Scenario) -> list[str]:
         *_codec_downlink_problems(s),
         *_data_file_problems(s),
         *_trace_problems(s),
+        *_tcp_loss_problems(s),
         *_timeline_problems(s),
     ]
 
@@ -819,13 +827,42 @@ def _trace_problems(s: Scenario) -> list[str]:
     if nw.topology == "ring" and any(key.endswith("downlink_trace") for key in node_traces):
         out.append("downlink_trace: a ring's links take the sending node's uplink_trace; remove downlink_trace")
     if nw.loss_model == "gilbert-elliott":
-        losses = [("network.loss", nw.loss)] + [(f"nodes.group[{k}].loss", g.loss) for k, g in enumerate(s.nodes.group)]
-        losses += [(f"network.link[{k}].loss", link.loss) for k, link in enumerate(nw.link)]
         out.extend(
             f"{key}: loss_model = 'gilbert-elliott' takes its loss from the ge_* keys; set {key.split('.')[-1]} = 0"
-            for key, v in losses
+            for key, v in loss_keys(s)
             if v
         )
+    return out
+
+
+def loss_keys(s: Scenario) -> list[tuple[str, float | None]]:
+    """``(key, value)`` of every packet loss key: the network's, each group's, each custom link's."""
+    nw = s.network
+    losses = [("network.loss", nw.loss)] + [(f"nodes.group[{k}].loss", g.loss) for k, g in enumerate(s.nodes.group)]
+    return losses + [(f"network.link[{k}].loss", link.loss) for k, link in enumerate(nw.link)]
+
+
+def _tcp_loss_problems(s: Scenario) -> list[str]:
+    """Losses over :data:`MAX_TCP_LOSS`: with ``transport = 'tcp'`` (the TCP model simulates every
+    transmission round), and a Gilbert-Elliott chain's mean loss with either transport (every
+    transmission is sampled); a packet takes 1/(1 - loss) transmissions on average."""
+    from aiotsim.network.traces import GilbertElliott
+
+    nw = s.network
+    fix = (f"use a loss <= {MAX_TCP_LOSS:g}: each packet takes 1/(1 - loss) transmissions, each simulated "
+           "(0.999999 is a million per packet, hours of wall time)")  # fmt: skip
+    out = [f"{key}: {v!r} is over {MAX_TCP_LOSS:g} with transport = 'tcp'; {fix}, or transport = 'ideal' "
+           "(loss as an expected cost)"
+           for key, v in loss_keys(s) if nw.transport == "tcp" and v is not None and v > MAX_TCP_LOSS]  # fmt: skip
+    if nw.loss_model == "gilbert-elliott":
+        try:
+            mean = GilbertElliott(nw.ge_p_good_bad, nw.ge_p_bad_good, nw.ge_loss_good, nw.ge_loss_bad).mean_loss
+        except ConfigError:  # out-of-range ge_* keys: reported by their own checks
+            return out
+        if mean > MAX_TCP_LOSS:
+            out.append(f"network.ge_loss_bad: the Gilbert-Elliott chain loses {mean:.6g} of the packets on "
+                       f"average, over {MAX_TCP_LOSS:g}; {fix} (lower ge_loss_bad or ge_p_good_bad, raise "
+                       "ge_p_bad_good)")  # fmt: skip
     return out
 
 
