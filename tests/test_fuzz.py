@@ -20,15 +20,19 @@ import copy
 import json
 import math
 import os
+import random
 import signal
+import sys
 import tempfile
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import tomli_w
+import torch
 from conftest import ROOT, TESTS
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -313,3 +317,239 @@ def test_accepted_mutations_run(case: tuple[dict[str, Any], set[str]]) -> None:
         assert summary["status"] in ("complete", "diverged", "stalled"), summary["status"]
         if summary["status"] == "complete":
             assert all_finite(out_dir), "a complete run with a non-finite number (silent NaN or inf)"
+
+
+# ---- input files a scenario names, data directories, tampered checkpoints (issue 43) ------------
+# A sample of tools/fuzz_campaign.py's mutation kinds, one fixed case per kind of bug its campaign
+# found, each in a forked child with a timeout (a hang) and a memory cap (a runaway allocation):
+# tools/fuzz/execute.py. Each must give exit 0 or 2 with a message; a file validate accepts must
+# then run 2 iterations to exit 0/3/4; no file's content may be echoed and no payload may run.
+
+sys.path.insert(0, str(ROOT / "tools"))
+
+from fuzz import datafiles, rundirs  # noqa: E402
+from fuzz.execute import Outcome, call_cli  # noqa: E402
+
+CASE_TIMEOUT_S = float(os.environ.get("AIOTSIM_FUZZ_CASE_TIMEOUT", "60"))  # s: a hang
+FED = {**BASES["fedavg100.toml"], "nodes": {**BASES["fedavg100.toml"]["nodes"], "count": 3, "per_round": 2}}
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scratch directory, after one in-process validate (each forked case then starts warm)."""
+    runner.invoke(app, ["validate", str(TESTS / "tiny.toml")])
+    return tmp_path_factory.mktemp("fuzz-scratch")
+
+
+def _small_run_of(base: dict[str, Any], **sections: dict[str, Any]) -> dict[str, Any]:
+    """``base`` shrunk (as :func:`small`) with ``sections`` merged in (the case's own keys)."""
+    out = small(base, set())
+    for name, keys in sections.items():
+        out.setdefault(name, {}).update(keys)
+    return out
+
+
+def gate(data: dict[str, Any], where: Path, scratch: Path, secret: str = "") -> list[str]:
+    """Problems of ``validate`` and, when it accepts, a 2-iteration ``run`` of scenario ``data``."""
+    path = where / "scenario.toml"
+    path.write_text(tomli_w.dumps(data))
+    problems = []
+    v = call_cli(["validate", str(path)], CASE_TIMEOUT_S, where, scratch)
+    problems += _bad(v, "validate", secret, (0, 2))
+    if v.kind == "exit" and v.code == 0:
+        cmd = ["run", str(path), "-n", "2", "-q", "--out", str(where / "run"), "--device", "cpu"]
+        r = call_cli(cmd, CASE_TIMEOUT_S, where, scratch)
+        problems += _bad(r, "run of an accepted file", secret, (0, 3, 4))
+    if (where / "PAYLOAD_RAN").exists():
+        problems.append("a payload ran")
+    return problems
+
+
+def _bad(o: Outcome, what: str, secret: str, codes: tuple[int, ...]) -> list[str]:
+    if o.kind != "exit":
+        return [f"{what}: {o.kind} {o.error[-800:]}"]
+    out = []
+    if o.code not in codes:
+        out.append(f"{what}: exit {o.code}: {o.tail()}")
+    if o.code == 2 and "error:" not in o.output:
+        out.append(f"{what}: exit 2 without a message: {o.tail()}")
+    if secret and secret in o.output:
+        out.append(f"{what}: echoes the file's content: {o.tail()}")
+    return out
+
+
+def _trace_file(where: Path, kind: str) -> str:
+    """A link trace path of ``kind`` in ``where`` (a file, a FIFO, a loop, a path with a NUL)."""
+    p = where / ("link.csv" if kind.startswith("csv") else "link.up")
+    content = {
+        "unicode-digit": "1\n2\n\u00b2\n",  # '²'.isdigit() is True, int('²') raises
+        "huge-last": "1\n100000000000\n",  # a 14-byte file whose period is 3 years of 1 ms slots
+        "sparse": "0\n50000000\n",  # 2 packets per 50,000 s: a 2-iteration run takes days
+        "csv-huge-period": "0,1\n1e300,1\n",
+        "csv-tiny-rate": "0,1e-12\n1,1e-12\n",
+        "secret": "SECRET_7f3a\n1\n2\n",
+    }
+    if kind in content:
+        p.write_text(content[kind])
+    elif kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "symlink-loop":
+        os.symlink(where / "b", p)
+        os.symlink(p, where / "b")
+    elif kind == "nul-in-path":
+        return str(p) + "\x00x"
+    elif kind == "etc-passwd":
+        return "/etc/passwd"
+    return str(p)
+
+
+TRACE_KINDS = ["unicode-digit", "huge-last", "sparse", "csv-huge-period", "csv-tiny-rate", "fifo", "symlink-loop",
+               "nul-in-path", "secret", "etc-passwd"]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", TRACE_KINDS)
+def test_damaged_link_traces_are_refused_or_run(kind: str, tmp_path: Path, warm: Path) -> None:
+    path = _trace_file(tmp_path, kind)
+    data = _small_run_of(BASES["tiny.toml"], network={"uplink_trace": path})
+    secret = "root:x:0" if kind == "etc-passwd" else "SECRET_7f3a"
+    assert gate(data, tmp_path, warm, secret) == []
+
+
+@pytest.mark.parametrize("resolution_ms", [1e-9, 1e6])
+def test_trace_resolution_is_checked_by_validate(resolution_ms: float, tmp_path: Path, warm: Path) -> None:
+    """run splits each trace into period / resolution windows: validate must apply the same split."""
+    net = {"uplink_trace": str(ROOT / "scenarios" / "traces" / "cellular.up"), "trace_resolution_ms": resolution_ms}
+    assert gate(_small_run_of(BASES["tiny.toml"], network=net), tmp_path, warm) == []
+
+
+@pytest.mark.parametrize("kind", ["binary", "dev-zero", "fifo", "secret"])
+def test_damaged_availability_traces_are_refused_or_run(kind: str, tmp_path: Path, warm: Path) -> None:
+    p = tmp_path / "avail.csv"
+    if kind == "binary":
+        p.write_bytes(b"\xff\xfe\x00\x81node,0,1\n\x9c")
+    elif kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "secret":
+        p.write_text("SECRET_7f3a,0,1\n")
+    path = "/dev/zero" if kind == "dev-zero" else str(p)
+    data = _small_run_of(FED, nodes={"availability_trace": path})
+    assert gate(data, tmp_path, warm, "SECRET_7f3a") == []
+
+
+def test_custom_topology_whose_aggregator_is_a_node(tmp_path: Path, warm: Path) -> None:
+    data = _small_run_of(BASES["custom.toml"], nodes={"count": 4})
+    data["network"]["vertex"].append({"name": "node0", "role": "node", "aggregator": "node1"})
+    assert gate(data, tmp_path, warm) == []
+
+
+@pytest.mark.parametrize("kind", ["empty-dir", "truncate-labels", "lying-header"])
+def test_damaged_idx_directories_are_refused_by_validate(kind: str, tmp_path: Path, warm: Path) -> None:
+    """validate reads the files run reads: a directory run would refuse is refused first."""
+    d = tmp_path / "data"
+    datafiles.write_idx_set(d, random.Random(0))
+    labels = d / "train-labels-idx1-ubyte"
+    if kind == "empty-dir":
+        for f in datafiles.IDX_FILES:
+            (d / f).unlink()
+    elif kind == "truncate-labels":
+        labels.write_bytes(labels.read_bytes()[:20])
+    else:  # the header says 61 labels for 60 images
+        labels.write_bytes(datafiles.idx_bytes(np.zeros(60, np.uint8), dims=[61]))
+    data = _small_run_of(BASES["tiny.toml"], data={"dataset": "mnist-idx", "path": str(d), "eval_samples": 10})
+    path = tmp_path / "scenario.toml"
+    path.write_text(tomli_w.dumps(data))
+    v = call_cli(["validate", str(path)], CASE_TIMEOUT_S, tmp_path, warm)
+    assert v.kind == "exit" and v.code == 2 and "error:" in v.output, v.tail()
+
+
+@pytest.mark.parametrize("kind", ["code-os-system", "code-exec", "code-subprocess", "huge-array", "unknown-codec"])
+def test_crafted_cifar_batches_are_refused_and_run_no_code(kind: str, tmp_path: Path, warm: Path) -> None:
+    d = tmp_path / "data"
+    datafiles.write_cifar_set(d, random.Random(0))
+    marker = tmp_path / "PAYLOAD_RAN"
+    raw = datafiles.UNKNOWN_CODEC if kind == "unknown-codec" else datafiles.cifar_payload(kind, marker)
+    (d / "data_batch_2").write_bytes(raw)
+    data = _small_run_of(BASES["tiny.toml"], data={"dataset": "cifar10", "path": str(d), "eval_samples": 10})
+    assert gate(data, tmp_path, warm) == []
+    assert not marker.exists()
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory: pytest.TempPathFactory, warm: Path) -> Path:
+    """A complete 4-iteration run of tests/tiny.toml with a checkpoint after every iteration."""
+    out = tmp_path_factory.mktemp("fuzz-base") / "run"
+    cmd = ["run", str(TESTS / "tiny.toml"), "-n", "4", "-q", "--out", str(out), "--device", "cpu"]
+    res = runner.invoke(app, [*cmd, "--checkpoint-every", "1"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def _set_state(key: str, value: Any) -> Any:
+    def change(state: dict[str, Any]) -> None:
+        assert key in state, sorted(state)
+        state[key] = value
+
+    return change
+
+
+def _wrong_shape(state: dict[str, Any]) -> None:
+    name = next(iter(state["model"]))
+    state["model"][name] = torch.zeros(state["model"][name].numel() + 1)
+
+
+TAMPER_STATE = {
+    "iteration-huge": _set_state("iteration", 10**9),
+    "iteration-negative": _set_state("iteration", -5),
+    "clock-nan": _set_state("now", math.nan),
+    "wrong-shape": _wrong_shape,
+    "unknown-key": lambda state: state.update(fuzz_unknown=1),
+}
+
+
+def _tamper_bytes(run: Path, kind: str, marker: Path) -> None:
+    ckpt = run / rundirs.CKPT
+    raw = ckpt.read_bytes()
+    if kind == "truncated":
+        ckpt.write_bytes(raw[: len(raw) // 2])
+    elif kind == "empty":
+        ckpt.write_bytes(b"")
+    elif kind == "flipped":  # 50 bytes of the tensor data changed: a digest, not a NaN, must catch it
+        rng = random.Random(0)
+        buf = bytearray(raw)
+        for at in rng.sample(range(len(buf) // 2, len(buf)), 50):
+            buf[at] ^= 0x40
+        ckpt.write_bytes(bytes(buf))
+    elif kind == "torch-payload":  # an old-style torch.save file whose unpickling runs code
+        torch.save({"iteration": 1, "model": datafiles._Payload(exec, (f"open({str(marker)!r}, 'w')",))}, ckpt)
+    elif kind == "metrics-non-utf8":
+        (run / "metrics.csv").write_bytes(b"iteration,loss\n0,\xff\xfe\n" + (run / "metrics.csv").read_bytes())
+
+
+@pytest.mark.parametrize("kind", ["truncated", "empty", "flipped", "torch-payload", "metrics-non-utf8", *TAMPER_STATE])
+def test_tampered_checkpoints_are_refused(kind: str, base_run: Path, tmp_path: Path, warm: Path) -> None:
+    """Every tampered run directory: `run --resume` exits 2 with a message, runs no code, writes no
+    row; the untouched copy (a control) resumes with exit 0."""
+    run = rundirs.copy_run(base_run, tmp_path / "run")
+    marker = tmp_path / "PAYLOAD_RAN"
+    if kind in TAMPER_STATE:
+        from aiotsim.sim import checkpoint
+
+        state = checkpoint.load(run / rundirs.CKPT)
+        TAMPER_STATE[kind](state)
+        checkpoint.save(run / rundirs.CKPT, state)  # through the package's writer: a valid file
+    else:
+        _tamper_bytes(run, kind, marker)
+    before = (run / "evals.csv").read_bytes()
+    o = call_cli(["run", "--resume", str(run), "-q", "--device", "cpu"], CASE_TIMEOUT_S, tmp_path, warm)
+    assert o.kind == "exit" and o.code == 2 and "error:" in o.output, f"{o.kind} {o.code}: {o.tail()} {o.error}"
+    assert not marker.exists(), "the checkpoint ran code"
+    assert (run / "evals.csv").read_bytes() == before
+
+
+def test_untampered_copy_resumes(base_run: Path, tmp_path: Path, warm: Path) -> None:
+    """The control of the test above: its base run resumes, rewriting the same rows."""
+    run = rundirs.copy_run(base_run, tmp_path / "run")
+    o = call_cli(["run", "--resume", str(run), "-q", "--device", "cpu"], CASE_TIMEOUT_S, tmp_path, warm)
+    assert o.kind == "exit" and o.code == 0, o.tail()
+    for name in ("metrics.csv", "evals.csv"):
+        assert (run / name).read_bytes() == (base_run / name).read_bytes()
