@@ -269,7 +269,8 @@ def test_run_outcome_exit_codes(tiny_scenario, tmp_path, monkeypatch, status, co
 
 def test_missing_data_files_stop_at_the_gate_not_at_the_first_read(tiny_scenario, tmp_path) -> None:
     """A file data set with no data.path and an empty cache: validate (and so run) says how to get
-    the files, exit 2; a data.path that exists passes the gate (the run reads and checks it)."""
+    the files, exit 2; a data.path that exists but lacks the files is refused too (issue 43: it
+    passed the gate; tests/test_gate_data.py checks the files per format)."""
     cache = tmp_path / "cache"
     sets = ["data.dataset=mnist-idx", "model.name=mlp", f"data.cache_dir={cache}"]
     res = _validate(tiny_scenario, *sets)
@@ -280,7 +281,8 @@ def test_missing_data_files_stop_at_the_gate_not_at_the_first_read(tiny_scenario
     present.mkdir()
     with pytest.raises(ConfigError, match="does not exist"):
         load_validated(tiny_scenario, [*sets, f"data.path={tmp_path / 'absent'}"])
-    assert load_validated(tiny_scenario, [*sets, f"data.path={present}"]).data.path == str(present)
+    with pytest.raises(ConfigError, match=r"mnist: missing IDX file train-images-idx3-ubyte"):
+        load_validated(tiny_scenario, [*sets, f"data.path={present}"])
 
 
 # ---- batches: runs at once that fit in memory ---------------------------------------------------------
