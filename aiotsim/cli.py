@@ -236,7 +236,7 @@ def validate(
     memory the simulated world would take (printed). It takes run's overrides, so
     `aiotsim validate FILE -c topk` checks what `aiotsim run FILE -c topk` would run.
     """
-    from aiotsim.validate import load_validated, world_size
+    from aiotsim.validate import load_validated, work_summary, world_size
 
     sc = load_validated(scenario, set_ or [], compressor=compressor, iterations=iterations)
     out.print(
@@ -248,6 +248,7 @@ def validate(
     size = world_size(sc)
     estimate = size.describe() if size is not None else "known once the image files are read"
     out.print(f"memory estimate: {estimate}", highlight=False, soft_wrap=True)
+    out.print(f"work estimate: {work_summary(sc)}", highlight=False, soft_wrap=True)
 
 
 @app.command()

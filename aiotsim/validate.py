@@ -244,10 +244,10 @@ def _message_bytes(name: str, params: str, min_size: int, model: str, shape: tup
     return total
 
 
-def traced_node_iterations(s: Scenario) -> float:
-    """Node-iterations whose spans the run's timeline keeps: the nodes at work per iteration (the
-    fleet; async: one, an iteration being one server update; federated: a round's selection with
-    its overcommit) x iterations, scaled by the share of nodes ``scenario.trace_nodes`` keeps."""
+def node_iterations(s: Scenario) -> tuple[int, int]:
+    """``(nodes at work per iteration, node-iterations in all)``: the fleet per iteration (async:
+    one, an iteration being one server update; federated: a round's selection with its
+    overcommit), times ``scenario.iterations``."""
     n, mode = s.nodes.count, s.training.mode
     if mode == "async":
         per_iteration = 1
@@ -257,9 +257,39 @@ def traced_node_iterations(s: Scenario) -> float:
         per_iteration = min(n, math.ceil(per_round_count(s) * (1.0 + s.nodes.overcommit)))
     else:
         per_iteration = n
+    return per_iteration, per_iteration * s.scenario.iterations
+
+
+def traced_node_iterations(s: Scenario) -> float:
+    """Node-iterations whose spans the run's timeline keeps: :func:`node_iterations` scaled by the
+    share of nodes ``scenario.trace_nodes`` keeps."""
+    n = s.nodes.count
     listed = s.scenario.trace_nodes
     kept = len(listed) / n if isinstance(listed, list) else 1.0 if listed < 0 else min(1.0, listed / n)
-    return per_iteration * kept * s.scenario.iterations
+    return node_iterations(s)[1] * kept
+
+
+# Wall time of the shipped 10,000-node scenario, for scale (README, "Heap": iot10k.toml, LeNet-5 on
+# MNIST, batch 32, `none`, 3 iterations in 109-126 s): s per node-iteration
+REFERENCE_S_PER_NODE_ITERATION = (109 / 30_000, 126 / 30_000)
+
+
+def work_summary(s: Scenario) -> str:
+    """The run's size in node-iterations, with the shipped fleet's measured wall time per
+    node-iteration for scale (the wall time grows with both; a 10,000-node run takes minutes)."""
+    per, total = node_iterations(s)
+    lo, hi = (_seconds(total * x) for x in REFERENCE_S_PER_NODE_ITERATION)
+    return (
+        f"{total:,} node-iterations ({per:,} at work per iteration x {s.scenario.iterations:,}); at iot10k.toml's "
+        f"measured {REFERENCE_S_PER_NODE_ITERATION[0] * 1e3:.1f}-{REFERENCE_S_PER_NODE_ITERATION[1] * 1e3:.1f} ms "
+        f"per node-iteration (LeNet-5, batch 32) about {lo}-{hi} s plus a few seconds of start-up; larger models "
+        "and batches take longer"
+    )
+
+
+def _seconds(x: float) -> str:
+    """``0.029``, ``4.2``, ``1,260``: two significant digits below 10 s, whole seconds above."""
+    return f"{x:,.0f}" if x >= 10 else f"{x:.2g}"
 
 
 def resolved_aggregation(s: Scenario, params: int) -> str:
