@@ -24,6 +24,7 @@ from aiotsim.cli_common import (
     out,
     out_path,
     slug,
+    stopping_on_signals,
     writing_to,
 )
 from aiotsim.errors import ConfigError, ResultsError
@@ -361,8 +362,8 @@ def plot(
 
 def register(app: typer.Typer) -> None:
     """Add ``compare``, ``sweep`` and ``plot`` to the ``aiotsim`` app."""
-    app.command("compare")(expected_errors(compare))
-    app.command("sweep")(expected_errors(sweep))
+    app.command("compare")(expected_errors(stopping_on_signals(compare)))
+    app.command("sweep")(expected_errors(stopping_on_signals(sweep)))
     app.command("plot")(expected_errors(plot))
 
 

@@ -135,6 +135,20 @@ class SignalInterrupt:
             raise stop_exit(exc) from None
 
 
+def stopping_on_signals(fn: F) -> F:
+    """Run a command inside :class:`SignalInterrupt` from its start to its end: SIGTERM and SIGHUP
+    stop a batch (compare, sweep) with exit 128 + N also while it plans, starts Ray or writes its
+    index and tables, not only while its runs go on (where :mod:`aiotsim.results.parallel`'s own
+    handlers take over); the default action had killed it (exit -15, no message)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with SignalInterrupt():
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 ScenarioArg = Annotated[Path, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", "-s", help="override SECTION.KEY=VALUE (repeatable)")]
 CompressorOpt = Annotated[str | None, typer.Option("--compressor", "-c", help="codec name (overrides compressor.name)")]

@@ -105,3 +105,51 @@ def test_compare_exits_as_run_does_on_sigterm_and_keeps_its_runs(tmp_path: Path)
     assert took < STOP_WITHIN_S
     summary = _summary(out)
     assert (summary["compressor"], summary["status"], summary["complete"]) == ("none", "interrupted", False)
+
+
+STOP_AT = (  # the CLI, with SIGTERM sent to itself from MODULE.FUNCTION, a step outside the runs
+    "import os, signal, sys, importlib\nmodule, name = sys.argv.pop(1).rsplit('.', 1)\n"
+    "mod = importlib.import_module(module)\nreal = getattr(mod, name)\n"
+    "def stop_here(*a, **k):\n    os.kill(os.getpid(), signal.SIGTERM)\n    return real(*a, **k)\n"
+    "setattr(mod, name, stop_here)\nfrom aiotsim.cli import app\nsys.exit(app())\n"
+)
+
+
+@pytest.mark.slow
+def test_compare_and_sweep_stop_on_sigterm_outside_their_runs_too(tmp_path: Path) -> None:
+    # SIGTERM while compare plans its runs, or while sweep writes its manifest: exit 143 with the
+    # message, as within the runs; the default action had killed them (exit -15, no message)
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'[sweep]\nbase = "{TESTS / "tiny.toml"}"\n[grid]\n"scenario.seed" = [1]\n')
+    compare = ["compare", str(TESTS / "tiny.toml"), "-q", "-o", str(tmp_path / "c")]
+    procs = [
+        _start([STOP_AT, "aiotsim.results.compare.parse_compressors", *compare]),
+        _start([STOP_AT, "aiotsim.results.sweep.write_manifest", "sweep", str(sweep), "-q", "-o", str(tmp_path / "s")]),
+    ]
+    for proc in procs:
+        output, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 143, output
+        assert "stopped by SIGTERM: results written so far are kept" in output and "Traceback" not in output
+
+
+def _caught(signum: int) -> bool:
+    """Whether this process catches ``signum`` at the C level (``SigCgt``): Python's
+    ``signal.getsignal`` still names its handler after a library reset the disposition."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    raise AssertionError("no SigCgt line")
+
+
+def test_a_ray_batch_gives_the_stop_handlers_back() -> None:
+    # ray.init sets its own SIGTERM handler and ray.shutdown leaves the default action (at the C
+    # level, where Python does not see it): the handlers from before the batch are put back
+    from aiotsim.results.parallel import _keeping_stop_handlers
+
+    handler = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        with _keeping_stop_handlers():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what Ray leaves
+        assert _caught(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, handler)

@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -457,21 +457,37 @@ def run_ray(jobs: Sequence[Job], address: str | None = None, on_event: EventSink
     results: list[JobResult] = [JobResult(j, None, "not run") for j in jobs]
     if not jobs:
         return results
-    started_here = False
-    if not ray.is_initialized():
+    with _keeping_stop_handlers():  # ray.init sets its own SIGTERM handler, ray.shutdown the default one
+        started_here = False
+        if not ray.is_initialized():
+            try:
+                ray.init(address=None if address in (None, "", "local") else address, log_to_driver=False)
+            except Exception as exc:  # ConnectionError and Ray's own start-up errors
+                raise AiotsimError(f"cannot start or reach Ray at {address or 'a local instance'}: {exc}") from None
+            started_here = True
         try:
-            ray.init(address=None if address in (None, "", "local") else address, log_to_driver=False)
-        except Exception as exc:  # ConnectionError and Ray's own start-up errors
-            raise AiotsimError(f"cannot start or reach Ray at {address or 'a local instance'}: {exc}") from None
-        started_here = True
-    try:
-        memory = _ray_memory(ray, jobs)
-        with _StopOnSignal(defer=True) as stop:
-            _ray_loop(ray, RayQueue(), jobs, memory, results, emit, stop)
-    finally:
-        if started_here:
-            ray.shutdown()
+            memory = _ray_memory(ray, jobs)
+            with _StopOnSignal(defer=True) as stop:
+                _ray_loop(ray, RayQueue(), jobs, memory, results, emit, stop)
+        finally:
+            if started_here:
+                ray.shutdown()
     return results
+
+
+@contextlib.contextmanager
+def _keeping_stop_handlers() -> Iterator[None]:
+    """The handlers of :data:`STOP_SIGNALS` as they were before the block, put back after it (in
+    the main thread): a SIGTERM after a Ray batch then stops the command as its caller arranged
+    (exit 143) instead of killing it (Ray left the default action: exit -15, no message)."""
+    main = threading.current_thread() is threading.main_thread()
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            if handler is not None:  # None: set outside Python, cannot be put back
+                signal.signal(sig, handler)
 
 
 def _ray_loop(
