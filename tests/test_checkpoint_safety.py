@@ -40,8 +40,15 @@ def nodes_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _finished_run(tmp_path_factory, "training.momentum_at=nodes")
 
 
-def _finished_run(tmp_path_factory: pytest.TempPathFactory, momentum_at: str) -> Path:
-    over = ["compressor.name=topk", "training.momentum=0.9", momentum_at, "scenario.iterations=6"]
+@pytest.fixture(scope="module")
+def federated_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A federated run with FedAdam: the strategy's own state (generator, moments) is kept."""
+    over = ["training.mode=federated", "nodes.count=4", "nodes.per_round=2", "training.server_optimizer=adam"]
+    return _finished_run(tmp_path_factory, *over, "training.server_lr=0.05")
+
+
+def _finished_run(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> Path:
+    over = ["compressor.name=topk", "training.momentum=0.9", *extra, "scenario.iterations=6"]
     d = tmp_path_factory.mktemp("ckpt") / "run"
     run_scenario(load_scenario(TESTS / "tiny.toml", over), d, checkpoint_every=2)
     return d
@@ -183,7 +190,7 @@ STATE_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     ),
     "optimizer-inf": (
         _set("optimizer/state/1/momentum_buffer", lambda t: t / 0.0),
-        "optimizer.state[1][momentum_buffer] holds NaN or infinite values",
+        "optimizer.state[1]['momentum_buffer'] holds NaN or infinite values",
     ),
     "optimizer-params": (_set("optimizer/state/99", {}), "its state is for parameters the model does not have"),
     "residual-shape": (_set("nodes/0/codec/2/residual", torch.zeros(5)), "nodes[0].codec[2].residual has shape (5,)"),
@@ -195,15 +202,35 @@ STATE_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "stream-pos": (_set("nodes/0/stream/pos", 10**6), "pos must be in [0, "),
     "held-version": (_set("nodes/0/held_version", 99), "nodes[0]: held_version and dispatched_version must be"),
     "energy-nan": (_set("nodes/1/energy/tx_j", float("nan")), "nodes[1].energy: its meters must be finite"),
-    "energy-not-a-dict": (_set("nodes/1/energy", 3), "does not fit this run (AttributeError"),
+    "energy-not-a-dict": (_set("nodes/1/energy", 3), "nodes[1].energy is a int, not a dict"),
+    "energy-log": (_set("nodes/0/energy/log", ["x"]), "nodes[0].energy.log[0] (='x') must be a float"),
+    "node-rng": (_set("nodes/0/rng/state/inc", -1), "nodes[0].rng is not a PCG64 generator state"),
+    "upload-losses": (_set("applied/uploads/1/losses", "x"), "applied.uploads[1].losses must be a list, not str"),
+    "upload-nodes": (_set("applied/uploads/0/nodes", [5]), "applied.uploads[0].nodes must be nodes in [0, 1]"),
+    "span-pid": (_set("trace/spans/3/pid", []), "trace.spans[3].pid (=[]) must be a int"),
+    "span-args": (_set("trace/spans/0/args", {"k": torch.ones(1)}), "trace.spans[0].args['k']"),
+    "tcp-acked": (
+        _set("net_tcp/conns/node0\x00server/acked", None),
+        "net_tcp.conns['node0\\x00server'].acked (=None) must be a float",
+    ),
+    "slots-free": (_set("net_slots/free", [10**9]), "net_slots: n must be in [0, 1152]"),
+    "loss-rng": (_set("net_loss/rng", {}), "net_loss.rng is not a PCG64 generator state"),
+    "window-nan": (_set("window/energy_j", float("nan")), "window.energy_j (=nan) must be a finite number >= 0"),
+    "window-negative": (_set("window/bytes_up", -3), "window.bytes_up (=-3) must be a finite number >= 0"),
+    "tcp-window": (_set("net_tcp/conns/server\x00node1/cwnd", 0.0), "every congestion window (cwnd) must be > 0"),
+    "optimizer-lr": (_set("optimizer/param_groups/0/lr", 2**70), "its parameter groups or hyperparameters are not"),
+    "optimizer-buffer-type": (_set("optimizer/state/0/momentum_buffer", "x"), "optimizer.state[0]['momentum_buffer']"),
+    "codec-field-type": (_set("nodes/0/codec/0/residual", "x"), "nodes[0].codec[0].residual (='x') must be a"),
+    "strategy-of-sync": (_set("strategy", {"m": None}), "strategy: only a federated run keeps a state of its own"),
     "net-carried": (_set("net_carried", lambda a: a[:1]), "net_carried must be"),
     "snapshot-version": (_set("snapshots", {99: []}), "snapshots must be keyed by model versions in [0, 4]"),
     "snapshot-shape": (
         _set("snapshots", {2: [torch.zeros(2)] * 6}),
         "snapshots[2][0] has shape (2,) torch.float32, the run's has (200, 64)",
     ),
-    "totals-field": (_set("totals", lambda t: {**t, "bogus": 1}), "does not fit this run (TypeError"),
-    "net-rng": (_set("net_rng/bit_generator", "MT19937"), "does not fit this run (ValueError"),
+    "totals-field": (_set("totals", lambda t: {**t, "bogus": 1}), "totals must hold exactly the fields agg_bytes,"),
+    "totals-type": (_set("totals/contributions", None), "totals.contributions (=None) must be a int"),
+    "net-rng": (_set("net_rng/bit_generator", "MT19937"), "net_rng is not a PCG64 generator state (ValueError)"),
 }
 
 
@@ -230,6 +257,22 @@ def _refused_after(run_dir: Path, tmp_path: Path, tamper: Callable[[dict[str, An
 def test_node_velocities_of_another_shape_are_refused(nodes_run_dir: Path, tmp_path: Path) -> None:
     says = _refused_after(nodes_run_dir, tmp_path, _set("nodes/1/velocity/4", torch.zeros(200, 10)))
     assert "nodes[1].velocity[4] has shape (200, 10) torch.float32, the run's has (10, 200)" in says
+
+
+FEDERATED_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "moments-gone": (_set("strategy/v", []), "strategy.v: one tensor per model parameter expected"),
+    "moment-shape": (_set("strategy/m/0", torch.zeros(2)), "strategy.m[0] has shape (2,)"),
+    "selection-rng": (_set("strategy/rng", 7), "strategy.rng is not a PCG64 generator state"),
+    "samples": (_set("strategy/samples", -1), "strategy.samples must be an integer >= 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(FEDERATED_TAMPERS))
+def test_a_federated_strategy_state_that_does_not_fit_is_refused(
+    federated_run_dir: Path, tmp_path: Path, case: str
+) -> None:
+    tamper, says = FEDERATED_TAMPERS[case]
+    assert says in _refused_after(federated_run_dir, tmp_path, tamper)
 
 
 def test_the_untampered_checkpoint_resumes(run_dir: Path, tmp_path: Path) -> None:

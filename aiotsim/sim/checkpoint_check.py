@@ -11,23 +11,31 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from typing import Any
 
 import numpy as np
 import torch
 
 from aiotsim.errors import ResultsError
+from aiotsim.network.tcp import Connection
+from aiotsim.sim.accounting import Totals, Window
 from aiotsim.sim.checkpoint_file import FORMAT_VERSION, RERUN
-from aiotsim.sim.world import Cluster
+from aiotsim.sim.checkpoint_types import Rules, bit_generator, record, typed
+from aiotsim.sim.world import Cluster, Upload
 
 KEYS = frozenset(
     "format scenario model_name dataset_name iteration now version update_bytes last_row_s "
     "last_activity_s model optimizer server_states gateway_states snapshots nodes node_index net_rng "
     "net_carried net_tcp net_slots net_loss totals window trace applied strategy".split()
 )
+_METERS = frozenset(("compute_j", "tx_j", "rx_j", "idle_j", "busy_s", "log"))  # EnergyMeter's, as saved
 _NODE_KEYS = frozenset("codec velocity stream rng energy held_version dispatched_version busy online".split())
 # codec state fields shaped like their layer's gradient (others, as PowerSGD's q, are not)
 _GRADIENT_SHAPED = ("residual", "momentum", "variance", "sq_grad")
+# a trace span (a Chrome trace event) and the types of its fields
+_SPAN_KEYS: dict[str, Any] = {"name": str, "cat": str, "ph": str, "ts": float, "dur": float, "pid": int, "tid": int}
+_SPAN_KEYS["args"] = dict[str, str | int | float | bool | None]
 
 
 def _refuse(problems: list[str]) -> None:
@@ -100,10 +108,80 @@ def check_state(c: Cluster, state: dict[str, Any]) -> None:
             problems += _codecs(c, saved, c.gateway_states[gw], f"gateway_states[{gw}]")
     problems += _nodes(c, state["nodes"], state["node_index"], state["version"])
     problems += _snapshots(c, state["snapshots"], state["version"])
+    problems += _records(c, state) + _network(c, state) + _strategy(c, state["strategy"])
     carried = state["net_carried"]
     if not (getattr(carried, "shape", None) == c.net._carried.shape and bool(np.isfinite(carried).all())):
         problems.append(f"net_carried must be {c.net._carried.shape[0]} finite byte counts (one per link)")
     _refuse(problems)
+
+
+def _records(c: Cluster, state: dict[str, Any]) -> list[str]:
+    """Problems of the accounting records, the applied step and the trace so far."""
+    out = record(state["totals"], Totals, "totals") + record(state["window"], Window, "window")
+    a = state["applied"]
+    if probs := _keys(a, frozenset(("iteration", "decode_s", "agg_nnz", "agg_bytes", "uploads")), "applied"):
+        return out + probs
+    out += typed(a["uploads"], list, "applied.uploads") + typed(a["decode_s"], float, "applied.decode_s")
+    out += [p for k in ("iteration", "agg_nnz", "agg_bytes") for p in typed(a[k], int, f"applied.{k}")]
+    for j, u in enumerate(a["uploads"] if isinstance(a["uploads"], list) else []):
+        probs = record(u, Upload, f"applied.uploads[{j}]", skip=("payloads",))
+        if not probs and not all(0 <= i < c.n for i in u["nodes"]):
+            probs.append(f"applied.uploads[{j}].nodes must be nodes in [0, {c.n - 1}]")
+        out += probs
+    spans = state["trace"].get("spans") if isinstance(state["trace"], dict) else None
+    if not isinstance(spans, list) or set(state["trace"]) != {"spans", "tids"}:
+        return [*out, "trace must hold spans and tids"]
+    out += typed(state["trace"]["tids"], list[tuple[int, str, int]], "trace.tids")
+    for j, e in enumerate(spans):
+        where = f"trace.spans[{j}]"
+        out += _keys(e, frozenset(_SPAN_KEYS), where) or [
+            p for k, hint in _SPAN_KEYS.items() for p in typed(e[k], hint, f"{where}.{k}")
+        ]
+    return out
+
+
+def _network(c: Cluster, state: dict[str, Any]) -> list[str]:
+    """Problems of the network's generators, TCP connections, slots and presampled losses."""
+    net = c.net
+    out = bit_generator(state["net_rng"], net._rng, "net_rng")
+    tcp, slots, loss = state["net_tcp"], state["net_slots"], state["net_loss"]
+    out += _keys(tcp, frozenset(("conns", "loss_rng")), "net_tcp") or (
+        bit_generator(tcp["loss_rng"], net._loss._rng, "net_tcp.loss_rng")
+        + typed(tcp["conns"], dict[str, Connection], "net_tcp.conns", Rules(inf=True))  # ssthresh starts at inf
+    )
+    if not out and not all(conn["cwnd"] > 0 for conn in tcp["conns"].values()):
+        out.append("net_tcp.conns: every congestion window (cwnd) must be > 0 segments")
+    out += _keys(loss, frozenset(("rng", "presampled")), "net_loss") or (
+        bit_generator(loss["rng"], net._loss_rng, "net_loss.rng")
+        + typed(loss["presampled"], list[tuple[str, str, int, list[tuple[float, float]]]], "net_loss.presampled")
+    )
+    most = 64 * (c.n + 16)  # slots: flows in flight at once, a few per node at most
+    if probs := _keys(slots, frozenset(("n", "free")), "net_slots"):
+        return out + probs
+    n, free = slots["n"], slots["free"]
+    ok = _is_int(n) and 0 <= n <= most and isinstance(free, list) and len(set(free)) == len(free)
+    if not (ok and all(_is_int(i) and 0 <= i < n for i in free)):
+        out.append(f"net_slots: n must be in [0, {most}] and free must list distinct slots below it")
+    return out
+
+
+def _strategy(c: Cluster, saved: Any) -> list[str]:
+    """Problems of the strategy's own state: a federated run's selection generator, server
+    optimizer buffers and row's samples; nothing for the others."""
+    if c.sc.training.mode != "federated":
+        return [] if saved == {} else ["strategy: only a federated run keeps a state of its own"]
+    if probs := _keys(saved, frozenset(("rng", "m", "v", "samples")), "strategy"):
+        return probs
+    out = bit_generator(saved["rng"], np.random.default_rng(), "strategy.rng")
+    out += [] if _is_int(saved["samples"]) and saved["samples"] >= 0 else ["strategy.samples must be an integer >= 0"]
+    params = [p.detach() for p in c.learning.model.parameters()]
+    for k in ("m", "v"):
+        bufs = saved[k]
+        if bufs is not None and not (isinstance(bufs, list) and len(bufs) == len(params)):
+            out.append(f"strategy.{k}: one tensor per model parameter expected")
+        elif bufs is not None:
+            out += [p for j, (b, like) in enumerate(zip(bufs, params)) for p in _tensor(b, like, f"strategy.{k}[{j}]")]
+    return out
 
 
 def _snapshots(c: Cluster, saved: Any, version: Any) -> list[str]:
@@ -128,22 +206,21 @@ def _model(c: Cluster, saved: Any) -> list[str]:
 
 
 def _optimizer(c: Cluster, saved: Any) -> list[str]:
+    """Problems of the server optimizer's state: its hyperparameters are the scenario's (no
+    schedule changes them), its buffers (tensors) those of the model's parameters."""
     fresh = c.learning.optimizer.state_dict()
     if not isinstance(saved, dict) or saved.keys() != fresh.keys():
         return ["optimizer: not a state of the run's optimizer"]
-    groups = saved["param_groups"]
-    if not isinstance(groups, list) or [g.get("params") for g in groups if isinstance(g, dict)] != [
-        g["params"] for g in fresh["param_groups"]
-    ]:
-        return ["optimizer: its parameter groups are not the run's model's"]
+    if saved["param_groups"] != fresh["param_groups"]:
+        return ["optimizer: its parameter groups or hyperparameters are not the scenario's"]
     params = list(c.learning.model.parameters())
     if not isinstance(saved["state"], dict) or not set(saved["state"]) <= set(range(len(params))):
         return ["optimizer: its state is for parameters the model does not have"]
     out = []
     for i, buffers in saved["state"].items():
-        for k, v in buffers.items() if isinstance(buffers, dict) else ():
-            like = params[i].detach() if isinstance(v, torch.Tensor) and v.dim() > 0 else None
-            out += _tensor(v, like, f"optimizer.state[{i}][{k}]") if like is not None else []
+        out += typed(buffers, dict[str, torch.Tensor], f"optimizer.state[{i}]")
+        for k, v in buffers.items() if not out else ():
+            out += _tensor(v, params[i].detach(), f"optimizer.state[{i}][{k}]") if v.dim() > 0 else []
     return out
 
 
@@ -163,6 +240,8 @@ def _codecs(c: Cluster, saved: Any, fresh: list[Any], name: str) -> list[str]:
         for f in _GRADIENT_SHAPED:
             if got.get(f) is not None:
                 out += _tensor(got[f], shape, f"{where}.{f}", dtype=False)
+        hints = typing.get_type_hints(type(st))  # the other fields: as declared (PGC's mu may be < 0)
+        out += [p for f in fields - {"generator"} for p in typed(got[f], hints[f], f"{where}.{f}", Rules(nonneg=False))]
         out += [] if _is_int(got["step"]) and got["step"] >= 0 else [f"{where}.step must be an integer >= 0"]
     return out
 
@@ -193,10 +272,19 @@ def _nodes(c: Cluster, nodes: Any, index: Any, version: Any) -> list[str]:
             out.append(f"{where}.busy: a checkpoint is taken with no node at work")
         if not all(_is_int(saved[k]) and 0 <= saved[k] <= version for k in ("held_version", "dispatched_version")):
             out.append(f"{where}: held_version and dispatched_version must be model versions in [0, {version!r}]")
-        energy = saved["energy"]
-        if not all(_time(v, "") == [] for k, v in energy.items() if k != "log"):
-            out.append(f"{where}.energy: its meters must be finite and >= 0 (J, s)")
+        out += _energy(saved["energy"], f"{where}.energy") + typed(saved["online"], bool, f"{where}.online")
+        out += bit_generator(saved["rng"], st.rng, f"{where}.rng")
     return out
+
+
+def _energy(saved: Any, where: str) -> list[str]:
+    """Problems of a node's energy meters: J and s, finite and >= 0, and the log of its charges."""
+    if probs := _keys(saved, _METERS, where):
+        return probs
+    ok = all(_time(v, "") == [] for k, v in saved.items() if k != "log")
+    return ([] if ok else [f"{where}: its meters must be finite and >= 0 (J, s)"]) + typed(
+        saved["log"], list[float], f"{where}.log"
+    )
 
 
 def _stream(got: Any, fresh: dict[str, Any], where: str) -> list[str]:
