@@ -34,6 +34,7 @@ from aiotsim.cli_common import (
     out_path,
     print_error,
     slug,
+    stopping_on_signals,
     writing_to,
 )
 from aiotsim.errors import ConfigError
@@ -131,6 +132,7 @@ EveryOpt = Annotated[
 
 @app.command()
 @expected_errors
+@stopping_on_signals  # SIGTERM/SIGHUP: exit 128 + N whenever they come, not only mid-run
 def run(
     scenario: Annotated[
         Path | None, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)

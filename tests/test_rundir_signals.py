@@ -116,13 +116,15 @@ STOP_AT = (  # the CLI, with SIGTERM sent to itself from MODULE.FUNCTION, a step
 
 
 @pytest.mark.slow
-def test_compare_and_sweep_stop_on_sigterm_outside_their_runs_too(tmp_path: Path) -> None:
-    # SIGTERM while compare plans its runs, or while sweep writes its manifest: exit 143 with the
-    # message, as within the runs; the default action had killed them (exit -15, no message)
+def test_run_compare_and_sweep_stop_on_sigterm_outside_their_runs_too(tmp_path: Path) -> None:
+    # SIGTERM while run validates its scenario, compare plans its runs or sweep writes its
+    # manifest: exit 143 with the message, as within the runs; the default action had killed them
+    # (exit -15, no message)
     sweep = tmp_path / "sweep.toml"
     sweep.write_text(f'[sweep]\nbase = "{TESTS / "tiny.toml"}"\n[grid]\n"scenario.seed" = [1]\n')
     compare = ["compare", str(TESTS / "tiny.toml"), "-q", "-o", str(tmp_path / "c")]
     procs = [
+        _start([STOP_AT, "aiotsim.validate.load_validated", "run", str(TESTS / "tiny.toml"), "-o", str(tmp_path)]),
         _start([STOP_AT, "aiotsim.results.compare.parse_compressors", *compare]),
         _start([STOP_AT, "aiotsim.results.sweep.write_manifest", "sweep", str(sweep), "-q", "-o", str(tmp_path / "s")]),
     ]
