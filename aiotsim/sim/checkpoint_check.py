@@ -108,7 +108,13 @@ def check_state(c: Cluster, state: dict[str, Any]) -> None:
             problems += _codecs(c, saved, c.gateway_states[gw], f"gateway_states[{gw}]")
     problems += _nodes(c, state["nodes"], state["node_index"], state["version"])
     problems += _snapshots(c, state["snapshots"], state["version"])
-    problems += _records(c, state) + _network(c, state) + _strategy(c, state["strategy"])
+    records = _records(c, state)
+    if not (records or problems) and not state["applied"]["iteration"] == state["totals"]["iterations"] == it:
+        records.append(  # the step to be written and the rows written so far both say where the run stands
+            f"iteration (={it}) disagrees with the applied step's (={state['applied']['iteration']}) "
+            f"and the rows counted in totals (={state['totals']['iterations']})"
+        )
+    problems += records + _network(c, state) + _strategy(c, state["strategy"])
     carried = state["net_carried"]
     if not (getattr(carried, "shape", None) == c.net._carried.shape and bool(np.isfinite(carried).all())):
         problems.append(f"net_carried must be {c.net._carried.shape[0]} finite byte counts (one per link)")
