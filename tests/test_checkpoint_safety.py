@@ -289,6 +289,7 @@ def test_the_untampered_checkpoint_resumes(run_dir: Path, tmp_path: Path) -> Non
 ROW_TAMPERS: dict[str, tuple[Callable[[bytes], bytes], str]] = {
     "metrics-not-utf8": (lambda b: b.replace(b"\n1,", b"\n\xff\xfe,", 1), "cannot be read as UTF-8 text"),
     "metrics-row-gone": (lambda b: b.replace(b"\n1,", b"\n", 1), "the rows before the checkpoint's iteration 3"),
+    "evals-not-utf8": (lambda b: b.replace(b"\n1,", b"\n1\xc3,", 1), "evals.csv: cannot be read as UTF-8 text"),
     "metrics-superscript": (lambda b: b.replace(b"\n1,", "\n²,".encode(), 1), "are damaged or missing"),
 }
 
@@ -297,7 +298,8 @@ ROW_TAMPERS: dict[str, tuple[Callable[[bytes], bytes], str]] = {
 def test_damaged_metrics_rows_are_refused_before_any_row_is_cut(run_dir: Path, tmp_path: Path, case: str) -> None:
     tamper, says = ROW_TAMPERS[case]
     d = copied(run_dir, tmp_path)
-    (d / "metrics.csv").write_bytes(tamper((d / "metrics.csv").read_bytes()))
+    name = "evals.csv" if case.startswith("evals") else "metrics.csv"
+    (d / name).write_bytes(tamper((d / name).read_bytes()))
     before = files(d)
     res = CliRunner().invoke(app, ["run", "--resume", str(d), "-q"])
     assert res.exit_code == 2 and says in " ".join(res.output.split()), res.output
