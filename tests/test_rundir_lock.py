@@ -122,3 +122,16 @@ def test_an_empty_out_is_refused_everywhere_and_nothing_in_the_current_directory
         run_scenario(load_validated(TINY, []), blank, device="cpu")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "sweep.toml"]
     assert Path("checkpoint.pt").read_bytes() == b"someone else's"
+
+
+def test_the_holder_named_is_printable_text_only(tmp_path: Path) -> None:
+    # a lock file is a file in a run directory, which may come from elsewhere: its bytes are not
+    # echoed as they are (a terminal escape sequence would act on the reader's terminal)
+    import fcntl
+
+    (tmp_path / LOCK_NAME).write_text("pid 7 \x1b[2J\x07on host\n")
+    with open(tmp_path / LOCK_NAME) as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ResultsError) as refused:
+            run_scenario(load_validated(TINY, []), tmp_path, device="cpu")
+    assert "(pid 7 [2Jon host)" in refused.value.message and "\x1b" not in refused.value.message

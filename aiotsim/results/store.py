@@ -406,14 +406,17 @@ def _acquire(path: Path) -> Any:
             raise ResultsError(f"cannot write to {path}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:  # held
             handle.seek(0)
-            holder = handle.read(500).strip() or "a process that has not yet said who it is"
+            holder = "".join(c for c in handle.read(500) if c.isprintable()).strip()
             handle.close()
             raise ResultsError(
-                f"{path.parent} is in use by another aiotsim process ({holder}); wait for it to end, "
-                "stop it, or choose another output directory"
+                f"{path.parent} is in use by another aiotsim process ({holder or 'not yet said who'}); "
+                "wait for it to end, stop it, or choose another output directory"
             ) from None
+        except OSError as exc:  # a file system without locks
+            handle.close()
+            raise ResultsError(f"cannot lock {path}: {exc.strerror or exc}; choose another output directory") from None
         try:  # the holder may have removed the file between our open and our lock: lock the new one
             same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
         except FileNotFoundError:
