@@ -391,20 +391,20 @@ def radio_problems(s: Scenario) -> list[str]:
 
 
 def data_problems(s: Scenario) -> list[str]:
-    """A data set read from files whose files are not there or not what its reader expects (no
-    ``data.path``, nothing in the cache, no ``data.download``; a missing IDX or CIFAR batch file, a
-    wrong IDX header or size, no LEAF JSON, no image class): the run would stop at its first read,
-    so the gate says it now (:func:`~aiotsim.learn.data.files.check_files`). The values are parsed
-    by the run, which refuses bad ones before anything is computed. With ``data.download`` the
-    run fetches what is missing, so nothing is checked."""
+    """A data set read from files that the run could not read: no ``data.path``, nothing in the
+    cache and no ``data.download``; a missing or malformed file (a wrong IDX header or size, a
+    crafted CIFAR batch, bad LEAF JSON, an undecodable image). The files are parsed here as the run
+    parses them (:func:`~aiotsim.learn.data.files.read_files`, cached per process: ``aiotsim run``
+    does not read them twice), so what validate accepts, the run can read. With ``data.download``
+    the run fetches what is missing first, so nothing is read here."""
     from aiotsim.errors import DataError
-    from aiotsim.learn.data.files import FILE_DATASETS, check_files
+    from aiotsim.learn.data.files import FILE_DATASETS, read_files
 
     d = s.data
     if d.dataset not in FILE_DATASETS or d.download:
         return []
     try:
-        check_files(d.dataset, d.path or None, d.cache_dir)
+        read_files(d.dataset, d.path or None, cache_dir=d.cache_dir)
     except DataError as e:
         return [f"data: {e}"]
     return []

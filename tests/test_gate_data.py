@@ -1,6 +1,6 @@
-"""The gate checks the data files the run will read (names, headers and sizes where cheap), and
-the readers turn crafted files into a DataError (exit 2) instead of a traceback, without running
-their code (issue 43, "The gate leaks": data)."""
+"""The gate reads the data files the run will read, as the run reads them, and the readers turn
+crafted files into a DataError (exit 2) instead of a traceback, without running their code
+(issue 43, "The gate leaks": data)."""
 
 from __future__ import annotations
 
@@ -111,10 +111,11 @@ def test_a_crafted_cifar_batch_is_a_data_error(tmp_path, tiny_scenario, batch, m
     with pytest.raises(DataError, match=f"data_batch_1: not a CIFAR python batch: .*{message}"):
         read_batch(d / "data_batch_1", "labels")
     s = _scenario(tmp_path, tiny_scenario, "cifar10", d)
-    assert message in _exit2("run", str(s), "--out", str(tmp_path / "out")).replace("\n", "")
+    for cmd in (["validate", str(s)], ["run", str(s), "--out", str(tmp_path / "out")]):
+        assert message in _exit2(*cmd).replace("\n", "")  # validate parses the batches as run does
 
 
-def test_a_code_carrying_cifar_batch_runs_nothing(tmp_path) -> None:
+def test_a_code_carrying_cifar_batch_runs_nothing(tmp_path, tiny_scenario) -> None:
     marker = tmp_path / "ran"
 
     class Payload:
@@ -124,6 +125,8 @@ def test_a_code_carrying_cifar_batch_runs_nothing(tmp_path) -> None:
     d = _cifar_dir(tmp_path, pickle.dumps({b"data": Payload(), b"labels": [0]}, protocol=2))
     with pytest.raises(DataError, match=r"refusing to load (posix|os)\.system"):
         read_batch(d / "data_batch_1", "labels")
+    s = _scenario(tmp_path, tiny_scenario, "cifar10", d)
+    assert "refusing to load" in _exit2("validate", str(s))
     assert not marker.exists()
 
 

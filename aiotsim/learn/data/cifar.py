@@ -105,15 +105,6 @@ def _batch_dir(path: Path, folder: str) -> Path:
     return path / folder if (path / folder).is_dir() else path
 
 
-def check_cifar(path: Path, name: str) -> None:
-    """Every batch file :func:`read_cifar` reads is there and looks like a pickle (see
-    :func:`check_batch`); nothing is unpickled. Raises DataError naming the first bad file."""
-    layout = CIFAR_LAYOUT[name]
-    directory = _batch_dir(path, layout["folder"])
-    for f in layout["train"] + layout["test"]:
-        check_batch(directory / f)
-
-
 def read_cifar(path: Path, name: str) -> RawSplit:
     """CIFAR-10 or CIFAR-100 (``name``) from a directory: the official train and test batches."""
     layout = CIFAR_LAYOUT[name]

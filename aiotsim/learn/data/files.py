@@ -26,13 +26,12 @@ from pathlib import Path
 import aiotsim.learn.data.download as download
 from aiotsim.errors import DataError
 from aiotsim.learn.data.base import RawSplit, freeze
-from aiotsim.learn.data.cifar import check_cifar, read_cifar
-from aiotsim.learn.data.idx import check_idx_dir, read_idx_dir
-from aiotsim.learn.data.imagefolder import image_classes, read_imagefolder
-from aiotsim.learn.data.leaf import leaf_files, read_leaf
+from aiotsim.learn.data.cifar import read_cifar
+from aiotsim.learn.data.idx import read_idx_dir
+from aiotsim.learn.data.imagefolder import read_imagefolder
+from aiotsim.learn.data.leaf import read_leaf
 
 Reader = Callable[[Path], RawSplit]
-Checker = Callable[[Path], object]  # raises DataError; its result is not used
 
 FILE_DATASETS: dict[str, Reader] = {
     "mnist-idx": read_idx_dir,
@@ -41,16 +40,6 @@ FILE_DATASETS: dict[str, Reader] = {
     "cifar100": functools.partial(read_cifar, name="cifar100"),
     "femnist": read_leaf,
     "imagefolder": read_imagefolder,
-}
-# What a data set's reader looks at first, without parsing the values: the files' names, and
-# where cheap their headers and sizes (IDX headers, CIFAR batches' pickle opcode and size).
-FILE_CHECKS: dict[str, Checker] = {
-    "mnist-idx": check_idx_dir,
-    "fashion-mnist": check_idx_dir,
-    "cifar10": functools.partial(check_cifar, name="cifar10"),
-    "cifar100": functools.partial(check_cifar, name="cifar100"),
-    "femnist": leaf_files,
-    "imagefolder": image_classes,
 }
 DOWNLOADABLE: tuple[str, ...] = tuple(download.SOURCES)
 # The published versions' (input shape [C, H, W], classes, training samples, test samples), for
@@ -85,12 +74,6 @@ def locate(name: str, path: str | Path | None, download_ok: bool, cache_dir: str
         return cached
     how = f" or set data.download = true to fetch it into {cached}" if name in download.SOURCES else ""
     raise DataError(f"dataset {name!r} is read from files: set data.path to its file or directory{how}")
-
-
-def check_files(name: str, path: str | Path | None, cache_dir: str | Path = DEFAULT_CACHE_DIR) -> None:
-    """The files :func:`read_files` would read for data set ``name`` are there, named and (where
-    cheap) headed as its reader expects (:data:`FILE_CHECKS`); no value is parsed. Raises DataError."""
-    FILE_CHECKS[name](locate(name, path, False, cache_dir))
 
 
 def read_files(

@@ -75,38 +75,12 @@ def _header(f: BinaryIO, path: Path, magic: int) -> tuple[list[int], int]:
     return dims, expected
 
 
-def check_idx(path: Path, magic: int) -> list[int]:
-    """The dimensions of one IDX file, checked against its length without keeping its values: the
-    header as :func:`read_idx` checks it, then the size (uncompressed: from the file system; gzip:
-    inflated a MiB at a time and counted, up to the declared size + 1, so a damaged stream is found
-    too). Raises DataError naming the file."""
-    try:
-        with _open(path) as f:
-            dims, expected = _header(f, path, magic)
-            found = path.stat().st_size - 4 - 4 * len(dims) if not _is_gzip(path) else _count(f, expected + 1)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(f"{path}: cannot read IDX file: {exc}") from exc
-    _check_size(path, dims, expected, found)
-    return dims
-
-
 def _check_size(path: Path, dims: list[int], expected: int, found: int) -> None:
     """DataError unless the ``found`` value bytes are the ``expected`` ones ``dims`` declare."""
     if found != expected:
         short = found < expected
         raise DataError(f"{path}: IDX dimensions {dims} need {expected} bytes of values, found "
                         f"{found if short else 'more'}{' (truncated)' if short else ''}")  # fmt: skip
-
-
-def _count(f: BinaryIO, n: int) -> int:
-    """Bytes left in ``f``, counted up to ``n``, a MiB at a time."""
-    total = 0
-    while total < n:
-        chunk = f.read(min(n - total, 1 << 20))
-        if not chunk:
-            break
-        total += len(chunk)
-    return total
 
 
 def read_idx(path: Path, magic: int) -> np.ndarray:
@@ -141,19 +115,6 @@ def find_idx(directory: Path, stem: str) -> Path:
         if candidate.is_file():
             return candidate
     raise DataError(f"{directory}: missing IDX file {stem} (or {stem}.gz)")
-
-
-def check_idx_dir(directory: Path) -> None:
-    """The four files :func:`read_idx_dir` reads are there, with the right headers and sizes, and
-    as many labels as images per split (:func:`check_idx`); their values are not kept. Raises
-    DataError naming the first bad file."""
-    if not directory.is_dir():
-        raise DataError(f"{directory}: not a directory; an IDX data set is a directory of its four files")
-    n = {role: check_idx(find_idx(directory, stem), IMAGES_MAGIC if role.endswith("_x") else LABELS_MAGIC)[0]
-         for role, stem in IDX_FILES.items()}  # fmt: skip
-    for split in ("train", "test"):
-        if n[f"{split}_x"] != n[f"{split}_y"]:
-            raise DataError(f"{directory}: {split} split has {n[f'{split}_x']} images but {n[f'{split}_y']} labels")
 
 
 def read_idx_dir(directory: Path, num_classes: int = 10) -> RawSplit:
