@@ -553,3 +553,24 @@ def test_untampered_copy_resumes(base_run: Path, tmp_path: Path, warm: Path) -> 
     assert o.kind == "exit" and o.code == 0, o.tail()
     for name in ("metrics.csv", "evals.csv"):
         assert (run / name).read_bytes() == (base_run / name).read_bytes()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--out", ""],  # would write into the working directory (and delete its checkpoint.pt)
+        ["--threads", "1000000000"],  # libgomp aborted allocating 216 GB
+        ["--set", "network.uplink_trace=/dev/zero"],
+        ["--set", "nodes.count=1e400"],
+    ],
+)
+def test_command_line_edges_are_refused(args: list[str], tmp_path: Path, warm: Path) -> None:
+    """Arguments at their edges (tools/fuzz/cli_cases.py samples): exit 2 with a message, and the
+    working directory's files untouched."""
+    (tmp_path / "checkpoint.pt").write_text("not the run's")
+    argv = ["run", str(TESTS / "tiny.toml"), "-n", "1", "-q", "--device", "cpu", *args]
+    if "--out" not in args:
+        argv += ["--out", str(tmp_path / "run")]
+    o = call_cli(argv, CASE_TIMEOUT_S, tmp_path, warm)
+    assert o.kind == "exit" and o.code == 2 and "error" in o.output.lower(), f"{o.kind} {o.code}: {o.tail()}"
+    assert (tmp_path / "checkpoint.pt").read_text() == "not the run's"

@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fuzz import datafiles, inputs, rundirs, scenarios, signals  # noqa: E402
+from fuzz import cli_cases, datafiles, inputs, rundirs, scenarios, signals  # noqa: E402
 from fuzz.execute import Outcome, call_cli, warm_up  # noqa: E402
 
 VALIDATE_TIMEOUT_S = 20.0
@@ -88,7 +88,7 @@ def classify_validate(o: Outcome, checks: dict[str, Any]) -> str:
         return o.kind
     if o.code == 0:
         return "ok"
-    if o.code == 2 and "error:" in o.output:
+    if o.code == 2 and "error" in o.output.lower():  # "error: ..." or a usage error's "Error" box
         return "refused"
     return "bad-exit"
 
@@ -271,6 +271,28 @@ def signal_phase(c: Campaign, n: int, rng: random.Random, quick: bool) -> None:
         _progress("signals", i + 1, n, c.counts["signals"])
 
 
+def cli_phase(c: Campaign) -> None:
+    """Arguments at their edges (forked, in a directory holding a sentinel file), then two real
+    runs into one ``--out``."""
+    work = c.out / "cases" / "cli"
+    cwd = work / "cwd"
+    cwd.mkdir(parents=True, exist_ok=True)
+    sentinel = cwd / cli_cases.SENTINEL
+    for name, argv in cli_cases.argument_cases(work):
+        sentinel.write_text("sentinel")
+        o = call_cli(argv, VALIDATE_TIMEOUT_S * 3, cwd, c.scratch)
+        cat = classify_validate(o, {})
+        if cat == "ok" and name in cli_cases.MUST_REFUSE:
+            cat = "wrong"
+        if not sentinel.is_file() or sentinel.read_text() != "sentinel":
+            cat = "wrong"
+            name += f": {cli_cases.SENTINEL} in the working directory deleted or changed"
+        c.record("cli", cat, str(work), name, argv, o)
+    problems, _, second = cli_cases.concurrent_runs(work)
+    c.record("cli", "wrong" if problems else "refused", str(work), "two runs into one --out: " + "; ".join(problems),
+             ["run", "(twice at once)", "--out", str(work / "shared")], second)  # fmt: skip
+
+
 def _progress(phase: str, i: int, n: int, counts: Counter) -> None:
     if i == n or i % 50 == 0:
         print(f"  {phase} {i}/{n}: {dict(counts)}", flush=True)
@@ -279,7 +301,7 @@ def _progress(phase: str, i: int, n: int, counts: Counter) -> None:
 def table(c: Campaign) -> str:
     """The counts per phase and category, failing categories marked with '!'."""
     lines = []
-    for phase in ("validate", "run", "tamper", "plot", "signals"):
+    for phase in ("validate", "run", "tamper", "plot", "cli", "signals"):
         cells = ", ".join(f"{k}{'!' if k in FAILING else ''} {v}" for k, v in sorted(c.counts[phase].items()))
         lines.append(f"{phase:<9} {sum(c.counts[phase].values()):>5}  {cells}")
     lines.append(f"failures: {len(c.failures)}")
@@ -291,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="campaign directory (cases kept, report.json)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="a small campaign (~2-3 minutes)")
-    ap.add_argument("--phases", default="validate,run,tamper,signals", help="comma-separated phases to run")
+    ap.add_argument("--phases", default="validate,run,tamper,cli,signals", help="comma-separated phases to run")
     args = ap.parse_args(argv)
     n_validate, n_runs, n_tamper, n_signals = SIZES["quick" if args.quick else "full"]
     phases = set(args.phases.split(","))
@@ -304,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         run_phase(c, accepted, n_runs, rng)
     if "tamper" in phases:
         tamper_phase(c, n_tamper, rng)
+    if "cli" in phases:
+        cli_phase(c)
     if "signals" in phases:
         signal_phase(c, n_signals, rng, args.quick)
     wall = time.monotonic() - start

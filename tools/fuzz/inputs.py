@@ -172,10 +172,9 @@ def availability_case(rng: random.Random, case_dir: Path, bases: dict[str, dict[
 def topology_case(rng: random.Random, case_dir: Path, bases: dict[str, dict[str, Any]]) -> Case:
     """A custom topology with one structural mutation (aggregators, cycles, reachability, names)."""
     data = copy.deepcopy(bases["custom"])
-    nw, n = data["network"], data["nodes"]["count"]
     kind = rng.choice(list(TOPOLOGY_MUTATIONS))
-    TOPOLOGY_MUTATIONS[kind](rng, nw, data["nodes"])
-    return data, f"topology:{kind} (nodes {n})", {}
+    TOPOLOGY_MUTATIONS[kind](rng, data["network"], data["nodes"])
+    return data, f"topology:{kind} (nodes {data['nodes']['count']}, links {len(data['network']['link'])})", {}
 
 
 def _vertex(nw: dict[str, Any], **kw: Any) -> None:
