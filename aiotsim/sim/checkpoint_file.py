@@ -26,7 +26,7 @@ import os
 import pickle
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -48,20 +48,58 @@ def save(path: str | Path, state: dict[str, Any]) -> None:
     value could not be read back safely), before anything is written; an ``OSError`` while
     writing (a full disk) propagates after the temporary file is removed.
     """
-    buf = io.BytesIO()
-    torch.save(encode(state), buf)
-    payload = buf.getvalue()
-    header = MAGIC + f"{FORMAT_VERSION} sha256:{hashlib.sha256(payload).hexdigest()}\n".encode()
+    plain = encode(state)
     p = Path(path)
     tmp = p.with_name(p.name + ".tmp")
     try:
-        with open(tmp, "wb") as f:
-            f.write(header)
-            f.write(payload)
+        with open(tmp, "w+b") as f:
+            start = f.write(_header("0" * 64))  # the digest's place, filled in once the archive is written
+            torch.save(plain, f)  # streamed: the archive's offsets count from its own start
+            digest = _digest(f, start)
+            f.seek(0)
+            f.write(_header(digest))
         os.replace(tmp, p)
     except BaseException:
         tmp.unlink(missing_ok=True)  # never leave a partial file beside the whole previous one
         raise
+
+
+def _header(digest: str) -> bytes:
+    return MAGIC + f"{FORMAT_VERSION} sha256:{digest}\n".encode()
+
+
+def _digest(f: BinaryIO, start: int) -> str:
+    """sha256 (hex) of ``f``'s bytes from ``start`` to its end, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    f.seek(start)
+    while chunk := f.read(1 << 20):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+class _Window(io.RawIOBase):
+    """The bytes of file ``f`` from ``start`` on, as a file of their own (the archive after the
+    header line: its offsets count from its own start)."""
+
+    def __init__(self, f: BinaryIO, start: int) -> None:
+        super().__init__()
+        self.f, self.start = f, start
+        f.seek(start)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = os.SEEK_SET) -> int:
+        return self.f.seek(self.start + pos if whence == os.SEEK_SET else pos, whence) - self.start
+
+    def tell(self) -> int:
+        return self.f.tell() - self.start
+
+    def readinto(self, b: Any) -> int:
+        return self.f.readinto(b)  # type: ignore[attr-defined]
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -71,39 +109,48 @@ def load(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"{p}: no checkpoint (run with checkpoint_every > 0 to write one)")
     try:
-        data = p.read_bytes()
+        with open(p, "rb") as f:
+            start = _verified_start(p, f)
+            state = _unpickled(p, _Window(f, start))
     except OSError as exc:
         raise ResultsError(f"{p}: cannot read the checkpoint ({exc.strerror or exc})") from None
-    payload = _verified_payload(p, data)
+    if not isinstance(state, dict):
+        raise ResultsError(f"{p}: the checkpoint holds a {type(state).__name__}, not a state dict; {RERUN}")
+    return decode(state)
+
+
+def _unpickled(p: Path, archive: _Window) -> Any:
+    """``torch.load(weights_only=True)`` of a verified archive; :class:`ResultsError` else."""
     try:
-        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+        return torch.load(archive, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         first = str(exc).strip().splitlines()[-1][:200]
         raise ResultsError(
             f"{p}: the checkpoint holds objects other than tensors and plain data ({first}); "
             f"it was not written by aiotsim and is refused unread, as it could run code: {RERUN}"
         ) from None
+    except MemoryError:
+        raise ResultsError(f"{p}: the checkpoint is too large for this machine's memory") from None
     except Exception as exc:  # a well-digested archive torch cannot parse: damaged when written
         raise ResultsError(f"{p}: the checkpoint cannot be read ({type(exc).__name__}); {RERUN}") from None
-    if not isinstance(state, dict):
-        raise ResultsError(f"{p}: the checkpoint holds a {type(state).__name__}, not a state dict; {RERUN}")
-    return decode(state)
 
 
-def _verified_payload(p: Path, data: bytes) -> bytes:
-    """The bytes after a valid header whose digest they match; :class:`ResultsError` else."""
-    if not data:
+def _verified_start(p: Path, f: BinaryIO) -> int:
+    """Where the archive starts in ``f``, after a valid header whose digest its bytes match;
+    :class:`ResultsError` else (nothing of the archive is unpickled)."""
+    head = f.read(_HEADER_MAX)
+    if not head:
         raise ResultsError(f"{p}: the checkpoint is empty (a crash while it was first written?); {RERUN}")
-    if not data.startswith(MAGIC):
-        if data.startswith(_ZIP):
+    if not head.startswith(MAGIC):
+        if head.startswith(_ZIP):
             raise ResultsError(
                 f"{p}: a checkpoint of format 1 (written by an aiotsim older than format {FORMAT_VERSION}) "
                 f"or another program's torch file: it stores pickled objects and cannot be loaded "
                 f"safely; {RERUN}"
             )
         raise ResultsError(f"{p}: not an aiotsim checkpoint (no {MAGIC.decode().strip()!r} header); {RERUN}")
-    end = data.find(b"\n", 0, _HEADER_MAX)
-    fields = data[len(MAGIC) : end].decode("ascii", "replace").split(" ") if end > 0 else []
+    end = head.find(b"\n")
+    fields = head[len(MAGIC) : end].decode("ascii", "replace").split(" ") if end > 0 else []
     if len(fields) != 2 or not fields[1].startswith("sha256:"):
         raise ResultsError(f"{p}: the checkpoint's header is damaged; {RERUN}")
     if fields[0] != str(FORMAT_VERSION):
@@ -111,13 +158,12 @@ def _verified_payload(p: Path, data: bytes) -> bytes:
             f"{p}: a checkpoint of format {fields[0][:20]!r}; this aiotsim reads format {FORMAT_VERSION}: "
             f"resume with the aiotsim that wrote it, or {RERUN}"
         )
-    payload = data[end + 1 :]
-    if hashlib.sha256(payload).hexdigest() != fields[1][len("sha256:") :]:
+    if _digest(f, end + 1) != fields[1][len("sha256:") :]:
         raise ResultsError(
             f"{p}: the checkpoint is damaged (its content does not match its sha256 digest: truncated "
             f"or altered); resume from an intact copy, or {RERUN}"
         )
-    return payload
+    return end + 1
 
 
 def encode(obj: Any, where: str = "state") -> Any:
