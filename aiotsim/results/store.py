@@ -353,10 +353,7 @@ def locked_run_dir(out_dir: str | Path) -> Iterator[Path]:
     """
     d = run_dir_path(out_dir)
     created = not d.exists()
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ResultsError(f"cannot write to {d}: {exc.strerror or exc}") from None
+    make_dir(d)
     handle = _acquire(d / LOCK_NAME)
     try:
         yield d
