@@ -122,6 +122,14 @@ def resume_run(
     -------
     dict
         The summary, as :func:`run_scenario` returns it.
+
+    Raises
+    ------
+    ResultsError
+        Before anything in ``run_dir`` changes: a checkpoint that is damaged (its sha256 digest),
+        of another format (format 1 held pickled objects and is never loaded), not written by
+        aiotsim, or that does not fit the rebuilt cluster (see :mod:`aiotsim.sim.checkpoint_check`);
+        a ``metrics.csv``/``evals.csv`` that is not UTF-8 or lacks rows before the checkpoint.
     """
     d = Path(run_dir)
     scenario = resume_scenario(d, model, data)  # refused when the run's own model/data are not given
