@@ -116,9 +116,22 @@ def test_validate_applies_the_resolution_the_run_applies(tmp_path, tiny_scenario
     # load the trace without the resolution and say ok
     s, _ = _traced(tmp_path, tiny_scenario, "one.csv", "0, 5\n1, 5\n")
     out = _refused(s, "network.trace_resolution_ms=1e-9")
-    assert "1,000,000,000,000 windows" in out and "set trace_resolution_ms >= 0.0005" in out
+    assert "1,000,000,000,000 windows" in out and "set network.trace_resolution_ms >= 0.0005" in out
     # at the bound's window it loads, with that many windows (merged: the rate is constant)
     assert load_scenario(s, ["network.trace_resolution_ms=0.0005"]).network.trace_resolution_ms == 5e-4
+
+
+def test_a_trace_with_more_segments_than_the_bound_is_refused_as_written(tmp_path, monkeypatch) -> None:
+    # 5 segments (ms 0, 2, 4 busy; 1, 3 idle) in a 5 ms period, with a bound of 3: refused as
+    # written; at 5 ms / 3 = 1.67 ms windows it is 3 segments and loads
+    monkeypatch.setattr(traces, "MAX_TRACE_SEGMENTS", 3)
+    p = tmp_path / "busy.trace"
+    p.write_text("0\n2\n4\n5\n")
+    with pytest.raises(ConfigError, match=r"changes rate 5 times in its 0.005 s period, more than the 3 segments"):
+        load_trace(p)
+    with pytest.raises(ConfigError, match=r"set network.trace_resolution_ms >= 1.66667$"):
+        load_trace(p)
+    assert load_trace(p, 5e-3 / 3).starts.size == 3
 
 
 # ---- what a path may name --------------------------------------------------------------------------

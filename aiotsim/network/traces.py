@@ -56,8 +56,8 @@ MAX_PERIOD_MS = int(MAX_SECONDS / MS)  # a Mahimahi timestamp's bound, ms: the l
 # 13 Mbit/s link at one line per 1,500-byte packet (mahimahi's own cellular traces are a few hundred
 # KB); parsing it takes a few seconds and the lines' Python ints a few hundred MB.
 MAX_TRACE_FILE_BYTES = 32 * MIB
-# The most segments a loaded trace may hold after trace_resolution_ms's windows: 2 million are
-# about 33 min of 1 ms windows, ~200 MB while averaged (about 12 float64 arrays of that length).
+# The most segments a loaded trace may hold, as written or in trace_resolution_ms's windows:
+# 2 million are about 33 min of 1 ms windows, ~200 MB while averaged (about 12 float64 arrays).
 MAX_TRACE_SEGMENTS = 2_000_000
 TRACE_FORMATS = "a trace is a Mahimahi file (ms per line) or a 'time_s, mbps' .csv"
 TRACE_PATHS = (
@@ -400,17 +400,29 @@ def load_trace(path: str | Path, resolution_s: float = 0.0) -> RateTrace:
 
 @functools.lru_cache(maxsize=64)
 def _load_cached(path: str, size: int, mtime_ns: int, resolution_s: float) -> RateTrace:
-    if resolution_s > 0:
-        trace = _load_cached(path, size, mtime_ns, 0.0)
-        windows = math.ceil(trace.period_s / resolution_s - 1e-9)
-        if windows > MAX_TRACE_SEGMENTS:
-            least_ms = trace.period_s / MAX_TRACE_SEGMENTS / MS
-            raise ConfigError(
-                f"{path}: network.trace_resolution_ms = {resolution_s / MS:g} splits its {trace.period_s:g} s period "
-                f"into {windows:,} windows, more than the {MAX_TRACE_SEGMENTS:,} a trace may hold; set "
-                f"trace_resolution_ms >= {least_ms:.6g} (or 0: the trace as written)"
-            )
-        return trace.coarsened(resolution_s)
+    """The trace at ``resolution_s`` (0: as written), refused over :data:`MAX_TRACE_SEGMENTS`."""
+    trace = _parsed(path, size, mtime_ns)
+    period = trace.period_s
+    segments = math.ceil(period / resolution_s - 1e-9) if resolution_s > 0 else trace.starts.size
+    if segments > MAX_TRACE_SEGMENTS:
+        what = (
+            f"network.trace_resolution_ms = {resolution_s / MS:g} splits its {period:g} s period into "
+            f"{segments:,} windows"
+            if resolution_s > 0
+            else f"it changes rate {segments:,} times in its {period:g} s period"
+        )
+        as_written = " (or 0: the trace as written)" if trace.starts.size <= MAX_TRACE_SEGMENTS else ""
+        raise ConfigError(
+            f"{path}: {what}, more than the {MAX_TRACE_SEGMENTS:,} segments a trace may hold; set "
+            f"network.trace_resolution_ms >= {period / MAX_TRACE_SEGMENTS / MS:.6g}{as_written}"
+        )
+    return trace.coarsened(resolution_s) if resolution_s > 0 else trace
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(path: str, size: int, mtime_ns: int) -> RateTrace:
+    """The trace file parsed as written (``size`` and ``mtime_ns``: cache keys only), refused when
+    its mean rate is under :data:`~aiotsim.schema.MIN_MBPS`."""
     text = read_input_text(path, "trace", MAX_TRACE_FILE_BYTES, TRACE_FORMATS)
     parse = parse_csv if Path(path).suffix.lower() == ".csv" else parse_mahimahi
     trace = parse(text.splitlines(), source=path)
