@@ -5,9 +5,10 @@ node is at work: no transfer is in flight, no SimPy process is pending, every ma
 The state then is data, not processes: the model and the optimizer, every codec state (residuals,
 PowerSGD's Q, ...; each ``torch.Generator`` as its ``get_state()`` bytes), the nodes' momentum,
 data-stream positions and generators, availability RNGs and energy meters, the network's jitter RNG,
-per-link byte counts, TCP windows and the generator of sampled (Gilbert-Elliott) losses, the totals and the open metrics window, the trace so far, the model
-version, the simulated clock, the applied step whose metrics row is still to be written, and the
-strategy's own state (a federated run's selection generator, server optimizer and row's samples).
+per-link byte counts, TCP windows and the generator of sampled (Gilbert-Elliott) losses, the totals
+and the open metrics window, the trace so far, the model version, the simulated clock, the applied
+step whose metrics row is still to be written, and the strategy's own state (a federated run's
+selection generator, server optimizer and row's samples).
 
 Resuming (:func:`restore`) rebuilds the cluster from its scenario, loads that state, starts a fresh
 ``simpy.Environment(initial_time=now)`` and lets the strategy continue from the pending row: the
