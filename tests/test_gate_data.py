@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import pickle
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -159,3 +160,25 @@ def test_validate_refuses_an_empty_cifar_batch(tmp_path, tiny_scenario) -> None:
     d = _cifar_dir(tmp_path, b"")  # run: "not a CIFAR python batch: Ran out of input"
     s = _scenario(tmp_path, tiny_scenario, "cifar10", d)
     assert "data_batch_1: not a CIFAR python batch (not a pickle)" in _exit2("validate", str(s)).replace("\n", "")
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG's signature, IHDR (8-bit greyscale) and IEND: enough for Pillow to read its size."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+
+    ihdr = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 0, 0, 0, 0])
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+
+
+def test_an_image_declaring_billions_of_pixels_is_refused(tmp_path, tiny_scenario) -> None:
+    # 60,000 x 60,000 = 3.6e9 pixels, over twice Pillow's MAX_IMAGE_PIXELS: its
+    # DecompressionBombError (not an OSError) went through as a traceback
+    pytest.importorskip("PIL")
+    (tmp_path / "img" / "a").mkdir(parents=True)
+    (tmp_path / "img" / "a" / "0.png").write_bytes(_png_header(60_000, 60_000))
+    s = _scenario(tmp_path, tiny_scenario, "imagefolder", tmp_path / "img")
+    assert "0.png: cannot decode image: Image size (3600000000 pixels) exceeds limit" in _exit2(
+        "validate", str(s)
+    ).replace("\n", "")

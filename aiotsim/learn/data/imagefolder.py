@@ -60,8 +60,11 @@ def _decode(files: list[Path], size: tuple[int, int] | None = None) -> list[np.n
                 if img.size != size:
                     raise DataError(f"{f}: image is {img.size[0]}x{img.size[1]}, the first one {size[0]}x{size[1]}")
                 arr = np.asarray(img.convert("L" if img.mode in _GRAY_MODES else "RGB"), dtype=np.uint8)
-        except (OSError, ValueError) as exc:  # PIL.UnidentifiedImageError is an OSError
+        except (OSError, ValueError, image.DecompressionBombError) as exc:  # UnidentifiedImageError: an OSError
+            # DecompressionBombError: over twice Pillow's MAX_IMAGE_PIXELS (89.5 M), a crafted header
             raise DataError(f"{f}: cannot decode image: {exc}") from exc
+        except MemoryError:
+            raise DataError(f"{f}: cannot decode image: too large to hold in memory") from None
         out.append(arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1))  # [H, W] or [H, W, 3] -> [C, H, W]
     return out
 
