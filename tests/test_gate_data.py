@@ -182,3 +182,12 @@ def test_an_image_declaring_billions_of_pixels_is_refused(tmp_path, tiny_scenari
     assert "0.png: cannot decode image: Image size (3600000000 pixels) exceeds limit" in _exit2(
         "validate", str(s)
     ).replace("\n", "")
+
+
+def test_leaf_json_nested_too_deep_is_a_data_error(tmp_path, tiny_scenario) -> None:
+    (tmp_path / "leaf").mkdir()
+    (tmp_path / "leaf" / "a.json").write_text("[" * 100_000 + "]" * 100_000)  # json.loads: RecursionError
+    s = _scenario(tmp_path, tiny_scenario, "femnist", tmp_path / "leaf")
+    assert "a.json: cannot read LEAF JSON: maximum recursion depth exceeded" in _exit2("validate", str(s)).replace(
+        "\n", ""
+    )

@@ -66,7 +66,7 @@ def _read_file(path: Path, writers: dict[str, int]) -> list[tuple[np.ndarray, np
         for user in doc["users"]:
             x, y = _writer_arrays(str(user), doc["user_data"][user])
             parts.append((x, y, writers.setdefault(str(user), len(writers))))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # Recursion: nested too deep
         raise DataError(f"{path}: cannot read LEAF JSON: {exc}") from exc
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(f"{path}: not a LEAF file ({{'users', 'user_data': {{user: {{'x', 'y'}}}}}}): {exc!r}") from exc
