@@ -3,12 +3,13 @@ a message naming what is wrong) before anything of its run directory changes."""
 
 from __future__ import annotations
 
+import copy
 import errno
 import io
 import os
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ from aiotsim.config import load_scenario
 from aiotsim.errors import ResultsError
 from aiotsim.results.fingerprint import fingerprint_run_dir
 from aiotsim.sim import checkpoint_file
-from aiotsim.sim.checkpoint import CHECKPOINT_NAME
+from aiotsim.sim.checkpoint import CHECKPOINT_NAME, restore
+from aiotsim.sim.world import Cluster
 
 TESTS = Path(__file__).parent
 
@@ -235,28 +237,54 @@ STATE_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
 }
 
 
+@pytest.fixture(scope="module")
+def loaded() -> Iterator[dict[Path, tuple[Cluster, dict[str, Any]]]]:
+    """Per run directory: a cluster rebuilt from its scenario and its checkpoint's state (loaded
+    once; each case tampers with a copy). The checks refuse before anything is loaded into the
+    cluster, so one cluster serves every case. One torch thread, as a resume runs them (a small
+    tensor's check takes 20x longer on two threads of a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield {}
+    torch.set_num_threads(before)
+
+
+def _refused(run_dir: Path, loaded: dict[Path, Any], tamper: Callable[[dict[str, Any]], None]) -> str:
+    """The message of :func:`restore`'s refusal of ``run_dir``'s checkpoint once tampered with."""
+    if run_dir not in loaded:
+        sc = load_scenario(run_dir / "scenario.toml")
+        loaded[run_dir] = (Cluster(sc, device="cpu"), checkpoint_file.load(run_dir / CHECKPOINT_NAME))
+    cluster, state = loaded[run_dir]
+    state = copy.deepcopy(state)
+    tamper(state)
+    with pytest.raises(ResultsError) as err:
+        restore(cluster, state)
+    return err.value.message
+
+
 @pytest.mark.parametrize("case", list(STATE_TAMPERS))
-def test_a_checkpoint_that_does_not_fit_the_run_is_refused(run_dir: Path, tmp_path: Path, case: str) -> None:
+def test_a_checkpoint_that_does_not_fit_the_run_is_refused(run_dir: Path, loaded: Any, case: str) -> None:
     tamper, says = STATE_TAMPERS[case]
-    assert says in _refused_after(run_dir, tmp_path, tamper)
+    assert says in _refused(run_dir, loaded, tamper)
 
 
-def _refused_after(run_dir: Path, tmp_path: Path, tamper: Callable[[dict[str, Any]], None]) -> str:
-    """The message of the refusal to resume ``run_dir``'s checkpoint once tampered with (saved
-    again with a valid digest: only the checks stand in the way); nothing in the directory changes."""
+@pytest.mark.parametrize("case", ["iteration-1e9", "clock-nan", "model-shape", "residual-shape", "net-rng"])
+def test_a_refused_checkpoint_leaves_its_run_directory_as_it_was(run_dir: Path, tmp_path: Path, case: str) -> None:
+    # the whole path: saved again with a valid digest (only the checks stand in the way), resumed
+    # through the CLI: exit 2 with the message, and nothing in the directory changes
+    tamper, says = STATE_TAMPERS[case]
     d = copied(run_dir, tmp_path)
     state = checkpoint_file.load(d / CHECKPOINT_NAME)
     tamper(state)
     checkpoint_file.save(d / CHECKPOINT_NAME, state)
     before = files(d)
-    with pytest.raises(ResultsError) as err:
-        resume_run(d)
+    res = CliRunner().invoke(app, ["run", "--resume", str(d), "-q"])
+    assert res.exit_code == 2 and says in res.output and "Traceback" not in res.output, res.output
     assert files(d) == before
-    return err.value.message
 
 
-def test_node_velocities_of_another_shape_are_refused(nodes_run_dir: Path, tmp_path: Path) -> None:
-    says = _refused_after(nodes_run_dir, tmp_path, _set("nodes/1/velocity/4", torch.zeros(200, 10)))
+def test_node_velocities_of_another_shape_are_refused(nodes_run_dir: Path, loaded: Any) -> None:
+    says = _refused(nodes_run_dir, loaded, _set("nodes/1/velocity/4", torch.zeros(200, 10)))
     assert "nodes[1].velocity[4] has shape (200, 10) torch.float32, the run's has (10, 200)" in says
 
 
@@ -270,10 +298,10 @@ FEDERATED_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
 
 @pytest.mark.parametrize("case", list(FEDERATED_TAMPERS))
 def test_a_federated_strategy_state_that_does_not_fit_is_refused(
-    federated_run_dir: Path, tmp_path: Path, case: str
+    federated_run_dir: Path, loaded: Any, case: str
 ) -> None:
     tamper, says = FEDERATED_TAMPERS[case]
-    assert says in _refused_after(federated_run_dir, tmp_path, tamper)
+    assert says in _refused(federated_run_dir, loaded, tamper)
 
 
 def test_the_untampered_checkpoint_resumes(run_dir: Path, tmp_path: Path) -> None:
