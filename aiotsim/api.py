@@ -26,7 +26,14 @@ from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.learn.datasets import Dataset
 from aiotsim.records import Progress, RunSummary
 from aiotsim.results.custom import custom_run_writer, read_custom_record, recorded_toml, resume_scenario
-from aiotsim.results.store import RunWriter, _CsvLog, atomic_write, holding_run_dir, read_summary
+from aiotsim.results.store import (
+    RunWriter,
+    _CsvLog,
+    atomic_write,
+    check_replaceable,
+    holding_run_dir,
+    read_summary,
+)
 from aiotsim.sim.checkpoint import CHECKPOINT_NAME, attach, restore
 from aiotsim.sim.checkpoint import load as load_checkpoint
 from aiotsim.sim.runner import build_strategy, run_cluster
@@ -82,6 +89,7 @@ def run_scenario(
         summary with ``status`` ``"diverged"``/``"stalled"``, ``complete: false`` and a ``reason``;
         an interruption or an error propagates after the summary has been written.
     """
+    check_replaceable(out_dir, (CHECKPOINT_NAME,))  # files of another kind are not deleted
     with _threads(threads):
         cluster = Cluster(scenario, device=device, on_progress=on_progress, model=model, data=data)
         checkpoint = Path(out_dir) / CHECKPOINT_NAME

@@ -135,3 +135,22 @@ def test_the_holder_named_is_printable_text_only(tmp_path: Path) -> None:
         with pytest.raises(ResultsError) as refused:
             run_scenario(load_validated(TINY, []), tmp_path, device="cpu")
     assert "(pid 7 [2Jon host)" in refused.value.message and "\x1b" not in refused.value.message
+
+
+def test_out_dot_replaces_a_run_directory_but_not_files_of_another_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `--out .` in a folder with a model's checkpoint.pt (no scenario.toml: not a run directory)
+    # had deleted it; now refused, the folder untouched. In a run directory it replaces that run.
+    monkeypatch.chdir(tmp_path)
+    for name in ("checkpoint.pt", "metrics.csv"):
+        Path(name).write_bytes(b"not aiotsim's")
+        res = _cli(["run", str(TINY), "-q", "-o", "."])
+        assert res.exit_code == 2, res.output
+        assert f"not a run directory (no scenario.toml) but holds {name}" in res.output.replace("\n", " ")
+        assert [p.name for p in tmp_path.iterdir()] == [name] and Path(name).read_bytes() == b"not aiotsim's"
+        Path(name).unlink()
+    assert _cli(["run", str(TINY), "-q", "-o", "."]).exit_code == 0  # an empty folder becomes the run directory
+    Path("checkpoint.pt").write_bytes(b"this run's older checkpoint")
+    assert _cli(["run", str(TINY), "-q", "-o", ".", "-n", "2"]).exit_code == 0  # a run directory is replaced
+    assert not Path("checkpoint.pt").exists() and len(Path("metrics.csv").read_text().splitlines()) == 3

@@ -337,6 +337,25 @@ def run_dir_path(out_dir: str | Path) -> Path:
     return Path(out_dir)
 
 
+WRITTEN = ("metrics.csv", "evals.csv", "trace.json", "summary.json")  # besides scenario.toml, written first
+
+
+def check_replaceable(out_dir: str | Path, others: Sequence[str] = ()) -> None:
+    """Raise :class:`ResultsError` when ``out_dir`` holds a file a new run would replace or delete
+    (:data:`WRITTEN`, ``others`` such as ``checkpoint.pt``) but is not a run directory (no
+    ``scenario.toml``, which a run writes first): ``--out .`` in a folder with a model's
+    ``checkpoint.pt`` or a ``metrics.csv`` of its own. A run directory's files are replaced."""
+    d = Path(out_dir)
+    if not d.is_dir() or (d / "scenario.toml").is_file():
+        return
+    found = [name for name in (*WRITTEN, *others) if (d / name).exists()]
+    if found:
+        raise ResultsError(
+            f"{d} is not a run directory (no scenario.toml) but holds {', '.join(found)}, which a run would "
+            "replace: choose another output directory (e.g. -o runs/mine)"
+        )
+
+
 @contextlib.contextmanager
 def locked_run_dir(out_dir: str | Path) -> Iterator[Path]:
     """Hold the run directory ``out_dir`` (created if needed) for this process while the block runs.
