@@ -182,6 +182,7 @@ STATE_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "iteration-float": (_set("iteration", 3.0), "iteration (=3.0) must be"),
     "clock-nan": (_set("now", float("nan")), "now (the simulated clock) (=nan) must be a finite time"),
     "clock-negative": (_set("now", -1.0), "now (the simulated clock) (=-1.0) must be a finite time"),
+    "clock-altered": (_set("now", 1e9), "now (=1000000000.0 s) is not when the run's trace ends"),
     "row-time-after-clock": (_set("last_row_s", 1e9), "last_row_s (=1000000000.0) must be a finite time"),
     "model-shape": (_set("model/fc1.weight", torch.zeros(3, 3)), "model[fc1.weight] has shape (3, 3)"),
     "model-dtype": (_set("model/fc1.bias", lambda t: t.double()), "model[fc1.bias] has shape (200,) torch.float64"),

@@ -114,11 +114,24 @@ def check_state(c: Cluster, state: dict[str, Any]) -> None:
             f"iteration (={it}) disagrees with the applied step's (={state['applied']['iteration']}) "
             f"and the rows counted in totals (={state['totals']['iterations']})"
         )
-    problems += records + _network(c, state) + _strategy(c, state["strategy"])
+    problems += records or _clock(state)
+    problems += _network(c, state) + _strategy(c, state["strategy"])
     carried = state["net_carried"]
     if not (getattr(carried, "shape", None) == c.net._carried.shape and bool(np.isfinite(carried).all())):
         problems.append(f"net_carried must be {c.net._carried.shape[0]} finite byte counts (one per link)")
     _refuse(problems)
+
+
+def _clock(state: dict[str, Any]) -> list[str]:
+    """The clock against the trace so far: the step is applied as the last span (the server's
+    aggregation) ends, so a traced run's spans end at ``now`` (to rounding of the us times)."""
+    spans, now = state["trace"]["spans"], state["now"]
+    if not spans:
+        return []
+    end_s = max(e["ts"] + e["dur"] for e in spans) / 1e6  # us -> s
+    if abs(end_s - now) <= 1e-9 * max(1.0, now):
+        return []
+    return [f"now (={now!r} s) is not when the run's trace ends (={end_s!r} s): the clock was altered"]
 
 
 def _records(c: Cluster, state: dict[str, Any]) -> list[str]:
