@@ -74,6 +74,8 @@ def tamper_state(state: dict[str, Any], rng: random.Random, marker: Path) -> str
         state[key] = rng.choice([10**9, -5, 2**62, -1]) if kind == "absurd-scalar" else math.nan
         return f"state: {key}={state[key]}"
     tensors = _tensors(state)
+    if kind == "nan-tensor":
+        tensors = [x for x in tensors if x[0][x[1]].is_floating_point() and x[0][x[1]].numel()]
     if kind in ("shape", "dtype", "nan-tensor") and tensors:
         box, key, name = rng.choice(tensors)
         t = box[key]
@@ -81,7 +83,7 @@ def tamper_state(state: dict[str, Any], rng: random.Random, marker: Path) -> str
             box[key] = torch.zeros(t.numel() + 1) if t.numel() else torch.zeros(3)
         elif kind == "dtype":
             box[key] = t.to(torch.int64) if t.is_floating_point() else t.to(torch.float64)
-        elif t.is_floating_point() and t.numel():
+        else:
             box[key] = t.clone().view(-1).index_fill(0, torch.tensor([0]), math.nan).view(t.shape)
         return f"state: {kind} {name}"
     if kind == "payload":
