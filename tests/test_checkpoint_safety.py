@@ -284,9 +284,11 @@ def test_a_refused_checkpoint_leaves_its_run_directory_as_it_was(run_dir: Path, 
     assert files(d) == before
 
 
-def test_node_velocities_of_another_shape_are_refused(nodes_run_dir: Path, loaded: Any) -> None:
+def test_node_velocities_of_another_shape_or_dtype_are_refused(nodes_run_dir: Path, loaded: Any) -> None:
     says = _refused(nodes_run_dir, loaded, _set("nodes/1/velocity/4", torch.zeros(200, 10)))
-    assert "nodes[1].velocity[4] has shape (200, 10) torch.float32, the run's has (10, 200)" in says
+    assert "nodes[1].velocity[4] has shape (200, 10) torch.float32, the run's has (10, 200) torch.float32" in says
+    says = _refused(nodes_run_dir, loaded, _set("nodes/0/velocity/1", lambda t: t.long()))  # fuzz: crashed mid-run
+    assert "nodes[0].velocity[1] has shape (200,) torch.int64, the run's has (200,) torch.float32" in says
 
 
 FEDERATED_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {

@@ -55,6 +55,11 @@ def _keys(got: Any, want: frozenset[str], where: str) -> list[str]:
     return out + ([f"{where} has unknown key(s) {', '.join(unknown)}"] if unknown else [])
 
 
+def _stored(c: Cluster) -> tuple[torch.dtype, ...]:
+    """dtypes of model-sized state kept between rounds: fp32, or ``nodes.state_dtype``."""
+    return tuple(dict.fromkeys((torch.float32, c.learning.state_dtype)))
+
+
 def check_keys(state: dict[str, Any]) -> None:
     """Raise :class:`ResultsError` unless ``state`` has exactly a checkpoint's keys and format."""
     problems = _keys(state, KEYS, "the state")
@@ -73,12 +78,14 @@ def _time(v: Any, name: str, upto: float = math.inf) -> list[str]:
     return [] if ok else [f"{name} (={v!r}) must be a finite time in [0, {upto:g}] s"]
 
 
-def _tensor(got: Any, like: torch.Tensor, name: str, dtype: bool = True) -> list[str]:
-    """Problems of a tensor that must have ``like``'s shape (and dtype) and finite values."""
+def _tensor(got: Any, like: torch.Tensor, name: str, dtypes: tuple[torch.dtype, ...] = ()) -> list[str]:
+    """Problems of a tensor that must have ``like``'s shape, its dtype (or one of ``dtypes``)
+    and finite values."""
     if not isinstance(got, torch.Tensor):
         return [f"{name} is a {type(got).__name__}, not a tensor"]
-    if got.shape != like.shape or (dtype and got.dtype != like.dtype):
-        return [f"{name} has shape {tuple(got.shape)} {got.dtype}, the run's has {tuple(like.shape)} {like.dtype}"]
+    if got.shape != like.shape or got.dtype not in (dtypes or (like.dtype,)):
+        want = "/".join(str(d) for d in dtypes or (like.dtype,))
+        return [f"{name} has shape {tuple(got.shape)} {got.dtype}, the run's has {tuple(like.shape)} {want}"]
     if got.is_floating_point() and not bool(torch.isfinite(got).all()):
         return [f"{name} holds NaN or infinite values (the run had diverged, or the file was altered)"]
     return []
@@ -258,7 +265,7 @@ def _codecs(c: Cluster, saved: Any, fresh: list[Any], name: str) -> list[str]:
         shape = torch.empty(c.learning.layers[j].shape, device="meta")  # the layer's gradient, fp32
         for f in _GRADIENT_SHAPED:
             if got.get(f) is not None:
-                out += _tensor(got[f], shape, f"{where}.{f}", dtype=False)
+                out += _tensor(got[f], shape, f"{where}.{f}", _stored(c))
         hints = typing.get_type_hints(type(st))  # the other fields: as declared (PGC's mu may be < 0)
         out += [p for f in fields - {"generator"} for p in typed(got[f], hints[f], f"{where}.{f}", Rules(nonneg=False))]
         out += [] if _is_int(got["step"]) and got["step"] >= 0 else [f"{where}.step must be an integer >= 0"]
@@ -286,7 +293,7 @@ def _nodes(c: Cluster, nodes: Any, index: Any, version: Any) -> list[str]:
                 out.append(f"{where}.velocity: one tensor per layer expected")
             else:
                 for j, (v, L) in enumerate(zip(vel, c.learning.layers, strict=True)):
-                    out += _tensor(v, torch.empty(L.shape, device="meta"), f"{where}.velocity[{j}]", dtype=False)
+                    out += _tensor(v, torch.empty(L.shape, device="meta"), f"{where}.velocity[{j}]", _stored(c))
         if saved["busy"] is not False:
             out.append(f"{where}.busy: a checkpoint is taken with no node at work")
         if not all(_is_int(saved[k]) and 0 <= saved[k] <= version for k in ("held_version", "dispatched_version")):
