@@ -574,3 +574,14 @@ def test_command_line_edges_are_refused(args: list[str], tmp_path: Path, warm: P
     o = call_cli(argv, CASE_TIMEOUT_S, tmp_path, warm)
     assert o.kind == "exit" and o.code == 2 and "error" in o.output.lower(), f"{o.kind} {o.code}: {o.tail()}"
     assert (tmp_path / "checkpoint.pt").read_text() == "not the run's"
+
+
+@pytest.mark.slow
+def test_validate_of_a_huge_custom_topology_is_fast(tmp_path: Path, warm: Path) -> None:
+    """100,000 nodes and 5 links (the campaign's many-nodes mutant): validate refuses it in
+    seconds; it took over 60 s of CPU in a check quadratic in the vertices (fuzz finding F3)."""
+    data = _small_run_of(BASES["custom.toml"], nodes={"count": 100_000})
+    path = tmp_path / "scenario.toml"
+    path.write_text(tomli_w.dumps(data))
+    o = call_cli(["validate", str(path)], 30.0, tmp_path, warm)
+    assert o.kind == "exit" and o.code == 2 and "disconnected" in o.output, f"{o.kind} {o.code} {o.seconds:.0f} s"
