@@ -287,7 +287,8 @@ def cli_phase(c: Campaign) -> None:
     cwd = work / "cwd"
     cwd.mkdir(parents=True, exist_ok=True)
     sentinel = cwd / cli_cases.SENTINEL
-    for name, argv in cli_cases.argument_cases(work):
+    cases = cli_cases.argument_cases(work) + cli_cases.sweep_cases(work, random.Random(c.seed))
+    for name, argv in cases:
         sentinel.write_text("sentinel")
         o = call_cli(argv, VALIDATE_TIMEOUT_S * 3, cwd, c.scratch)
         cat = classify_validate(o, {})

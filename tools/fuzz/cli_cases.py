@@ -8,8 +8,11 @@ first holds the directory.
 
 from __future__ import annotations
 
+import os
+import random
 import time
 from pathlib import Path
+from typing import Any
 
 from fuzz.execute import Outcome, call_process
 
@@ -77,3 +80,57 @@ def concurrent_runs(work: Path) -> tuple[list[str], Outcome, Outcome]:
     if second.kind != "exit" or second.code != 2 or "error:" not in second.output + second.error:
         problems.append(f"second run into the same --out: {second.kind} {second.code}: {second.tail(3)}")
     return problems, one, second
+
+
+def _sweep_mutations(work: Path) -> dict[str, Any]:
+    """Sweep-file damage: ``name -> (sweep table, set table, grid table)`` (None: the table absent)."""
+    if not (work / "fifo").exists():
+        os.mkfifo(work / "fifo")
+    grid = {"compressor.name": ["none", "2bit"]}
+    return {
+        "ok": ({"base": TINY}, {}, grid),
+        "base-missing": ({}, {}, grid),
+        "base-nowhere": ({"base": str(work / "nowhere.toml")}, {}, grid),
+        "base-dir": ({"base": str(work)}, {}, grid),
+        "base-fifo": ({"base": str(work / "fifo")}, {}, grid),
+        "base-dev-zero": ({"base": "/dev/zero"}, {}, grid),
+        "base-self": ({"base": "SELF"}, {}, grid),
+        "base-int": ({"base": 3}, {}, grid),
+        "grid-empty": ({"base": TINY}, {}, {}),
+        "grid-empty-list": ({"base": TINY}, {}, {"compressor.name": []}),
+        "grid-scalar": ({"base": TINY}, {}, {"compressor.name": "none"}),
+        "grid-unknown-key": ({"base": TINY}, {}, {"nodes.countt": [1, 2]}),
+        "grid-no-dot": ({"base": TINY}, {}, {"nodes": [1, 2]}),
+        "grid-deep-key": ({"base": TINY}, {}, {"a.b.c": [1]}),
+        "grid-bad-values": ({"base": TINY}, {}, {"nodes.count": [0, -1, 10**12, "x"]}),
+        "grid-huge": (
+            {"base": TINY},
+            {},
+            {"scenario.seed": list(range(300)), "training.lr": [0.1 * k + 0.01 for k in range(300)]},
+        ),
+        "grid-table": ({"base": TINY}, {}, {"compressor.name": [{"a": 1}]}),
+        "set-bad": ({"base": TINY}, {"nodes.count": "many"}, grid),
+        "set-unknown": ({"base": TINY}, {"x.y": 1}, grid),
+        "name-unsafe": ({"base": TINY, "name": "../escape"}, {}, grid),
+        "name-nul": ({"base": TINY, "name": "a\x00b"}, {}, grid),
+        "out-empty": ({"base": TINY, "out": ""}, {}, grid),
+        "unknown-sweep-key": ({"base": TINY, "bass": TINY}, {}, grid),
+        "trace-grid": ({"base": TINY}, {}, {"network.uplink_trace": ["/dev/zero", str(work / "fifo"), "/etc/passwd"]}),
+    }
+
+
+def sweep_cases(work: Path, rng: random.Random) -> list[tuple[str, list[str]]]:
+    """``(name, argv)``: ``aiotsim sweep FILE --dry-run`` of each damaged sweep file."""
+    import tomli_w
+
+    out = []
+    for name, (head, fixed, grid) in _sweep_mutations(work).items():
+        path = work / f"sweep-{name}.toml"
+        if head.get("base") == "SELF":
+            head = {**head, "base": str(path)}
+        data = {"sweep": head, "set": fixed, "grid": grid}
+        if rng.random() < 0.2 and name != "ok":
+            data.pop(rng.choice(["set", "grid", "sweep"]))
+        path.write_text(tomli_w.dumps(data))
+        out.append((f"sweep {name}", ["sweep", str(path), "--dry-run", "--out", str(work / "sw")]))
+    return out
