@@ -68,8 +68,9 @@ CSV: dict[str, Any] = {
 
 
 def write_damaged(path: Path, kind_table: dict[str, Any], rng: random.Random) -> str:
-    """Write ``path`` with a content kind of ``kind_table`` (or raw binary); returns the kind."""
-    kind = rng.choice([*kind_table, "binary"])
+    """Write ``path`` with a content kind of ``kind_table`` (or raw binary); returns the kind.
+    A third are the table's valid ``ok`` kind, so that runs meet edge settings with a good file."""
+    kind = "ok" if rng.random() < 0.33 else rng.choice([*kind_table, "binary"])
     if kind == "binary":
         path.write_bytes(rng.randbytes(rng.randint(1, 256)))
     else:
