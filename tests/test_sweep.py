@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from aiotsim.cli import app
 from aiotsim.errors import ConfigError
 from aiotsim.results.parallel import Event, _ray_memory, run_local
-from aiotsim.results.sweep import load_sweep
+from aiotsim.results.sweep import _structure_problems, load_sweep
 from aiotsim.validate import PROCESS_BYTES
 
 runner = CliRunner()
@@ -175,3 +175,22 @@ def test_a_scenario_given_as_a_sweep_file_says_which_command_runs_it(tmp_path: P
     assert '[sweep] base = "iot10.toml"' in err.value.problems[0]
     res = CliRunner().invoke(app, ["sweep", str(scenario), "--out", str(tmp_path / "s")])
     assert res.exit_code == 2 and "unknown table" not in res.output and not (tmp_path / "s").exists()
+
+
+def test_a_grid_over_the_point_bound_is_refused_before_any_point_is_validated(tmp_path) -> None:
+    # 300 x 300 = 90,000 points took about 10 minutes of silent planning (7 ms a point) before this
+    # bound; refused at once, with the product named, and nothing written.
+    grid = f'"scenario.seed" = {list(range(300))}\n"training.lr" = {[0.01 + i * 1e-4 for i in range(300)]}\n'
+    path = _sweep_file(tmp_path, grid)
+    res = runner.invoke(app, ["sweep", str(path), "--out", str(tmp_path / "o"), "--dry-run"], catch_exceptions=False)
+    assert res.exit_code == 2
+    assert "300 x 300 = 90,000 points, over the bound of 10,000" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "o").exists()
+    # at the bound itself a grid is planned as before (the bound is on the product, not on each list)
+    at_bound = {"sweep": {"base": "b"}, "grid": {"a.b": list(range(100)), "c.d": list(range(100))}}
+    assert _structure_problems(at_bound, "f") == []
+    over = {"sweep": {"base": "b"}, "grid": {"a.b": list(range(100)), "c.d": list(range(101))}}
+    assert _structure_problems(over, "f") == [
+        "f: grid: 100 x 101 = 10,100 points, over the bound of 10,000 (each point is a run directory, and each "
+        "is validated before anything runs): split the sweep into several files or take fewer values"
+    ]

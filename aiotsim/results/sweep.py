@@ -33,6 +33,7 @@ import csv
 import io
 import itertools
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,9 @@ from aiotsim.results.store import is_run_dir, make_dir, read_json, read_summary,
 from aiotsim.validate import validate_scenario
 
 SWEEP_KEYS = {"base", "name", "out"}
+# The most grid points a sweep may have: each is a run directory, and each is validated (~7 ms) before
+# anything runs, so 10,000 points take over a minute to plan; a 300 x 300 grid took 10 minutes, silent.
+MAX_GRID_POINTS = 10_000
 # Summary metrics copied into sweep.csv, in this order.
 INDEX_METRICS = (
     "throughput_samples_per_s",
@@ -172,6 +176,13 @@ def _structure_problems(data: dict[str, Any], where: str) -> list[str]:
         for k, v in grid.items():
             if not isinstance(v, list) or not v:
                 problems.append(f'{where}: grid."{k}": must be a non-empty list of values, got {v!r}')
+        sizes = [len(v) for v in grid.values() if isinstance(v, list)]
+        if math.prod(sizes) > MAX_GRID_POINTS:
+            problems.append(
+                f"{where}: grid: {' x '.join(map(str, sizes))} = {math.prod(sizes):,} points, over the bound of "
+                f"{MAX_GRID_POINTS:,} (each point is a run directory, and each is validated before anything runs): "
+                "split the sweep into several files or take fewer values"
+            )
     return problems
 
 
