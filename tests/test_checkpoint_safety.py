@@ -177,7 +177,12 @@ STATE_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "unknown-key": (_set("surprise", 1), "the state has unknown key(s) surprise"),
     "iteration-1e9": (_set("iteration", 10**9), "iteration (=1000000000) must be an integer in [0, 4]"),
     "iteration-last": (_set("iteration", 5), "iteration (=5) must be an integer in [0, 4]"),
-    "iteration-moved": (_set("iteration", 2), "iteration (=2) disagrees with the applied step's (=3) and the rows"),
+    "iteration-moved": (
+        lambda s: s.update(iteration=2, version=3),
+        "iteration (=2) disagrees with the applied step's (=3) and the rows",
+    ),
+    "version-huge": (_set("version", 2**62), "version (=4611686018427387904) must be 4: one model version per"),
+    "version-float": (_set("version", 4.0), "version (=4.0) must be 4"),
     "iteration-negative": (_set("iteration", -5), "iteration (=-5) must be"),
     "iteration-float": (_set("iteration", 3.0), "iteration (=3.0) must be"),
     "clock-nan": (_set("now", float("nan")), "now (the simulated clock) (=nan) must be a finite time"),

@@ -103,8 +103,10 @@ def check_state(c: Cluster, state: dict[str, Any]) -> None:
     if not problems:
         for key in ("last_row_s", "last_activity_s"):
             problems += _time(state[key], key, now)
-    if not (_is_int(state["version"]) and state["version"] >= 0):
-        problems.append(f"version (={state['version']!r}) must be an integer >= 0")
+    if not problems and not (
+        _is_int(state["version"]) and state["version"] == it + 1
+    ):  # every sync, partial or federated step is one version
+        problems.append(f"version (={state['version']!r}) must be {it + 1}: one model version per iteration")
     problems += _model(c, state["model"]) + _optimizer(c, state["optimizer"])
     problems += _codecs(c, state["server_states"], c.learning.server_states, "server_states")
     gws = state["gateway_states"]
