@@ -184,3 +184,19 @@ def test_bad_override_exits_2(tiny_scenario, tmp_path) -> None:
     )
     assert res.exit_code == 2
     assert "nosuch" in res.output and "Traceback" not in res.output
+
+
+def test_more_runs_than_the_bound_are_refused_before_any_is_planned(tiny_scenario, tmp_path) -> None:
+    """2 codecs x 1,000,000 seeds planned silently for hours (~9 ms of validation a run): refused at
+    once, exit 2, with the product named; nothing is written."""
+    out = tmp_path / "c"
+    res = runner.invoke(app, ["compare", str(tiny_scenario), "-c", "none,2bit", "--seeds", "1000000", "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    flat = " ".join(res.output.split())
+    assert "2 codecs x 1,000,000 seeds = 2,000,000 runs, over the bound of 10,000" in flat
+    assert "Traceback" not in res.output and not out.exists()
+    # exactly the bound (2 x 5,000) is not refused by it: here the bad --set stops the planning at once
+    res = runner.invoke(
+        app, ["compare", str(tiny_scenario), "-c", "none,bogus", "--seeds", "5000", "-o", str(out), "--set", "x"]
+    )
+    assert res.exit_code == 2 and "over the bound" not in res.output

@@ -53,6 +53,10 @@ from aiotsim.validate import validate_scenario
 
 # Keys of [compressor] that are not codec parameters (a switched codec keeps these, drops the rest).
 _COMPRESSOR_SECTION_KEYS = {"name", "min_size", "downlink"}
+# The most runs one comparison (or sweep) may plan: each is a run directory, and each is validated
+# (~7-9 ms) before anything runs, so 10,000 take over a minute to plan; `--seeds 1000000` planned
+# silently for hours.
+MAX_PLANNED_RUNS = 10_000
 
 
 # ---- planning ---------------------------------------------------------------------------------------
@@ -97,10 +101,17 @@ def plan_comparison(
     Raises
     ------
     ConfigError
-        Every problem of every variant (an unknown compressor, a bad override), each line once.
+        Every problem of every variant (an unknown compressor, a bad override), each line once; or
+        more than :data:`MAX_PLANNED_RUNS` runs, before any is validated.
     """
     if seeds < 1:
         raise ConfigError(f"--seeds: must be >= 1, got {seeds}")
+    if len(compressors) * seeds > MAX_PLANNED_RUNS:
+        raise ConfigError(
+            f"{len(compressors)} codecs x {seeds:,} seeds = {len(compressors) * seeds:,} runs, over the bound of "
+            f"{MAX_PLANNED_RUNS:,} (each run is a run directory, and each is validated before anything runs): "
+            "give fewer --seeds or codecs"
+        )
     base = read_toml(scenario_path)
     fixed = parse_overrides(list(overrides))
     if iterations is not None:
@@ -488,6 +499,7 @@ __all__ = [
     "variant_data",
     "already_done",
     "scenario_key",
+    "MAX_PLANNED_RUNS",
     "write_comparison_record",
     "read_comparison_runs",
     "is_comparison_dir",

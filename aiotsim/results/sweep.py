@@ -41,7 +41,7 @@ from typing import Any
 
 from aiotsim.config import path_safe_name, read_toml, scenario_from_dict
 from aiotsim.errors import ConfigError, ResultsError
-from aiotsim.results.compare import scenario_key, variant_data
+from aiotsim.results.compare import MAX_PLANNED_RUNS, scenario_key, variant_data
 from aiotsim.results.parallel import Job
 from aiotsim.results.store import is_run_dir, make_dir, read_json, read_summary, run_dir_path, write_file
 from aiotsim.validate import validate_scenario
@@ -49,7 +49,7 @@ from aiotsim.validate import validate_scenario
 SWEEP_KEYS = {"base", "name", "out"}
 # The most grid points a sweep may have: each is a run directory, and each is validated (~7 ms) before
 # anything runs, so 10,000 points take over a minute to plan; a 300 x 300 grid took 10 minutes, silent.
-MAX_GRID_POINTS = 10_000
+MAX_GRID_POINTS = MAX_PLANNED_RUNS  # as for a comparison
 # Summary metrics copied into sweep.csv, in this order.
 INDEX_METRICS = (
     "throughput_samples_per_s",
