@@ -183,6 +183,7 @@ STATE_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     ),
     "version-huge": (_set("version", 2**62), "version (=4611686018427387904) must be 4: one model version per"),
     "version-float": (_set("version", 4.0), "version (=4.0) must be 4"),
+    "update-bytes": (_set("update_bytes", 10**15), "update_bytes (=1000000000000000) must be a message size in"),
     "iteration-negative": (_set("iteration", -5), "iteration (=-5) must be"),
     "iteration-float": (_set("iteration", 3.0), "iteration (=3.0) must be"),
     "clock-nan": (_set("now", float("nan")), "now (the simulated clock) (=nan) must be a finite time"),

@@ -107,6 +107,9 @@ def check_state(c: Cluster, state: dict[str, Any]) -> None:
         _is_int(state["version"]) and state["version"] == it + 1
     ):  # every sync, partial or federated step is one version
         problems.append(f"version (={state['version']!r}) must be {it + 1}: one model version per iteration")
+    most = 4 * c.learning.dense_model_bytes + 65536  # B: a message with indices may exceed the dense model
+    if not (_is_int(state["update_bytes"]) and 0 <= state["update_bytes"] <= most):
+        problems.append(f"update_bytes (={state['update_bytes']!r}) must be a message size in [0, {most}] B")
     problems += _model(c, state["model"]) + _optimizer(c, state["optimizer"])
     problems += _codecs(c, state["server_states"], c.learning.server_states, "server_states")
     gws = state["gateway_states"]
