@@ -508,6 +508,8 @@ TAMPER_STATE = {
     "clock-nan": _set_state("now", math.nan),
     "wrong-shape": _wrong_shape,
     "unknown-key": lambda state: state.update(fuzz_unknown=1),
+    "clock-late": _set_state("now", 1e9),  # finite, far past the rows' end
+    "version-huge": _set_state("version", 2**62),  # became a staleness of 4.6e18 (fuzz finding F5)
 }
 
 
