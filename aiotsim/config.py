@@ -42,6 +42,7 @@ from aiotsim.schema import (
     opt,
     positive_at_most,
     unit_interval,
+    zero_or_between,
 )
 
 # ---- bounds: the most a run is meant to handle (stated in the help texts) -------------------------
@@ -58,6 +59,9 @@ MAX_NOISE = 1_000.0
 MAX_MBPS = 1e6  # 1 Tbit/s
 MIN_RETRY_S = 1e-3
 MAX_MS = 1e6  # 1000 s of latency, jitter
+# The finest trace window, ms (1 us): a thousand times the engine's 1 ns time snapping (traces.SNAP_S), so a
+# window is never snapped away; 5e-324 ms underflowed to a 0 s grid and divided by zero in the stagger.
+MIN_RESOLUTION_MS = 1e-3
 # The most packet loss with transport = 'tcp': the TCP model simulates each transmission round (one
 # event, ~90 us measured on a shared 2-core CPU), and a packet takes 1/(1 - loss) transmissions on
 # average: at 0.99, 100 (tests/tiny.toml: +1 s of wall time per iteration), at 0.999999 a million
@@ -507,9 +511,10 @@ class NetworkSection:
     )
     trace_resolution_ms: float = opt(
         0.0,
-        f"average every trace over windows of this many ms, 0..{MAX_MS:g} (0 = as written: 1 ms for Mahimahi); "
-        "each window keeps its bytes, the engine wakes at most once per window and traced link",
-        between(0, MAX_MS),
+        f"average every trace over windows of this many ms: 0 (as written: 1 ms for Mahimahi) or "
+        f"{MIN_RESOLUTION_MS:g}..{MAX_MS:g}; each window keeps its bytes, the engine wakes at most once per "
+        "window and traced link",
+        zero_or_between(MIN_RESOLUTION_MS, MAX_MS),
     )
     loss_model: str = opt(
         "bernoulli",

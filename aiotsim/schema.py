@@ -152,6 +152,15 @@ def between(lo: float, hi: float) -> Check:
     return check
 
 
+def zero_or_between(lo: float, hi: float) -> Check:
+    """Range check: ``v == 0`` (off) or ``lo <= v <= hi``."""
+
+    def check(v: Any) -> str | None:
+        return None if v == 0 or lo <= v <= hi else f"must be 0 or in [{lo:g}, {hi:g}], got {v!r}"
+
+    return check
+
+
 def all_of(*checks: Check) -> Check:
     """Range check: every one of ``checks`` (the first problem is reported)."""
 

@@ -114,11 +114,19 @@ def test_a_file_over_the_size_bound_is_refused(tmp_path, monkeypatch) -> None:
 def test_validate_applies_the_resolution_the_run_applies(tmp_path, tiny_scenario) -> None:
     # 1 s period at 1e-9 ms windows: 1e12 windows (a MemoryError in run); validate used to
     # load the trace without the resolution and say ok
-    s, _ = _traced(tmp_path, tiny_scenario, "one.csv", "0, 5\n1, 5\n")
-    out = _refused(s, "network.trace_resolution_ms=1e-9")
-    assert "1,000,000,000,000 windows" in out and "set network.trace_resolution_ms >= 0.0005" in out
+    s, _ = _traced(tmp_path, tiny_scenario, "one.csv", "0, 5\n1000, 5\n")
+    out = _refused(s, "network.trace_resolution_ms=0.1")
+    assert "10,000,000 windows" in out and "set network.trace_resolution_ms >= 0.5" in out
     # at the bound's window it loads, with that many windows (merged: the rate is constant)
-    assert load_scenario(s, ["network.trace_resolution_ms=0.0005"]).network.trace_resolution_ms == 5e-4
+    assert load_scenario(s, ["network.trace_resolution_ms=0.5"]).network.trace_resolution_ms == 0.5
+
+
+@pytest.mark.parametrize("ms", [1e-9, 5e-324, 0.000999])
+def test_a_resolution_under_a_microsecond_is_refused(tmp_path, tiny_scenario, ms) -> None:
+    # 5e-324 ms is a 0 s grid in seconds: validate said ok, run divided by zero in the trace stagger
+    s, _ = _traced(tmp_path, tiny_scenario, "one.csv", "0, 5\n1, 5\n")
+    out = _refused(s, f"network.trace_resolution_ms={ms!r}")
+    assert f"network.trace_resolution_ms: must be 0 or in [0.001, 1e+06], got {ms!r}" in out
 
 
 def test_a_trace_with_more_segments_than_the_bound_is_refused_as_written(tmp_path, monkeypatch) -> None:

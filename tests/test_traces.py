@@ -259,6 +259,19 @@ def test_coarsened_trace_keeps_each_windows_bytes() -> None:
     assert list(m.rates) == [pytest.approx(4500 / 0.002), pytest.approx(1500 / 0.002)]
 
 
+def test_windows_inside_one_segment_keep_its_rate_exactly_and_merge() -> None:
+    # 1 us windows over 1,000 B/s for 1 s then 1 B/s for 1 s: every window lies inside one
+    # segment, so the coarsened trace is the trace itself (2 segments, not 2 million windows whose
+    # quotients differ in the last bit: the engine would wake at each)
+    tr = RateTrace([0.0, 1.0], [1000.0, 1.0], 2.0)
+    c = tr.coarsened(1e-6)
+    assert list(c.starts) == [0.0, 1.0] and list(c.rates) == [1000.0, 1.0]
+    # a window across a boundary is averaged: [1.0, 2.0) ms of 5 B/s for 0.5 ms and 7 B/s for 0.5 ms
+    c = RateTrace([0.0, 0.0015, 0.003], [5.0, 7.0, 0.0], 0.004).coarsened(0.001)
+    assert list(c.starts) == [0.0, 0.001, 0.002, 0.003]
+    assert c.rates[[0, 2, 3]].tolist() == [5.0, 7.0, 0.0] and c.rates[1] == pytest.approx(6.0, rel=1e-12)
+
+
 def test_times_a_rounding_error_short_of_a_boundary_count_as_on_it() -> None:
     tr = step_trace()
     for boundary, after in ((1.0, 2e6), (3.0, 1e6), (30.0, 1e6), (1e5 + 1.0, 2e6)):
