@@ -216,7 +216,7 @@ def call_process(
     seconds = time.monotonic() - start
     orphans = _orphans(proc.pid)
     kind = "traceback" if TRACEBACK_MARK in err else "exit"
-    if proc.returncode < 0:
+    if proc.returncode < 0 and not (signalled and proc.returncode == -sig):  # killed by what we sent: an exit
         kind = "crash"
     return Outcome(kind, proc.returncode, out, err, seconds, {"signalled": signalled, "orphans": orphans})
 
