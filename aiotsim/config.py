@@ -32,6 +32,7 @@ import tomli_w
 
 from aiotsim.errors import ConfigError
 from aiotsim.schema import (
+    MAX_MBPS,
     MAX_SECONDS,
     MIN_MBPS,
     between,
@@ -56,7 +57,6 @@ MAX_SHAPE_SIDE = 1_024  # synthetic C, H and W
 MAX_LR = 1_000.0
 MAX_WEIGHT_DECAY = 1.0
 MAX_NOISE = 1_000.0
-MAX_MBPS = 1e6  # 1 Tbit/s
 MIN_RETRY_S = 1e-3
 MAX_MS = 1e6  # 1000 s of latency, jitter
 # The finest trace window, ms (1 us): a thousand times the engine's 1 ns time snapping (traces.SNAP_S), so a

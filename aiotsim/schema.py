@@ -21,6 +21,7 @@ from typing import Any
 # Bounds shared by the scenario's keys (aiotsim.config) and the files they name (bandwidth traces,
 # aiotsim.network.traces), kept here, below both.
 MIN_MBPS = 1e-4  # 100 bit/s (LoRa's slowest is ~250 bit/s): slower links would make times overflow
+MAX_MBPS = 1e6  # 1 Tbit/s: a sane upper bound on any link rate, constant or traced
 MAX_SECONDS = 1e6  # s (11.6 days): the longest simulated span a key (or a trace's period) may set
 
 

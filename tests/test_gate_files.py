@@ -98,6 +98,21 @@ def test_a_trace_slower_than_the_slowest_link_is_refused(tmp_path, tiny_scenario
     assert load_trace(p).mean_rate == pytest.approx(12.5)  # B/s
 
 
+def test_a_trace_faster_than_the_fastest_link_is_refused(tmp_path, tiny_scenario) -> None:
+    # 1e300 Mbit/s for 0.9e6 s: the period's bytes overflowed to inf; validate said ok and run
+    # refused the link ("bandwidth_bps(=inf) must be > 0"): accepted, then failed
+    s, t = _traced(tmp_path, tiny_scenario, "fast.csv", "0, 1e300\n900000, 1\n1000000, 1\n")
+    assert f"{t.name}:1: mbps(=1e+300) is over 1e+06 Mbit/s, the fastest link allowed" in _refused(s)
+    p = tmp_path / "edge.csv"
+    p.write_text("0, 1e6\n1, 5\n")  # exactly the bound: accepted
+    assert load_trace(p).rates[0] == 1e6 * 1e6 / 8  # B/s
+    # Mahimahi: 100,000 delivery opportunities in ms 0 (1.2e6 Mbit/s) then an idle ms
+    p = tmp_path / "burst.trace"
+    p.write_text("0\n" * 100_000 + "1\n")
+    with pytest.raises(ConfigError, match=r"reaches 1\.2e\+06 Mbit/s, over the fastest link allowed"):
+        load_trace(p)
+
+
 def test_a_csv_period_over_the_bound_is_refused(tmp_path, tiny_scenario) -> None:
     s, t = _traced(tmp_path, tiny_scenario, "huge.csv", "0, 5\n1e300, 5\n")
     assert f"{t.name}:2: time_s(=1e+300) is over 1e+06 s" in _refused(s)

@@ -43,7 +43,7 @@ import numpy as np
 
 from aiotsim.errors import ConfigError
 from aiotsim.inputfiles import MIB, read_input_text, resolve_input
-from aiotsim.schema import MAX_SECONDS, MIN_MBPS
+from aiotsim.schema import MAX_MBPS, MAX_SECONDS, MIN_MBPS
 
 MAHIMAHI_PACKET_BYTES = 1500  # bytes per delivery opportunity (mahimahi's MTU-sized packet)
 MS = 1e-3  # s per ms
@@ -375,6 +375,8 @@ def _csv_row_problem(t: float, m: float, times: list[float]) -> str | None:
         return f"time_s and mbps must be finite numbers, got {t}, {m}"
     if m < 0:
         return f"mbps(={m}) must be >= 0"
+    if m > MAX_MBPS:  # 1e300 Mbit/s overflowed a period's bytes to inf: validate said ok, run refused the link
+        return f"mbps(={m:g}) is over {MAX_MBPS:g} Mbit/s, the fastest link allowed (as for uplink_mbps)"
     if not times and t != 0:
         return f"the first row's time_s must be 0, got {t}"
     if times and t <= times[-1]:
@@ -430,10 +432,17 @@ def _load_cached(path: str, size: int, mtime_ns: int, resolution_s: float) -> Ra
 @functools.lru_cache(maxsize=16)
 def _parsed(path: str, size: int, mtime_ns: int) -> RateTrace:
     """The trace file parsed as written (``size`` and ``mtime_ns``: cache keys only), refused when
-    its mean rate is under :data:`~aiotsim.schema.MIN_MBPS`."""
+    its mean rate is under :data:`~aiotsim.schema.MIN_MBPS` or a rate over
+    :data:`~aiotsim.schema.MAX_MBPS` (as constant links are)."""
     text = read_input_text(path, "trace", MAX_TRACE_FILE_BYTES, TRACE_FORMATS)
     parse = parse_csv if Path(path).suffix.lower() == ".csv" else parse_mahimahi
     trace = parse(text.splitlines(), source=path)
+    peak_mbps = float(trace.rates.max()) / BYTES_PER_MBPS
+    if peak_mbps > MAX_MBPS:  # a Mahimahi file with ~83,000 lines in one ms (CSV rows are checked one by one)
+        raise ConfigError(
+            f"{path}: the trace reaches {peak_mbps:.3g} Mbit/s, over the fastest link allowed ({MAX_MBPS:g} Mbit/s, "
+            "as for uplink_mbps)"
+        )
     mean_mbps = trace.mean_rate / BYTES_PER_MBPS
     if mean_mbps < MIN_MBPS:
         raise ConfigError(
