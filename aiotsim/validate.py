@@ -252,7 +252,7 @@ def node_iterations(s: Scenario) -> tuple[int, int]:
     if mode == "async":
         per_iteration = 1
     elif mode == "federated":
-        from aiotsim.config import per_round_count
+        from aiotsim.config_checks import per_round_count
 
         per_iteration = min(n, math.ceil(per_round_count(s) * (1.0 + s.nodes.overcommit)))
     else:
@@ -328,7 +328,7 @@ def stateful_nodes(s: Scenario) -> int:
     selected over all rounds (node state is built when a node first takes part)."""
     if s.training.mode != "federated":
         return s.nodes.count
-    from aiotsim.config import per_round_count
+    from aiotsim.config_checks import per_round_count
 
     want = math.ceil(per_round_count(s) * (1.0 + s.nodes.overcommit))
     return min(s.nodes.count, want * s.scenario.iterations)

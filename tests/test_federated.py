@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from aiotsim.config import Scenario, per_round_count, scenario_from_dict
+from aiotsim.config import Scenario, scenario_from_dict
+from aiotsim.config_checks import per_round_count
 from aiotsim.errors import ConfigError
 from aiotsim.learn.compute import get_profile
 from aiotsim.learn.partition import SampledShards, node_shards, partition

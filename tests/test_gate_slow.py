@@ -7,7 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from aiotsim.cli import app
-from aiotsim.config import MAX_TCP_LOSS, load_scenario
+from aiotsim.config import load_scenario
+from aiotsim.config_checks import MAX_TCP_LOSS
 from aiotsim.errors import ConfigError
 from aiotsim.validate import node_iterations, work_summary
 

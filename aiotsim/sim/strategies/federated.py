@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from aiotsim.config import per_round_count
+from aiotsim.config_checks import per_round_count
 from aiotsim.sim.availability import AvailabilityTrace
 from aiotsim.sim.checkpoint import quiescent_point
 from aiotsim.sim.federated import Report, federated_node
