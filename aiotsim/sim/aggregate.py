@@ -115,7 +115,9 @@ class Aggregation:
     ) -> None:
         self.codecs, self.dense, self.layers, self.device = codecs, dense, layers, device
         self.streamed, self.weighted, self.buffer, self.trimmer = streamed, weighted, buffer, trimmer
-        self.messages: list[tuple[list[Payload], int, bool]] = []  # stacked: kept until result()
+        # stacked: kept until result(), then combined in the order of their keys (see add)
+        self.messages: list[tuple[list[Payload], int, bool]] = []
+        self.keys: list[int] = []
         self.sums: list[RunningAggregate] | None = None  # streamed: one accumulator per layer
         # streamed: messages not yet folded into the sums, decoded together once `chunk` arrive
         self.pending: list[tuple[list[Payload], int, bool]] = []
@@ -123,12 +125,20 @@ class Aggregation:
         self.count = 0  # messages added
         self.wall_s = 0.0  # host seconds of decoding and adding so far
 
-    def add(self, payloads: list[Payload], weight: int, dense: bool = False) -> None:
+    def add(self, payloads: list[Payload], weight: int, dense: bool = False, key: int | None = None) -> None:
         """Add one message (``payloads[j]``: layer ``j``) of ``weight`` nodes (or samples).
-        Streamed: decoded and summed now; the caller may drop the payloads right after."""
+        Streamed: decoded and summed now; the caller may drop the payloads right after.
+
+        Stacked: the messages are combined in the order of ``key`` (default: the order added),
+        not of arrival. An upload's key is its first node (:meth:`take`), so that a synchronous
+        aggregation gives the same bits whatever order the network delivers it in: learning does
+        not depend on the network, which is what lets a run's timing be replayed exactly
+        (:mod:`aiotsim.replay`). The streamed form adds in arrival order (float64 sums that hold
+        no messages); a replay checks that order instead."""
         self.count += 1
         if not self.streamed:
             self.messages.append((payloads, weight, dense))
+            self.keys.append(self.count if key is None else key)
             return
         self.pending.append((payloads, weight, dense))
         if len(self.pending) >= self.chunk:
@@ -183,7 +193,7 @@ class Aggregation:
     def take(self, upload: Message) -> None:
         """Add an upload weighted by its node count; streamed: drop its payloads (their bytes are
         in the sums now), so the server holds O(model) however many uploads arrive."""
-        self.add(upload.payloads, len(upload.nodes), upload.dense)
+        self.add(upload.payloads, len(upload.nodes), upload.dense, key=min(upload.nodes))
         if self.streamed:
             upload.payloads = []
 
@@ -214,6 +224,9 @@ class Aggregation:
         A mean codec's messages are decoded straight into the rows of the stack (in
         :attr:`buffer` when there is one), each decoded tensor dropped after its copy: the same
         stack as ``torch.stack`` of the list, without holding every decoded message at once."""
+        order = sorted(range(len(self.messages)), key=self.keys.__getitem__)  # stable: ties as added
+        self.messages = [self.messages[i] for i in order]
+        self.keys = [self.keys[i] for i in order]
         weights = [w for _, w, _ in self.messages]
         unequal = len(set(weights)) > 1 and self.weighted
         buffer = self.buffer or StackBuffer()  # without one: a fresh stack per layer
