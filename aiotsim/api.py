@@ -37,6 +37,7 @@ from aiotsim.results.store import (
 from aiotsim.sim.checkpoint import CHECKPOINT_NAME, attach, restore
 from aiotsim.sim.checkpoint import load as load_checkpoint
 from aiotsim.sim.runner import build_strategy, run_cluster
+from aiotsim.sim.tape import TIMING_NAME
 from aiotsim.sim.world import Cluster
 
 
@@ -96,7 +97,9 @@ def run_scenario(
         checkpoint.unlink(missing_ok=True)  # an older run's: never resume this run from it
         attach(cluster, checkpoint, checkpoint_every)
         strategy = build_strategy(cluster)  # before the run directory is touched
-        return run_cluster(cluster, custom_run_writer(out_dir, scenario, model, data), strategy)
+        (Path(out_dir) / TIMING_NAME).unlink(missing_ok=True)  # an older run's record
+        summary = run_cluster(cluster, custom_run_writer(out_dir, scenario, model, data), strategy)
+        return _timed(cluster, summary, out_dir)
 
 
 @holding_run_dir("run_dir")
@@ -149,7 +152,15 @@ def resume_run(
         strategy = build_strategy(cluster)  # may fail (a trace file gone): before any row is cut
         kept = {name: _kept_rows(d / name, state["iteration"]) for name in ("metrics.csv", "evals.csv")}
         writer = _ResumeWriter(d, recorded_toml(scenario, model, data), kept)
-        return run_cluster(cluster, writer, strategy)
+        return _timed(cluster, run_cluster(cluster, writer, strategy), d)
+
+
+def _timed(cluster: Cluster, summary: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
+    """``summary``, after writing the run's timing record when the run is complete (a replay
+    starts only from a complete run, :mod:`aiotsim.replaying`)."""
+    if summary.get("complete") is True:
+        cluster.tape.save(Path(out_dir) / TIMING_NAME, cluster.timing_meta())
+    return summary
 
 
 def _rows_before(lines: list[str], iteration: int) -> list[str]:

@@ -49,12 +49,12 @@ def node_round(c: Cluster, i: int, version: int, download: simpy.Event | None, w
     payloads, wall = encoded or learning.encode(grads, st.local.states, sq)
     wall += learning.mask_momentum(st.local, payloads)
     grads = sq = None  # encoded: not held while the upload is in flight (10,000 nodes x model)
+    nbytes, wall = c.tape.encode(i, sum(p.nbytes for p in payloads), wall)
     encode_s = st.compute.codec_time(wall, learning.elements, learning.codec.encode_flops_per_element)
     t1 = env.now
     yield env.timeout(encode_s)
     c.trace.span(name, "encode", t1, encode_s, version=version)
     c.window.energy_j += st.energy.busy(compute_s + encode_s)
-    nbytes = sum(p.nbytes for p in payloads)
     c.totals.node_bytes_up += nbytes
     c.totals.dense_up += learning.dense_model_bytes
     dst = c.aggregator[i]
@@ -72,15 +72,16 @@ def gateway_round(c: Cluster, gw: str, members: list[int]) -> Proc:
     aggregation = learning.aggregation()  # streamed: each upload folded in on arrival, then dropped
     while len(ups) < len(members):
         ups.append((yield c.mailbox[gw].get()))
+        arrive(c, c.gateway_index[gw], ups[-1])
         aggregation.take(ups[-1])
     t0 = env.now
     agg, wall = aggregation.result()
     codecs = [learning.dense] * len(learning.layers) if dense else None
     payloads, enc_wall = learning.encode(agg, c.gateway_states[gw], codecs=codecs)
+    wall, enc_wall, nbytes = c.tape.gateway(c.gateway_index[gw], wall, enc_wall, sum(p.nbytes for p in payloads))
     busy = c.codec_time(c.gateway_compute, wall + enc_wall, len(ups) + 1)
     yield env.timeout(busy)
     c.trace.span(gw, "aggregate", t0, busy)
-    nbytes = sum(p.nbytes for p in payloads)
     tr = yield c.send(gw, c.topology.aggregator_of(gw), nbytes, "up", f"up v{ups[0].version}")
     c.trace.transfer(tr, "upload", version=ups[0].version)
     merged = Upload(
@@ -142,6 +143,14 @@ def arrived(c: Cluster, u: Upload) -> None:
     c.last_activity_s = c.env.now
     for i in u.nodes:
         c.nodes[i].busy = False
+    arrive(c, -1, u)
+
+
+def arrive(c: Cluster, aggregator: int, u: Upload) -> None:
+    """Note an upload's arrival order at ``aggregator`` (-1: the server, k: gateway k) on the
+    tape when aggregations are streamed: their sums depend on it (a replay checks it)."""
+    if c.learning.aggregation_mode == "streamed":
+        c.tape.arrival(aggregator, min(u.nodes))
 
 
 def wait_for_someone(c: Cluster) -> Proc:
@@ -178,6 +187,7 @@ __all__ = [
     "dispatch",
     "dispatch_round",
     "arrived",
+    "arrive",
     "wait_for_someone",
     "final_broadcast",
 ]

@@ -40,7 +40,9 @@ from aiotsim.sim.fleet import NodeTable
 from aiotsim.sim.heartbeat import Heartbeat
 from aiotsim.sim.learning import Learning, LocalState
 from aiotsim.sim.observe import before_step, observe_global
+from aiotsim.sim.replay_learning import ReplayLearning
 from aiotsim.sim.stops import Diverged, Stalled, non_finite
+from aiotsim.sim.tape import Tape
 from aiotsim.sim.topologies import SERVER, NodeSpec, build_topology, node_layout, node_name
 from aiotsim.sim.trace import TraceRecorder, kept_nodes
 
@@ -101,6 +103,9 @@ class Cluster:
         Called with a :class:`~aiotsim.records.Progress` after every iteration.
     model, data : torch.nn.Module, Dataset, optional
         A ready model (deep-copied) and data set instead of ``model.name``/``data.dataset``.
+    replay : (ReplayLearning, Tape), optional
+        Replay a recorded run (:mod:`aiotsim.replaying`): no learning, every learning value from
+        the tape. Otherwise the run records its tape (:meth:`timing_meta` and ``tape.save``).
     """
 
     def __init__(
@@ -110,22 +115,32 @@ class Cluster:
         on_progress: Callable[[Progress], None] | None = None,
         model: torch.nn.Module | None = None,
         data: Dataset | None = None,
+        replay: tuple[ReplayLearning, Tape] | None = None,
     ) -> None:
         self.sc = s = scenario
-        self.device = resolve_device(device)
         self.n = s.nodes.count
         self.mode = s.training.mode
         self.layout = node_layout(s)
-        self.learning = Learning(s, self.device, [spec.share for spec in self.layout], model, data)
+        # the timing record: written as the run goes (recording), or read back (a replay)
+        self.tape = replay[1] if replay else Tape()
+        self.learning: Learning | ReplayLearning
+        if replay:
+            self.learning = replay[0]
+            self.device = replay[0].device
+            self.model_name, self.dataset_name = replay[0].model_name, replay[0].dataset_name
+        else:
+            self.device = resolve_device(device)
+            self.learning = Learning(s, self.device, [spec.share for spec in self.layout], model, data)
+            self.model_name = s.model.name if model is None else type(model).__name__
+            self.dataset_name = s.data.dataset if data is None else data.name
         self.heartbeat = Heartbeat(on_progress, s.scenario.iterations, self.learning.trimmer)
-        self.model_name = s.model.name if model is None else type(model).__name__
-        self.dataset_name = s.data.dataset if data is None else data.name
         self.nodes = NodeTable(self.n, lambda i: self._node_state(self.layout[i]), eager=self.mode != "federated")
         self.server_compute = ComputeModel(s.nodes.compute_model, get_profile(s.nodes.server_device))
         self.gateway_compute = ComputeModel(s.nodes.compute_model, get_profile(s.nodes.gateway_device))
         self.topology = build_topology(s, self.layout)
         ring = s.network.topology == "ring"
         self.gateways: list[str] = [] if ring else self.topology.gateways
+        self.gateway_index = {gw: k for k, gw in enumerate(self.gateways)}  # a gateway's tape owner
         self.start_clock(0.0)
         self.aggregator = {} if ring else {i: self.topology.aggregator_of(node_name(i)) for i in range(self.n)}
         self.gateway_states: dict[str, list[CodecState]] = {
@@ -186,14 +201,15 @@ class Cluster:
         """
         st, nd = self.nodes[i], self.sc.nodes
         g = self.learning.gradient(st.local, params)
+        loss, wall_s, flops = self.tape.gradient(i, g.loss, g.wall_s, g.flops)
         self.heartbeat.gradient(self.totals.iterations)
-        bad = non_finite([g.loss])
+        bad = non_finite([loss])
         if bad:
             raise Diverged(f"iteration {self.totals.iterations}: node {i}'s {bad}")
-        t = st.compute.compute_time(g.wall_s, g.flops)
+        t = st.compute.compute_time(wall_s, flops)
         if nd.straggler_mode == "transient" and nd.straggler_fraction > 0 and st.rng.random() < nd.straggler_fraction:
             t *= nd.straggler_factor
-        return g.grads, g.loss, t, g.sq
+        return g.grads, loss, t, g.sq
 
     def codec_time(self, model: ComputeModel, wall_s: float, copies: int = 1) -> float:
         """Simulated seconds of encoding/decoding the whole model ``copies`` times on ``model``."""
@@ -250,7 +266,9 @@ class Cluster:
         bad = non_finite([x for u in uploads for x in u.losses], update.applied)
         if bad:
             raise Diverged(f"iteration {it}: {bad}")
-        self.update_bytes = update.nbytes
+        wall, self.update_bytes, agg_nnz, agg_bytes = self.tape.server(
+            wall, update.nbytes, update.agg_nnz, update.agg_bytes
+        )
         decode_s = self.codec_time(self.server_compute, wall, len(uploads))
         yield env.timeout(decode_s)
         self.trace.span(SERVER, "aggregate", t_dec, decode_s, iteration=it)
@@ -265,7 +283,7 @@ class Cluster:
             keep = {st.dispatched_version for st in self.nodes} | {self.version}
             self.snapshots = {v: p for v, p in self.snapshots.items() if v in keep}
         observe_global(learning, update.applied, [st.local for st in self.nodes], before)
-        return Applied(it, uploads, decode_s, update.agg_nnz, update.agg_bytes)
+        return Applied(it, uploads, decode_s, agg_nnz, agg_bytes)
 
     def finish_row(self, done: Applied) -> None:
         """The metrics row of an applied iteration: traffic and energy since the previous row,
@@ -329,7 +347,25 @@ class Cluster:
 
     def evaluate(self) -> tuple[float, float]:
         """Accuracy and loss of the global model on the held-out test split."""
-        return self.learning.evaluate()
+        return self.tape.evaluate(*self.learning.evaluate())
+
+    def timing_meta(self) -> dict[str, Any]:
+        """The run's constants a replay needs besides the tape (:data:`~aiotsim.sim.tape.META_KEYS`)."""
+        from aiotsim.sim.replay_rule import learning_key
+
+        learning = self.learning
+        return {
+            "learning_key": learning_key(self.sc),
+            "device": str(self.device),
+            "model": self.model_name,
+            "dataset": self.dataset_name,
+            "elements": learning.elements,
+            "dense_model_bytes": learning.dense_model_bytes,
+            "flops_per_batch": learning.flops_per_batch,
+            "encode_flops_per_element": learning.codec.encode_flops_per_element,
+            "aggregation_mode": learning.aggregation_mode,
+            "shard_sizes": [len(sh) for sh in learning.shards],
+        }
 
     def summary(self, wall_s: float, status: str, reason: str | None = None) -> RunSummary:
         """The run's summary as it stands (closes the nodes' energy meters)."""
