@@ -3,10 +3,17 @@
 They are thin like the rest of the CLI: parse, plan (validating everything up front), hand the jobs
 to a backend (:mod:`aiotsim.results.parallel`), show progress, and print what the run directories
 say. :func:`register` adds them to the main Typer app.
+
+``compare`` and ``sweep`` replay rather than train the runs that learn what another run of the
+batch (or a complete run already in its output directory) learns, network settings aside
+(:mod:`aiotsim.results.replay_plan`); ``--no-replay`` trains every run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,20 +34,29 @@ from aiotsim.cli_common import (
     stopping_on_signals,
     writing_to,
 )
-from aiotsim.errors import ConfigError, ResultsError
+from aiotsim.errors import AiotsimError, ConfigError, ResultsError
 from aiotsim.results.parallel import BatchError, Event, Job, JobResult
+from aiotsim.results.replay_plan import ReplayPlan
 from aiotsim.results.store import locked_run_dir
 
 JobsOpt = Annotated[
     int | None,
     typer.Option("--jobs", "-j", help="runs at once, each in its own process (default: one per core)", min=1),
 ]
+NoReplayOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-replay",
+        help="train every run in full (default: a run that learns what another run of the batch learns, "
+        "network settings aside, is replayed from that run's timing record)",
+    ),
+]
 
 
 class BatchProgress:
     """Progress bars for a batch: runs done / total, and one bar per running run (its iterations)."""
 
-    def __init__(self, jobs: list[Job], quiet: bool = False, skipped: int = 0) -> None:
+    def __init__(self, jobs: list[Job], quiet: bool = False, skipped: int = 0, title: str = "runs") -> None:
         self.jobs = jobs
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -52,7 +68,7 @@ class BatchProgress:
             disable=quiet,
         )
         self.overall: TaskID = self.progress.add_task(
-            "runs", total=len(jobs) + skipped, completed=skipped, info=f"({skipped} already done)" if skipped else ""
+            title, total=len(jobs) + skipped, completed=skipped, info=f"({skipped} already done)" if skipped else ""
         )
         self.running: dict[int, TaskID] = {}
 
@@ -102,6 +118,65 @@ def _run_jobs(
         if ray_address is not None:
             return run_ray(jobs, address=ray_address, on_event=on_event)
         return run_local(jobs, workers=workers, on_event=on_event)
+
+
+def _run_planned(
+    plan: ReplayPlan,
+    workers: int | None,
+    ray_address: str | None,
+    quiet: bool,
+    skipped: int,
+    after_each: Callable[[], None] | None = None,
+) -> list[JobResult]:
+    """Run a batch's ``plan``: its full runs through :func:`_run_jobs`, then its replays in this
+    process, one after the other (cheap: see :mod:`aiotsim.results.replay_plan`), then, in full,
+    the replays that could not be done (a one-line note each). ``after_each()`` runs when a run
+    ends (at most every :data:`INDEX_EVERY_S` seconds during the replays, which end many a second)."""
+    from aiotsim.results.replay_plan import forget_replay, run_replays
+
+    for job in plan.train:
+        forget_replay(job.out_dir)
+    results = _run_jobs(plan.train, workers, ray_address, quiet, skipped, after_each)
+    if not plan.replays:
+        return results
+    every = _every(after_each, INDEX_EVERY_S)
+    try:
+        with BatchProgress([r.job for r in plan.replays], quiet=quiet, title="replays") as bars:
+
+            def on_event(e: Event) -> None:
+                bars(e)
+                if e.kind == "done":
+                    every()
+
+            replayed, fallback = run_replays(plan.replays, on_event, note=lambda line: err.print(line, highlight=False))
+    finally:
+        if after_each is not None:
+            after_each()
+    for job in fallback:
+        forget_replay(job.out_dir)
+    if fallback:
+        results += _run_jobs(fallback, workers, ray_address, quiet, 0, after_each)
+    return [*results, *replayed]
+
+
+INDEX_EVERY_S = 2.0  # seconds between two rewrites of a sweep's index while replays end
+
+
+def _every(fn: Callable[[], None] | None, seconds: float) -> Callable[[], None]:
+    """``fn`` called at most once every ``seconds`` (the first call included)."""
+    last = [float("-inf")]
+
+    def call() -> None:
+        if fn is not None and time.monotonic() - last[0] >= seconds:
+            last[0] = time.monotonic()
+            fn()
+
+    return call
+
+
+def _plan_note(plan: ReplayPlan) -> str:
+    """``" (2 in full, 4 replayed)"``, or ``""`` when nothing is replayed."""
+    return f" ({len(plan.train)} in full, {len(plan.replays)} replayed)" if plan.replays else ""
 
 
 def report_failures(results: list[JobResult]) -> None:
@@ -161,6 +236,7 @@ def compare(
     ] = None,
     modes: ModesOpt = "",
     device: DeviceOpt = "auto",
+    no_replay: NoReplayOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Run a scenario with several compressors (x seeds) in parallel and compare them in one table.
@@ -168,8 +244,11 @@ def compare(
     Writes a run directory per codec and seed (OUT/CODEC/seedK-HASH, HASH of the resolved scenario:
     complete runs of the identical scenario are reused, others kept beside), then comparison.csv,
     comparison.md and comparison.json (its run directories), read from those run directories only.
+    A run that learns what a complete run under OUT learned (same codec and seed, other network
+    settings: an earlier compare with another --set) is replayed from it; --no-replay trains it.
     """
     from aiotsim.results.compare import already_done, parse_compressors, plan_comparison
+    from aiotsim.results.replay_plan import plan_under
     from aiotsim.results.store import is_run_dir
 
     names = parse_compressors(compressor)
@@ -181,10 +260,14 @@ def compare(
         raise ResultsError(f"--baseline {baseline!r} is not among the compared codecs: {', '.join(names)}")
     to_run = [j for j in planned if not already_done(j)]
     reused = len(planned) - len(to_run)
-    out.print(f"compare: {len(planned)} runs, {reused} reused (complete, same scenario), {len(to_run)} to run")
+    plan = plan_under(out_dir, planned, to_run, replay=not no_replay)
+    out.print(
+        f"compare: {len(planned)} runs, {reused} reused (complete, same scenario), "
+        f"{len(to_run)} to run{_plan_note(plan)}"
+    )
     ensure_dir(out_dir)
     with writing_to(out_dir), locked_run_dir(out_dir):  # a second compare into OUT is refused
-        results = _run_jobs(to_run, jobs, None, quiet, skipped=reused)
+        results = _run_planned(plan, jobs, None, quiet, skipped=reused)
         done = [j.out_dir for j in planned if is_run_dir(j.out_dir)]
         if done:
             _write_comparison(done, planned, reused, out_dir, (scenario.stem, seeds), target_accuracy, baseline)
@@ -265,54 +348,73 @@ def sweep(
     ] = None,
     device: DeviceOpt = "auto",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="validate and list the grid points, run nothing")] = False,
+    no_replay: NoReplayOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Run every point of a grid over scenario keys; resumable (complete runs are never redone).
 
     Each point runs in OUT/runs/HASH (hash of its resolved scenario); sweep.csv indexes the points
     with their grid values and key metrics, and sweep.json describes the grid for `aiotsim plot`.
+    Points that differ only in network (and energy, device-profile) settings learn the same thing:
+    one of them trains, the others are replayed from its timing record (marked in sweep.csv,
+    sweep.json and the table); --no-replay trains them all.
     """
-    from aiotsim.results.sweep import load_sweep, write_index, write_manifest
+    from aiotsim.results.sweep import load_sweep, plan_sweep, write_index, write_manifest
 
     if address is not None and not ray:
         raise ConfigError(f"unexpected argument {address!r} (a Ray address goes with --ray: --ray {address})")
     sw = load_sweep(sweep_file, out_dir)
     all_jobs = sw.jobs(device)
-    to_run = sw.pending(device)
+    plan = plan_sweep(sw, device, replay=not no_replay)
+    n_run = len(plan.train) + len(plan.replays)
     out.print(
         f"sweep {sw.name}: {len(sw.points)} grid points, {len(all_jobs)} distinct runs, "
-        f"{len(all_jobs) - len(to_run)} already complete, {len(to_run)} to run -> {sw.out_dir}"
+        f"{len(all_jobs) - n_run} already complete, {n_run} to run{_plan_note(plan)} -> {sw.out_dir}"
     )
     if dry_run:
-        for pt in sw.points:
-            out.print(f"  {sw.run_dir(pt)}  {pt.label()}", highlight=False)
+        _print_plan(sw, plan)
         return
     ensure_dir(sw.out_dir)
     with writing_to(sw.out_dir), locked_run_dir(sw.out_dir):  # a second sweep into OUT is refused
         write_manifest(sw)
         write_index(sw)
-        results = _run_jobs(
-            to_run,
-            jobs,
-            (address or "local") if ray else None,
-            quiet,
-            skipped=len(all_jobs) - len(to_run),
-            after_each=lambda: write_index(sw),
-        )
+        try:
+            results = _run_planned(
+                plan,
+                jobs,
+                (address or "local") if ray else None,
+                quiet,
+                skipped=len(all_jobs) - n_run,
+                after_each=lambda: write_index(sw),
+            )
+        finally:  # stopped or not: sweep.json marks the points replayed so far
+            with contextlib.suppress(AiotsimError):
+                write_manifest(sw)
         index = write_index(sw)
     out.print(_sweep_table(sw))
     out.print(f"written: {index}")
     report_failures(results)
 
 
+def _print_plan(sw: Any, plan: ReplayPlan) -> None:
+    """``--dry-run``: each point's run directory, values and what would happen to it."""
+    from pathlib import PurePath
+
+    todo: dict[str, str] = {j.out_dir: "train" for j in plan.train}
+    todo |= {r.job.out_dir: f"replay from {PurePath(r.source).name}" for r in plan.replays}
+    for pt in sw.points:
+        d = sw.run_dir(pt)
+        out.print(f"  {d}  {pt.label()}  [{todo.get(str(d), 'complete')}]", highlight=False)
+
+
 def _sweep_table(sw: Any) -> Table:
     from aiotsim.results.compare import fmt_bytes
     from aiotsim.results.store import read_summary
 
-    t = Table(title=f"sweep {sw.name}")
+    t = Table(title=f"sweep {sw.name}", caption="replayed: from which run's timing record (sweep.csv: replayed_from)")
     for k in sw.grid:
         t.add_column(k, style="bold")
-    for h in ("throughput (samples/s)", "wire up", "final accuracy", "sim time (s)", "run"):
+    for h in ("throughput (samples/s)", "wire up", "final accuracy", "sim time (s)", "run", "replayed"):
         t.add_column(h, justify="right")
     for pt in sw.points:
         try:
@@ -327,8 +429,15 @@ def _sweep_table(sw: Any) -> Table:
             "-" if acc is None else f"{acc:.2%}",
             "-" if st is None else f"{st:.2f}",
             pt.key,
+            "-" if not s else _replay_mark(sw.replay_source(pt)),
         )
     return t
+
+
+def _replay_mark(source: str | None) -> str:
+    """The table's cell for how a point was obtained: ``no`` (trained), else ``<- `` and the first
+    6 hex digits of its source's name (``runs/<hash>``)."""
+    return "no" if source is None else f"<- {Path(source).name[:6]}"
 
 
 def plot(

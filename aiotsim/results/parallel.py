@@ -52,8 +52,9 @@ from aiotsim.sim.stops import clear_stop, request_stop
 if TYPE_CHECKING:
     from aiotsim.config import Scenario
 
-# Files of a run directory, in the order the Ray driver writes them (summary last: it marks completion).
-RUN_FILES = ("scenario.toml", "metrics.csv", "evals.csv", "trace.json", "summary.json")
+# Files of a run directory, in the order the Ray driver writes them (summary last: it marks completion);
+# timing.npz is the timing record a sweep replays its other network points from (aiotsim.replaying).
+RUN_FILES = ("scenario.toml", "metrics.csv", "evals.csv", "trace.json", "timing.npz", "summary.json")
 
 
 RUN_THREADS = 1  # torch intra-op threads of every run, wherever it runs

@@ -18,6 +18,9 @@ seeds. From the runs, in every requested format (PNG and SVG by default):
 ``sweep_<name>_<key>``        per sweep and swept key (other than the codec and the seed):
                               throughput, wire bytes up, final accuracy and time-to-accuracy against
                               the key, one line per compressor (mean over seeds)
+``sweep_<name>_tta...``       a sweep over one or two keys besides the codec and the seed: time to
+``sweep_<name>_winner``       target and accuracy at a time budget per codec, and which codec wins
+                              where (see :mod:`aiotsim.results.sweep_figures`)
 ============================  ==================================================================
 
 A sweep whose grid varies only the codec (and seeds) is drawn as a comparison instead.
@@ -52,6 +55,7 @@ from aiotsim.results.plot_inputs import (  # noqa: E402
 )
 from aiotsim.results.store import Warn, make_dir, read_json  # noqa: E402
 from aiotsim.results.store import warn as store_warn  # noqa: E402
+from aiotsim.results.sweep_figures import plot_network_sweep  # noqa: E402
 from aiotsim.sim.trace import NODE_VERTEX, spread  # noqa: E402
 
 MB = 1e6  # bytes per MB (decimal, as network rates are)
@@ -471,6 +475,7 @@ def plot_all(
         for key in sw.grid:
             if key not in (CODEC_KEY, SEED_KEY):
                 written += plot_sweep(sw, key, out, formats, target_accuracy)
+        written += plot_network_sweep(sw, out, formats, target_accuracy)  # one or two swept keys
     return written
 
 

@@ -25,6 +25,12 @@ interruption.
 The sweep directory also holds ``sweep.json`` (the grid and each point's values and run directory,
 which is what ``aiotsim plot`` reads) and ``sweep.csv``, the index: the grid values, the status and
 the key summary metrics of every point, rewritten as runs finish.
+
+Points that learn the same thing (equal :func:`~aiotsim.sim.replay_rule.learning_key`: e.g. one
+codec at several network settings) are not all trained: :func:`plan_sweep` trains one run per
+group and replays the others from its timing record (:mod:`aiotsim.results.replay_plan`), or
+replays all of them from a complete run of the group already in ``OUT/runs``. ``sweep.json`` and
+``sweep.csv`` mark each point ``replayed`` with the run directory it was replayed from.
 """
 
 from __future__ import annotations
@@ -43,6 +49,14 @@ from aiotsim.config import path_safe_name, read_toml, scenario_from_dict
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.compare import MAX_PLANNED_RUNS, scenario_key, variant_data
 from aiotsim.results.parallel import Job
+from aiotsim.results.replay_plan import (
+    ReplayPlan,
+    find_sources,
+    job_learning_key,
+    plan_replays,
+    replay_available,
+    replayed_from,
+)
 from aiotsim.results.store import is_run_dir, make_dir, read_json, read_summary, run_dir_path, write_file
 from aiotsim.validate import validate_scenario
 
@@ -108,6 +122,35 @@ class Sweep:
     def pending(self, device: str = "auto") -> list[Job]:
         """The jobs whose run directory does not hold a complete run yet."""
         return [j for j in self.jobs(device) if not is_run_dir(j.out_dir)]
+
+    def replay_source(self, point: SweepPoint) -> str | None:
+        """Where ``point``'s run was replayed from, relative to the sweep directory when inside it
+        (``"runs/<hash>"``); None when it was trained (or has not run)."""
+        src = replayed_from(self.run_dir(point))
+        if src is None:
+            return None
+        path = Path(src) if Path(src).is_absolute() else Path(os.path.abspath(src))
+        rel = os.path.relpath(path, os.path.abspath(self.out_dir))
+        return src if rel.startswith("..") else Path(rel).as_posix()
+
+
+def plan_sweep(sweep: Sweep, device: str = "auto", replay: bool = True) -> ReplayPlan:
+    """Which pending points train in full and which are replayed (see the module docstring).
+
+    Replay sources are looked for among the sweep's run directories (its points first, in grid
+    order, then any other run directory in ``OUT/runs``, e.g. of an earlier sweep with other
+    network values). With ``replay=False`` (``--no-replay``), or where this installation cannot
+    replay, every pending point trains.
+    """
+    pending = sweep.pending(device)
+    if not replay or not pending or not replay_available():
+        return ReplayPlan(pending, [])
+    jobs = sweep.jobs(device)
+    keys = {j.out_dir: job_learning_key(j) for j in jobs}
+    runs = sweep.out_dir / "runs"
+    others = sorted(p for p in runs.iterdir() if p.is_dir() and str(p) not in keys) if runs.is_dir() else []
+    sources = find_sources([*(Path(j.out_dir) for j in jobs), *others], known=keys)
+    return plan_replays(pending, [keys[j.out_dir] for j in pending], sources)
 
 
 def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
@@ -224,7 +267,10 @@ def _points(
 
 # ---- the sweep directory ----------------------------------------------------------------------------
 def write_manifest(sweep: Sweep) -> Path:
-    """``sweep.json``: name, base, fixed overrides, grid, and each point's values and run directory."""
+    """``sweep.json``: name, base, fixed overrides, grid, and each point's values and run directory,
+    and whether its run was replayed (``replayed``, ``replayed_from``: the source run directory,
+    relative to the sweep directory when inside it; read from the run directories, so rewritten
+    as the sweep goes on)."""
     make_dir(sweep.out_dir)
     manifest = {
         "name": sweep.name,
@@ -232,7 +278,16 @@ def write_manifest(sweep: Sweep) -> Path:
         "base": str(sweep.base),
         "set": sweep.fixed,
         "grid": sweep.grid,
-        "points": [{"values": pt.values, "key": pt.key, "run_dir": f"runs/{pt.key}"} for pt in sweep.points],
+        "points": [
+            {
+                "values": pt.values,
+                "key": pt.key,
+                "run_dir": f"runs/{pt.key}",
+                "replayed": (src := sweep.replay_source(pt)) is not None,
+                "replayed_from": src,
+            }
+            for pt in sweep.points
+        ],
     }
     path = sweep.out_dir / "sweep.json"
     write_file(path, json.dumps(manifest, indent=2))
@@ -240,7 +295,8 @@ def write_manifest(sweep: Sweep) -> Path:
 
 
 def write_index(sweep: Sweep) -> Path:
-    """``sweep.csv``: a row per grid point with its values, status, key metrics and run directory.
+    """``sweep.csv``: a row per grid point with its values, status, whether it was replayed, key
+    metrics, run directory and the run directory it was replayed from (empty: trained).
 
     Reads only the run directories, so it can be rewritten at any time (it is, after every run);
     a point whose run directory is damaged is listed as ``damaged``.
@@ -249,12 +305,14 @@ def write_index(sweep: Sweep) -> Path:
     make_dir(sweep.out_dir)
     table = io.StringIO(newline="")
     w = csv.writer(table)
-    w.writerow([*sweep.grid, "status", *INDEX_METRICS, "run_dir"])
+    w.writerow([*sweep.grid, "status", "replayed", *INDEX_METRICS, "run_dir", "replayed_from"])
     for pt in sweep.points:
         d = sweep.run_dir(pt)
         s, status = _point_status(d)
         metrics = ["" if s.get(m) is None else s[m] for m in INDEX_METRICS]
-        w.writerow([*pt.values.values(), status, *metrics, os.path.relpath(d, sweep.out_dir)])
+        src = sweep.replay_source(pt) if status == "complete" else None
+        rel = os.path.relpath(d, sweep.out_dir)
+        w.writerow([*pt.values.values(), status, str(src is not None).lower(), *metrics, rel, src or ""])
     write_file(path, table.getvalue())
     return path
 
@@ -327,6 +385,7 @@ __all__ = [
     "Sweep",
     "SweepPoint",
     "load_sweep",
+    "plan_sweep",
     "scenario_key",
     "write_manifest",
     "write_index",

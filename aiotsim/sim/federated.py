@@ -117,6 +117,7 @@ def federated_node(
     steps = local_steps(learning, st.local)
     samples = steps * learning.sc.data.batch_size
     res = _train(c, i, start, steps)
+    res.loss, res.wall_s, res.flops = c.tape.gradient(i, res.loss, res.wall_s, res.flops)
     compute_s = _compute_time(c, i, res)
     busy_s = yield from _work(c, name, "compute", compute_s, cut, version=rnd)
     if busy_s == compute_s:
@@ -124,13 +125,13 @@ def federated_node(
         if bad:
             raise Diverged(f"round {rnd}: node {i}'s {bad}")
         payloads, wall = learning.encode(res.delta, st.local.states, res.sq)
+        nbytes, wall = c.tape.encode(i, sum(p.nbytes for p in payloads), wall)
         encode_s = st.compute.codec_time(wall, learning.elements, learning.codec.encode_flops_per_element)
         busy_s += yield from _work(c, name, "encode", encode_s, cut, version=rnd)
     c.window.energy_j += st.energy.busy(busy_s)
     if env.now >= cut:  # gone before it could upload
         yield box.put(Report(i, rnd, None, samples))
         return
-    nbytes = sum(p.nbytes for p in payloads)
     c.totals.node_bytes_up += nbytes
     c.totals.dense_up += learning.dense_model_bytes
     tr = yield from _transfer(c, (name, SERVER, "up"), nbytes, rnd, cut)
@@ -143,7 +144,9 @@ def federated_node(
 def _train(c: Cluster, i: int, start: list[torch.Tensor], steps: int) -> LocalResult:
     """Node ``i``'s local update; a stop (Ctrl-C, SIGTERM) met in it is recorded, so that every
     other node's local work ends at its next step (its heartbeat, :func:`aiotsim.sim.stops.check_stop`)
-    rather than after all its steps."""
+    rather than after all its steps. A replay trains nothing (its values come from the tape)."""
+    if c.tape.replaying:
+        return LocalResult([], 0.0, 0.0, 0.0, None)
     try:
         return local_update(
             c.learning, c.nodes[i].local, start, steps, lambda: c.heartbeat.gradient(c.totals.iterations)

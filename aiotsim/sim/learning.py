@@ -236,16 +236,17 @@ class Learning:
         )  # fmt: skip
 
     def decode_aggregate(
-        self, messages: list[list[Payload]], weights: list[int], dense: list[bool]
+        self, messages: list[list[Payload]], weights: list[int], dense: list[bool], keys: list[int]
     ) -> tuple[list[torch.Tensor], float]:
         """Decode every message and aggregate per layer, weighting each by its node count.
 
         ``messages[u][j]`` is message ``u``'s payload of layer ``j``; ``dense[u]`` marks a message
         sent as dense fp32 (a gateway in ``dense`` mode). Returns ``(aggregate per layer, wall
-        seconds)``; signSGD's majority vote counts each message once (:meth:`aggregation`)."""
+        seconds)``; signSGD's majority vote counts each message once (:meth:`aggregation`).
+        ``keys[u]`` orders the stacked combination (a message's first node: not arrival order)."""
         agg = self.aggregation()
-        for m, w, d in zip(messages, weights, dense):
-            agg.add(m, w, d)
+        for m, w, d, k in zip(messages, weights, dense, keys):
+            agg.add(m, w, d, key=k)
         return agg.result()
 
     def prepare_update(self, agg: list[torch.Tensor]) -> Update:

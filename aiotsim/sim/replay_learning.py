@@ -9,6 +9,7 @@ touches no tensor: its cost is the SimPy events and the network.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,6 +18,14 @@ from aiotsim.compress.base import Codec, CodecState, Payload
 from aiotsim.compress.registry import build_codec
 from aiotsim.config import Scenario
 from aiotsim.sim.learning import Gradient, LocalState, Update
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """What a replay reads of a node's batch stream: its shard's size (federated local epochs)."""
+
+    n: int
+    batch_size: int
 
 
 class _NoAggregation:
@@ -72,7 +81,8 @@ class ReplayLearning:
         return []
 
     def local_state(self, i: int) -> LocalState:
-        return LocalState(stream=None, states=[])  # type: ignore[arg-type]
+        shard = _Shard(self.meta["shard_sizes"][i], self.sc.data.batch_size)
+        return LocalState(stream=shard, states=[])  # type: ignore[arg-type]
 
     def gradient(self, local: LocalState, params: Any) -> Gradient:
         return Gradient([], 0.0, 0.0, 0.0, None)
@@ -86,7 +96,7 @@ class ReplayLearning:
     def aggregation(self) -> _NoAggregation:
         return _NoAggregation()
 
-    def decode_aggregate(self, messages: Any, weights: Any, dense: Any) -> tuple[list[torch.Tensor], float]:
+    def decode_aggregate(self, messages: Any, weights: Any, dense: Any, keys: Any) -> tuple[list[torch.Tensor], float]:
         return [], 0.0
 
     def prepare_update(self, agg: Any) -> Update:

@@ -20,8 +20,8 @@ gradient   node     loss, wall_s, flops                                 each gra
                                                                         training: a round's)
 encode     node     nbytes, wall_s (encode + momentum masking)          each upload
 gateway    gateway  agg_wall_s, enc_wall_s, nbytes                      each gateway forward
-server     0        agg_wall_s, nbytes (downlink update), agg_nnz,      each server step
-                    agg_bytes
+decode     0        agg_wall_s                                          each server aggregation
+update     0        nbytes (downlink update), agg_nnz, agg_bytes        each server step
 evaluate   0        accuracy, loss                                      each evaluation
 hop        node     nbytes, wall_s                                      each ring hop message
 arrival    agg.     key (first node of the upload)                      streamed aggregations
@@ -56,7 +56,8 @@ STREAMS: dict[str, tuple[tuple[str, str], ...]] = {
     "gradient": (("loss", "d"), ("wall_s", "d"), ("flops", "d")),
     "encode": (("nbytes", "q"), ("wall_s", "d")),
     "gateway": (("agg_wall_s", "d"), ("enc_wall_s", "d"), ("nbytes", "q")),
-    "server": (("agg_wall_s", "d"), ("nbytes", "q"), ("agg_nnz", "q"), ("agg_bytes", "q")),
+    "decode": (("agg_wall_s", "d"),),
+    "update": (("nbytes", "q"), ("agg_nnz", "q"), ("agg_bytes", "q")),
     "evaluate": (("accuracy", "d"), ("loss", "d")),
     "hop": (("nbytes", "q"), ("wall_s", "d")),
     "arrival": (("key", "q"),),
@@ -150,10 +151,14 @@ class Tape:
         """A gateway's forward: ``(host s aggregating, host s re-encoding, bytes forwarded)``."""
         return self._pass("gateway", gateway, (agg_wall_s, enc_wall_s, nbytes))  # type: ignore[return-value]
 
-    def server(self, agg_wall_s: float, nbytes: int, agg_nnz: int, agg_bytes: int) -> tuple[float, int, int, int]:
-        """A server step: ``(host s decoding and aggregating, update download bytes, non-zeros,
-        bytes of the aggregate as sparse messages)``."""
-        return self._pass("server", SERVER, (agg_wall_s, nbytes, agg_nnz, agg_bytes))  # type: ignore[return-value]
+    def decode(self, agg_wall_s: float) -> float:
+        """A server aggregation: host s decoding and aggregating."""
+        return self._pass("decode", SERVER, (agg_wall_s,))[0]  # type: ignore[no-any-return]
+
+    def update(self, nbytes: int, agg_nnz: int, agg_bytes: int) -> tuple[int, int, int]:
+        """A server step: ``(update download bytes, non-zeros, bytes of the aggregate as sparse
+        messages)``."""
+        return self._pass("update", SERVER, (nbytes, agg_nnz, agg_bytes))  # type: ignore[return-value]
 
     def evaluate(self, accuracy: float, loss: float) -> tuple[float, float]:
         """An evaluation of the global model: ``(accuracy, loss)``."""

@@ -266,9 +266,8 @@ class Cluster:
         bad = non_finite([x for u in uploads for x in u.losses], update.applied)
         if bad:
             raise Diverged(f"iteration {it}: {bad}")
-        wall, self.update_bytes, agg_nnz, agg_bytes = self.tape.server(
-            wall, update.nbytes, update.agg_nnz, update.agg_bytes
-        )
+        wall = self.tape.decode(wall)
+        self.update_bytes, agg_nnz, agg_bytes = self.tape.update(update.nbytes, update.agg_nnz, update.agg_bytes)
         decode_s = self.codec_time(self.server_compute, wall, len(uploads))
         yield env.timeout(decode_s)
         self.trace.span(SERVER, "aggregate", t_dec, decode_s, iteration=it)

@@ -37,6 +37,7 @@ from aiotsim.config_checks import per_round_count
 from aiotsim.sim.availability import AvailabilityTrace
 from aiotsim.sim.checkpoint import quiescent_point
 from aiotsim.sim.federated import Report, federated_node
+from aiotsim.sim.processes import arrive
 from aiotsim.sim.selection import select
 from aiotsim.sim.server_opt import ServerOptimizer
 from aiotsim.sim.stops import Diverged, non_finite
@@ -183,18 +184,23 @@ class FederatedStrategy(Strategy):
             return Applied(it, [], 0.0, 0, 0)
         t0 = c.env.now
         weights = [sum(len(learning.shards[i]) for i in u.nodes) for u in uploads]
-        agg, wall = learning.decode_aggregate([u.payloads for u in uploads], weights, [u.dense for u in uploads])
+        for u in uploads:
+            arrive(c, -1, u)
+        keys = [min(u.nodes) for u in uploads]
+        agg, wall = learning.decode_aggregate([u.payloads for u in uploads], weights, [u.dense for u in uploads], keys)
+        wall = c.tape.decode(wall)
         bad = non_finite([x for u in uploads for x in u.losses], agg)
         if bad:
             raise Diverged(f"iteration {it}: {bad}")
         decode_s = c.codec_time(c.server_compute, wall, len(uploads))
         yield c.env.timeout(decode_s)
         c.trace.span(SERVER, "aggregate", t0, decode_s, iteration=it)
-        self.opt.step(agg)
+        if not c.tape.replaying:  # a replay holds no model: the step's sizes come from the tape
+            self.opt.step(agg)
         bad = non_finite([], list(learning.params))
         if bad:
             raise Diverged(f"iteration {it}: the server step made the model {bad}")
-        nnz, size = learning.aggregated_size(agg)
+        _, nnz, size = c.tape.update(0, *learning.aggregated_size(agg))
         return Applied(it, uploads, decode_s, nnz, size)
 
 

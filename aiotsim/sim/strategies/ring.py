@@ -35,7 +35,7 @@ from aiotsim.sim.strategies.base import Strategy, register
 from aiotsim.sim.topologies import node_name
 from aiotsim.sim.world import Cluster, Proc
 
-Hop = tuple[int, int, Payload]  # (sender, chunk, message)
+Hop = tuple[int, int, Payload | None, int]  # (sender, chunk, message (None in a replay), its bytes)
 
 
 def chunk_layers(total: int, n: int) -> list[LayerInfo]:
@@ -57,7 +57,11 @@ class RingStrategy(Strategy):
         self.chunks = chunk_layers(learning.elements, cluster.n)
         self.bounds = torch.tensor([0] + [L.numel for L in self.chunks]).cumsum(0).tolist()
         codec = learning.codec
-        self.states = [[codec.init_state(L, cluster.device, node=i) for L in self.chunks] for i in range(cluster.n)]
+        replaying = cluster.tape.replaying  # no gradients, no codec states: the tape has the sizes
+        self.states = [
+            [] if replaying else [codec.init_state(L, cluster.device, node=i) for L in self.chunks]
+            for i in range(cluster.n)
+        ]
 
     def chunk(self, flat: torch.Tensor, c: int) -> torch.Tensor:
         """Chunk ``c`` of a flat gradient (a view)."""
@@ -75,7 +79,7 @@ class RingStrategy(Strategy):
         encode = [0.0] * n  # simulated encode seconds per node
         acc = yield from self.reduce_scatter(it, flats, encode)
         owned = yield from self.all_gather(it, acc, encode)
-        avg = self.apply_average(it, owned, losses)
+        agg_nnz = self.apply_average(it, owned, losses)
         iter_s = c.env.now - t_start
         w = c.window
         c.totals.node_bytes_up += w.bytes_up
@@ -93,8 +97,8 @@ class RingStrategy(Strategy):
             encode_s=sum(encode) / n,
             decode_s=0.0,
             comm_s=max(iter_s - max(compute) - max(encode), 0.0),
-            agg_nnz=int(torch.count_nonzero(avg)),
-            agg_bytes=sum(p.nbytes for _, _, p in owned),
+            agg_nnz=agg_nnz,
+            agg_bytes=sum(b for _, _, _, b in owned),
             contributors=n,
             staleness=0.0,
             energy_j=w.energy_j,
@@ -109,7 +113,7 @@ class RingStrategy(Strategy):
         prefetch(c, list(range(c.n)), encode=False)  # batched gradients, when nodes.batched is on
         for i in range(c.n):
             grads, loss, compute_s, _ = c.gradient(i, None)
-            flats.append(torch.cat([g.reshape(-1).float() for g in grads]))
+            flats.append(torch.cat([g.reshape(-1).float() for g in grads]) if grads else torch.zeros(0))
             losses.append(loss)
             compute.append(compute_s)
             c.window.energy_j += c.nodes[i].energy.busy(compute_s)
@@ -128,37 +132,54 @@ class RingStrategy(Strategy):
             wall = [0.0] * n
             for i in range(n):
                 k = (i - s) % n
-                t0 = time.perf_counter()
-                sends.append((i, k, codec.encode(self.chunk(acc[i], k), self.chunks[k], self.states[i][k])))
-                wall[i] = time.perf_counter() - t0
+                payload, nbytes, wall[i] = self.encode(i, k, acc)
+                sends.append((i, k, payload, nbytes))
             yield from self.step(sends, wall, encode, "up", f"rs{s}", it)
-            for i, k, payload in sends:
-                self.chunk(acc[(i + 1) % n], k).add_(codec.decode(payload, self.chunks[k]).float())
+            for i, k, payload, _ in sends:
+                if payload is not None:
+                    self.chunk(acc[(i + 1) % n], k).add_(codec.decode(payload, self.chunks[k]).float())
         return acc
+
+    def encode(self, i: int, k: int, acc: list[torch.Tensor], divide: int = 0) -> tuple[Payload | None, int, float]:
+        """Node ``i`` encodes chunk ``k`` of its running sums ``acc[i]`` (divided by ``divide``
+        when > 0): ``(message, bytes, host s)``. A replay encodes nothing: the bytes and the cost
+        come from the tape, the message is None."""
+        c = self.cluster
+        if c.tape.replaying:
+            nbytes, wall = c.tape.hop(i, 0, 0.0)
+            return None, nbytes, wall
+        t0 = time.perf_counter()
+        values = self.chunk(acc[i], k) / divide if divide else self.chunk(acc[i], k)
+        payload = c.learning.codec.encode(values, self.chunks[k], self.states[i][k])
+        wall = time.perf_counter() - t0
+        c.tape.hop(i, payload.nbytes, wall)
+        return payload, payload.nbytes, wall
 
     def all_gather(self, it: int, acc: list[torch.Tensor], encode: list[float]) -> Proc:
         """Each owner encodes its averaged chunk once and the bytes travel round unchanged;
         returns the owners' messages."""
         c = self.cluster
-        n, codec = c.n, c.learning.codec
+        n = c.n
         owned: list[Hop] = []
         wall = [0.0] * n
         for i in range(n):
             k = (i + 1) % n
-            t0 = time.perf_counter()
-            owned.append((i, k, codec.encode(self.chunk(acc[i], k) / n, self.chunks[k], self.states[i][k])))
-            wall[i] = time.perf_counter() - t0
+            payload, nbytes, wall[i] = self.encode(i, k, acc, divide=n)
+            owned.append((i, k, payload, nbytes))
         msgs = owned
         for s in range(n - 1):
             yield from self.step(list(msgs), wall if s == 0 else [0.0] * n, encode, "down", f"ag{s}", it)
-            msgs = [((i + 1) % n, k, p) for i, k, p in msgs]
+            msgs = [((i + 1) % n, k, p, b) for i, k, p, b in msgs]
         return owned
 
-    def apply_average(self, it: int, owned: list[Hop], losses: list[float]) -> torch.Tensor:
-        """Every replica applies the same averaged gradient; returns it flat."""
+    def apply_average(self, it: int, owned: list[Hop], losses: list[float]) -> int:
+        """Every replica applies the same averaged gradient; returns its non-zeros."""
         c = self.cluster
         learning = c.learning
-        decoded = {k: learning.codec.decode(p, self.chunks[k]).float() for _, k, p in owned}
+        if c.tape.replaying:
+            c.version += 1
+            return c.tape.update(0, 0, 0)[1]
+        decoded = {k: learning.codec.decode(p, self.chunks[k]).float() for _, k, p, _ in owned if p is not None}
         avg = torch.cat([decoded[k] for k in range(c.n)])
         update, offset = [], 0
         for L in learning.layers:
@@ -173,21 +194,21 @@ class RingStrategy(Strategy):
             raise Diverged(f"iteration {it}: {stop.reason}") from None
         c.version += 1
         observe_global(learning, update, [st.local for st in c.nodes])  # all-gather: all have it
-        return avg
+        return c.tape.update(0, int(torch.count_nonzero(avg)), 0)[1]
 
     def step(self, sends: list[Hop], wall: list[float], encode: list[float], direction: str, tag: str, it: int) -> Proc:
         """One ring step: every sender encodes (simulated time from its wall time) and sends to its
         successor; the step ends when the last message has arrived."""
         c = self.cluster
         procs = []
-        for i, k, payload in sends:
+        for i, k, _, nbytes in sends:
             enc_s = (
                 c.nodes[i].compute.codec_time(wall[i], self.chunks[k].numel, c.learning.codec.encode_flops_per_element)
                 if wall[i]
                 else 0.0
             )
             encode[i] += enc_s
-            procs.append(c.env.process(self.hop(i, (i + 1) % c.n, payload.nbytes, enc_s, direction, f"{tag} c{k}", it)))
+            procs.append(c.env.process(self.hop(i, (i + 1) % c.n, nbytes, enc_s, direction, f"{tag} c{k}", it)))
         yield c.env.all_of(procs)
 
     def hop(self, i: int, j: int, nbytes: int, enc_s: float, direction: str, tag: str, it: int) -> Proc:
