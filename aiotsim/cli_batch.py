@@ -404,7 +404,7 @@ def _print_plan(sw: Any, plan: ReplayPlan) -> None:
     todo |= {r.job.out_dir: f"replay from {PurePath(r.source).name}" for r in plan.replays}
     for pt in sw.points:
         d = sw.run_dir(pt)
-        out.print(f"  {d}  {pt.label()}  [{todo.get(str(d), 'complete')}]", highlight=False)
+        out.print(f"  {d}  {pt.label()}  [{todo.get(str(d), 'complete')}]", highlight=False, markup=False)
 
 
 def _sweep_table(sw: Any) -> Table:

@@ -140,6 +140,7 @@ def capture(c: Cluster, it: int, done: Applied, strategy: dict[str, Any] | None 
         "trace": c.trace.state(),
         "applied": _applied(done),
         "strategy": strategy or {},
+        "tape": c.tape.state(),  # the timing record so far (a resumed run's is whole)
     }
 
 
@@ -237,6 +238,7 @@ def _load(c: Cluster, state: dict[str, Any]) -> None:
     uploads = [Upload(payloads=[], **u) for u in a["uploads"]]
     c.resume_point = (state["iteration"], Applied(a["iteration"], uploads, a["decode_s"], a["agg_nnz"], a["agg_bytes"]))
     c.resume_strategy = state["strategy"]
+    c.tape.restore(state["tape"])
 
 
 def _to(obj: Any, device: torch.device) -> Any:

@@ -22,12 +22,13 @@ from aiotsim.network.tcp import Connection
 from aiotsim.sim.accounting import Totals, Window
 from aiotsim.sim.checkpoint_file import FORMAT_VERSION, RERUN
 from aiotsim.sim.checkpoint_types import Rules, bit_generator, record, typed
+from aiotsim.sim.tape import state_problems
 from aiotsim.sim.world import Cluster, Upload
 
 KEYS = frozenset(
     "format scenario model_name dataset_name iteration now version update_bytes last_row_s "
     "last_activity_s model optimizer server_states gateway_states snapshots nodes node_index net_rng "
-    "net_carried net_tcp net_slots net_loss totals window trace applied strategy".split()
+    "net_carried net_tcp net_slots net_loss totals window trace applied strategy tape".split()
 )
 _METERS = frozenset(("compute_j", "tx_j", "rx_j", "idle_j", "busy_s", "log"))  # EnergyMeter's, as saved
 _NODE_KEYS = frozenset("codec velocity stream rng energy held_version dispatched_version busy online".split())
@@ -127,7 +128,7 @@ def check_state(c: Cluster, state: dict[str, Any]) -> None:
             f"and the rows counted in totals (={state['totals']['iterations']})"
         )
     problems += records or _clock(state)
-    problems += _network(c, state) + _strategy(c, state["strategy"])
+    problems += _network(c, state) + _strategy(c, state["strategy"]) + state_problems(state["tape"])
     carried = state["net_carried"]
     if not (getattr(carried, "shape", None) == c.net._carried.shape and bool(np.isfinite(carried).all())):
         problems.append(f"net_carried must be {c.net._carried.shape[0]} finite byte counts (one per link)")

@@ -182,15 +182,31 @@ class Tape:
                 "(aiotsim run), or record the run with training.aggregation = 'stacked'"
             )
 
+    # ---- checkpoints --------------------------------------------------------------------------
+    def state(self) -> dict[str, dict[str, np.ndarray]]:
+        """The record so far as plain arrays (``{stream: {"owner": ..., column: ...}}``), for a
+        checkpoint: a resumed run goes on recording where it stopped."""
+        return {name: self._arrays(s) for name, s in self.streams.items()}
+
+    def restore(self, state: dict[str, dict[str, np.ndarray]]) -> None:
+        """Go on recording after :meth:`state` (checked by :func:`state_problems` first)."""
+        for name, s in self.streams.items():
+            s.owner = array("q", state[name]["owner"].tolist())
+            s.values = [array(code, state[name][col].tolist()) for col, code in s.columns]
+
+    @staticmethod
+    def _arrays(s: _Stream) -> dict[str, np.ndarray]:
+        out = {"owner": np.array(s.owner, dtype=np.int64)}
+        for (col, code), values in zip(s.columns, s.values):
+            out[col] = np.array(values, dtype=np.float64 if code == "d" else np.int64)
+        return out
+
     # ---- files --------------------------------------------------------------------------------
     def save(self, path: str | Path, meta: dict[str, Any]) -> None:
         """Write the record and ``meta`` (the run's constants) to ``path`` (``timing.npz``)."""
         arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps({"format": FORMAT, **meta}, sort_keys=True))}
         for name, s in self.streams.items():
-            arrays[f"{name}.owner"] = np.frombuffer(s.owner, dtype=np.int64) if s.owner else np.zeros(0, np.int64)
-            for (col, code), values in zip(s.columns, s.values):
-                dtype = np.float64 if code == "d" else np.int64
-                arrays[f"{name}.{col}"] = np.frombuffer(values, dtype=dtype) if values else np.zeros(0, dtype)
+            arrays.update({f"{name}.{col}": a for col, a in self._arrays(s).items()})
         with open(path, "wb") as f:
             np.savez_compressed(f, **arrays)
 
@@ -244,6 +260,24 @@ class Tape:
             )
 
 
+def state_problems(state: object) -> list[str]:
+    """What is wrong with a checkpoint's ``tape`` entry (:meth:`Tape.state`), as messages."""
+    if not isinstance(state, dict) or set(state) != set(STREAMS):
+        return [f"tape must hold the streams {', '.join(STREAMS)}"]
+    out = []
+    for name, columns in STREAMS.items():
+        arrays, want = state[name], {"owner": np.int64} | {c: np.float64 if t == "d" else np.int64 for c, t in columns}
+        if not isinstance(arrays, dict) or set(arrays) != set(want):
+            out.append(f"tape.{name} must hold the arrays {', '.join(want)}")
+            continue
+        n = getattr(arrays["owner"], "shape", None)
+        for col, dtype in want.items():
+            a = arrays[col]
+            if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == 1 and a.shape == n):
+                out.append(f"tape.{name}.{col} must be a 1-D {np.dtype(dtype).name} array as long as its owners")
+    return out
+
+
 def _column(p: Path, data: dict[str, np.ndarray], key: str, dtype: type, length: int | None) -> np.ndarray:
     a = data.get(key)
     if a is None or a.ndim != 1 or a.dtype != dtype or (length is not None and len(a) != length):
@@ -279,4 +313,4 @@ def _meta(p: Path, raw: np.ndarray | None) -> dict[str, Any]:
     return meta
 
 
-__all__ = ["Tape", "TIMING_NAME", "STREAMS", "META_KEYS"]
+__all__ = ["Tape", "TIMING_NAME", "STREAMS", "META_KEYS", "state_problems"]
