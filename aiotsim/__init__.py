@@ -9,6 +9,7 @@ For notebooks and scripts::
     res = aiotsim.run("scenarios/iot10.toml", overrides={"network.uplink_mbps": 5})
     res.rows          # metrics.csv as a pandas DataFrame, res.evals likewise
     res.summary       # the typed RunSummary; res.run_dir holds the files
+    slow = aiotsim.replay(res.run_dir, overrides={"network.latency_ms": 150})  # same learning, new clock
 
 :func:`run`, :func:`resume` and :class:`Result` live in :mod:`aiotsim.api` and are imported on
 first use, so ``import aiotsim.config`` stays cheap.
@@ -24,12 +25,17 @@ _API = ("run", "resume", "Result")
 
 
 def __getattr__(name: str) -> Any:
-    """``aiotsim.run``, ``aiotsim.resume``, ``aiotsim.Result``: loaded from :mod:`aiotsim.api`."""
+    """``aiotsim.run``, ``aiotsim.resume``, ``aiotsim.Result``: loaded from :mod:`aiotsim.api`;
+    ``aiotsim.replay`` from :mod:`aiotsim.replaying`."""
     if name in _API:
         from aiotsim import api
 
         return getattr(api, name)
+    if name == "replay":
+        from aiotsim.replaying import replay
+
+        return replay
     raise AttributeError(f"module 'aiotsim' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "run", "resume", "Result"]
+__all__ = ["__version__", "run", "resume", "replay", "Result"]

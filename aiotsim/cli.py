@@ -226,6 +226,42 @@ def _run_new(
 
 @app.command()
 @expected_errors
+@stopping_on_signals
+def replay(
+    run_dir: Annotated[Path, typer.Argument(help="a complete run directory (it holds timing.npz)", show_default=False)],
+    set_: SetOpt = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="run directory to write (default RUN_DIR-replay-TIME)", parser=out_path),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+) -> None:
+    """Re-run a run's timing under new network settings, without learning again.
+
+    The recorded learning (losses, payload sizes, accuracies, compute and codec costs) is
+    replayed through the same strategy and network with the --set overrides: the run directory it
+    writes equals a full run of the new settings, in a fraction of the time. Only keys that change
+    the clock are accepted ([network] rates, latencies, loss, traces, transport; [energy]; device
+    profiles and radio); anything that changes what is learned is refused (exit 2, naming it).
+    """
+    from aiotsim.replaying import replay_run
+    from aiotsim.validate import load_validated
+
+    if not (run_dir / "scenario.toml").is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (no scenario.toml); give the directory of a complete run")
+    sc = load_validated(run_dir / "scenario.toml", set_ or [])
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = out_dir or run_dir.with_name(f"{run_dir.name}-replay-{stamp}")
+    name = f"replay {sc.scenario.name}/{sc.compressor.name}"
+    summary = _simulate(
+        name, sc.scenario.iterations, out_dir, quiet, lambda p: replay_run(run_dir, sc, out_dir, on_progress=p)
+    )
+    out.print(summary_table(summary))
+    out.print(f"run directory: {out_dir} (replayed from {run_dir})")
+
+
+@app.command()
+@expected_errors
 def validate(
     scenario: ScenarioArg,
     compressor: CompressorOpt = None,

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from aiotsim.api import Result, as_scenario
 from aiotsim.config import Scenario, load_scenario
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.records import Progress
@@ -34,6 +36,19 @@ from aiotsim.sim.tape import TIMING_NAME, Tape
 from aiotsim.sim.world import Cluster
 
 REPLAY_NAME = "replay.json"  # in a replayed run directory: where its learning came from
+
+
+def replay(run_dir: str | Path, overrides: dict[str, Any] | None = None, out_dir: str | Path | None = None) -> Result:
+    """Replay the run in ``run_dir`` with ``overrides`` (``{"network.uplink_mbps": 2}``) from a
+    notebook or a script; returns the new run's :class:`~aiotsim.api.Result`.
+
+    ``out_dir`` ``None``: a new temporary directory (kept; its path is ``Result.run_dir``). Raises
+    :class:`~aiotsim.errors.ConfigError` for a setting that changes what is learned (see
+    :func:`replay_run`)."""
+    scenario = as_scenario(recorded_scenario(run_dir), overrides)
+    d = out_dir if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"aiotsim-replay-{scenario.scenario.name}-"))
+    replay_run(run_dir, scenario, d)
+    return Result.load(d)
 
 
 def is_replay_source(run_dir: str | Path) -> bool:
@@ -151,4 +166,4 @@ def replay_run(
     return summary
 
 
-__all__ = ["replay_run", "is_replay_source", "recorded_scenario", "check_source", "REPLAY_NAME"]
+__all__ = ["replay", "replay_run", "is_replay_source", "recorded_scenario", "check_source", "REPLAY_NAME"]
