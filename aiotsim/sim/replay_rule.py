@@ -26,7 +26,8 @@ a clear message where they do not (:class:`~aiotsim.sim.tape.Tape`).
 Everything else (every other ``[network]`` key: rates, latencies, loss, jitter, traces, transport,
 TCP; ``[energy]``; ``nodes.device``, ``nodes.server_device``, ``nodes.gateway_device``,
 ``nodes.radio``; ``scenario.name``, ``scenario.trace_nodes``) changes only the clock and the
-energy, and may be replayed.
+energy, and may be replayed; so may the devices, radio, links and slowdown of a
+``[[nodes.group]]`` (its size, name and data share decide what is learned).
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ TIMING_KEYS = (
     "scenario.name",
     "scenario.trace_nodes",
 )
+# fields of a [[nodes.group]] that price the work or the links only (the group's size, name and
+# data share decide what is learned)
+GROUP_TIMING_FIELDS = frozenset(
+    "device radio uplink_mbps downlink_mbps latency_ms loss jitter_ms slowdown uplink_trace downlink_trace "
+    "trace_offset_s".split()
+)
 # network keys that shape the aggregation tree: part of the learning configuration
 # (a custom topology's vertices and links decide its tree too: compared as the tree itself, since
 # a link's rate may change freely)
@@ -59,6 +66,7 @@ _WHY = {
     "network.topology": "it changes the aggregation tree (who aggregates whose gradients)",
     "network.gateways": "it changes which gateway aggregates (and re-encodes) whose gradients",
     "network.gateway_mode": "it changes what a gateway forwards (re-encoded or dense)",
+    "nodes.group": "it changes a group's size, name or data share (its devices, radio, links and slowdown may change)",
     "nodes.": "it changes who takes part or what the nodes compute (seeded draws of drop-outs and stragglers included)",
     "training.": "it changes the learning itself",
     "compressor.": "it changes the codec, so the bytes and what is learned",
@@ -70,6 +78,14 @@ _WHY = {
 def flat_keys(data: dict[str, Any]) -> dict[str, Any]:
     """A scenario dict as ``{"section.key": value}`` (a list of blocks is one value)."""
     return {f"{section}.{key}": value for section, table in data.items() for key, value in table.items()}
+
+
+def learning_items(s: Scenario) -> dict[str, Any]:
+    """The keys of ``s`` that decide what is learned, ``{"section.key": value}``: every key but the
+    timing keys, with each ``[[nodes.group]]`` block stripped of its timing fields."""
+    out = {k: v for k, v in flat_keys(s.to_dict()).items() if not is_timing_key(k)}
+    out["nodes.group"] = [{k: v for k, v in g.items() if k not in GROUP_TIMING_FIELDS} for g in out["nodes.group"]]
+    return out
 
 
 def is_timing_key(key: str) -> bool:
@@ -114,7 +130,7 @@ def learning_key(s: Scenario) -> str | None:
     thing: a run of one can be replayed as the other."""
     if time_dependence(s) is not None:
         return None
-    kept = {k: v for k, v in flat_keys(s.to_dict()).items() if not is_timing_key(k)}
+    kept: dict[str, Any] = learning_items(s)
     kept["aggregation_tree"] = aggregation_tree(s)
     text = json.dumps(kept, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -133,8 +149,8 @@ def replay_problem(recorded: Scenario, new: Scenario) -> str | None:
     dep = time_dependence(recorded)
     if dep is not None:
         return f"the recorded run cannot be replayed: {dep}; run the scenario in full instead"
-    old, now = flat_keys(recorded.to_dict()), flat_keys(new.to_dict())
-    changed = [k for k in sorted(set(old) | set(now)) if old.get(k) != now.get(k) and not is_timing_key(k)]
+    old, now = learning_items(recorded), learning_items(new)
+    changed = [k for k in sorted(set(old) | set(now)) if old.get(k) != now.get(k)]
     if not changed:
         dep = time_dependence(new)
         if dep is not None:  # not reachable by timing keys today; kept as the rule's own check
@@ -148,8 +164,9 @@ def replay_problem(recorded: Scenario, new: Scenario) -> str | None:
     key = changed[0]
     more = f" (and {', '.join(changed[1:])})" if len(changed) > 1 else ""
     return (
-        f"{key}{more} cannot be replayed: {_why(key)}. A replay changes only network, energy and "
-        f"device-profile keys; run the scenario with this setting in full (aiotsim run)"
+        f"{key}{more} cannot be replayed: {_why(key)}. A replay changes only what moves the clock (link "
+        f"rates, latencies, loss, traces, transport, energy, device profiles); run the scenario with "
+        f"this setting in full (aiotsim run)"
     )
 
 
@@ -161,5 +178,7 @@ __all__ = [
     "time_dependence",
     "aggregation_tree",
     "learning_key",
+    "learning_items",
+    "GROUP_TIMING_FIELDS",
     "replay_problem",
 ]
