@@ -411,7 +411,8 @@ def _sweep_table(sw: Any) -> Table:
     from aiotsim.results.compare import fmt_bytes
     from aiotsim.results.store import read_summary
 
-    t = Table(title=f"sweep {sw.name}", caption="replayed: from which run's timing record (sweep.csv: replayed_from)")
+    caption = "replayed: from which run (hash), else no (trained); sweep.csv: replayed_from"
+    t = Table(title=f"sweep {sw.name}", caption=caption)
     for k in sw.grid:
         t.add_column(k, style="bold")
     for h in ("throughput (samples/s)", "wire up", "final accuracy", "sim time (s)", "run", "replayed"):
@@ -435,9 +436,9 @@ def _sweep_table(sw: Any) -> Table:
 
 
 def _replay_mark(source: str | None) -> str:
-    """The table's cell for how a point was obtained: ``no`` (trained), else ``<- `` and the first
-    6 hex digits of its source's name (``runs/<hash>``)."""
-    return "no" if source is None else f"<- {Path(source).name[:6]}"
+    """The table's cell for how a point was obtained: ``no`` (trained), else the first 6 hex digits
+    of the name of the run it was replayed from (``runs/<hash>``)."""
+    return "no" if source is None else Path(source).name[:6]
 
 
 def plot(

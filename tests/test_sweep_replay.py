@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from aiotsim.cli import app
 from aiotsim.errors import ConfigError
 from aiotsim.results.parallel import Job
-from aiotsim.results.replay_plan import Replay, find_sources, plan_replays
+from aiotsim.results.replay_plan import Replay, find_sources, plan_replays, run_replays
 from aiotsim.results.sweep import load_sweep, plan_sweep
 
 runner = CliRunner()
@@ -174,6 +174,18 @@ def test_plan_replays_groups_by_learning_key() -> None:
     ]
     with pytest.raises(ValueError):
         plan_replays(jobs, keys[:2], {})
+
+
+def test_a_replay_whose_source_is_not_complete_runs_in_full(tmp_path) -> None:
+    # the group's trained run failed or was stopped: its directory is no source, the others train
+    (tmp_path / "failed").mkdir()
+    (tmp_path / "failed" / "summary.json").write_text('{"complete": false, "status": "interrupted"}')
+    jobs = [Job("a", "", str(tmp_path / "a")), Job("b", "", str(tmp_path / "b"))]
+    notes: list[str] = []
+    replays = [Replay(jobs[0], str(tmp_path / "failed")), Replay(jobs[1], str(tmp_path / "missing"))]
+    done, full = run_replays(replays, note=notes.append)
+    assert done == [] and full == jobs
+    assert len(notes) == 2 and all("holds no complete run with a timing record; running it in full" in n for n in notes)
 
 
 def test_a_refused_replay_falls_back_to_a_full_run(tmp_path, monkeypatch) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiotsim.errors import AiotsimError, ConfigError, ResultsError
+from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.parallel import Event, EventSink, Job, JobResult, job_scenario
 
 # in a replayed run directory: which run it was replayed from (aiotsim.replaying.REPLAY_NAME)
@@ -91,7 +91,7 @@ def dir_learning_key(run_dir: str | Path) -> str | None:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         return learning_key(scenario_from_dict(data, source=str(path)))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AiotsimError):
+    except Exception:  # a damaged or foreign directory is simply not a source (as is_replay_source says)
         return None
 
 
