@@ -128,35 +128,43 @@ def _run_planned(
     skipped: int,
     after_each: Callable[[], None] | None = None,
 ) -> list[JobResult]:
-    """Run a batch's ``plan``: its full runs through :func:`_run_jobs`, then its replays in this
-    process, one after the other (cheap: see :mod:`aiotsim.results.replay_plan`), then, in full,
-    the replays that could not be done (a one-line note each). ``after_each()`` runs when a run
-    ends (at most every :data:`INDEX_EVERY_S` seconds during the replays, which end many a second)."""
-    from aiotsim.results.replay_plan import forget_replay, run_replays
+    """Run a batch's ``plan``: its full runs through :func:`_run_jobs`, then its replays on this
+    machine (in this process, one after the other, unless there are many: see
+    :func:`~aiotsim.results.replay_plan.replay_workers`), then, in full, the replays that could not
+    be done (a one-line note each). ``after_each()`` runs when a run ends (at most every
+    :data:`INDEX_EVERY_S` seconds during the replays, which end many a second)."""
+    from aiotsim.results.parallel import default_workers, run_local
+    from aiotsim.results.replay_plan import forget_replay, ready_replays, replay_workers, split_refused
 
     for job in plan.train:
         forget_replay(job.out_dir)
     results = _run_jobs(plan.train, workers, ray_address, quiet, skipped, after_each)
     if not plan.replays:
         return results
+
+    def say(line: str) -> None:
+        err.print(line, highlight=False, markup=False)
+
+    ready, fallback = ready_replays(plan.replays, say)
     every = _every(after_each, INDEX_EVERY_S)
     try:
-        with BatchProgress([r.job for r in plan.replays], quiet=quiet, title="replays") as bars:
+        with BatchProgress(ready, quiet=quiet, title="replays") as bars:
 
             def on_event(e: Event) -> None:
                 bars(e)
                 if e.kind == "done":
                     every()
 
-            replayed, fallback = run_replays(plan.replays, on_event, note=lambda line: err.print(line, highlight=False))
+            replayed = run_local(ready, replay_workers(ready, workers, default_workers()), on_event)
     finally:
         if after_each is not None:
             after_each()
-    for job in fallback:
+    done, refused = split_refused(replayed, say)
+    for job in (fallback := [*fallback, *refused]):
         forget_replay(job.out_dir)
     if fallback:
         results += _run_jobs(fallback, workers, ray_address, quiet, 0, after_each)
-    return [*results, *replayed]
+    return [*results, *done]
 
 
 INDEX_EVERY_S = 2.0  # seconds between two rewrites of a sweep's index while replays end

@@ -108,6 +108,22 @@ def test_replayed_points_equal_full_runs_and_no_replay_trains_all(swept) -> None
     assert len(sim_times) == 6  # every point's clock is its own: the replays did re-time the runs
 
 
+def test_many_replays_go_to_worker_processes_and_equal_full_runs(swept, tmp_path, monkeypatch) -> None:
+    # from POOL_REPLAYS replays on, --jobs workers replay them (lowered here: 2 replays, 2 workers)
+    import aiotsim.results.replay_plan as replay_plan
+
+    monkeypatch.setattr(replay_plan, "POOL_REPLAYS", 2)
+    path = _sweep_file(tmp_path, f'"compressor.name" = ["2bit"]\n"network.uplink_mbps" = {UPLINKS}\n')
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["sweep", str(path), "--out", str(out), "-j", "2", "-q"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    points = _points(out)
+    assert [p["replayed"] for p in points] == [False, True, True]
+    for p in points[1:]:  # the fixture's --no-replay sweep ran the same scenarios in full
+        for name in ("metrics.csv", "evals.csv", "trace.json"):
+            assert (out / p["run_dir"] / name).read_bytes() == (swept["full"] / p["run_dir"] / name).read_bytes()
+
+
 def test_sources_prefer_a_full_run_to_a_replay(swept) -> None:
     out = swept["out"]
     points = _points(out)

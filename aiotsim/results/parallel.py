@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiotsim.errors import AiotsimError, ConfigError
+from aiotsim.errors import AiotsimError, ConfigError, ResultsError
 from aiotsim.results.store import atomic_write, locked_run_dir
 from aiotsim.sim.stops import clear_stop, request_stop
 
@@ -92,6 +92,8 @@ class Job:
     scenario_toml : the resolved, validated scenario as TOML text.
     out_dir : run directory to write.
     device : where the real learning runs (``"auto"``, ``"cpu"``, ``"cuda"``).
+    replay_from : a complete run directory to replay the scenario from instead of training it
+        (:func:`aiotsim.replaying.replay_run`; this machine's file system: never sent to Ray).
     """
 
     label: str
@@ -99,6 +101,7 @@ class Job:
     out_dir: str
     device: str = "auto"
     threads: int = RUN_THREADS  # torch intra-op threads for the run
+    replay_from: str = ""  # "" trains in full
 
 
 @dataclass(frozen=True)
@@ -119,11 +122,14 @@ class Event:
 
 @dataclass
 class JobResult:
-    """What became of a job: its summary when it ran to the end, else the error text."""
+    """What became of a job: its summary when it ran to the end, else the error text; ``refused``:
+    a replay that was refused or could not read its source (a ConfigError or ResultsError), which
+    the caller may run in full instead."""
 
     job: Job
     summary: dict[str, Any] | None
     error: str | None = None
+    refused: bool = False
 
     @property
     def ok(self) -> bool:
@@ -155,7 +161,18 @@ def _run_job(job: Job, index: int, emit: Callable[[Event], None]) -> dict[str, A
     def on_progress(p: Progress) -> None:
         emit(Event("iter", index, p.iteration, p.total, float(p.sim_time_s), float(p.loss), p.gradients))
 
+    if job.replay_from:
+        from aiotsim.replaying import replay_run
+
+        return replay_run(job.replay_from, sc, job.out_dir, threads=job.threads, on_progress=on_progress)
     return run_scenario(sc, job.out_dir, device=job.device, on_progress=on_progress, threads=job.threads)
+
+
+def _failure(job: Job, exc: Exception) -> tuple[str, bool]:
+    """The error text of a job that raised ``exc``, and whether it is a refused replay (see
+    :attr:`JobResult.refused`)."""
+    msg = exc.message if isinstance(exc, AiotsimError) else f"{type(exc).__name__}: {exc}"
+    return msg, bool(job.replay_from) and isinstance(exc, ConfigError | ResultsError)
 
 
 # ---- stopping ------------------------------------------------------------------------------------------
@@ -248,8 +265,9 @@ def _worker_emit(event: Event) -> None:
     _WORKER_QUEUE.put(event)
 
 
-def _pool_task(job: Job, index: int) -> tuple[dict[str, Any] | None, str | None]:
-    """Runs in a worker: the summary, or the error text of a run that failed."""
+def _pool_task(job: Job, index: int) -> tuple[dict[str, Any] | None, str | None, bool]:
+    """Runs in a worker: the summary, or the error text of a run that failed (and whether it is a
+    refused replay)."""
     global _WORKER_RUNNING
     _WORKER_RUNNING = True
     try:
@@ -258,12 +276,11 @@ def _pool_task(job: Job, index: int) -> tuple[dict[str, Any] | None, str | None]
         _WORKER_QUEUE.close()
         os._exit(128 + exc.signum)
     except Exception as exc:  # the run directory keeps a summary marked incomplete
-        msg = exc.message if isinstance(exc, AiotsimError) else f"{type(exc).__name__}: {exc}"
-        return None, msg
+        return None, *_failure(job, exc)
     finally:
         _WORKER_RUNNING = False
         _worker_emit(Event("done", index))
-    return summary, None
+    return summary, None, False
 
 
 def run_local(jobs: Sequence[Job], workers: int | None = None, on_event: EventSink | None = None) -> list[JobResult]:
@@ -302,8 +319,7 @@ def _run_serial(jobs: Sequence[Job], emit: EventSink) -> list[JobResult]:
         try:
             results[i] = JobResult(job, _run_job(job, i, emit))
         except Exception as exc:
-            msg = exc.message if isinstance(exc, AiotsimError) else f"{type(exc).__name__}: {exc}"
-            results[i] = JobResult(job, None, msg)
+            results[i] = JobResult(job, None, *_failure(job, exc))
         finally:
             emit(Event("done", i))
     return results
@@ -338,10 +354,10 @@ def _run_pool(jobs: Sequence[Job], n: int, emit: EventSink, stop: _StopOnSignal)
             for fut in done:
                 i = pending.pop(fut)
                 try:
-                    summary, error = fut.result()
+                    summary, error, refused = fut.result()
                 except Exception as exc:  # a worker died (killed, out of memory)
-                    summary, error = None, f"worker failed: {type(exc).__name__}: {exc}"
-                results[i] = JobResult(jobs[i], summary, error)
+                    summary, error, refused = None, f"worker failed: {type(exc).__name__}: {exc}", False
+                results[i] = JobResult(jobs[i], summary, error, refused)
         _drain(q, on_event)
         stop.check()
         pool.shutdown(wait=True)

@@ -12,10 +12,13 @@ in its clock. So a batch groups its pending runs by learning key and, per group:
   local workers or Ray), and the others are replayed from it once it is complete.
 
 Runs whose key is None (async or partial modes, federated rounds with a deadline, overcommit or
-an availability trace) always run in full. Replays are cheap (a few per cent of a run or less),
-so :func:`run_replays` does them in this process, one after the other, in plan order; a replay
-that is refused (:class:`~aiotsim.errors.ConfigError`) or cannot read its source
-(:class:`~aiotsim.errors.ResultsError`) becomes a full run, with a one-line note.
+an availability trace) always run in full. Replays are cheap (iot10, 200 iterations, topk: 0.21 s
+against 25 s for the full run, measured on this project's 2-core machine), so :func:`run_replays`
+does them in this process, one after the other, in plan order, unless there are
+:data:`POOL_REPLAYS` or more (:func:`replay_workers`): then in local worker processes, whose start
+(importing torch, a few seconds) is worth it only for many. Never on Ray: its machines do not see
+the sources. A replay that is refused (:class:`~aiotsim.errors.ConfigError`) or cannot read its
+source (:class:`~aiotsim.errors.ResultsError`) becomes a full run, with a one-line note.
 
 A replayed run directory holds ``replay.json`` naming its source (:func:`replayed_from`).
 """
@@ -26,12 +29,10 @@ import contextlib
 import json
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from aiotsim.errors import ConfigError, ResultsError
-from aiotsim.results.parallel import Event, EventSink, Job, JobResult, job_scenario
+from aiotsim.results.parallel import EventSink, Job, JobResult, job_scenario, run_local
 
 # in a replayed run directory: which run it was replayed from (aiotsim.replaying.REPLAY_NAME)
 REPLAY_RECORD = "replay.json"
@@ -171,42 +172,76 @@ def plan_under(root: str | Path, jobs: Sequence[Job], pending: Sequence[Job], re
 Note = Callable[[str], None]
 
 
+# fewer replays than this run in the batch's own process: a worker's start (a few seconds to import
+# torch) costs more than a few dozen replays of 0.2 s
+POOL_REPLAYS = 32
+
+
+def replay_workers(ready: Sequence[Job], requested: int | None, cores: int) -> int:
+    """How many processes replay the jobs ``ready``: 1 (this process) for fewer than
+    :data:`POOL_REPLAYS` of them or ``--jobs 1``; else ``requested`` (``--jobs``) or one per core,
+    no more than fit in memory by the full-run estimate of one scenario per source (a replay holds
+    no model, so this over-estimates: :func:`aiotsim.validate.batch_workers`)."""
+    from aiotsim.validate import batch_workers
+
+    if len(ready) < POOL_REPLAYS or requested == 1:
+        return 1
+    per_source = {j.replay_from: job_scenario(j) for j in ready}  # parsed once per source, not per replay
+    workers, _ = batch_workers([per_source[j.replay_from] for j in ready], requested, cores)
+    return workers
+
+
 def run_replays(
-    replays: Sequence[Replay], on_event: EventSink | None = None, note: Note | None = None
+    replays: Sequence[Replay], workers: int = 1, on_event: EventSink | None = None, note: Note | None = None
 ) -> tuple[list[JobResult], list[Job]]:
-    """Replay each of ``replays`` in this process, in order.
+    """Replay each of ``replays``: in this process, in order, with ``workers`` = 1 (else in that many
+    local worker processes, :func:`~aiotsim.results.parallel.run_local`: never on Ray, whose
+    machines do not see the sources).
 
-    Returns the results of the replays that were written, and the jobs that must run in full
-    instead: those whose source is not a complete replay source (its full run failed or was
-    stopped) and those whose replay raised :class:`ConfigError` or :class:`ResultsError` (e.g. a
-    streamed aggregation whose uploads arrive in another order under the new network); ``note``
-    gets one line per such job. ``on_event`` gets a ``start``, ``iter`` and ``done``
-    :class:`~aiotsim.results.parallel.Event` per replay (``index``: its position in ``replays``).
-    A stop signal (``KeyboardInterrupt``) propagates: replays already written stay complete.
+    Returns the replays' results (failures other than a refusal included, for the caller to report)
+    and the jobs that must run in full instead: those whose source is not a complete replay source
+    (its full run failed or was stopped) and those whose replay raised :class:`ConfigError` or
+    :class:`ResultsError` (e.g. a streamed aggregation whose uploads arrive in another order under
+    the new network); ``note`` gets one line per such job. ``on_event`` gets the progress
+    :class:`~aiotsim.results.parallel.Event` s (``index``: the position among the replays whose
+    source is complete, :func:`ready_replays`). A stop signal (``KeyboardInterrupt``) propagates:
+    the replays already written stay complete.
     """
-    from aiotsim.replaying import replay_run
-
-    emit = on_event or (lambda e: None)
     say = note or (lambda line: None)
-    done: list[JobResult] = []
+    ready, fallback = ready_replays(replays, say)
+    results = run_local(ready, workers=workers, on_event=on_event)
+    done, refused = split_refused(results, say)
+    return done, [*fallback, *refused]
+
+
+def ready_replays(replays: Sequence[Replay], note: Note) -> tuple[list[Job], list[Job]]:
+    """The jobs of ``replays`` whose source is a complete replay source, as replay jobs
+    (``replay_from`` set), and the others as they are (to run in full; ``note`` says why)."""
+    ready: list[Job] = []
     fallback: list[Job] = []
-    for i, r in enumerate(replays):
-        if not is_source(r.source):
-            say(f"{r.job.label}: {r.source} holds no complete run with a timing record; running it in full")
-            fallback.append(r.job)
-            continue
-        sc = job_scenario(r.job)
-        emit(Event("start", i, 0, sc.scenario.iterations))
-        try:
-            summary = replay_run(r.source, sc, r.job.out_dir, threads=r.job.threads, on_progress=_progress(i, emit))
-        except (ConfigError, ResultsError) as exc:
-            say(f"{r.job.label}: not replayed from {r.source} ({_first_line(exc.message)}); running it in full")
-            fallback.append(r.job)
+    for r in replays:
+        if is_source(r.source):
+            ready.append(replace(r.job, replay_from=str(r.source)))
         else:
-            done.append(JobResult(r.job, summary))
-        finally:
-            emit(Event("done", i))
-    return done, fallback
+            note(f"{r.job.label}: {r.source} holds no complete run with a timing record; running it in full")
+            fallback.append(r.job)
+    return ready, fallback
+
+
+def split_refused(results: Sequence[JobResult], note: Note) -> tuple[list[JobResult], list[Job]]:
+    """The results of replay jobs, less the refused replays, and those as jobs to run in full
+    (``note`` gets the first line of each refusal)."""
+    done: list[JobResult] = []
+    refused: list[Job] = []
+    for res in results:
+        job = replace(res.job, replay_from="")
+        if res.refused:
+            why = _first_line(res.error or "")
+            note(f"{job.label}: not replayed from {res.job.replay_from} ({why}); running it in full")
+            refused.append(job)
+        else:
+            done.append(JobResult(job, res.summary, res.error))
+    return done, refused
 
 
 def forget_replay(run_dir: str | Path) -> None:
@@ -215,24 +250,6 @@ def forget_replay(run_dir: str | Path) -> None:
     mark the full run as replayed. Nothing else of the directory is touched."""
     with contextlib.suppress(FileNotFoundError):
         (Path(run_dir) / REPLAY_RECORD).unlink()
-
-
-def _progress(index: int, emit: EventSink) -> Callable[[Any], None]:
-    """An ``on_progress`` callback for a replay that reports ``iter`` events as a run's do."""
-
-    def on_progress(p: Any) -> None:
-        emit(
-            Event(
-                "iter",
-                index,
-                int(getattr(p, "iteration", 0)),
-                int(getattr(p, "total", 0)),
-                float(getattr(p, "sim_time_s", 0.0)),
-                float(getattr(p, "loss", float("nan"))),
-            )
-        )
-
-    return on_progress
 
 
 def _first_line(text: str) -> str:
@@ -254,5 +271,9 @@ __all__ = [
     "plan_replays",
     "plan_under",
     "run_replays",
+    "replay_workers",
+    "POOL_REPLAYS",
+    "ready_replays",
+    "split_refused",
     "forget_replay",
 ]
