@@ -90,7 +90,7 @@ def run_scenario(
         summary with ``status`` ``"diverged"``/``"stalled"``, ``complete: false`` and a ``reason``;
         an interruption or an error propagates after the summary has been written.
     """
-    check_replaceable(out_dir, (CHECKPOINT_NAME,))  # files of another kind are not deleted
+    check_replaceable(out_dir, (CHECKPOINT_NAME, TIMING_NAME))  # files of another kind are not deleted
     with _threads(threads):
         cluster = Cluster(scenario, device=device, on_progress=on_progress, model=model, data=data)
         checkpoint = Path(out_dir) / CHECKPOINT_NAME
