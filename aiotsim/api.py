@@ -36,6 +36,7 @@ from aiotsim.results.store import (
 )
 from aiotsim.sim.checkpoint import CHECKPOINT_NAME, attach, restore
 from aiotsim.sim.checkpoint import load as load_checkpoint
+from aiotsim.sim.recording import save_timing
 from aiotsim.sim.runner import build_strategy, run_cluster
 from aiotsim.sim.tape import TIMING_NAME
 from aiotsim.sim.world import Cluster
@@ -159,7 +160,7 @@ def _timed(cluster: Cluster, summary: dict[str, Any], out_dir: str | Path) -> di
     """``summary``, after writing the run's timing record when the run is complete (a replay
     starts only from a complete run, :mod:`aiotsim.replaying`)."""
     if summary.get("complete") is True:
-        cluster.tape.save(Path(out_dir) / TIMING_NAME, cluster.timing_meta())
+        save_timing(cluster, out_dir)
     return summary
 
 

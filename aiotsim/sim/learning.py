@@ -242,8 +242,7 @@ class Learning:
 
         ``messages[u][j]`` is message ``u``'s payload of layer ``j``; ``dense[u]`` marks a message
         sent as dense fp32 (a gateway in ``dense`` mode). Returns ``(aggregate per layer, wall
-        seconds)``; signSGD's majority vote counts each message once (:meth:`aggregation`).
-        ``keys[u]`` orders the stacked combination (a message's first node: not arrival order)."""
+        seconds)``; signSGD's majority vote counts each message once; ``keys[u]`` (first node) orders them."""
         agg = self.aggregation()
         for m, w, d, k in zip(messages, weights, dense, keys):
             agg.add(m, w, d, key=k)

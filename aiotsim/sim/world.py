@@ -14,20 +14,20 @@ Its interface is small: availability, a node's gradient with its simulated cost,
 accounting (:meth:`Cluster.send`, :meth:`Cluster.account`), :meth:`Cluster.apply` (decode,
 aggregate, step: a SimPy process), :meth:`Cluster.finish_row` / :meth:`Cluster.emit_row` and
 :meth:`Cluster.evaluate`. A strategy (:mod:`aiotsim.sim.strategies`) decides the order of events;
-the node and gateway processes (:mod:`aiotsim.sim.processes`) move the bytes.
+the node and gateway processes (:mod:`aiotsim.sim.processes`) move the bytes. The messages and
+per-node records it passes around are in :mod:`aiotsim.sim.messages`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import simpy
 import torch
 
-from aiotsim.compress.base import CodecState, Payload
+from aiotsim.compress.base import CodecState
 from aiotsim.config import Scenario
 from aiotsim.learn.compute import ComputeModel, get_profile, resolve_device
 from aiotsim.learn.datasets import Dataset
@@ -38,7 +38,8 @@ from aiotsim.sim.aggregate import Aggregation
 from aiotsim.sim.energy import EnergyMeter, get_radio
 from aiotsim.sim.fleet import NodeTable
 from aiotsim.sim.heartbeat import Heartbeat
-from aiotsim.sim.learning import Learning, LocalState
+from aiotsim.sim.learning import Learning
+from aiotsim.sim.messages import Applied, NodeState, Upload
 from aiotsim.sim.observe import before_step, observe_global
 from aiotsim.sim.replay_learning import ReplayLearning
 from aiotsim.sim.stops import Diverged, Stalled, non_finite
@@ -48,46 +49,6 @@ from aiotsim.sim.trace import TraceRecorder, kept_nodes
 
 Proc = Generator[simpy.Event, Any, Any]
 STALL_RETRIES = 1000  # a run with no node online for this many retry_s periods has stalled
-
-
-@dataclass
-class Upload:
-    """One message arriving at an aggregator: a node's gradient, or a gateway's average."""
-
-    source: str  # vertex that sent it
-    nodes: list[int]  # sensor nodes whose gradients it carries
-    version: int  # model version the gradients were computed on
-    payloads: list[Payload]  # one per layer
-    losses: list[float]  # training loss per contributing node
-    compute_s: list[float]  # simulated compute time per contributing node, s
-    encode_s: list[float]  # simulated encode time per contributing node, s
-    dense: bool = False  # payloads are dense fp32 (gateway_mode = "dense")
-
-
-@dataclass
-class Applied:
-    """An aggregation the server has applied, waiting for its metrics row."""
-
-    iteration: int
-    uploads: list[Upload]
-    decode_s: float  # simulated decode + aggregate time, s
-    agg_nnz: int
-    agg_bytes: int
-
-
-@dataclass
-class NodeState:
-    """What the simulation tracks about one sensor node between rounds."""
-
-    spec: NodeSpec
-    compute: ComputeModel
-    energy: EnergyMeter
-    rng: np.random.Generator  # availability and transient stragglers
-    local: LocalState  # data stream, codec states, momentum
-    held_version: int = 0  # model version the node holds
-    dispatched_version: int = 0  # version of its latest dispatch (held once the download arrives)
-    busy: bool = False  # dispatched and its upload not yet arrived
-    online: bool = True
 
 
 class Cluster:
@@ -105,7 +66,7 @@ class Cluster:
         A ready model (deep-copied) and data set instead of ``model.name``/``data.dataset``.
     replay : (ReplayLearning, Tape), optional
         Replay a recorded run (:mod:`aiotsim.replaying`): no learning, every learning value from
-        the tape. Otherwise the run records its tape (:meth:`timing_meta` and ``tape.save``).
+        the tape. Otherwise the run records its tape (:func:`aiotsim.sim.recording.save_timing`).
     """
 
     def __init__(
@@ -347,24 +308,6 @@ class Cluster:
     def evaluate(self) -> tuple[float, float]:
         """Accuracy and loss of the global model on the held-out test split."""
         return self.tape.evaluate(*self.learning.evaluate())
-
-    def timing_meta(self) -> dict[str, Any]:
-        """The run's constants a replay needs besides the tape (:data:`~aiotsim.sim.tape.META_KEYS`)."""
-        from aiotsim.sim.replay_rule import learning_key
-
-        learning = self.learning
-        return {
-            "learning_key": learning_key(self.sc),
-            "device": str(self.device),
-            "model": self.model_name,
-            "dataset": self.dataset_name,
-            "elements": learning.elements,
-            "dense_model_bytes": learning.dense_model_bytes,
-            "flops_per_batch": learning.flops_per_batch,
-            "encode_flops_per_element": learning.codec.encode_flops_per_element,
-            "aggregation_mode": learning.aggregation_mode,
-            "shard_sizes": [len(sh) for sh in learning.shards],
-        }
 
     def summary(self, wall_s: float, status: str, reason: str | None = None) -> RunSummary:
         """The run's summary as it stands (closes the nodes' energy meters)."""
