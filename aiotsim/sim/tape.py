@@ -30,7 +30,7 @@ arrival    agg.     key (first node of the upload)                      streamed
 On disk it is ``timing.npz`` (numpy's zip of arrays, read with ``allow_pickle=False``: it cannot
 run code) holding ``<stream>.owner`` and ``<stream>.<column>`` arrays and a JSON ``meta`` string
 (the run's constants: parameter count, model bytes, FLOPs per batch, device, ...). A synchronous
-node-iteration costs 44 bytes before compression (gradient 28, encode 16).
+node-iteration costs 56 bytes before compression (gradient row 32, encode row 24, owners included).
 """
 
 from __future__ import annotations
