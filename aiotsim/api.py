@@ -38,7 +38,7 @@ from aiotsim.sim.checkpoint import CHECKPOINT_NAME, attach, restore
 from aiotsim.sim.checkpoint import load as load_checkpoint
 from aiotsim.sim.recording import save_timing
 from aiotsim.sim.runner import build_strategy, run_cluster
-from aiotsim.sim.tape import TIMING_NAME
+from aiotsim.sim.tape import REPLAY_NAME, TIMING_NAME
 from aiotsim.sim.world import Cluster
 
 
@@ -98,7 +98,8 @@ def run_scenario(
         checkpoint.unlink(missing_ok=True)  # an older run's: never resume this run from it
         attach(cluster, checkpoint, checkpoint_every)
         strategy = build_strategy(cluster)  # before the run directory is touched
-        (Path(out_dir) / TIMING_NAME).unlink(missing_ok=True)  # an older run's record
+        for name in (TIMING_NAME, REPLAY_NAME):  # an older run's record, or a replay's source note
+            (Path(out_dir) / name).unlink(missing_ok=True)
         summary = run_cluster(cluster, custom_run_writer(out_dir, scenario, model, data), strategy)
         return _timed(cluster, summary, out_dir)
 

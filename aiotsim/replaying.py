@@ -32,10 +32,8 @@ from aiotsim.sim.checkpoint import CHECKPOINT_NAME
 from aiotsim.sim.replay_learning import ReplayLearning
 from aiotsim.sim.replay_rule import flat_keys, learning_key, replay_problem
 from aiotsim.sim.runner import build_strategy, run_cluster
-from aiotsim.sim.tape import TIMING_NAME, Tape
+from aiotsim.sim.tape import REPLAY_NAME, TIMING_NAME, Tape
 from aiotsim.sim.world import Cluster
-
-REPLAY_NAME = "replay.json"  # in a replayed run directory: where its learning came from
 
 
 def replay(run_dir: str | Path, overrides: dict[str, Any] | None = None, out_dir: str | Path | None = None) -> Result:

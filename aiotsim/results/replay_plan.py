@@ -33,11 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aiotsim.results.parallel import EventSink, Job, JobResult, job_scenario, run_local
-
-# in a replayed run directory: which run it was replayed from (aiotsim.replaying.REPLAY_NAME)
-REPLAY_RECORD = "replay.json"
-# in every complete run (and replay): the timing record a replay reads (aiotsim.sim.tape.TIMING_NAME)
-TIMING_RECORD = "timing.npz"
+from aiotsim.sim.tape import REPLAY_NAME, TIMING_NAME
 
 
 @dataclass(frozen=True)
@@ -57,21 +53,11 @@ class ReplayPlan:
     replays: list[Replay]
 
 
-def replay_available() -> bool:
-    """True when this installation can replay (:mod:`aiotsim.replaying` imports); batches run every
-    point in full otherwise."""
-    try:
-        import aiotsim.replaying  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def run_dirs_under(root: str | Path, depth: int = 3) -> list[Path]:
     """The directories at most ``depth`` levels below ``root`` that hold a timing record (candidate
     replay sources: a comparison's ``CODEC/seedK-HASH`` and ``MODE/CODEC/seedK-HASH``), sorted."""
     base = Path(root)
-    patterns = ["/".join(["*"] * level + [TIMING_RECORD]) for level in range(1, depth + 1)]
+    patterns = ["/".join(["*"] * level + [TIMING_NAME]) for level in range(1, depth + 1)]
     return sorted({p.parent for pattern in patterns for p in base.glob(pattern)})
 
 
@@ -106,7 +92,7 @@ def is_source(run_dir: str | Path) -> bool:
 def replayed_from(run_dir: str | Path) -> str | None:
     """The source run directory named by ``run_dir/replay.json`` (its ``replayed_from``: an absolute
     path), or None when ``run_dir`` was not replayed (no such file, or one that names no source)."""
-    path = Path(run_dir) / REPLAY_RECORD
+    path = Path(run_dir) / REPLAY_NAME
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
@@ -161,7 +147,7 @@ def plan_under(root: str | Path, jobs: Sequence[Job], pending: Sequence[Job], re
     ``root`` (a comparison's ``-o``): the replay sources are the complete runs with a timing record
     at most three levels below it (:func:`run_dirs_under`), of this batch (``jobs``) or an earlier
     one. With ``replay=False``, or where this installation cannot replay, every pending job trains."""
-    if not replay or not pending or not replay_available():
+    if not replay or not pending:
         return ReplayPlan(list(pending), [])
     keys = {j.out_dir: job_learning_key(j) for j in jobs}
     keys |= {j.out_dir: job_learning_key(j) for j in pending if j.out_dir not in keys}
@@ -249,7 +235,7 @@ def forget_replay(run_dir: str | Path) -> None:
     (a replay that failed half-way, or a replayed point run again with ``--no-replay``) must not
     mark the full run as replayed. Nothing else of the directory is touched."""
     with contextlib.suppress(FileNotFoundError):
-        (Path(run_dir) / REPLAY_RECORD).unlink()
+        (Path(run_dir) / REPLAY_NAME).unlink()
 
 
 def _first_line(text: str) -> str:
@@ -257,11 +243,10 @@ def _first_line(text: str) -> str:
 
 
 __all__ = [
-    "REPLAY_RECORD",
-    "TIMING_RECORD",
+    "REPLAY_NAME",
+    "TIMING_NAME",
     "Replay",
     "ReplayPlan",
-    "replay_available",
     "run_dirs_under",
     "job_learning_key",
     "dir_learning_key",

@@ -54,7 +54,6 @@ from aiotsim.results.replay_plan import (
     find_sources,
     job_learning_key,
     plan_replays,
-    replay_available,
     replayed_from,
 )
 from aiotsim.results.store import is_run_dir, make_dir, read_json, read_summary, run_dir_path, write_file
@@ -143,7 +142,7 @@ def plan_sweep(sweep: Sweep, device: str = "auto", replay: bool = True) -> Repla
     replay, every pending point trains.
     """
     pending = sweep.pending(device)
-    if not replay or not pending or not replay_available():
+    if not replay or not pending:
         return ReplayPlan(pending, [])
     jobs = sweep.jobs(device)
     keys = {j.out_dir: job_learning_key(j) for j in jobs}

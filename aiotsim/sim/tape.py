@@ -48,6 +48,7 @@ import numpy as np
 from aiotsim.errors import ConfigError, ResultsError
 
 TIMING_NAME = "timing.npz"
+REPLAY_NAME = "replay.json"  # in a replayed run directory: where its learning came from
 FORMAT = 1
 MAX_RECORD_BYTES = 8 * 2**30  # uncompressed arrays of a record at most (10,000 nodes x 1,000 iterations: 0.5 GB)
 SERVER = 0  # owner of the server's streams
@@ -313,4 +314,4 @@ def _meta(p: Path, raw: np.ndarray | None) -> dict[str, Any]:
     return meta
 
 
-__all__ = ["Tape", "TIMING_NAME", "STREAMS", "META_KEYS", "state_problems"]
+__all__ = ["Tape", "TIMING_NAME", "REPLAY_NAME", "STREAMS", "META_KEYS", "state_problems"]
