@@ -5,9 +5,12 @@ process, timed from the call to its return (the imports are done before; interpr
 aside). Its run directory then holds the timing record (``timing.npz``); the replay
 (:func:`aiotsim.replaying.replay_run`, with the case's new network settings) runs in a child
 process started after the full run, which imports first and then times the call alone, so that
-its peak resident memory (``ru_maxrss`` of the child itself, read at its end) is the replay's
-and not the full run's. ``base MB`` is the child's resident memory after its imports (the
-interpreter, torch and aiotsim), before the replay started.
+its peak resident memory is the replay's and not the full run's. The peak is the child's
+``VmHWM`` (``/proc/self/status``, read at its end), not ``ru_maxrss``: Linux carries the
+parent's high-water mark into a child's ``ru_maxrss`` across fork (or vfork) and exec, so after
+a 6.7 GB full run a child's ``ru_maxrss`` (and ``RUSAGE_CHILDREN``) says 6.7 GB whatever the
+child used; ``VmHWM`` belongs to the memory map exec made. ``base MB`` is the child's resident
+memory after its imports (the interpreter, torch and aiotsim), before the replay started.
 
 Cases (``--case NAME``, repeatable; default all three):
 
@@ -44,7 +47,6 @@ import io
 import json
 import os
 import pstats
-import resource
 import subprocess
 import sys
 import tempfile
@@ -143,21 +145,24 @@ def timed_replay(source: Path, out: Path, changes: dict[str, Any], profile_top: 
     return {**json.loads(done.stdout.strip().splitlines()[-1]), **({"profile": done.stderr} if profile_top else {})}
 
 
-def _rss_mb() -> float:
-    """This process's current resident memory, MB (Linux: /proc/self/statm, in pages)."""
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+def _status_mb(field: str) -> float:
+    """A memory field of this process's ``/proc/self/status`` (``VmRSS``, ``VmHWM``: kB), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field} (this benchmark needs Linux)")
 
 
 def child(source: str, out: str, changes_json: str, profile_top: int = 0) -> None:
     """The replay child: import, then time :func:`replay_run` alone; print one JSON line.
 
-    ``ru_maxrss`` is in KiB on Linux. With ``profile_top`` the replay runs under cProfile and the
-    functions with the most own time go to stderr."""
+    The peak is ``VmHWM`` (the module's docstring says why not ``ru_maxrss``). With
+    ``profile_top`` the replay runs under cProfile and the functions with the most own time go to
+    stderr."""
     from aiotsim.replaying import recorded_scenario, replay_run
 
     scenario = recorded_scenario(source).replace(**json.loads(changes_json))
-    base_mb = _rss_mb()
+    base_mb = _status_mb("VmRSS")
     profiler = cProfile.Profile() if profile_top else None
     t0 = time.perf_counter()
     if profiler:
@@ -172,8 +177,7 @@ def child(source: str, out: str, changes_json: str, profile_top: int = 0) -> Non
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(profile_top)
         print(text.getvalue(), file=sys.stderr)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"replay_s": replay_s, "peak_mb": peak_mb, "base_mb": base_mb}))
+    print(json.dumps({"replay_s": replay_s, "peak_mb": _status_mb("VmHWM"), "base_mb": base_mb}))
 
 
 def run_case(case: Case, workdir: Path, reuse: bool = False) -> dict[str, Any]:

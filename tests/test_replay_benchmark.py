@@ -23,7 +23,8 @@ def test_the_quick_case_replays_its_full_run_under_the_new_links(tmp_path: Path)
     """iot10 x 20 iterations with topk: the row's ratio and bytes per node-iteration are its own
     measurements' quotients; the replay directory is a run of the new links (2 Mbit/s, 50 ms
     instead of 10 Mbit/s, 5 ms), so the same learning takes longer simulated time and the same
-    bytes; a second call with ``reuse`` keeps the full run and reports its summary's wall time."""
+    bytes; a second call with ``reuse`` keeps the full run and reports its summary's wall time,
+    and the replay child's peak memory is its own, not this process's."""
     rb = replay_module()
     row = rb.run_case(rb.CASES["iot10-quick"], tmp_path)
     full, replay = tmp_path / "iot10-quick" / "full", tmp_path / "iot10-quick" / "replay"
@@ -42,7 +43,11 @@ def test_the_quick_case_replays_its_full_run_under_the_new_links(tmp_path: Path)
     changed = json.loads((replay / "replay.json").read_text())["changed"]
     assert changed == {"network.latency_ms": 50.0, "network.uplink_mbps": 2.0}
 
+    # 768 MB more in this process: a child's ru_maxrss would start above it; its VmHWM does not
+    held = b"\x01" * (768 * 2**20)
     again = rb.run_case(rb.CASES["iot10-quick"], tmp_path, reuse=True)
+    assert rb._status_mb("VmHWM") > 768 and again["peak_mb"] < 768
+    del held
     assert again["reused"] is True and again["full_s"] == a["wall_time_s"]
     assert "*" in rb.format_row(again).split()[4]  # the full s column marks a reused run
 
