@@ -9,10 +9,18 @@ from typing import Any
 
 import pytest
 
+from aiotsim.errors import ResultsError
 from aiotsim.results import plots
 from aiotsim.results.plot_inputs import collect
 from aiotsim.results.sweep import load_sweep
-from aiotsim.results.sweep_figures import key_label, plot_network_sweep, summarize_sweep, winners
+from aiotsim.results.sweep_figures import (
+    key_label,
+    nice_ticks,
+    plot_network_sweep,
+    summarize_sweep,
+    winner_colors,
+    winners,
+)
 
 ROOT = Path(__file__).parent.parent
 UP, LAT, CODEC, SEED = "network.uplink_mbps", "network.latency_ms", "compressor.name", "scenario.seed"
@@ -117,6 +125,10 @@ def test_target_and_budget_can_be_given(two_keys: Path) -> None:
     assert ns.cell("topk", (1, 5)).tta_s is None  # tops out at 0.93
     assert ns.cell("none", (1, 100)).acc_at_budget == 0.5  # at 6 s
     assert winners(ns)[(10, 5)] == "none" and winners(ns)[(1, 100)] == "none"
+    with pytest.raises(ResultsError, match="target accuracy 90: must be in"):
+        summarize_sweep(_sweep(two_keys), target=90)  # a percentage instead of a fraction
+    with pytest.raises(ResultsError, match="time budget -1 s: must be > 0"):
+        summarize_sweep(_sweep(two_keys), budget_s=-1)
 
 
 def test_exact_tie_goes_to_the_codec_listed_first(tmp_path: Path) -> None:
@@ -176,6 +188,16 @@ def test_axis_labels_carry_units() -> None:
     assert key_label(UP).endswith("(Mbit/s)") and "link rate" in key_label(UP)
     assert key_label(LAT).endswith("(ms)") and "latency" in key_label(LAT)
     assert key_label("custom.thing") == "thing"
+
+
+def test_colour_bar_ticks_and_winner_colours() -> None:
+    assert nice_ticks(13.0, 620.0, log=True) == [20, 50, 100, 200, 500]
+    assert nice_ticks(3.0, 4.0, log=True) == [3.0, 4.0]  # no 1-2-5 tick inside: the ends
+    assert nice_ticks(0.0, 96.0, log=False) == []  # linear: matplotlib's own
+    for n in (3, 18):
+        colors = list(winner_colors([f"c{i}" for i in range(n)]).values())
+        assert len(set(colors)) == n  # distinct
+        assert not any(r == g == b for r, g, b in colors)  # no grey: grey means "not reached"
 
 
 def test_shipped_network_sweep_is_20_codecs_by_40_network_points() -> None:

@@ -178,7 +178,7 @@ def summarize_sweep(sw: SweepData, target: float | None = None, budget_s: float 
         name=sw.name,
         keys=keys,
         values=tuple(_axis_values(sw.grid[k]) for k in keys),
-        codecs=tuple(c for c in codecs if any(c == g for g, _ in groups)),
+        codecs=tuple(c for c in codecs if c in {g for g, _ in groups}),  # codecs with a run
         target=goal,
         budget_s=budget,
         cells={k: _cell(v, goal, budget) for k, v in groups.items()},
@@ -218,6 +218,14 @@ def codec_colors(codecs: Sequence[str]) -> dict[str, tuple[float, float, float]]
     """A colour per codec, the same in every figure of a sweep (tab20: up to 20 distinct)."""
     cmap = plt.get_cmap("tab20" if len(codecs) > 10 else "tab10")
     return {c: to_rgb(cmap(i % cmap.N)) for i, c in enumerate(codecs)}
+
+
+def winner_colors(codecs: Sequence[str]) -> dict[str, tuple[float, float, float]]:
+    """A colour per winning codec, none of them grey (grey is "not reached"): tab10 without its grey
+    for up to 9 winners, else tab20 without its two greys (cycling past 18)."""
+    cmap, greys = (plt.get_cmap("tab10"), {7}) if len(codecs) <= 9 else (plt.get_cmap("tab20"), {14, 15})
+    palette = [to_rgb(cmap(i)) for i in range(cmap.N) if i not in greys]
+    return {c: palette[i % len(palette)] for i, c in enumerate(codecs)}
 
 
 def _safe(name: str) -> str:
@@ -397,6 +405,7 @@ def _plot_panels(ns: NetworkSweep, spec: Panels, out_dir: Path, fmts: Sequence[s
     bar = fig.colorbar(image, ax=axes, shrink=0.8, label=spec.label)
     if ticks := nice_ticks(lo, hi, log):
         bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
+        bar.minorticks_off()  # a log colour bar labels its minor ticks too (4 x 10^1 beside 50)
     fig.suptitle(f"Sweep {ns.name}: {spec.label} per codec; x: {spec.empty}; blank: not run\n{_rules(ns)}", fontsize=9)
     return _save(fig, out_dir, f"sweep_{_safe(ns.name)}_{spec.stem}", fmts)
 
@@ -404,7 +413,8 @@ def _plot_panels(ns: NetworkSweep, spec: Panels, out_dir: Path, fmts: Sequence[s
 def _plot_winner(ns: NetworkSweep, out_dir: Path, formats: Sequence[str]) -> list[Path]:
     v1, v2 = ns.values
     won = winners(ns)
-    colors = codec_colors(ns.codecs)
+    shown = [c for c in ns.codecs if c in won.values()]
+    colors = winner_colors(shown)
     rgb = np.ones((len(v2), len(v1), 3))
     fig, ax = plt.subplots(figsize=(1.2 * len(v1) + 3.5, 0.75 * len(v2) + 2))
     for i, a in enumerate(v1):
@@ -421,7 +431,6 @@ def _plot_winner(ns: NetworkSweep, out_dir: Path, formats: Sequence[str]) -> lis
     _cell_ticks(ax, ns, size=8)
     ax.set_xlabel(key_label(ns.keys[0]))
     ax.set_ylabel(key_label(ns.keys[1]))
-    shown = [c for c in ns.codecs if c in won.values()]
     handles = [Patch(color=colors[c], label=c) for c in shown]
     if None in won.values():
         handles.append(Patch(facecolor=NOT_REACHED_RGB, edgecolor="grey", label=f"{NOT_REACHED}: no codec reached it"))
