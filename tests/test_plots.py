@@ -92,6 +92,9 @@ name = "up"
         "timeline_2bit",
         "sweep_up_network.uplink_mbps",
         "sweep_up_network.latency_ms",
+        "sweep_up_tta",
+        "sweep_up_budget_accuracy",
+        "sweep_up_winner",
     }
     assert all(_valid_png(p) for p in out.glob("*.png"))
 
@@ -139,7 +142,7 @@ def test_a_fleet_s_timeline_shows_a_spread_of_its_nodes(tmp_path: Path, monkeypa
         figures.append(fig)
         return []
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(plots, "save_figure", keep)
     plots.plot_timeline(plots.load_run(run_dir), tmp_path, ["png"])
     ax = figures[0].axes[0]
     rows = [t.get_text() for t in ax.get_yticklabels()]

@@ -39,10 +39,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
 
 from aiotsim.errors import ResultsError  # noqa: E402
 from aiotsim.results.compare import time_to_accuracy  # noqa: E402
+from aiotsim.results.figure_files import safe_name, save_figure  # noqa: E402
 from aiotsim.results.plot_inputs import (  # noqa: E402
     CODEC_KEY,
     SEED_KEY,
@@ -80,25 +80,6 @@ def _groups(runs: list[Run]) -> dict[str, list[Run]]:
     return out
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "run"
-
-
-def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
-    paths = []
-    try:
-        for fmt in formats:
-            path = out_dir / f"{stem}.{fmt}"
-            try:
-                fig.savefig(path, dpi=120, bbox_inches="tight")
-            except OSError as exc:
-                raise ResultsError(f"cannot write to {path}: {exc.strerror or exc}") from None
-            paths.append(path)
-    finally:
-        plt.close(fig)
-    return paths
-
-
 def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
@@ -132,7 +113,7 @@ def plot_throughput(runs: list[Run], out_dir: Path, formats: Sequence[str]) -> l
     ax.set_title(f"Training throughput per compressor\n{_title_suffix(runs)}")
     ax.legend()
     ax.tick_params(axis="x", rotation=30)
-    return _save(fig, out_dir, "throughput", formats)
+    return save_figure(fig, out_dir, "throughput", formats)
 
 
 def plot_wire_bytes(runs: list[Run], out_dir: Path, formats: Sequence[str]) -> list[Path]:
@@ -156,7 +137,7 @@ def plot_wire_bytes(runs: list[Run], out_dir: Path, formats: Sequence[str]) -> l
     ax.set_xlabel("compressor")
     ax.set_title(f"Bytes on the wire per compressor (payload + packet headers)\n{_title_suffix(runs)}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    return _save(fig, out_dir, "wire_bytes", formats)
+    return save_figure(fig, out_dir, "wire_bytes", formats)
 
 
 def _cumulative_wire_mb(run: Run) -> dict[int, float]:
@@ -211,7 +192,7 @@ def plot_convergence(runs: list[Run], out_dir: Path, formats: Sequence[str], x: 
     what = {"time": "simulated time", "iterations": "iterations", "bytes": "bytes on the wire"}[x]
     fig.suptitle(f"Convergence against {what}: {_title_suffix(runs)}")
     fig.tight_layout()
-    return _save(fig, out_dir, f"convergence_{x}", formats)
+    return save_figure(fig, out_dir, f"convergence_{x}", formats)
 
 
 def plot_modes(runs: list[Run], out_dir: Path, formats: Sequence[str]) -> list[Path]:
@@ -239,7 +220,7 @@ def plot_modes(runs: list[Run], out_dir: Path, formats: Sequence[str]) -> list[P
     ax_t.legend(title="mode/codec", fontsize=8)
     fig.suptitle(f"Accuracy by training mode: {_title_suffix(runs)}")
     fig.tight_layout()
-    return _save(fig, out_dir, "modes_accuracy", formats)
+    return save_figure(fig, out_dir, "modes_accuracy", formats)
 
 
 def plot_time_to_accuracy(runs: list[Run], out_dir: Path, formats: Sequence[str], target: float) -> list[Path]:
@@ -261,7 +242,7 @@ def plot_time_to_accuracy(runs: list[Run], out_dir: Path, formats: Sequence[str]
     ax.set_title(f"Time to {target:.0%} accuracy per compressor\n{_title_suffix(runs)}")
     ax.legend()
     ax.tick_params(axis="x", rotation=30)
-    return _save(fig, out_dir, "time_to_accuracy", formats)
+    return save_figure(fig, out_dir, "time_to_accuracy", formats)
 
 
 # ---- timeline ---------------------------------------------------------------------------------------
@@ -377,7 +358,7 @@ def plot_timeline(run: Run, out_dir: Path, formats: Sequence[str], iterations: i
     )
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=6, fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
-    return _save(fig, out_dir, f"timeline_{_safe(run.group or run.summary['compressor'])}", formats)
+    return save_figure(fig, out_dir, f"timeline_{safe_name(run.group or run.summary['compressor'])}", formats)
 
 
 # ---- sweeps -----------------------------------------------------------------------------------------
@@ -439,7 +420,7 @@ def plot_sweep(sw: SweepData, key: str, out_dir: Path, formats: Sequence[str], t
     axes.flat[0].legend(fontsize=8, title="compressor" if CODEC_KEY in sw.grid else None)
     fig.suptitle(f"Sweep {sw.name}: metrics against {key} (mean over seeds, error bar = std)")
     fig.tight_layout()
-    return _save(fig, out_dir, f"sweep_{_safe(sw.name)}_{_safe(key)}", formats)
+    return save_figure(fig, out_dir, f"sweep_{safe_name(sw.name)}_{safe_name(key)}", formats)
 
 
 # ---- everything -------------------------------------------------------------------------------------
@@ -497,7 +478,7 @@ def _plot_runs(
         except ResultsError as exc:
             if exc.message.startswith("cannot write to "):
                 raise
-            warn(f"skipped timeline_{_safe(members[0].group)}: {exc.message}")
+            warn(f"skipped timeline_{safe_name(members[0].group)}: {exc.message}")
     return written
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,12 +44,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm, Normalize, to_rgb  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from aiotsim.config import SECTIONS  # noqa: E402
 from aiotsim.errors import ResultsError  # noqa: E402
+from aiotsim.results.figure_files import safe_name, save_figure  # noqa: E402
 from aiotsim.results.plot_inputs import CODEC_KEY, SEED_KEY, Run, SweepData  # noqa: E402
 
 # Units by the ending of a scenario key's name (the schema's convention: uplink_mbps, latency_ms).
@@ -228,11 +227,6 @@ def winner_colors(codecs: Sequence[str]) -> dict[str, tuple[float, float, float]
     return {c: palette[i % len(palette)] for i, c in enumerate(codecs)}
 
 
-def _safe(name: str) -> str:
-    """``name`` as part of a file name (as plots.py names its figures)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "sweep"
-
-
 def _pct(target: float) -> str:
     return f"{target * 100:g}%"
 
@@ -240,22 +234,6 @@ def _pct(target: float) -> str:
 def _text_color(rgb: tuple[float, float, float]) -> str:
     """Black on light cells, white on dark ones (relative luminance)."""
     return "black" if 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2] > 0.5 else "white"
-
-
-def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
-    """Write ``fig`` in every format, then close it; ResultsError when the file cannot be written."""
-    paths = []
-    try:
-        for fmt in formats:
-            path = out_dir / f"{stem}.{fmt}"
-            try:
-                fig.savefig(path, dpi=120, bbox_inches="tight")
-            except OSError as exc:
-                raise ResultsError(f"cannot write to {path}: {exc.strerror or exc}") from None
-            paths.append(path)
-    finally:
-        plt.close(fig)
-    return paths
 
 
 def _rules(ns: NetworkSweep) -> str:
@@ -320,7 +298,7 @@ def _plot_one_key(ns: NetworkSweep, out_dir: Path, formats: Sequence[str]) -> li
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="compressor")
     fig.suptitle(f"Sweep {ns.name}: time to {_pct(ns.target)} and accuracy at a budget against {key}\n{_rules(ns)}")
     fig.tight_layout()
-    return _save(fig, out_dir, f"sweep_{_safe(ns.name)}_tta_{_safe(key)}", formats)
+    return save_figure(fig, out_dir, f"sweep_{safe_name(ns.name, 'sweep')}_tta_{safe_name(key)}", formats)
 
 
 # ---- two swept keys ---------------------------------------------------------------------------------
@@ -407,7 +385,7 @@ def _plot_panels(ns: NetworkSweep, spec: Panels, out_dir: Path, fmts: Sequence[s
         bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
         bar.minorticks_off()  # a log colour bar labels its minor ticks too (4 x 10^1 beside 50)
     fig.suptitle(f"Sweep {ns.name}: {spec.label} per codec; x: {spec.empty}; blank: not run\n{_rules(ns)}", fontsize=9)
-    return _save(fig, out_dir, f"sweep_{_safe(ns.name)}_{spec.stem}", fmts)
+    return save_figure(fig, out_dir, f"sweep_{safe_name(ns.name, 'sweep')}_{spec.stem}", fmts)
 
 
 def _plot_winner(ns: NetworkSweep, out_dir: Path, formats: Sequence[str]) -> list[Path]:
@@ -443,7 +421,7 @@ def _plot_winner(ns: NetworkSweep, out_dir: Path, formats: Sequence[str]) -> lis
         "mean over seeds when all reached it)",
         fontsize=9,
     )
-    return _save(fig, out_dir, f"sweep_{_safe(ns.name)}_winner", formats)
+    return save_figure(fig, out_dir, f"sweep_{safe_name(ns.name, 'sweep')}_winner", formats)
 
 
 def plot_network_sweep(sw: SweepData, out_dir: Path, formats: Sequence[str], target: float | None = None) -> list[Path]:
