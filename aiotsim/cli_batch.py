@@ -23,6 +23,7 @@ from rich.table import Table
 
 from aiotsim.cli_common import (
     DeviceOpt,
+    IterOpt,
     QuietOpt,
     SetOpt,
     ensure_dir,
@@ -218,30 +219,33 @@ ModesOpt = Annotated[
 ]
 
 
+ScenarioFileArg = Annotated[
+    Path, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)
+]
+CodecsOpt = Annotated[str, typer.Option("--compressor", "-c", help="comma-separated codecs, e.g. none,2bit,topk")]
+SeedsOpt = Annotated[int, typer.Option("--seeds", help="seeds per codec: scenario.seed, +1, ...", min=1)]
+CompareOutOpt = Annotated[
+    Path | None, typer.Option("--out", "-o", help="comparison directory (default runs/compare-NAME)", parser=out_path)
+]
+TargetOpt = Annotated[
+    float | None,
+    typer.Option("--target-accuracy", help="accuracy for time-to-accuracy (default: the scenario's)", min=0.0, max=1.0),
+]
+BaselineOpt = Annotated[
+    str | None, typer.Option("--baseline", help="codec the speed-up is relative to (default: none, else the first)")
+]
+
+
 def compare(
-    scenario: Annotated[Path, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)],
-    compressor: Annotated[
-        str, typer.Option("--compressor", "-c", help="comma-separated codecs, e.g. none,2bit,topk")
-    ] = "none,fp16,2bit,topk",
-    seeds: Annotated[int, typer.Option("--seeds", help="seeds per codec: scenario.seed, +1, ...", min=1)] = 1,
+    scenario: ScenarioFileArg,
+    compressor: CodecsOpt = "none,fp16,2bit,topk",
+    seeds: SeedsOpt = 1,
     jobs: JobsOpt = None,
-    out_dir: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", help="comparison directory (default runs/compare-NAME)", parser=out_path),
-    ] = None,
+    out_dir: CompareOutOpt = None,
     set_: SetOpt = None,
-    iterations: Annotated[
-        int | None, typer.Option("--iterations", "-n", help="iterations (overrides scenario.iterations)", min=1)
-    ] = None,
-    target_accuracy: Annotated[
-        float | None,
-        typer.Option(
-            "--target-accuracy", help="accuracy for time-to-accuracy (default: the scenario's)", min=0.0, max=1.0
-        ),
-    ] = None,
-    baseline: Annotated[
-        str | None, typer.Option("--baseline", help="codec the speed-up is relative to (default: none, else the first)")
-    ] = None,
+    iterations: IterOpt = None,
+    target_accuracy: TargetOpt = None,
+    baseline: BaselineOpt = None,
     modes: ModesOpt = "",
     device: DeviceOpt = "auto",
     no_replay: NoReplayOpt = False,
@@ -336,26 +340,31 @@ SweepOutOpt = Annotated[
 ]
 
 
+SweepFileArg = Annotated[
+    Path, typer.Argument(help="sweep TOML file, e.g. scenarios/sweep_uplink.toml", show_default=False)
+]
+RayOpt = Annotated[
+    bool,
+    typer.Option(
+        "--ray",
+        help="run on Ray: `--ray` alone starts a local Ray instance, `--ray ADDRESS` joins a cluster "
+        "(e.g. auto, ray://head:10001); needs pip install 'aiotsim\\[ray]'",
+    ),
+]
+AddressArg = Annotated[
+    str | None, typer.Argument(metavar="[ADDRESS]", help="Ray cluster address, only after --ray", show_default=False)
+]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="validate and list the grid points, run nothing")]
+
+
 def sweep(
-    sweep_file: Annotated[
-        Path, typer.Argument(help="sweep TOML file, e.g. scenarios/sweep_uplink.toml", show_default=False)
-    ],
+    sweep_file: SweepFileArg,
     out_dir: SweepOutOpt = None,
     jobs: JobsOpt = None,
-    ray: Annotated[
-        bool,
-        typer.Option(
-            "--ray",
-            help="run on Ray: `--ray` alone starts a local Ray instance, `--ray ADDRESS` joins a cluster "
-            "(e.g. auto, ray://head:10001); needs pip install 'aiotsim\\[ray]'",
-        ),
-    ] = False,
-    address: Annotated[
-        str | None,
-        typer.Argument(metavar="[ADDRESS]", help="Ray cluster address, only after --ray", show_default=False),
-    ] = None,
+    ray: RayOpt = False,
+    address: AddressArg = None,
     device: DeviceOpt = "auto",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="validate and list the grid points, run nothing")] = False,
+    dry_run: DryRunOpt = False,
     no_replay: NoReplayOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
