@@ -324,3 +324,23 @@ def test_cli_replay_and_its_refusal(recorded: Path, tmp_path: Path) -> None:
     bad = subprocess.run([*cli, "--set", "training.lr=0.5", "-o", str(tmp_path / "x")], capture_output=True, text=True)
     assert bad.returncode == 2
     assert "training.lr cannot be replayed" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_federated_run_with_an_availability_trace_is_never_replayed(tmp_path: Path) -> None:
+    trace = tmp_path / "avail.csv"
+    trace.write_text("node,start_s,end_s\n0,0,5\n1,2,100\n")
+    a = tiny(**FOUR, **{"training.mode": "federated", "nodes.availability_trace": str(trace)})
+    assert learning_key(a) is None
+    problem = replay_problem(a, a.replace(**{"network.latency_ms": 50.0}))
+    assert problem is not None and "nodes.availability_trace" in problem
+
+
+def test_a_run_of_a_model_given_in_python_is_refused(tmp_path: Path) -> None:
+    import torch
+
+    import aiotsim
+
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))  # digits: 1x8x8 inputs
+    aiotsim.run(TINY, model=model, out_dir=tmp_path / "a", device="cpu")
+    with pytest.raises(ConfigError, match="model or data set given in Python"):
+        aiotsim.replay(tmp_path / "a", overrides={"network.latency_ms": 50.0}, out_dir=tmp_path / "r")
