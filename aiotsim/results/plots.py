@@ -55,7 +55,7 @@ from aiotsim.results.plot_inputs import (  # noqa: E402
 )
 from aiotsim.results.store import Warn, make_dir, read_json  # noqa: E402
 from aiotsim.results.store import warn as store_warn  # noqa: E402
-from aiotsim.results.sweep_figures import plot_network_sweep  # noqa: E402
+from aiotsim.results.sweep_figures import NOT_REACHED, note_nothing_reached, pct, plot_network_sweep  # noqa: E402
 from aiotsim.sim.trace import NODE_VERTEX, spread  # noqa: E402
 
 MB = 1e6  # bytes per MB (decimal, as network rates are)
@@ -224,7 +224,12 @@ def plot_modes(runs: list[Run], out_dir: Path, formats: Sequence[str]) -> list[P
 
 
 def plot_time_to_accuracy(runs: list[Run], out_dir: Path, formats: Sequence[str], target: float) -> list[Path]:
-    """Bars: simulated seconds to reach ``target`` accuracy (mean over seeds that reached it)."""
+    """Bars: simulated seconds to reach ``target`` accuracy (mean over seeds that reached it).
+
+    A compressor none of whose seeds reached it has no bar, labelled "not reached"; when no compressor
+    did, the figure says so across the middle and its axis spans the runs' simulated time (the window
+    in which none reached it), not an empty -0.04..0.04.
+    """
     groups = _groups(runs)
     names = list(groups)
     fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(names) + 2), 4))
@@ -232,15 +237,21 @@ def plot_time_to_accuracy(runs: list[Run], out_dir: Path, formats: Sequence[str]
     for n in names:
         ttas = [t for t in (time_to_accuracy(r.evals, target) for r in groups[n]) if t is not None]
         heights.append(statistics.fmean(ttas) if ttas else 0.0)
-        labels.append(f"{heights[-1]:.1f}" if ttas else "not reached")
+        labels.append(f"{heights[-1]:.1f}" if ttas else NOT_REACHED)
         if ttas and len(ttas) < len(groups[n]):
-            labels[-1] += f" ({len(ttas)}/{len(groups[n])})"
-    bars = ax.bar(names, heights, color="#C44E52", label=f"mean over seeds reaching {target:.0%}")
+            labels[-1] += f" ({len(ttas)}/{len(groups[n])} seeds)"
+    reached = any(label != NOT_REACHED for label in labels)
+    bars = ax.bar(names, heights, color="#C44E52", label=f"mean over seeds reaching {pct(target)}")
     ax.bar_label(bars, labels=labels, fontsize=8)
-    ax.set_ylabel(f"simulated time to {target:.0%} test accuracy (s)")
+    if reached:
+        ax.legend()
+    else:
+        longest = max((float(r.summary.get("sim_time_s") or 0.0) for r in runs), default=0.0)
+        ax.set_ylim(0, longest * 1.05 if longest > 0 else 1.0)
+        note_nothing_reached(ax, target)
+    ax.set_ylabel(f"simulated time to {pct(target)} test accuracy (s)")
     ax.set_xlabel("compressor")
-    ax.set_title(f"Time to {target:.0%} accuracy per compressor\n{_title_suffix(runs)}")
-    ax.legend()
+    ax.set_title(f"Time to {pct(target)} accuracy per compressor\n{_title_suffix(runs)}")
     ax.tick_params(axis="x", rotation=30)
     return save_figure(fig, out_dir, "time_to_accuracy", formats)
 
@@ -413,7 +424,9 @@ def plot_sweep(sw: SweepData, key: str, out_dir: Path, formats: Sequence[str], t
             ax.set_xticks(range(len(xs_all)), [str(v) for v in xs_all])
         if metric == "time_to_accuracy_s":
             t = target if target is not None else float(sw.points[0][1].summary["target_accuracy"])
-            ylabel = f"simulated s to {t:.0%} accuracy"
+            ylabel = f"simulated s to {pct(t)} accuracy"
+            if not ax.lines:  # no point reached it: say so rather than leave an empty panel
+                note_nothing_reached(ax, t)
         ax.set_xlabel(key)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)

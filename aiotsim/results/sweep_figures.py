@@ -227,8 +227,22 @@ def winner_colors(codecs: Sequence[str]) -> dict[str, tuple[float, float, float]
     return {c: palette[i % len(palette)] for i, c in enumerate(codecs)}
 
 
-def _pct(target: float) -> str:
+def pct(target: float) -> str:
+    """An accuracy 0..1 as a percentage without rounding it away: 0.9 -> ``"90%"``, 0.925 -> ``"92.5%"``."""
     return f"{target * 100:g}%"
+
+
+def nothing_reached(target: float) -> str:
+    """The words every figure uses when no compressor reached ``target``: ``"no compressor reached 90% accuracy"``."""
+    return f"no compressor reached {pct(target)} accuracy"
+
+
+def note_nothing_reached(ax: Any, target: float) -> None:
+    """Write :func:`nothing_reached` across the middle of ``ax`` (a panel with no time to draw)."""
+    ax.text(
+        0.5, 0.5, nothing_reached(target), transform=ax.transAxes, ha="center", va="center", fontsize=11,
+        color="dimgrey", bbox={"facecolor": "white", "edgecolor": "grey", "boxstyle": "round"},
+    )  # fmt: skip
 
 
 def _text_color(rgb: tuple[float, float, float]) -> str:
@@ -239,7 +253,7 @@ def _text_color(rgb: tuple[float, float, float]) -> str:
 def _rules(ns: NetworkSweep) -> str:
     """The rules as a figure caption."""
     return (
-        f"time to target: first evaluation >= {_pct(ns.target)}, mean over seeds, only when every seed reached it; "
+        f"time to target: first evaluation >= {pct(ns.target)}, mean over seeds, only when every seed reached it; "
         f"budget {ns.budget_s:.4g} s = the shortest run's simulated time (every run reached it)"
     )
 
@@ -289,14 +303,16 @@ def _plot_one_key(ns: NetworkSweep, out_dir: Path, formats: Sequence[str]) -> li
     top = (max(times) * (1.5 if log else 1.1)) if times else 1.0  # the "not reached" line
     _draw_lines(ax_t, ns, pos, "tta_s", 1.0, (top, 1.08) if log else (top, 0.03 * top))
     _draw_lines(ax_a, ns, pos, "acc_at_budget", 100.0, (-4.0, -2.5))  # below 0 %: no evaluation yet
+    if not times:
+        note_nothing_reached(ax_t, ns.target)
     ax_a.set_yticks(range(0, 101, 20))  # no negative accuracies on the axis: the marks below 0 are no value
-    ax_t.set_ylabel(f"simulated time to {_pct(ns.target)} test accuracy (s)")
+    ax_t.set_ylabel(f"simulated time to {pct(ns.target)} test accuracy (s)")
     ax_a.set_ylabel(f"test accuracy at the {ns.budget_s:.4g} s budget (%)")
     handles, labels = ax_t.get_legend_handles_labels()
     handles.append(Line2D([], [], ls="none", marker="x", color="grey"))
     labels.append(f"x on a dotted line: target {NOT_REACHED} (left),\nno evaluation by the budget yet (right)")
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="compressor")
-    fig.suptitle(f"Sweep {ns.name}: time to {_pct(ns.target)} and accuracy at a budget against {key}\n{_rules(ns)}")
+    fig.suptitle(f"Sweep {ns.name}: time to {pct(ns.target)} and accuracy at a budget against {key}\n{_rules(ns)}")
     fig.tight_layout()
     return save_figure(fig, out_dir, f"sweep_{safe_name(ns.name, 'sweep')}_tta_{safe_name(key)}", formats)
 
@@ -384,7 +400,10 @@ def _plot_panels(ns: NetworkSweep, spec: Panels, out_dir: Path, fmts: Sequence[s
     if ticks := nice_ticks(lo, hi, log):
         bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
         bar.minorticks_off()  # a log colour bar labels its minor ticks too (4 x 10^1 beside 50)
-    fig.suptitle(f"Sweep {ns.name}: {spec.label} per codec; x: {spec.empty}; blank: not run\n{_rules(ns)}", fontsize=9)
+    title = f"Sweep {ns.name}: {spec.label} per codec; x: {spec.empty}; blank: not run\n{_rules(ns)}"
+    if spec.field == "tta_s" and not values.size:  # every panel is all x: say why once, on top
+        title = f"{nothing_reached(ns.target)}\n{title}"
+    fig.suptitle(title, fontsize=9)
     return save_figure(fig, out_dir, f"sweep_{safe_name(ns.name, 'sweep')}_{spec.stem}", fmts)
 
 
@@ -411,12 +430,14 @@ def _plot_winner(ns: NetworkSweep, out_dir: Path, formats: Sequence[str]) -> lis
     ax.set_ylabel(key_label(ns.keys[1]))
     handles = [Patch(color=colors[c], label=c) for c in shown]
     if None in won.values():
-        handles.append(Patch(facecolor=NOT_REACHED_RGB, edgecolor="grey", label=f"{NOT_REACHED}: no codec reached it"))
+        handles.append(
+            Patch(facecolor=NOT_REACHED_RGB, edgecolor="grey", label=f"{NOT_REACHED}: {nothing_reached(ns.target)}")
+        )
     if len(won) < len(ns.points()):
         handles.append(Patch(facecolor=NOT_RUN_RGB, edgecolor="grey", label="blank: not run"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="fastest codec")
     ax.set_title(
-        f"Sweep {ns.name}: the codec with the shortest simulated time to {_pct(ns.target)} accuracy per cell\n"
+        f"Sweep {ns.name}: the codec with the shortest simulated time to {pct(ns.target)} accuracy per cell\n"
         f"(ties: fewer wire bytes to target; of {len(ns.codecs)} codecs; time to target: first evaluation, "
         "mean over seeds when all reached it)",
         fontsize=9,
@@ -432,7 +453,7 @@ def plot_network_sweep(sw: SweepData, out_dir: Path, formats: Sequence[str], tar
     ns = summarize_sweep(sw, target)
     if len(ns.keys) == 1:
         return _plot_one_key(ns, out_dir, formats)
-    tta = Panels("tta_s", 1.0, "viridis_r", "tta", f"simulated s to {_pct(ns.target)} test accuracy", NOT_REACHED)
+    tta = Panels("tta_s", 1.0, "viridis_r", "tta", f"simulated s to {pct(ns.target)} test accuracy", NOT_REACHED)
     acc_label = f"test accuracy at the {ns.budget_s:.4g} s budget (%)"
     acc = Panels("acc_at_budget", 100.0, "viridis", "budget_accuracy", acc_label, "no evaluation yet")
     written = _plot_panels(ns, tta, out_dir, formats) + _plot_panels(ns, acc, out_dir, formats)
@@ -450,4 +471,8 @@ __all__ = [
     "key_label",
     "codec_colors",
     "plot_network_sweep",
+    "NOT_REACHED",
+    "pct",
+    "nothing_reached",
+    "note_nothing_reached",
 ]
