@@ -196,17 +196,53 @@ def report_failures(results: list[JobResult]) -> None:
         raise BatchError("\n".join([f"{len(failed)} of {len(results)} runs failed; the others are kept:", *lines]))
 
 
-def comparison_table(c: Any, title: str) -> Table:
-    """A :class:`~aiotsim.results.compare.Comparison` as a rich table."""
-    from aiotsim.results.compare import display_columns
+def comparison_tables(c: Any, title: str, width: int) -> list[Table]:
+    """A :class:`~aiotsim.results.compare.Comparison` as rich tables that fit ``width`` columns."""
+    from aiotsim.results.compare import display_columns, multi_seed
 
     headers, cells = display_columns(c)
-    t = Table(title=title, caption=f"speed-up relative to {c.baseline}; accuracy mean ± std over seeds")
-    for i, h in enumerate(headers):
-        t.add_column(h, justify="left" if i == 0 else "right", style="bold" if i == 0 else None)
-    for row in cells:
-        t.add_row(*row)
-    return t
+    spread = "accuracy: mean ± std over seeds" if multi_seed(c) else "accuracy: one seed per codec"
+    return fit_tables(headers, cells, 1, width, title, f"speed-up relative to {c.baseline}; {spread}")
+
+
+# A table's width beyond its columns': a border left of each column and one at the right, and one
+# space of padding on each side of every cell (Rich's default box and padding), in characters.
+def _table_width(widths: list[int]) -> int:
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def fit_tables(
+    headers: list[str], cells: list[list[str]], keys: int, width: int, title: str, caption: str
+) -> list[Table]:
+    """Rich tables holding ``cells`` without cutting any cell, each at most ``width`` columns wide:
+    one table when it fits, else the columns are split over several, each repeating the first
+    ``keys`` columns (the row names). A column is as wide as its widest cell; a header may wrap
+    at spaces, not inside a word. The first table has the title, the last the caption."""
+    from rich.cells import cell_len
+
+    def need(i: int, whole: bool) -> int:  # a column's width: its header whole, or its longest word
+        head = cell_len(headers[i]) if whole else max(map(cell_len, headers[i].split() or [""]))
+        return max([head, *(cell_len(row[i]) for row in cells)])
+
+    groups: list[list[int]] = [[]]
+    for i in range(keys, len(headers)):
+        if groups[-1] and _table_width([need(j, False) for j in [*range(keys), *groups[-1], i]]) > width:
+            groups.append([])
+        groups[-1].append(i)
+    tables = []
+    for n, group in enumerate(groups):
+        cols = [*range(keys), *group]
+        widths = [need(i, False) for i in cols]
+        for k, i in enumerate(cols):  # room left: a header on one line
+            widths[k] += max(0, min(need(i, True) - widths[k], width - _table_width(widths)))
+        t = Table(title=title if n == 0 else None, caption=caption if n == len(groups) - 1 else None)
+        for k, i in enumerate(cols):
+            key = i < keys
+            t.add_column(headers[i], justify="left" if key else "right", style="bold" if key else None, width=widths[k])
+        for row in cells:
+            t.add_row(*(row[i] for i in cols))
+        tables.append(t)
+    return tables
 
 
 ModesOpt = Annotated[
@@ -222,7 +258,9 @@ ModesOpt = Annotated[
 ScenarioFileArg = Annotated[
     Path, typer.Argument(help="scenario TOML file, e.g. scenarios/iot10.toml", show_default=False)
 ]
-CodecsOpt = Annotated[str, typer.Option("--compressor", "-c", help="comma-separated codecs, e.g. none,2bit,topk")]
+CodecsOpt = Annotated[
+    str, typer.Option("--compressor", "-c", help="comma-separated codecs, e.g. none,2bit,topk; all: every codec")
+]
 SeedsOpt = Annotated[int, typer.Option("--seeds", help="seeds per codec: scenario.seed, +1, ...", min=1)]
 CompareOutOpt = Annotated[
     Path | None, typer.Option("--out", "-o", help="comparison directory (default runs/compare-NAME)", parser=out_path)
@@ -308,14 +346,19 @@ def _write_comparison(
 ) -> None:
     """Compare the complete runs ``done`` and write, then print, the table and the record of the
     ``planned`` runs; the title names the scenario (``name_seeds[0]``) and the seeds per codec."""
-    from aiotsim.results.compare import compare_runs, reuse_note, write_comparison, write_comparison_record
+    from aiotsim.results.compare import (
+        compare_runs,
+        comparison_title,
+        reuse_note,
+        write_comparison,
+        write_comparison_record,
+    )
 
     c = compare_runs(done, target, baseline)
-    name, seeds = name_seeds
-    title = f"{name}: {len(c.rows)} codecs x {seeds} seed{'s' if seeds > 1 else ''}"
+    title = comparison_title(*name_seeds, c)
     csv_path, md_path = write_comparison(c, out_dir, title, reused)
     record = write_comparison_record(out_dir, planned, reused, title)
-    out.print(comparison_table(c, title))
+    out.print(*comparison_tables(c, title, out.width))
     out.print(reuse_note(len(c.run_dirs), reused), highlight=False)
     out.print(f"written: {csv_path}, {md_path}, {record}")
 
@@ -355,6 +398,15 @@ AddressArg = Annotated[
     str | None, typer.Argument(metavar="[ADDRESS]", help="Ray cluster address, only after --ray", show_default=False)
 ]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="validate and list the grid points, run nothing")]
+SweepSetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", "-s", help="override SECTION.KEY=VALUE at every point, over \\[set] (repeatable; not a grid key)"
+    ),
+]
+SweepSeedsOpt = Annotated[
+    int, typer.Option("--seeds", help="seeds per grid point: scenario.seed, +1, ... (a scenario.seed grid key)", min=1)
+]
 
 
 def sweep(
@@ -363,12 +415,18 @@ def sweep(
     jobs: JobsOpt = None,
     ray: RayOpt = False,
     address: AddressArg = None,
+    set_: SweepSetOpt = None,
+    iterations: IterOpt = None,
+    seeds: SweepSeedsOpt = 1,
     device: DeviceOpt = "auto",
     dry_run: DryRunOpt = False,
     no_replay: NoReplayOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Run every point of a grid over scenario keys; resumable (complete runs are never redone).
+
+    --set and -n apply to every point; --seeds N runs each with seeds scenario.seed, +1, ... (plot
+    averages them). The sweep file's base is relative to its directory.
 
     Each point runs in OUT/runs/HASH (hash of its resolved scenario); sweep.csv indexes the points
     with their grid values and key metrics, and sweep.json describes the grid for `aiotsim plot`.
@@ -380,7 +438,7 @@ def sweep(
 
     if address is not None and not ray:
         raise ConfigError(f"unexpected argument {address!r} (a Ray address goes with --ray: --ray {address})")
-    sw = load_sweep(sweep_file, out_dir)
+    sw = load_sweep(sweep_file, out_dir, set_ or [], iterations, seeds)
     all_jobs = sw.jobs(device)
     plan = plan_sweep(sw, device, replay=not no_replay)
     n_run = len(plan.train) + len(plan.replays)
@@ -408,7 +466,7 @@ def sweep(
             with contextlib.suppress(AiotsimError):
                 write_manifest(sw)
         index = write_index(sw)
-    out.print(_sweep_table(sw))
+    out.print(*sweep_tables(sw, out.width))
     out.print(f"written: {index}")
     report_failures(results)
 
@@ -421,41 +479,17 @@ def _print_plan(sw: Any, plan: ReplayPlan) -> None:
     todo |= {r.job.out_dir: f"replay from {PurePath(r.source).name}" for r in plan.replays}
     for pt in sw.points:
         d = sw.run_dir(pt)
-        out.print(f"  {d}  {pt.label()}  [{todo.get(str(d), 'complete')}]", highlight=False, markup=False)
+        line = f"  {d}  {pt.label()}  [{todo.get(str(d), 'complete')}]"
+        out.print(line, highlight=False, markup=False, soft_wrap=True)  # one line per point, however wide
 
 
-def _sweep_table(sw: Any) -> Table:
-    from aiotsim.results.compare import fmt_bytes
-    from aiotsim.results.store import read_summary
+def sweep_tables(sw: Any, width: int) -> list[Table]:
+    """A sweep's points and key metrics as rich tables that fit ``width`` columns (:func:`fit_tables`)."""
+    from aiotsim.results.sweep import table_cells
 
+    headers, cells = table_cells(sw)
     caption = "replayed: from which run (hash), else no (trained); sweep.csv: replayed_from"
-    t = Table(title=f"sweep {sw.name}", caption=caption)
-    for k in sw.grid:
-        t.add_column(k, style="bold")
-    for h in ("throughput (samples/s)", "wire up", "final accuracy", "sim time (s)", "run", "replayed"):
-        t.add_column(h, justify="right")
-    for pt in sw.points:
-        try:
-            s = read_summary(sw.run_dir(pt))
-        except ResultsError:
-            s = {}
-        tp, acc, st = s.get("throughput_samples_per_s"), s.get("final_accuracy"), s.get("sim_time_s")
-        t.add_row(
-            *(str(v) for v in pt.values.values()),
-            "-" if tp is None else f"{tp:.2f}",
-            fmt_bytes(s.get("wire_bytes_up")),
-            "-" if acc is None else f"{acc:.2%}",
-            "-" if st is None else f"{st:.2f}",
-            pt.key,
-            "-" if not s else _replay_mark(sw.replay_source(pt)),
-        )
-    return t
-
-
-def _replay_mark(source: str | None) -> str:
-    """The table's cell for how a point was obtained: ``no`` (trained), else the first 6 hex digits
-    of the name of the run it was replayed from (``runs/<hash>``)."""
-    return "no" if source is None else Path(source).name[:6]
+    return fit_tables(headers, cells, len(sw.grid), width, f"sweep {sw.name}", caption)
 
 
 def plot(
@@ -494,4 +528,4 @@ def register(app: typer.Typer) -> None:
     app.command("plot")(expected_errors(plot))
 
 
-__all__ = ["register", "compare", "sweep", "plot", "BatchProgress", "comparison_table"]
+__all__ = ["register", "compare", "sweep", "plot", "BatchProgress", "comparison_tables", "sweep_tables", "fit_tables"]

@@ -61,14 +61,19 @@ MAX_PLANNED_RUNS = 10_000
 
 # ---- planning ---------------------------------------------------------------------------------------
 def parse_compressors(text: str) -> list[str]:
-    """``"none, 2bit,topk"`` -> ``["none", "2bit", "topk"]`` (order kept, duplicates dropped)."""
+    """``"none, 2bit,topk"`` -> ``["none", "2bit", "topk"]`` (order kept, duplicates dropped);
+    ``all`` stands for every registered codec (sorted), e.g. ``none,all`` puts ``none`` first."""
+    from aiotsim.compress.registry import codec_names
+
     names: list[str] = []
     for part in text.split(","):
-        name = part.strip()
-        if name and name not in names:
-            names.append(name)
+        for name in codec_names() if part.strip() == "all" else [part.strip()]:
+            if name and name not in names:
+                names.append(name)
     if not names:
-        raise ConfigError(f"--compressor {text!r}: give at least one codec name, e.g. none,2bit,topk")
+        raise ConfigError(
+            f"--compressor {text!r}: give at least one codec name, e.g. none,2bit,topk (all: every codec)"
+        )
     return names
 
 
@@ -331,6 +336,7 @@ def _set_speedups(rows: list[ComparisonRow], baseline: str | None) -> str:
 
 # ---- output -----------------------------------------------------------------------------------------
 CSV_FIELDS = tuple(f.name for f in fields(ComparisonRow))
+NOT_REACHED = "not reached"  # the one wording, in every table, of a target accuracy never reached
 
 
 def _f(v: float | None, spec: str) -> str:
@@ -366,12 +372,14 @@ def display_columns(c: Comparison) -> tuple[list[str], list[list[str]]]:
     ]
     cells = []
     for r in c.rows:
-        acc = "-" if r.final_accuracy is None else f"{r.final_accuracy:.2%} ± {r.final_accuracy_std or 0:.2%}"
+        acc = _f(r.final_accuracy, ".2%")
+        if r.final_accuracy is not None and r.seeds > 1:  # one seed has no spread to show
+            acc += f" ± {r.final_accuracy_std or 0:.2%}"
         tta = _f(r.time_to_accuracy_s, ".2f")
         if r.time_to_accuracy_s is not None and r.reached < r.seeds:
             tta += f" ({r.reached}/{r.seeds} seeds)"
         elif r.time_to_accuracy_s is None:
-            tta = "not reached"
+            tta = NOT_REACHED
         cells.append(
             [
                 r.compressor,
@@ -391,6 +399,32 @@ def display_columns(c: Comparison) -> tuple[list[str], list[list[str]]]:
     return headers, cells
 
 
+def multi_seed(c: Comparison) -> bool:
+    """True when a row averages several seeds (then accuracy cells show ``mean ± std``)."""
+    return any(r.seeds > 1 for r in c.rows)
+
+
+def accuracy_note(c: Comparison) -> str:
+    """What the final accuracy cells are: ``mean ± standard deviation over seeds``, or one seed's."""
+    if multi_seed(c):
+        return "Final accuracy: mean ± standard deviation over seeds."
+    return "Final accuracy: one seed per row."
+
+
+def comparison_title(name: str, c: Comparison, seeds: int) -> str:
+    """``"iot10: 3 codecs x 2 seeds"``, or ``"iot10: 2 codecs x 2 modes x 1 seed"`` when rows are
+    ``mode/codec`` (a 2 x 2 compare has 4 rows, but is not "4 codecs")."""
+    names = [r.compressor for r in c.rows]
+    codecs = list(dict.fromkeys(n.split("/")[-1] for n in names))
+    modes = list(dict.fromkeys(n.split("/")[0] for n in names if "/" in n))
+    parts = [_count(len(codecs), "codec"), *([_count(len(modes), "mode")] if modes else []), _count(seeds, "seed")]
+    return f"{name}: {' x '.join(parts)}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def to_markdown(c: Comparison, title: str = "", reused: int | None = None) -> str:
     """The comparison as a Markdown table, with a note on the baseline and the target (and, given
     ``reused``, on how many of its runs were reused from an earlier comparison)."""
@@ -400,7 +434,7 @@ def to_markdown(c: Comparison, title: str = "", reused: int | None = None) -> st
     lines += ["| " + " | ".join(row) + " |" for row in cells]
     lines += [
         "",
-        f"Speed-up: throughput relative to `{c.baseline}`. Final accuracy: mean ± standard deviation over seeds. "
+        f"Speed-up: throughput relative to `{c.baseline}`. {accuracy_note(c)} "
         f"Time to {c.target_accuracy:.0%}: simulated seconds to the first evaluation at or above the target "
         "(mean over the seeds that reached it). Shares: of simulated time.",
         "",
@@ -513,5 +547,9 @@ __all__ = [
     "write_comparison",
     "to_markdown",
     "display_columns",
+    "comparison_title",
+    "accuracy_note",
+    "multi_seed",
+    "NOT_REACHED",
     "fmt_bytes",
 ]

@@ -41,11 +41,12 @@ import itertools
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiotsim.config import path_safe_name, read_toml, scenario_from_dict
+from aiotsim.config import apply_overrides, parse_overrides, path_safe_name, read_toml, scenario_from_dict
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.compare import MAX_PLANNED_RUNS, scenario_key, variant_data
 from aiotsim.results.parallel import Job
@@ -152,20 +153,32 @@ def plan_sweep(sweep: Sweep, device: str = "auto", replay: bool = True) -> Repla
     return plan_replays(pending, [keys[j.out_dir] for j in pending], sources)
 
 
-def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
+def load_sweep(
+    path: str | Path,
+    out_dir: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    iterations: int | None = None,
+    seeds: int = 1,
+) -> Sweep:
     """Read a sweep file and validate every grid point.
 
     Parameters
     ----------
     path : the sweep TOML file.
     out_dir : sweep directory (default: ``[sweep] out``, else ``runs/sweep-<name>``).
+    overrides : ``"section.key=value"`` for every point (``--set``), over the file's ``[set]``;
+        a key the grid sweeps is refused.
+    iterations : ``scenario.iterations`` for every point (``-n``), likewise.
+    seeds : seeds per grid point (``--seeds``): ``scenario.seed``, +1, ..., added to the grid as
+        its last key (each seed is a point of its own; ``aiotsim plot`` averages them).
 
     Raises
     ------
     ConfigError
         Every problem at once: the file's own structure (unknown tables or keys, a grid value that
-        is not a non-empty list, a key not of the form ``section.key``) and each grid point that
-        does not validate (unknown scenario key, bad value), each distinct message once.
+        is not a non-empty list, a key not of the form ``section.key``), an override of a swept key,
+        and each grid point that does not validate (unknown scenario key, bad value), each
+        distinct message once.
     """
     p = Path(path)
     data = read_toml(p)
@@ -180,7 +193,9 @@ def load_sweep(path: str | Path, out_dir: str | Path | None = None) -> Sweep:
     fixed, grid = data.get("set", {}), data.get("grid", {})
     if problems or base is None:
         raise ConfigError(problems)
-    points = _points(read_toml(base), fixed, grid, str(p))
+    base_data = read_toml(base)
+    fixed, grid = _command_line(p, base_data, fixed, grid, (overrides, iterations, seeds))
+    points = _points(base_data, fixed, grid, str(p))
     name = head.get("name", p.stem)
     if out_dir is None and "out" not in head and (bad := path_safe_name(str(name))):
         raise ConfigError(f"{p}: sweep.name: {bad}; or give [sweep] out / --out")
@@ -236,9 +251,41 @@ def _base_path(p: Path, head: dict[str, Any], problems: list[str]) -> Path | Non
         return None
     base = (p.parent / base_rel) if not Path(base_rel).is_absolute() else Path(base_rel)
     if not base.is_file():
-        problems.append(f"{p}: sweep.base: no such scenario file {str(base)!r}")
+        problems.append(
+            f"{p}: sweep.base: no such scenario file {str(base)!r} (a relative base is taken from the sweep "
+            f"file's directory, {str(p.parent)!r}): copy the base scenario beside the sweep file or give its path"
+        )
         return None
     return base
+
+
+def _command_line(
+    p: Path, base_data: dict[str, Any], fixed: dict[str, Any], grid: dict[str, Any], cli: tuple[Any, ...]
+) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """The file's ``[set]`` and ``[grid]`` with the command line's ``(--set, -n, --seeds)`` applied:
+    overrides join ``[set]`` (over it), seeds become a ``scenario.seed`` grid key."""
+    overrides, iterations, seeds = cli
+    extra = parse_overrides(list(overrides))
+    if iterations is not None:
+        extra["scenario.iterations"] = iterations
+    problems = [
+        f"{'-n/--iterations' if k == 'scenario.iterations' and iterations is not None else '--set ' + k}: "
+        f"{k} is swept by {p} [grid]; drop it from the command line, or from the grid to fix it for every point"
+        for k in extra
+        if k in grid
+    ]
+    fixed = {**fixed, **extra}
+    if seeds > 1:
+        if "scenario.seed" in grid:
+            problems.append(f"--seeds {seeds}: scenario.seed is swept by {p} [grid]; give --seeds or that grid key")
+        seed = apply_overrides(base_data, fixed).get("scenario", {}).get("seed", 0)
+        first = seed if isinstance(seed, int) else 0  # a bad seed is reported by the validation
+        grid = {**grid, "scenario.seed": [first + k for k in range(seeds)]}
+        if (n := math.prod(len(v) for v in grid.values())) > MAX_GRID_POINTS:
+            problems.append(f"--seeds {seeds}: {n:,} points, over the bound of {MAX_GRID_POINTS:,}: give fewer")
+    if problems:
+        raise ConfigError(problems)
+    return fixed, grid
 
 
 def _points(
@@ -327,6 +374,35 @@ def _point_status(run_dir: Path) -> tuple[dict[str, Any], str]:
     return s, str(s.get("status", "complete" if s["complete"] else "incomplete"))
 
 
+def table_cells(sweep: Sweep) -> tuple[list[str], list[list[str]]]:
+    """Headers and cells of the terminal's sweep table: the grid values, then key metrics (``-``
+    where a point has not run), the run directory's hash and how the point was obtained
+    (``no``: trained, else the first 6 hex digits of the run it was replayed from)."""
+    from aiotsim.results.compare import fmt_bytes
+
+    headers = [*sweep.grid, "throughput (samples/s)", "wire up", "final accuracy", "sim time (s)", "run", "replayed"]
+    cells = []
+    for pt in sweep.points:
+        try:
+            s = read_summary(sweep.run_dir(pt))
+        except ResultsError:
+            s = {}
+        tp, acc, st = s.get("throughput_samples_per_s"), s.get("final_accuracy"), s.get("sim_time_s")
+        src = sweep.replay_source(pt)
+        cells.append(
+            [
+                *(str(v) for v in pt.values.values()),
+                "-" if tp is None else f"{tp:.2f}",
+                fmt_bytes(s.get("wire_bytes_up")),
+                "-" if acc is None else f"{acc:.2%}",
+                "-" if st is None else f"{st:.2f}",
+                pt.key,
+                "-" if not s else ("no" if src is None else Path(src).name[:6]),
+            ]
+        )
+    return headers, cells
+
+
 def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
     """The ``sweep.json`` of a sweep directory, checked.
 
@@ -390,5 +466,6 @@ __all__ = [
     "write_index",
     "read_manifest",
     "is_sweep_dir",
+    "table_cells",
     "INDEX_METRICS",
 ]
