@@ -355,7 +355,7 @@ def _write_comparison(
     )
 
     c = compare_runs(done, target, baseline)
-    title = comparison_title(*name_seeds, c)
+    title = comparison_title(name_seeds[0], c, name_seeds[1])
     csv_path, md_path = write_comparison(c, out_dir, title, reused)
     record = write_comparison_record(out_dir, planned, reused, title)
     out.print(*comparison_tables(c, title, out.width))

@@ -181,3 +181,12 @@ def test_one_seed_no_spread_one_not_reached_wording_and_mode_titles() -> None:
     plain = Comparison([_row("none", 2, 0.5, 0.1, 1.0, 2), _row("2bit", 2, 0.5, 0.1, 2.0, 1)], "none", 0.9, [])
     assert comparison_title("iot10", plain, 2) == "iot10: 2 codecs x 2 seeds"
     assert display_columns(plain)[1][1][10] == "2.00 (1/2 seeds)"
+
+
+def test_compare_command_prints_a_fitting_single_seed_table(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    res = runner.invoke(app, ["compare", str(TESTS / "tiny.toml"), "-c", "none,2bit", "-n", "2", "-o", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    assert "tiny: 2 codecs x 1 seed" in res.output and "±" not in res.output and "…" not in res.output
+    md = (out / "comparison.md").read_text()
+    assert md.startswith("# tiny: 2 codecs x 1 seed") and "±" not in md and "one seed per row" in md
