@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,6 +246,12 @@ def note_nothing_reached(ax: Any, target: float) -> None:
     )  # fmt: skip
 
 
+def wrap(text: str, inches: float, points: float) -> str:
+    """``text`` broken into lines that fit ``inches`` in ``points``-point type (a character is about
+    0.55 of the type size wide; 72 points an inch), so a long axis label does not run past its axes."""
+    return textwrap.fill(text, width=max(12, int(inches * 72 / (0.55 * points))))
+
+
 def _text_color(rgb: tuple[float, float, float]) -> str:
     """Black on light cells, white on dark ones (relative luminance)."""
     return "black" if 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2] > 0.5 else "white"
@@ -383,7 +390,13 @@ def _plot_panels(ns: NetworkSweep, spec: Panels, out_dir: Path, fmts: Sequence[s
     norm = LogNorm(lo, hi) if log else Normalize(lo, hi if hi > lo else lo + 1)
     cols = min(PANEL_COLUMNS, len(ns.codecs))
     rows = math.ceil(len(ns.codecs) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.5 * cols + 1.5, 2.3 * rows + 1.3), squeeze=False)
+    title = f"Sweep {ns.name}: {spec.label} per codec; x: {spec.empty}; blank: not run\n{_rules(ns)}"
+    if spec.field == "tta_s" and not values.size:  # every panel is all x: say why once, on top
+        title = f"{nothing_reached(ns.target)}\n{title}"
+    height = 2.3 * rows + 1.3  # inches
+    fig, axes = plt.subplots(rows, cols, figsize=(2.5 * cols + 1.5, height), squeeze=False)
+    # room above the panels' titles for the title's lines (9 pt type: about 0.17 in a line)
+    fig.subplots_adjust(top=1 - (0.17 * (title.count("\n") + 1) + 0.3) / height)
     image = None
     for n, (ax, codec) in enumerate(zip(axes.flat, ns.codecs)):
         arr, empty = grids[codec]
@@ -395,14 +408,12 @@ def _plot_panels(ns: NetworkSweep, spec: Panels, out_dir: Path, fmts: Sequence[s
     for ax in axes.flat[len(ns.codecs) :]:
         ax.set_visible(False)
     fig.supxlabel(key_label(ns.keys[0]), fontsize=9)
-    fig.supylabel(key_label(ns.keys[1]), fontsize=9)
-    bar = fig.colorbar(image, ax=axes, shrink=0.8, label=spec.label)
-    if ticks := nice_ticks(lo, hi, log):
-        bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
-        bar.minorticks_off()  # a log colour bar labels its minor ticks too (4 x 10^1 beside 50)
-    title = f"Sweep {ns.name}: {spec.label} per codec; x: {spec.empty}; blank: not run\n{_rules(ns)}"
-    if spec.field == "tta_s" and not values.size:  # every panel is all x: say why once, on top
-        title = f"{nothing_reached(ns.target)}\n{title}"
+    fig.supylabel(wrap(key_label(ns.keys[1]), 0.8 * height, 9), fontsize=9)
+    if values.size:  # without any value a colour scale would be made up: none
+        bar = fig.colorbar(image, ax=axes, shrink=0.8, label=spec.label)
+        if ticks := nice_ticks(lo, hi, log):
+            bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
+            bar.minorticks_off()  # a log colour bar labels its minor ticks too (4 x 10^1 beside 50)
     fig.suptitle(title, fontsize=9)
     return save_figure(fig, out_dir, f"sweep_{safe_name(ns.name, 'sweep')}_{spec.stem}", fmts)
 
@@ -413,7 +424,8 @@ def _plot_winner(ns: NetworkSweep, out_dir: Path, formats: Sequence[str]) -> lis
     shown = [c for c in ns.codecs if c in won.values()]
     colors = winner_colors(shown)
     rgb = np.ones((len(v2), len(v1), 3))
-    fig, ax = plt.subplots(figsize=(1.2 * len(v1) + 3.5, 0.75 * len(v2) + 2))
+    height = 0.75 * len(v2) + 2  # inches
+    fig, ax = plt.subplots(figsize=(1.2 * len(v1) + 3.5, height))
     for i, a in enumerate(v1):
         for j, b in enumerate(v2):
             if (a, b) not in won:
@@ -427,7 +439,7 @@ def _plot_winner(ns: NetworkSweep, out_dir: Path, formats: Sequence[str]) -> lis
     ax.imshow(rgb, origin="lower", aspect="auto")
     _cell_ticks(ax, ns, size=8)
     ax.set_xlabel(key_label(ns.keys[0]))
-    ax.set_ylabel(key_label(ns.keys[1]))
+    ax.set_ylabel(wrap(key_label(ns.keys[1]), 0.6 * height, 10))
     handles = [Patch(color=colors[c], label=c) for c in shown]
     if None in won.values():
         handles.append(
