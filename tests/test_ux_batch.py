@@ -94,7 +94,8 @@ def test_sweep_set_iterations_seeds_make_separate_points(tmp_path: Path) -> None
         (["--set", "network.uplink_mbps=5"], '"network.uplink_mbps" = [1.0]', "--set network.uplink_mbps"),
         (["-n", "3"], '"scenario.iterations" = [2, 4]', "-n/--iterations: scenario.iterations is swept"),
         (["--seeds", "2"], '"scenario.seed" = [1, 2]', "--seeds 2: scenario.seed is swept"),
-        (["--set", "network.uplink_mbps"], '"compressor.name" = ["none"]', "network.uplink_mbps"),
+        (["--set", "network.uplink_mbps"], '"compressor.name" = ["none"]', "expected SECTION.KEY=VALUE"),
+        (["--set", "network.nosuch=1"], '"compressor.name" = ["none"]', "network.nosuch: unknown key"),
     ],
 )
 def test_sweep_command_line_conflicts_are_refused(tmp_path: Path, args: list[str], grid: str, needle: str) -> None:
@@ -185,7 +186,9 @@ def test_one_seed_no_spread_one_not_reached_wording_and_mode_titles() -> None:
 
 def test_compare_command_prints_a_fitting_single_seed_table(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
-    res = runner.invoke(app, ["compare", str(TESTS / "tiny.toml"), "-c", "none,2bit", "-n", "2", "-o", str(out), "-q"])
+    res = runner.invoke(
+        app, ["compare", str(TESTS / "tiny.toml"), "-c", "none,2bit", "-n", "2", "-o", str(out), "-q", "-j", "1"]
+    )
     assert res.exit_code == 0, res.output
     assert "tiny: 2 codecs x 1 seed" in res.output and "±" not in res.output and "…" not in res.output
     md = (out / "comparison.md").read_text()
