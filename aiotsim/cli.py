@@ -8,12 +8,15 @@ The pieces shared with the batch commands live in :mod:`aiotsim.cli_common`.
 
 from __future__ import annotations
 
+import functools
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -40,29 +43,52 @@ from aiotsim.cli_common import (
 from aiotsim.errors import ConfigError
 
 app = typer.Typer(
-    add_completion=False,
+    name="aiotsim",
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     no_args_is_help=True,
     help="aiotsim: which gradient compressor, on which network, at what cost, measured.",
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits it
 )
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: print ``aiotsim VERSION`` and exit 0, before any command is parsed."""
+    if value:
+        from aiotsim._version import __version__
+
+        out.print(f"aiotsim {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="print the version and exit", callback=_print_version, is_eager=True),
+    ] = False,
+) -> None:
+    """aiotsim: which gradient compressor, on which network, at what cost, measured."""
+
 
 __all__ = ["app", "main", "err", "out", "expected_errors", "SetOpt", "summary_table"]
 
 
-def summary_table(summary: dict[str, Any]) -> Table:
-    """The run summary as a two-column table."""
+def summary_table(summary: dict[str, Any], fleet: int | None = None) -> Table:
+    """The run summary as a two-column table; ``fleet``: the scenario's ``nodes.count`` (a
+    federated summary's ``nodes`` counts only the nodes that took part)."""
     t = Table(title=f"{summary['scenario']} / {summary['compressor']}", show_header=False)
     t.add_column("metric", style="bold")
     t.add_column("value", justify="right")
     rows = [
         ("status", summary["status"]),
-        ("iterations x nodes", f"{summary['iterations']} x {summary['nodes']}"),
+        _size_row(summary, fleet),
         ("simulated time", f"{fmt(summary['sim_time_s'], '.2f')} s"),
         ("throughput", f"{fmt(summary['throughput_samples_per_s'], '.1f')} samples/s"),
         ("bytes up / down", f"{fmt_bytes(summary['bytes_up'])} / {fmt_bytes(summary['bytes_down'])}"),
         ("wire bytes up / down", f"{fmt_bytes(summary['wire_bytes_up'])} / {fmt_bytes(summary['wire_bytes_down'])}"),
         ("compression ratio (uplink)", f"{fmt(summary['compression_ratio'], '.1f')}x"),
-        ("compute / comm share", f"{fmt(summary['compute_share'], '.0%')} / {fmt(summary['comm_share'], '.0%')}"),
+        *_share_rows(summary),
         ("final accuracy", fmt(summary["final_accuracy"], ".2%")),
         (f"time to {summary['target_accuracy']:.0%}", f"{fmt(summary['time_to_accuracy_s'], '.2f')} s"),
         ("wall time", f"{summary['wall_time_s']:.1f} s on {summary['device']}"),
@@ -70,6 +96,41 @@ def summary_table(summary: dict[str, Any]) -> Table:
     for k, v in rows:
         t.add_row(k, str(v))
     return t
+
+
+def _fleet(run_dir: Path) -> int | None:
+    """``nodes.count`` of the scenario a run directory keeps; None when it cannot be read."""
+    import tomllib
+
+    try:
+        count = tomllib.loads((run_dir / "scenario.toml").read_text("utf-8"))["nodes"]["count"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return count if isinstance(count, int) else None
+
+
+def _size_row(summary: dict[str, Any], fleet: int | None) -> tuple[str, str]:
+    """``iterations x nodes``; federated: rounds, the fleet and how many of it took part."""
+    if summary.get("mode") != "federated":
+        return "iterations x nodes", f"{summary['iterations']} x {summary['nodes']}"
+    of = f" of {fleet}" if fleet is not None else ""
+    return "rounds", f"{summary['iterations']} ({summary['nodes']}{of} nodes took part)"
+
+
+def _share_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The time shares. Sync: compute and communication split each iteration's critical path, so
+    they are shares of the run's time. Otherwise (partial, async, federated) nodes overlap: the
+    compute share is a contributor's mean compute time over the iteration's (round's) time, and
+    the rest of an iteration is the server waiting for uploads (``comm_share``: the time it does
+    not decode), which includes the nodes' compute; the two do not add up."""
+    share = functools.partial(fmt, spec=".0%")
+    if summary.get("mode", "sync") == "sync":
+        return [("compute / comm share", f"{share(summary['compute_share'])} / {share(summary['comm_share'])}")]
+    unit = "round" if summary.get("mode") == "federated" else "iteration"
+    return [
+        (f"node compute / {unit}", f"{share(summary['compute_share'])} (mean contributor)"),
+        ("server waits / decodes", f"{share(summary['comm_share'])} / {share(summary.get('decode_share'))}"),
+    ]
 
 
 def _progress(quiet: bool) -> Progress:
@@ -182,7 +243,7 @@ def run(
         out_dir, summary = _run_new(
             scenario, compressor, iterations, set_, out_dir, device, quiet, threads, checkpoint_every
         )
-    out.print(summary_table(summary))
+    out.print(summary_table(summary, _fleet(out_dir)))
     out.print(f"run directory: {out_dir}")
     status = str(summary.get("status", "complete"))
     code = STATUS_EXIT.get(status.split(":")[0])
@@ -256,7 +317,7 @@ def replay(
     summary = _simulate(
         name, sc.scenario.iterations, out_dir, quiet, lambda p: replay_run(run_dir, sc, out_dir, on_progress=p)
     )
-    out.print(summary_table(summary))
+    out.print(summary_table(summary, sc.nodes.count))
     out.print(f"run directory: {out_dir} (replayed from {run_dir})")
 
 
@@ -267,17 +328,27 @@ def validate(
     compressor: CompressorOpt = None,
     iterations: IterOpt = None,
     set_: SetOpt = None,
+    show: Annotated[
+        bool,
+        typer.Option(
+            "--show",
+            help="also print the resolved scenario as TOML, every default included (what a run would use), "
+            "on stdout; the report lines go to stderr, so `> resolved.toml` keeps a file that runs",
+        ),
+    ] = False,
 ) -> None:
     """Check a scenario file and report every problem, one per line (exit 2 if any).
 
     A scenario that validates runs: validate checks what `aiotsim run` would refuse, including the
     memory the simulated world would take (printed). It takes run's overrides, so
-    `aiotsim validate FILE -c topk` checks what `aiotsim run FILE -c topk` would run.
+    `aiotsim validate FILE -c topk` checks what `aiotsim run FILE -c topk` would run, and
+    `--show` prints that scenario, resolved (nothing is printed on stdout when it is invalid).
     """
     from aiotsim.validate import load_validated, work_summary, world_size
 
     sc = load_validated(scenario, set_ or [], compressor=compressor, iterations=iterations)
-    out.print(
+    report = err if show else out
+    report.print(
         f"{scenario}: ok ({sc.nodes.count} nodes, {sc.model.name} on {sc.data.dataset}, "
         f"compressor {sc.compressor.name}, {sc.network.topology} topology)",
         highlight=False,
@@ -285,8 +356,14 @@ def validate(
     )
     size = world_size(sc)
     estimate = size.describe() if size is not None else "known once the image files are read"
-    out.print(f"memory estimate: {estimate}", highlight=False, soft_wrap=True)
-    out.print(f"work estimate: {work_summary(sc)}", highlight=False, soft_wrap=True)
+    report.print(f"memory estimate: {estimate}", highlight=False, soft_wrap=True)
+    report.print(f"work estimate: {work_summary(sc)}", highlight=False, soft_wrap=True)
+    if show:
+        from aiotsim._version import __version__
+
+        header = f"# {scenario} resolved by aiotsim {__version__} (every key, defaults included)\n"
+        # plain text: Rich would read [section] headers as markup and wrap long lines
+        typer.echo(header + sc.to_toml(), nl=False)
 
 
 @app.command()
@@ -302,8 +379,25 @@ def compressors() -> None:
     for name in codec_names():
         cls = get_codec_class(name)
         params = "\n".join(f"{p} = {d!r}: {h}" for p, d, h in cls.param_docs()) or "-"
-        t.add_row(name, cls.summary, params)
+        # escaped: Rich would take "[index in union]" or "[m, r]" for markup tags and drop them
+        t.add_row(escape(name), escape(cls.summary), escape(params))
     out.print(t)
+
+
+_ROLE = re.compile(r":[\w:]+:`~?([^`<]*?)\s*(?:<[^`>]*>)?`")  # :class:`~a.B`, :func:`text <target>`
+_LITERAL = re.compile(r"``(.+?)``|`([^`]+)`")
+
+
+def plain_text(text: str) -> str:
+    """Sphinx/reST inline markup as plain text: ``:class:`~a.b.C``` -> ``C`` (``~``: the last
+    component), ``:func:`label <target>``` -> ``label``, double and single backquotes dropped."""
+
+    def role(m: re.Match[str]) -> str:
+        target = m.group(1)
+        return target.rsplit(".", 1)[-1] if m.group(0).split("`")[1].startswith("~") else target
+
+    text = _ROLE.sub(role, text)
+    return _LITERAL.sub(lambda m: m.group(1) or m.group(2), text)
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -323,21 +417,33 @@ def models(
     input_: Annotated[str, typer.Option("--input", help="input shape C,H,W")] = "1,28,28",
     classes: Annotated[int, typer.Option("--classes", min=2, max=100_000, help="output classes")] = 10,
 ) -> None:
-    """List every model with its parameter count, FLOPs per sample and layer kinds at one input shape."""
-    from aiotsim.learn.models import describe_models
+    """List every model with its parameter count, FLOPs per sample and layer kinds at one input shape.
+
+    FLOPs are counted on a batch of two samples, one model after the other, on one torch thread
+    (a pass this small is slower on more: on a busy 2-core machine 2 threads took 34 s, 1 thread 6 s).
+    """
+    import torch
+
+    from aiotsim.learn.models.describe import describe_model
+    from aiotsim.learn.models.registry import MODELS
 
     shape = _shape(input_)
+    torch.set_num_threads(1)
     t = Table(title=f"models for {'x'.join(map(str, shape))} inputs, {classes} classes")
     for col, justify in (("name", "left"), ("params", "right"), ("MFLOP/sample (fwd+bwd)", "right")):
         t.add_column(col, justify=justify)  # type: ignore[arg-type]
     t.add_column("conv / fc / norm", justify="right")
     t.add_column("what")
-    for m in describe_models(shape, classes):
-        if not m.supported:
-            t.add_row(m.name, "-", "-", "-", m.summary)
-            continue
-        layers = f"{m.conv_layers} / {m.fc_layers} / {m.norm_layers}"
-        t.add_row(m.name, f"{m.params:,}", f"{m.train_flops / 1e6:,.1f}", layers, m.summary)
+    with err.status("counting FLOPs", spinner="dots") as status:  # a few seconds: say what is going on
+        for k, name in enumerate(MODELS, 1):
+            status.update(f"counting FLOPs: {name} ({k}/{len(MODELS)})")
+            m = describe_model(name, shape, classes)
+            summary = escape(plain_text(m.summary))
+            if not m.supported:
+                t.add_row(m.name, "-", "-", "-", summary)
+                continue
+            layers = f"{m.conv_layers} / {m.fc_layers} / {m.norm_layers}"
+            t.add_row(m.name, f"{m.params:,}", f"{m.train_flops / 1e6:,.1f}", layers, summary)
     out.print(t)
 
 

@@ -153,7 +153,14 @@ ScenarioArg = Annotated[Path, typer.Argument(help="scenario TOML file, e.g. scen
 SetOpt = Annotated[list[str] | None, typer.Option("--set", "-s", help="override SECTION.KEY=VALUE (repeatable)")]
 CompressorOpt = Annotated[str | None, typer.Option("--compressor", "-c", help="codec name (overrides compressor.name)")]
 IterOpt = Annotated[
-    int | None, typer.Option("--iterations", "-n", help="iterations (overrides scenario.iterations)", min=1)
+    int | None,
+    typer.Option(
+        "--iterations",
+        "-n",
+        help="iterations (overrides scenario.iterations); a shorter run also evaluates more often: eval_every "
+        "becomes N/10 rounded down (at least 1, at most the scenario's) unless --set training.eval_every=K",
+        min=1,
+    ),
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help="where the real learning runs: auto | cpu | cuda")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]
