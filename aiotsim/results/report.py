@@ -175,16 +175,26 @@ def _short_number(text: str) -> str:
     return text if re.fullmatch(r"-?\d+", text) else f"{value:.4g}"
 
 
-def _scenarios(runs: list[Run]) -> list[tuple[str, str]]:
-    """Each distinct resolved scenario (at most :data:`MAX_SCENARIOS`), headed by the runs that used it."""
+def _scenarios(labelled: list[tuple[str, Run]]) -> list[tuple[str, str]]:
+    """Each distinct resolved scenario, headed by the labels of the runs that used it; past
+    :data:`MAX_SCENARIOS`, a last entry says how many more there are and where they are."""
     by_text: dict[str, list[str]] = {}
-    for r in runs:
+    for label, r in labelled:
         try:
             text = read_text(r.dir / "scenario.toml")
         except ResultsError:
             text = "# scenario.toml missing or unreadable"
-        by_text.setdefault(text, []).append(r.group or str(r.summary.get("compressor")))
-    return [(", ".join(dict.fromkeys(names)), text) for text, names in list(by_text.items())[:MAX_SCENARIOS]]
+        by_text.setdefault(text, []).append(label)
+    shown = [(", ".join(dict.fromkeys(names)), text) for text, names in list(by_text.items())[:MAX_SCENARIOS]]
+    if len(by_text) > MAX_SCENARIOS:
+        more = len(by_text) - MAX_SCENARIOS
+        shown.append((f"{more} more", f"# {more} more resolved scenarios: each run directory's scenario.toml\n"))
+    return shown
+
+
+def _point_label(values: dict[str, Any]) -> str:
+    """``"uplink_mbps=10 name=2bit"``: a sweep point by its values (the key part after the section)."""
+    return " ".join(f"{k.partition('.')[2] or k}={v}" for k, v in values.items())
 
 
 def versions(runs: Sequence[Run]) -> list[tuple[str, str]]:
@@ -218,6 +228,9 @@ def reproduce_commands(kind: str, path: Path, runs: list[Run], manifest: dict[st
         return [f"aiotsim run {q(str(path / 'scenario.toml'))} -o {q(str(path))}-rerun"]
     if kind == "sweep" and manifest is not None:
         return [f"aiotsim sweep {q(str(manifest.get('sweep_file', 'SWEEP.toml')))} -o {q(str(path))}"]
+    if kind == "runs" and len({r.summary.get("scenario") for r in runs}) > 1:  # not one comparison
+        lines = [f"aiotsim run {q(str(r.dir / 'scenario.toml'))} -o {q(str(r.dir))}-rerun" for r in runs]
+        return lines[:MAX_SCENARIOS] + [f"# and {len(lines) - MAX_SCENARIOS} more runs"] * (len(lines) > MAX_SCENARIOS)
     first = runs[0]  # in the comparison's order: the first codec's first seed, the seed --seeds counts from
     codecs = ",".join(dict.fromkeys(str(r.summary["compressor"]) for r in runs))
     modes = list(dict.fromkeys(str(r.summary.get("mode")) for r in runs))
@@ -231,6 +244,35 @@ def reproduce_commands(kind: str, path: Path, runs: list[Run], manifest: dict[st
 
 
 # ---- figures ----------------------------------------------------------------------------------------
+# What each figure shows (see aiotsim.results.plots), by its file name
+CAPTIONS = {
+    "throughput": "Training throughput per compressor: samples per simulated second (mean over seeds, error bar: std).",
+    "wire_bytes": "Bytes on the wire per compressor, uplink and downlink (payload + packet headers, whole run).",
+    "convergence_time": "Test accuracy and training loss against simulated time.",
+    "convergence_iterations": "Test accuracy and training loss against iterations.",
+    "convergence_bytes": "Test accuracy and training loss against cumulative bytes on the wire (up + down).",
+    "time_to_accuracy": "Simulated seconds to the target accuracy per compressor (mean over the seeds reaching it).",
+    "modes_accuracy": "Test accuracy by training mode, against simulated time and against bytes on the wire.",
+}
+
+
+def caption(stem: str) -> str:
+    """What the figure in file ``stem`` shows, and its name."""
+    if stem in CAPTIONS:
+        text = CAPTIONS[stem]
+    elif stem.startswith("timeline_"):
+        text = f"Timeline of the first iterations of a run of {stem[len('timeline_') :]}: a row per node and link."
+    elif stem.endswith("_winner"):
+        text = "The compressor with the shortest simulated time to the target, per point of the two swept keys."
+    elif stem.endswith("_budget_accuracy"):
+        text = "Test accuracy at the time budget per compressor, over the two swept keys."
+    elif stem.endswith("_tta") or "_tta_" in stem:
+        text = "Time to the target accuracy (and accuracy at the time budget) per compressor, over the swept keys."
+    else:
+        text = "Throughput, wire bytes up, final accuracy and time to target against a swept key."
+    return f"{text} ({stem})"
+
+
 _XML_HEAD = re.compile(r"^\s*<\?xml[^>]*\?>\s*(<!DOCTYPE[^>]*>\s*)?", re.S)
 
 
@@ -285,7 +327,9 @@ def gather(path: str | Path, figures: bool = True, warn: Warn | None = None) -> 
         table = run_table(all_runs[0])
     else:
         table = comparison_table(all_runs, note)
-    scenarios = _scenarios(all_runs)
+    labelled = [(r.group or str(r.summary.get("compressor")), r) for r in runs]
+    labelled += [(_point_label(values), r) for sw in sweeps for values, r in sw.points]
+    scenarios = _scenarios(labelled)
     if manifest is not None:
         scenarios.insert(0, ("the sweep: its grid and fixed settings", _sweep_definition(manifest)))
     name = manifest["name"] if manifest is not None else d.resolve().name
@@ -328,7 +372,7 @@ def to_html(rep: Report) -> str:
     if not rep.figures:
         parts.append('<p class="note">no figure</p>')
     for name, svg in rep.figures:
-        parts.append(f'<figure id="fig-{e(name)}">{svg}<figcaption>{e(name)}</figcaption></figure>')
+        parts.append(f'<figure id="fig-{e(name)}">{svg}<figcaption>{e(caption(name))}</figcaption></figure>')
     parts.append("<h2>Reproduce</h2><pre>" + e("\n".join(rep.commands)) + "</pre>")
     parts.append("<h2>Resolved scenario</h2>")
     for i, (heading, text) in enumerate(rep.scenarios):
