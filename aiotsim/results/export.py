@@ -125,7 +125,7 @@ def export_tensorboard(run_dirs: Sequence[str | Path], log_dir: str | Path, warn
     """Write each run's scalars (see the module docstring) as TensorBoard event files under
     ``log_dir/<run_id>``, ``run_id`` being the run directory relative to the first input (a run,
     comparison or sweep directory each); returns the log directories written. Event files an
-earlier export left in a run's log directory are replaced, so that no point shows twice.
+    earlier export left in a run's log directory are replaced, so that no point shows twice.
 
     Call it with a run's or a comparison's directory after it ran (what ``run``/``compare``
     ``--tensorboard DIR`` would do), or with any directory of runs.
