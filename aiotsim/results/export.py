@@ -123,7 +123,7 @@ def export_parquet(path: str | Path, out: str | Path, warn: Warn | None = None) 
 
 def export_tensorboard(run_dirs: Sequence[str | Path], log_dir: str | Path, warn: Warn | None = None) -> list[Path]:
     """Write each run's scalars (see the module docstring) as TensorBoard event files under
-    ``log_dir/<run_id>``, ``run_id`` being the run directory relative to the first input (a run,
+    ``log_dir/<run_id>``, ``run_id`` being the run directory relative to its input (a run,
     comparison or sweep directory each); returns the log directories written. Event files an
     earlier export left in a run's log directory are replaced, so that no point shows twice.
 
