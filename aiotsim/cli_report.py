@@ -11,7 +11,7 @@ import typer
 
 from aiotsim.cli_common import expected_errors, out, out_path, writing_to
 
-DirArg = Annotated[Path, typer.Argument(help="a run, comparison or sweep directory", show_default=False)]
+DirArg = Annotated[Path, typer.Argument(help="a run, comparison or sweep directory", show_default=False, metavar="DIR")]
 
 
 def report(
@@ -21,8 +21,11 @@ def report(
         typer.Option("--out", "-o", help="HTML file to write (default: DIR/report.html)", parser=out_path),
     ] = None,
 ) -> None:
-    """One self-contained HTML file to share: the table, every figure (inline SVG), the resolved
-    scenario, versions and the command that reproduces the results. Opens offline in any browser."""
+    """One self-contained HTML file of a run, comparison or sweep, to share.
+
+    The table, every figure (inline SVG), the resolved scenario, versions and the command that
+    reproduces the results; it opens offline in any browser (no script, nothing loaded).
+    """
     from aiotsim.results.report import REPORT_NAME, write_report
 
     target = output if output is not None else path / REPORT_NAME
@@ -39,9 +42,12 @@ def export(
         typer.Option("--out", "-o", help="output directory (default: DIR/export-FORMAT)", parser=out_path),
     ] = None,
 ) -> None:
-    """Metrics and evaluations of every run under DIR for other tools: Parquet files (pandas,
-    pyarrow: metrics, evals and runs tables with run_id, codec and seed columns) or TensorBoard
-    scalars (a log directory per run, x = iteration)."""
+    """Every run's metrics and evaluations as Parquet tables or TensorBoard scalars.
+
+    Parquet (needs pyarrow): metrics, evals and runs tables with run_id, codec and seed columns
+    (and one per swept key). TensorBoard (needs tensorboard): a log directory per run, scalars
+    against the iteration.
+    """
     from aiotsim.results.export import export as do_export
 
     target = output if output is not None else path / f"export-{fmt}"
