@@ -24,6 +24,7 @@ from aiotsim.results.compare import (
     comparison_title,
     display_columns,
     parse_compressors,
+    plan_comparison,
     to_markdown,
 )
 from aiotsim.results.sweep import load_sweep
@@ -193,3 +194,17 @@ def test_compare_command_prints_a_fitting_single_seed_table(tmp_path: Path) -> N
     assert "tiny: 2 codecs x 1 seed" in res.output and "±" not in res.output and "…" not in res.output
     md = (out / "comparison.md").read_text()
     assert md.startswith("# tiny: 2 codecs x 1 seed") and "±" not in md and "one seed per row" in md
+
+
+def test_short_compare_and_sweep_evaluate_more_often_as_run_does(tmp_path: Path) -> None:
+    iot10 = SCENARIOS / "iot10.toml"  # 300 iterations, evaluating every 25
+    (job,) = plan_comparison(iot10, ["none"], 1, tmp_path / "cmp", iterations=60)
+    assert _resolved(job.scenario_toml)["training"]["eval_every"] == 6  # 60 // 10: ten points, not two
+    (job,) = plan_comparison(iot10, ["none"], 1, tmp_path / "cmp", ["training.eval_every=20"], iterations=60)
+    assert _resolved(job.scenario_toml)["training"]["eval_every"] == 20  # given: kept
+    f = tmp_path / "sw.toml"
+    f.write_text(f'[sweep]\nbase = "{iot10}"\n[grid]\n"network.uplink_mbps" = [1.0]\n')
+    (pt,) = load_sweep(f, tmp_path / "out", iterations=60).points
+    assert _resolved(pt.scenario_toml)["training"]["eval_every"] == 6
+    shipped = load_sweep(SCENARIOS / "sweep_uplink.toml", "unused", iterations=20)  # its [set] says 10
+    assert {_resolved(p.scenario_toml)["training"]["eval_every"] for p in shipped.points} == {10}

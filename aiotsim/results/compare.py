@@ -35,7 +35,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from aiotsim.config import apply_overrides, parse_overrides, read_toml, scenario_from_dict
+from aiotsim.config import apply_overrides, parse_overrides, read_toml, scenario_from_dict, short_run_eval_every
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.parallel import Job
 from aiotsim.results.store import (
@@ -102,6 +102,8 @@ def plan_comparison(
     """Validated jobs for every compressor x seed, in that order.
 
     Seeds are the scenario's ``scenario.seed`` (after overrides) plus 0, 1, ..., ``seeds - 1``.
+    ``iterations`` (``-n``) that shortens the runs also scales ``training.eval_every`` down, as
+    ``aiotsim run -n`` does (:func:`~aiotsim.config.short_run_eval_every`), unless ``overrides`` give it.
 
     Raises
     ------
@@ -119,8 +121,8 @@ def plan_comparison(
         )
     base = read_toml(scenario_path)
     fixed = parse_overrides(list(overrides))
-    if iterations is not None:
-        fixed["scenario.iterations"] = iterations
+    if iterations is not None:  # a shortened run evaluates more often, as `aiotsim run -n` does
+        fixed |= short_run_eval_every(base, fixed, iterations) | {"scenario.iterations": iterations}
     base_seed = apply_overrides(base, fixed).get("scenario", {}).get("seed", 0)
     if not isinstance(base_seed, int):
         base_seed = 0  # the validation below reports the bad seed

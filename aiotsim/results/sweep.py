@@ -46,7 +46,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiotsim.config import apply_overrides, parse_overrides, path_safe_name, read_toml, scenario_from_dict
+from aiotsim.config import (
+    apply_overrides,
+    parse_overrides,
+    path_safe_name,
+    read_toml,
+    scenario_from_dict,
+    short_run_eval_every,
+)
 from aiotsim.errors import ConfigError, ResultsError
 from aiotsim.results.compare import MAX_PLANNED_RUNS, scenario_key, variant_data
 from aiotsim.results.parallel import Job
@@ -168,7 +175,8 @@ def load_sweep(
     out_dir : sweep directory (default: ``[sweep] out``, else ``runs/sweep-<name>``).
     overrides : ``"section.key=value"`` for every point (``--set``), over the file's ``[set]``;
         a key the grid sweeps is refused.
-    iterations : ``scenario.iterations`` for every point (``-n``), likewise.
+    iterations : ``scenario.iterations`` for every point (``-n``), likewise; a shortened run also
+        evaluates more often, as ``aiotsim run -n`` does.
     seeds : seeds per grid point (``--seeds``): ``scenario.seed``, +1, ..., added to the grid as
         its last key (each seed is a point of its own; ``aiotsim plot`` averages them).
 
@@ -263,17 +271,20 @@ def _command_line(
     p: Path, base_data: dict[str, Any], fixed: dict[str, Any], grid: dict[str, Any], cli: tuple[Any, ...]
 ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """The file's ``[set]`` and ``[grid]`` with the command line's ``(--set, -n, --seeds)`` applied:
-    overrides join ``[set]`` (over it), seeds become a ``scenario.seed`` grid key."""
+    overrides join ``[set]`` (over it), ``-n`` also scales ``training.eval_every`` down as ``run -n``
+    does (:func:`~aiotsim.config.short_run_eval_every`; not when ``[set]``, ``--set`` or the grid
+    give it), seeds become a ``scenario.seed`` grid key."""
     overrides, iterations, seeds = cli
-    extra = parse_overrides(list(overrides))
-    if iterations is not None:
-        extra["scenario.iterations"] = iterations
+    given = parse_overrides(list(overrides))
+    extra = given if iterations is None else {**given, "scenario.iterations": iterations}
     problems = [
         f"{'-n/--iterations' if k == 'scenario.iterations' and iterations is not None else '--set ' + k}: "
         f"{k} is swept by {p} [grid]; drop it from the command line, or from the grid to fix it for every point"
         for k in extra
         if k in grid
     ]
+    if iterations is not None and "training.eval_every" not in grid:  # as `run -n`: more evaluations
+        extra |= short_run_eval_every(base_data, {**fixed, **given}, iterations)  # unless [set]/--set fix them
     fixed = {**fixed, **extra}
     if seeds > 1:
         if "scenario.seed" in grid:
