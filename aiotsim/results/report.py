@@ -35,6 +35,7 @@ from aiotsim.results.plot_inputs import Run, collect
 from aiotsim.results.store import Warn, make_dir, read_text, write_file
 from aiotsim.results.store import warn as store_warn
 from aiotsim.results.sweep import is_sweep_dir, read_manifest
+from aiotsim.results.sweep_figures import pct
 
 REPORT_NAME = "report.html"  # written inside the directory unless -o says otherwise
 MAX_SCENARIOS = 20  # distinct resolved scenarios shown in full; more are counted, not shown
@@ -148,7 +149,7 @@ def comparison_table(runs: list[Run], warn: Warn) -> Table:
     headers, cells = display_columns(c)
     note = (
         f"Speed-up: throughput relative to {c.baseline}. Final accuracy: mean ± standard deviation over seeds. "
-        f"Time to {c.target_accuracy:.0%}: simulated seconds to the first evaluation at or above it."
+        f"Time to {pct(c.target_accuracy)}: simulated seconds to the first evaluation at or above it."
     )
     return Table(f"{len(c.rows)} rows, {len(c.run_dirs)} runs", headers, cells, [note])
 
