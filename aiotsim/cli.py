@@ -29,6 +29,7 @@ from aiotsim.cli_common import (
     ScenarioArg,
     SetOpt,
     SignalInterrupt,
+    TensorboardOpt,
     err,
     expected_errors,
     fmt,
@@ -38,8 +39,11 @@ from aiotsim.cli_common import (
     print_error,
     slug,
     stopping_on_signals,
+    tensorboard_available,
+    write_tensorboard,
     writing_to,
 )
+from aiotsim.cli_report import register as _register_report
 from aiotsim.errors import ConfigError
 
 app = typer.Typer(
@@ -212,6 +216,7 @@ def run(
     resume: Annotated[
         Path | None, typer.Option("--resume", help="continue the run in this directory from its checkpoint.pt")
     ] = None,
+    tensorboard: TensorboardOpt = None,
 ) -> None:
     """Run one scenario: real gradients, real codec bytes, simulated network. Writes a run directory.
 
@@ -226,6 +231,7 @@ def run(
     if threads.strip().lower() == "auto" and not quiet:
         err.print(f"threads: auto -> {count} (CPU affinity and cgroup quota)", highlight=False)
     threads = str(count)
+    tensorboard_available(tensorboard)  # a missing package is exit 2 before the run, not after
     if resume is not None:
         if scenario is not None or compressor or iterations or set_ or out_dir:
             raise ConfigError("--resume RUN_DIR takes the scenario from RUN_DIR: give no scenario, -c, -n, --set or -o")
@@ -245,6 +251,12 @@ def run(
         )
     out.print(summary_table(summary, _fleet(out_dir)))
     out.print(f"run directory: {out_dir}")
+    _finish(summary, out_dir, tensorboard)
+
+
+def _finish(summary: dict[str, Any], out_dir: Path, tensorboard: Path | None) -> None:
+    """Write the TensorBoard scalars if asked, then exit with the code of the run's status."""
+    write_tensorboard([out_dir], tensorboard)
     status = str(summary.get("status", "complete"))
     code = STATUS_EXIT.get(status.split(":")[0])
     if code is not None:
@@ -498,6 +510,7 @@ def main() -> None:
 
 
 _register_batch(app)
+_register_report(app)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -26,6 +26,7 @@ from aiotsim.cli_common import (
     IterOpt,
     QuietOpt,
     SetOpt,
+    TensorboardOpt,
     ensure_dir,
     err,
     expected_errors,
@@ -33,6 +34,8 @@ from aiotsim.cli_common import (
     out_path,
     slug,
     stopping_on_signals,
+    tensorboard_available,
+    write_tensorboard,
     writing_to,
 )
 from aiotsim.errors import AiotsimError, ConfigError, ResultsError
@@ -288,6 +291,7 @@ def compare(
     device: DeviceOpt = "auto",
     no_replay: NoReplayOpt = False,
     quiet: QuietOpt = False,
+    tensorboard: TensorboardOpt = None,
 ) -> None:
     """Run a scenario with several compressors (x seeds) in parallel and compare them in one table.
 
@@ -301,6 +305,7 @@ def compare(
     from aiotsim.results.replay_plan import plan_under
     from aiotsim.results.store import is_run_dir
 
+    tensorboard_available(tensorboard)
     names = parse_compressors(compressor)
     out_dir = out_dir if out_dir is not None else _default_compare_dir(scenario)
     mode_list = [m.strip() for m in modes.split(",") if m.strip()]
@@ -323,6 +328,7 @@ def compare(
             _write_comparison(done, planned, reused, out_dir, (scenario.stem, seeds), target_accuracy, baseline)
             if len(mode_list) > 1:
                 out.print(f"written: {_plot_modes(done, out_dir)}")
+            write_tensorboard([out_dir], tensorboard)
     report_failures(results)
 
 

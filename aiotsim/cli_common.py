@@ -164,6 +164,31 @@ IterOpt = Annotated[
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help="where the real learning runs: auto | cpu | cuda")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]
+TensorboardOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tensorboard",
+        help="also write TensorBoard scalars of the run(s) under this directory (pip install 'aiotsim[tensorboard]')",
+        show_default=False,
+    ),
+]
+
+
+def tensorboard_available(log_dir: Path | None) -> None:
+    """With ``--tensorboard``: raise ConfigError (exit 2) now, before any run, if the package is missing."""
+    if log_dir is not None:
+        from aiotsim.results.export import need
+
+        need("tensorboard", "tensorboard", "tensorboard")
+
+
+def write_tensorboard(run_dirs: list[Path], log_dir: Path | None) -> None:
+    """With ``--tensorboard``: the scalars of every complete run under ``run_dirs`` into ``log_dir``."""
+    if log_dir is not None:
+        from aiotsim.results.export import export_tensorboard
+
+        written = export_tensorboard(run_dirs, log_dir)
+        out.print(f"tensorboard: {len(written)} run(s) in {log_dir} (tensorboard --logdir {log_dir})")
 
 
 def fmt_bytes(n: float | None) -> str:

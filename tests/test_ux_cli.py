@@ -160,3 +160,26 @@ def test_federated_run_prints_the_fleet(tmp_path: Path) -> None:
     took = json.loads((tmp_path / "fed" / "summary.json").read_text())["nodes"]
     assert 2 <= took <= 4  # 2 rounds of 2 nodes
     assert f"2 ({took} of 6 nodes took part)" in r.output
+
+
+def _has_tensorboard() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+@pytest.mark.skipif(_has_tensorboard(), reason="tensorboard is installed: the refusal cannot be seen")
+def test_run_tensorboard_without_the_package_is_refused_before_the_run(tmp_path: Path) -> None:
+    tiny = Path(__file__).with_name("tiny.toml")
+    res = runner.invoke(app, ["run", str(tiny), "-o", str(tmp_path / "r"), "-q", "--tensorboard", str(tmp_path / "tb")])
+    assert res.exit_code == 2
+    assert "pip install tensorboard" in res.output
+    assert not (tmp_path / "r").exists()  # refused before the run, not after it
+
+
+@pytest.mark.skipif(not _has_tensorboard(), reason="tensorboard is not installed (pip install 'aiotsim[tensorboard]')")
+def test_run_tensorboard_writes_the_run_s_scalars(tmp_path: Path) -> None:
+    tiny = Path(__file__).with_name("tiny.toml")
+    res = runner.invoke(app, ["run", str(tiny), "-o", str(tmp_path / "r"), "-q", "--tensorboard", str(tmp_path / "tb")])
+    assert res.exit_code == 0, res.output
+    assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
