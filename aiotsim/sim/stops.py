@@ -11,8 +11,10 @@ simulation at once and caught by :func:`aiotsim.sim.runner.run_cluster`.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where tensors are checked: the CLI imports this module at start-up
+    import torch
 
 
 class RunStopped(Exception):
@@ -55,6 +57,8 @@ def _all_finite(tensors: list[torch.Tensor]) -> bool:
     """Whether every element of ``tensors`` is finite, from each floating tensor's minimum and
     maximum: both are NaN where it holds a NaN, and an infinity is one of them. One pass per
     tensor without a boolean copy (LeNet-5's update: 30 us, against 137 us for ``isfinite``)."""
+    import torch
+
     real = [torch.view_as_real(t) if t.is_complex() else t for t in tensors]
     ends = [e for t in real if t.is_floating_point() and t.numel() for e in torch.aminmax(t)]
     return not ends or bool(torch.isfinite(torch.stack(ends)).all())
