@@ -18,7 +18,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 SETUP_RUN := build/.setup-run
 SETUP_TEST := build/.setup-test
 
-.PHONY: setup setup-test run test figures bench gpu-wheels clean
+.PHONY: setup setup-test run test figures figures-network bench gpu-wheels clean
 
 setup: $(SETUP_RUN)
 
@@ -58,6 +58,13 @@ test: $(SETUP_TEST)
 
 figures: $(SETUP_RUN)
 	$(PYTHON) -m aiotsim.figures figures
+
+# The network-sweep figures (figures/README.md): 20 trainings and 780 timing replays, ~20 min on 2 cores.
+figures-network: $(SETUP_RUN)
+	$(PYTHON) -m aiotsim.cli sweep scenarios/sweep_network.toml -q
+	$(PYTHON) -m aiotsim.cli plot runs/sweep-network -o runs/sweep-network/plots
+	for f in winner tta budget_accuracy; do for x in png svg; do \
+		cp runs/sweep-network/plots/sweep_network_$$f.$$x figures/; done; done
 
 bench: $(SETUP_RUN)
 	$(PYTHON) benchmarks/compressors.py
