@@ -124,7 +124,11 @@ def test_plain_text_strips_sphinx_markup() -> None:
     assert plain_text("a [b] `c`") == "a [b] c"
 
 
-def test_models_prints_plain_descriptions() -> None:
+def test_models_prints_plain_descriptions(monkeypatch: pytest.MonkeyPatch) -> None:
+    import aiotsim.cli_common as common
+
+    # a wide console whatever the suite's COLUMNS: a wrapped cell would split the phrase
+    monkeypatch.setattr(common.out, "width", 250)
     r = runner.invoke(app, ["models", "--input", "1,8,8"], env=WIDE)
     assert r.exit_code == 0, r.output
     assert "LeNet-5 for (C, H, W) inputs" in r.output and "MLP_HIDDEN" in r.output
