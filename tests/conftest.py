@@ -80,3 +80,22 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def run_tiny_sweep(tmp_path: Path, grid: str, sets: str = "") -> Path:
+    """Write a sweep of tests/tiny.toml (2 iterations; ``sets``/``grid``: TOML lines of its [set]
+    and [grid]), run every point in this process and write its manifest and index; returns the
+    sweep directory."""
+    from aiotsim.results.parallel import run_local
+    from aiotsim.results.sweep import load_sweep, write_index, write_manifest
+
+    sweep_file = tmp_path / "s.toml"
+    base = Path(__file__).with_name("tiny.toml")
+    sweep_file.write_text(
+        f'[sweep]\nbase = "{base}"\nname = "up"\n[set]\n"scenario.iterations" = 2\n{sets}\n[grid]\n{grid}\n'
+    )
+    sw = load_sweep(sweep_file, tmp_path / "sw")
+    write_manifest(sw)
+    assert all(r.ok for r in run_local(sw.jobs(), workers=1))
+    write_index(sw)
+    return tmp_path / "sw"

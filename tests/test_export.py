@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import typer
+from conftest import run_tiny_sweep
 from typer.testing import CliRunner
 
 from aiotsim.cli_report import register
 from aiotsim.results import export as export_module
 from aiotsim.results.compare import plan_comparison, write_comparison_record
 from aiotsim.results.parallel import run_local
-from aiotsim.results.sweep import load_sweep, write_manifest
 
 TESTS = Path(__file__).parent
 HAS_PYARROW = importlib.util.find_spec("pyarrow") is not None
@@ -76,19 +76,7 @@ def test_parquet_holds_every_row_of_every_run_named_by_run_codec_and_seed(compar
 def test_parquet_of_a_sweep_has_a_column_per_swept_key(tmp_path: Path) -> None:
     import pandas as pd
 
-    sweep_file = tmp_path / "s.toml"
-    sweep_file.write_text(f"""
-[sweep]
-base = "{TESTS / "tiny.toml"}"
-name = "up"
-[set]
-"scenario.iterations" = 2
-[grid]
-"network.uplink_mbps" = [1, 4]
-""")
-    sw = load_sweep(sweep_file, tmp_path / "sw")
-    write_manifest(sw)
-    assert all(r.ok for r in run_local(sw.jobs(), workers=1))
+    run_tiny_sweep(tmp_path, '"network.uplink_mbps" = [1, 4]')
     export_module.export_parquet(tmp_path / "sw", tmp_path / "pq")
     metrics = pd.read_parquet(tmp_path / "pq" / "metrics.parquet")
     assert sorted(metrics["network.uplink_mbps"]) == [1, 1, 4, 4]  # 2 iterations per point

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from conftest import run_tiny_sweep
 from typer.testing import CliRunner
 
 from aiotsim.cli_report import register
@@ -23,7 +24,6 @@ from aiotsim.results.compare import plan_comparison, write_comparison_record
 from aiotsim.results.parallel import run_local
 from aiotsim.results.plot_inputs import Run, SweepData
 from aiotsim.results.report import inline_svg
-from aiotsim.results.sweep import load_sweep, write_index, write_manifest
 
 TESTS = Path(__file__).parent
 BROWSERS = ("chromium", "chromium-browser", "chromium-headless-shell", "google-chrome", "firefox")
@@ -124,21 +124,8 @@ def test_report_of_a_run_and_of_a_sweep(comparison: Path, tmp_path: Path) -> Non
     assert ["compressor", "2bit"] in doc.rows and ["iterations", "3"] in doc.rows
     assert doc.pres[0] == f"aiotsim run {run_dir / 'scenario.toml'} -o {run_dir}-rerun"
 
+    run_tiny_sweep(tmp_path, '"network.uplink_mbps" = [1, 4]', '"training.eval_every" = 1')
     sweep_file = tmp_path / "s.toml"
-    sweep_file.write_text(f"""
-[sweep]
-base = "{TESTS / "tiny.toml"}"
-name = "up"
-[set]
-"scenario.iterations" = 2
-"training.eval_every" = 1
-[grid]
-"network.uplink_mbps" = [1, 4]
-""")
-    sw = load_sweep(sweep_file, tmp_path / "sw")
-    write_manifest(sw)
-    assert all(r.ok for r in run_local(sw.jobs(), workers=1))
-    write_index(sw)
     res = runner.invoke(app, ["report", str(tmp_path / "sw")], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     doc = parse(tmp_path / "sw" / "report.html")
