@@ -52,8 +52,10 @@ def test_dash_h_is_help_on_every_command() -> None:
 
 
 def test_shell_completion_completes_command_names() -> None:
-    r = runner.invoke(app, ["--show-completion", "bash"])
-    assert r.exit_code == 0 and "_AIOTSIM_COMPLETE=complete_bash" in r.output
+    # --show-completion prints the script of the shell it detects (none under make's sh on CI):
+    # that it is offered is ours to test; the completion itself is tested below, through bash's protocol
+    r = runner.invoke(app, ["--help"], env=WIDE)
+    assert r.exit_code == 0 and "--install-completion" in r.output and "--show-completion" in r.output
     env = {**os.environ, "_AIOTSIM_COMPLETE": "complete_bash", "COMP_WORDS": "aiotsim co", "COMP_CWORD": "1"}
     code = "import sys; sys.argv[0] = 'aiotsim'; from aiotsim.cli import main; main()"
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
