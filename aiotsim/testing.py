@@ -200,9 +200,10 @@ def check_error_feedback(codec: Codec) -> None:
             grad = gradient(layer, step)
             if codec.needs_sq_grad:
                 state.sq_grad = grad.float().square()
-            # the feedback input (DGC: momentum-corrected) from a copy, so the real state is untouched
-            copy = clone_state(codec, state, layer)
-            x = codec._feedback_input(grad, copy).float().reshape(layer.shape)
+            x = grad.float()
+            if type(codec)._feedback_input is not Codec._feedback_input:
+                # its own feedback input (DGC: momentum-corrected), from a copy: the state is untouched
+                x = codec._feedback_input(grad, clone_state(codec, state, layer)).float().reshape(layer.shape)
             before = torch.zeros(layer.shape) if state.residual is None else state.residual.reshape(layer.shape)
             compensated = x + before
             decoded = codec.decode(encode(codec, grad, layer, state), layer).float()
@@ -300,7 +301,8 @@ def check_codec(
     Raises
     ------
     AssertionError
-        ``"<Class>: <property>: <what differed>"`` for the first property that fails.
+        ``"<Class>: <property>: <what differed>"`` for the first property that fails (a property
+        whose code raised says what it raised, the original exception chained).
     ConfigError or CodecError
         ``cls`` is not a codec class, ``skip`` names an unknown property, or ``params`` are invalid.
     """
@@ -319,6 +321,8 @@ def check_codec(
             check(codec, codec.params)
         except AssertionError as exc:
             raise AssertionError(f"{cls.__name__}: {prop}: {exc}") from None
+        except Exception as exc:  # a crash is a failed property too: say which, keep the traceback
+            raise AssertionError(f"{cls.__name__}: {prop}: raised {type(exc).__name__}: {exc}") from exc
 
 
 __all__ = ["PROPERTIES", "check_codec", "clone_state", "from_wire", "gradient", "wire_bytes"]
