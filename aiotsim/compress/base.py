@@ -18,6 +18,21 @@ The server side belongs to the codec family too: :meth:`Codec.aggregate` combine
 gradients, and :meth:`Codec.observe_global` lets a node's state learn from the aggregated update that
 came back (seed 001 uses this to prefer globally large indices).
 
+A codec written outside the package keeps the same contract; :func:`aiotsim.testing.check_codec`
+checks it, and ``docs/CODECS.md`` walks through one. In one list:
+
+- the payload is bytes only: :meth:`Codec.decode` rebuilds the gradient from the payload's buffers,
+  the :class:`LayerInfo` and the codec's parameters and seed, never from anything the encoding
+  instance or state remembers (the server holds no node's state);
+- :attr:`Payload.nbytes` is the message size the network carries, so every scalar is packed;
+- the same parameters, seed and gradients give the same bytes: randomness comes only from the
+  state's ``generator`` (never the global generator);
+- decode returns ``layer.shape`` and ``layer.dtype``, also for empty and 1-element layers;
+- with error feedback (:attr:`Codec.error_feedback`), ``_encode`` reports exactly what decode
+  rebuilds, so ``input + old residual == decoded + new residual``;
+- the state holds only tensors, its generator, named tuples and plain data: checkpoints save it
+  field by field and ``--resume`` restores it.
+
 Nothing in this package imports simpy: codecs know bytes, not time.
 """
 
@@ -93,7 +108,9 @@ class Payload:
 
     Scalars (scales, norms, thresholds, seeds) are packed into buffers too (see
     :func:`aiotsim.compress.packing.pack_f32`), so :attr:`nbytes` is exactly the message size. The
-    buffer names are fixed by the codec's protocol and are not sent.
+    buffer names are fixed by the codec's protocol and are not sent. The receiver decodes from these
+    bytes and the layer's :class:`LayerInfo` alone (``aiotsim.testing.check_codec`` decodes a copy
+    rebuilt from the raw bytes with a fresh codec instance).
     """
 
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -143,6 +160,10 @@ class CodecState:
     statistics. ``sq_grad`` is filled by the engine before :meth:`Codec.encode` for codecs that set
     ``needs_sq_grad`` (mean over the batch of per-sample squared gradients, same shape as the grad)
     and cleared after it: it is that encode's input, not state kept between steps.
+
+    Checkpoints save a state field by field (``aiotsim.sim.checkpoint``): tensors, the generator
+    (as its ``get_state()`` bytes), named tuples, numbers, strings and containers of them. A field of
+    any other type cannot be saved (writing the checkpoint fails with a TypeError naming it).
     """
 
     # randomness: owned by the state, derived from the scenario seed (never the global RNG)
@@ -188,7 +209,13 @@ class Codec(ABC, Generic[S]):
     :class:`CodecState` subclass when the codec keeps more than a residual), and implement
     :meth:`_encode` (compress an accumulated gradient, report what was sent) and :meth:`decode`.
     Checks that involve several parameters go in :meth:`validate`. Register the class with
-    :func:`aiotsim.compress.registry.register`.
+    :func:`aiotsim.compress.registry.register` (a codec in this package), and check any codec with
+    :func:`aiotsim.testing.check_codec`.
+
+    The error-feedback role is declared, not coded: :attr:`has_residual` for a codec whose algorithm
+    always keeps a residual, or a ``Params`` inheriting :class:`FeedbackParams` where it is a choice;
+    :attr:`error_feedback` on the instance is the outcome. Parameters are typed dataclass fields with
+    defaults and ranges (:func:`aiotsim.schema.opt`), validated as a scenario's are.
 
     Class attributes
     ----------------
