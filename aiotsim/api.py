@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 from torch.utils.data import TensorDataset
 
+from aiotsim.compress.base import Codec
 from aiotsim.config import Scenario, apply_overrides, read_toml, scenario_from_dict
 from aiotsim.cpus import resolve_threads
 from aiotsim.errors import ConfigError, ResultsError
@@ -281,6 +282,7 @@ def run(
     num_classes: int | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     checkpoint_every: int = 0,
+    codec: type[Codec] | None = None,
 ) -> Result:
     """Run a scenario from a notebook or a script and return its :class:`Result`.
 
@@ -314,6 +316,13 @@ def run(
         one about once a second with its gradients so far (``gradients`` > 0).
     checkpoint_every : int
         Write ``checkpoint.pt`` every this many iterations (0: never); see :func:`resume`.
+    codec : subclass of :class:`~aiotsim.compress.Codec`, optional
+        Your codec class instead of ``compressor.name``, which becomes its reference
+        ``"module:ClassName"`` (recorded in the run directory's scenario); its parameters are the
+        ``compressor.*`` of ``overrides`` (the scenario's belong to its own codec and are dropped).
+        This process uses the class even when its module is a script's ``__main__``; a
+        ``resume``, a ``compare`` or a sweep of the run imports it by that name, so there its
+        module must be importable (on ``PYTHONPATH``).
 
     Returns
     -------
@@ -322,8 +331,11 @@ def run(
     Raises
     ------
     ConfigError
-        An invalid scenario, override, data set or model (every problem listed).
+        An invalid scenario, override, data set or model (every problem listed), or a ``codec``
+        that is not a Codec subclass.
     """
+    if codec is not None:
+        scenario_or_path, overrides = _with_codec(scenario_or_path, overrides, codec)
     scenario = as_scenario(scenario_or_path, overrides)
     data = as_dataset(dataset, num_classes) if dataset is not None else None
     d = out_dir if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"aiotsim-{scenario.scenario.name}-"))
@@ -347,6 +359,27 @@ def resume(
     data = as_dataset(dataset, num_classes) if dataset is not None else None
     resume_run(run_dir, device, on_progress, threads, model=model, data=data, checkpoint_every=checkpoint_every)
     return Result.load(run_dir)
+
+
+def _with_codec(
+    scenario_or_path: ScenarioLike, overrides: dict[str, Any] | None, codec: type[Codec]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The scenario as a dict without its codec's parameters, and ``overrides`` naming ``codec``."""
+    from aiotsim.compress.registry import use_codec_class
+    from aiotsim.results.compare import variant_data
+
+    ref = use_codec_class(codec)
+    if isinstance(scenario_or_path, Scenario):
+        data = scenario_or_path.to_dict()
+    elif isinstance(scenario_or_path, dict):
+        data = scenario_or_path
+    elif isinstance(scenario_or_path, (str, Path)):
+        data = read_toml(str(scenario_or_path))
+    else:
+        raise ConfigError(
+            f"a scenario must be a TOML path, a Scenario or a dict, got {type(scenario_or_path).__name__}"
+        )
+    return variant_data(data, {"compressor.name": ref}), dict(overrides or {})
 
 
 def as_scenario(scenario_or_path: ScenarioLike, overrides: dict[str, Any] | None = None) -> Scenario:

@@ -281,7 +281,8 @@ class TrainingSection:
     server_optimizer: str = opt(
         "avg",
         "federated: how the server applies the averaged delta: 'avg' (FedAvg), 'momentum' (server "
-        "momentum, FedAvgM) or 'adam' (FedAdam, Reddi et al. 2021)",
+        "momentum, FedAvgM), 'adam' (FedAdam, Reddi et al. 2021) or a plugin 'package.module:ClassName' "
+        "(see aiotsim.sim.server_opt)",
         choices=("avg", "momentum", "adam"),
     )
     server_momentum: float = opt(0.9, "federated: server momentum / FedAdam beta1, [0, 1)", fraction)
@@ -299,7 +300,12 @@ class TrainingSection:
 class CompressorSection:
     """``[compressor]``: the codec and its parameters (any other key is a codec parameter)."""
 
-    name: str = opt("none", "codec name (see `aiotsim compressors`)", choices="compressors", what="compressor")
+    name: str = opt(
+        "none",
+        "codec name (see `aiotsim compressors`) or a plugin 'package.module:ClassName' (docs/CODECS.md)",
+        choices="compressors",
+        what="compressor",
+    )
     min_size: int = opt(0, "layers with fewer elements than this go uncompressed (fp32), 0..2**31", between(0, 2**31))
     downlink: str = opt(
         "model",
@@ -715,7 +721,8 @@ def _check_section(name: str, raw: dict[str, Any], where: str, problems: list[st
     cls = SECTIONS[name]
     blocks = BLOCKS.get(name, {})
     is_codec = cls is CompressorSection
-    plain = _as_floats(cls, {k: v for k, v in raw.items() if k not in blocks})
+    plugin = _plugin_field(name, raw)  # checked by loading it, not against the built-in names
+    plain = _as_floats(cls, {k: v for k, v in raw.items() if k not in blocks and k != plugin})
     skip = ("params", *blocks) if is_codec else tuple(blocks)
     checked = check_fields(cls, plain, f"{name}.", resolve_choices, allow_extra=is_codec, skip=skip)
     problems.extend(f"{where}: {p}" for p in checked.problems)
@@ -727,15 +734,49 @@ def _check_section(name: str, raw: dict[str, Any], where: str, problems: list[st
             problems.extend(f"{where}: {p}" for p in found)
     if is_codec:
         values["params"] = checked.extra  # codec parameters: checked against the codec below
+    if plugin is not None:
+        values[plugin] = raw[plugin]
     return cls(**values)
 
 
-def _check_codec(comp: CompressorSection, seed: int, where: str, problems: list[str]) -> None:
-    """Check the codec's own parameters (names, types, ranges) by building it once."""
-    from aiotsim.compress.registry import build_codec
+def _plugin_field(section: str, raw: dict[str, Any]) -> str | None:
+    """The key of ``raw`` that names a plugin rather than a built-in (``compressor.name =
+    "mod:Class"``, a ``training.server_optimizer`` other than the built-in rules), or None.
+    Codecs are loaded by :func:`_check_codec`; a server optimizer is loaded here."""
+    from aiotsim.plugins import is_reference
 
-    if comp.name not in _compressor_names():
+    if section == "compressor" and isinstance(raw.get("name"), str) and is_reference(raw["name"]):
+        return "name"
+    value = raw.get("server_optimizer")
+    if section == "training" and isinstance(value, str) and value not in ("avg", "momentum", "adam"):
+        return "server_optimizer"
+    return None
+
+
+def _check_server_optimizer(training: TrainingSection, where: str, problems: list[str]) -> None:
+    """Load a plugin server optimizer once (an unknown name gets a did-you-mean)."""
+    from aiotsim.sim.server_opt import KINDS, server_optimizer_class
+
+    if training.server_optimizer not in KINDS:
+        try:
+            server_optimizer_class(training.server_optimizer)
+        except ConfigError as exc:
+            problems.extend(f"{where}: training.server_optimizer: {p}" for p in exc.problems)
+
+
+def _check_codec(comp: CompressorSection, seed: int, where: str, problems: list[str]) -> None:
+    """Check the codec's own parameters (names, types, ranges) by building it once; a plugin
+    reference is imported here (a failure names the module and the error)."""
+    from aiotsim.compress.registry import build_codec, get_codec_class
+    from aiotsim.plugins import is_reference
+
+    if comp.name not in _compressor_names() and not is_reference(comp.name):
         return  # already reported
+    try:
+        get_codec_class(comp.name)
+    except ConfigError as exc:
+        problems.extend(f"{where}: compressor.name: {p}" for p in exc.problems)
+        return
     try:
         build_codec(comp.name, comp.params, seed=seed)
     except ConfigError as exc:
@@ -772,6 +813,7 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scen
         sections[name] = _check_section(name, raw, source, problems)
     scenario = Scenario(**sections)  # bad values were left out: their defaults stand in
     _check_codec(scenario.compressor, scenario.scenario.seed, source, problems)
+    _check_server_optimizer(scenario.training, source, problems)
     problems.extend(f"{source}: {p}" for p in cross_checks(scenario))
     if not problems:  # a bad group was left out: its count would not add up
         problems.extend(f"{source}: {p}" for p in group_problems(scenario))

@@ -234,10 +234,10 @@ def group_problems(s: Scenario) -> list[str]:
 def _codec_downlink_problems(s: Scenario) -> list[str]:
     """A compressed downlink re-encodes the aggregate with the codec: a codec that applies
     momentum itself (DGC) would apply it a second time there."""
-    from aiotsim.compress.registry import codec_names, get_codec_class
+    from aiotsim.compress.registry import get_codec_class, is_codec
 
     name = s.compressor.name
-    if s.compressor.downlink == "compressed" and name in codec_names() and get_codec_class(name).absorbs_momentum:
+    if s.compressor.downlink == "compressed" and is_codec(name) and get_codec_class(name).absorbs_momentum:
         return [
             f"compressor.downlink: 'compressed' would re-apply {name}'s momentum correction at the "
             "server; use downlink = 'union' or 'model'"
@@ -246,9 +246,9 @@ def _codec_downlink_problems(s: Scenario) -> list[str]:
 
 
 def _ring_codec_problems(name: str) -> list[str]:
-    from aiotsim.compress.registry import codec_names, get_codec_class
+    from aiotsim.compress.registry import codec_names, get_codec_class, is_codec
 
-    if name not in codec_names():
+    if not is_codec(name):  # an unknown name or a plugin that does not load: reported already
         return []
     if get_codec_class(name).supports_ring():
         return []

@@ -1,6 +1,24 @@
 """Gradient codecs: the contract (base), the registry, packing helpers and one module per family."""
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
-from aiotsim.compress.registry import build_codec, codec_names, get_codec_class, register
+from aiotsim.compress.registry import (
+    build_codec,
+    codec_names,
+    codec_plugin,
+    get_codec_class,
+    register,
+    use_codec_class,
+)
 
-__all__ = ["Codec", "CodecState", "LayerInfo", "Payload", "build_codec", "codec_names", "get_codec_class", "register"]
+__all__ = [
+    "Codec",
+    "CodecState",
+    "LayerInfo",
+    "Payload",
+    "build_codec",
+    "codec_names",
+    "codec_plugin",
+    "get_codec_class",
+    "register",
+    "use_codec_class",
+]

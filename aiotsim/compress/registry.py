@@ -4,6 +4,12 @@ Replaces GRACE's if/elif factory. ``build_codec("topk", {"ratio": 0.01}, seed=1)
 parameter with the one field-validation mechanism (:func:`aiotsim.schema.check_fields`: unknown
 names with a did-you-mean, wrong types, non-finite numbers, each field's declared range; then the
 codec's checks across fields) and reports all problems at once, ``compressor.KEY: reason`` each.
+
+Besides the built-ins, a name may be a plugin (:mod:`aiotsim.plugins`): ``"package.module:ClassName"``
+(any importable module; the class must subclass :class:`~aiotsim.compress.base.Codec`) or the name
+of an entry point of the group ``aiotsim.codecs`` of an installed package. A built-in's name wins
+over an entry point of the same name. Plugin classes are not added to the registry: a plugin's
+``name`` attribute may be anything, its scenario name is its reference or entry-point name.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, TypeVar
 
+from aiotsim import plugins
 from aiotsim.compress.base import PARAM_PREFIX, Codec
 from aiotsim.errors import ConfigError
 from aiotsim.schema import check_fields, did_you_mean
@@ -62,18 +69,50 @@ def _load() -> None:
 
 
 def codec_names() -> list[str]:
-    """Every registered codec name, sorted."""
+    """Every codec name, sorted: the built-ins and the installed entry points of ``aiotsim.codecs``
+    (references ``"module:Class"`` are not listed: any importable one is valid)."""
     _load()
-    return sorted(_REGISTRY)
+    return sorted(set(_REGISTRY) | set(plugins.entry_points(plugins.CODEC_GROUP)))
 
 
 def get_codec_class(name: str) -> type[Codec]:
-    """The codec class registered as ``name``; a miss names the closest and lists all."""
+    """The codec class of ``name`` (built-in, entry point or ``"module:Class"`` reference).
+
+    Raises
+    ------
+    ConfigError
+        An unknown name (the closest and all valid ones), or a plugin that cannot be imported or
+        does not subclass :class:`Codec` (the module and the error).
+    """
+    return codec_plugin(name).cls
+
+
+def codec_plugin(name: str) -> plugins.Plugin:
+    """The codec class of ``name`` and its origin: ``"built-in"``, ``"entry point <dist>"`` or
+    ``"module path"``; raises :class:`ConfigError` as :func:`get_codec_class` does."""
     _load()
+    if name in _REGISTRY:
+        return plugins.Plugin(name, _REGISTRY[name], "built-in")
+    if plugins.is_reference(name):
+        return plugins.Plugin(name, plugins.load_reference(name, Codec, "compressor"), "module path")
+    if name in plugins.entry_points(plugins.CODEC_GROUP):
+        return plugins.load_entry_point(plugins.CODEC_GROUP, name, Codec, "compressor")
+    raise ConfigError(unknown_name_message("compressor", name, codec_names()))
+
+
+def is_codec(name: str) -> bool:
+    """Whether ``name`` names a codec that loads (a built-in, entry point or reference)."""
     try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ConfigError(unknown_name_message("compressor", name, codec_names())) from None
+        codec_plugin(name)
+    except ConfigError:
+        return False
+    return True
+
+
+def use_codec_class(cls: type[Codec]) -> str:
+    """Make ``cls`` usable in this process by its reference ``"module:Class"`` and return it (the
+    API's ``codec=``); other processes (``compare --jobs``, a ``--resume``) import it by that name."""
+    return plugins.remember(cls, Codec, "compressor")
 
 
 def unknown_name_message(what: str, name: str, valid: list[str]) -> str:

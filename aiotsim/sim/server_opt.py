@@ -14,11 +14,24 @@ into ``d``. Following Reddi et al., *Adaptive Federated Optimization* (ICLR 2021
     ``x <- x - eta m / (sqrt(v) + tau)``; no bias correction, as in the paper. Their defaults:
     ``beta1 = 0.9``, ``beta2 = 0.99``, ``tau = 1e-3`` (tau is the adaptivity; they tune ``eta``
     and ``tau`` per task, typically ``eta`` in 1e-3 .. 1e-1 for Adam).
+
+Plugins (:mod:`aiotsim.plugins`): ``training.server_optimizer = "package.module:Name"`` or the name
+of an entry point of the group ``aiotsim.server_optimizers``. The class must subclass
+:class:`ServerOptimizer`; it is constructed with the same arguments as the built-ins (``kind`` is
+its own name) and overrides :meth:`ServerOptimizer.step`. Its state between rounds must live in
+``self.m`` and ``self.v`` (``None`` or one tensor per layer, parameter shapes): checkpoints save and
+restore exactly those two.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from aiotsim import plugins
+from aiotsim.errors import ConfigError
+from aiotsim.schema import did_you_mean
 
 KINDS = ("avg", "momentum", "adam")
 
@@ -26,11 +39,14 @@ KINDS = ("avg", "momentum", "adam")
 class ServerOptimizer:
     """Applies averaged pseudo-gradients to the global parameters in place.
 
+    ``ServerOptimizer(params, kind, ...)`` with a plugin's name as ``kind`` constructs that plugin
+    class (a subclass) with the same arguments, so the federated strategy builds either alike.
+
     Parameters
     ----------
     params : list of torch.Tensor
         The global model's parameters (updated in place, without autograd).
-    kind : {"avg", "momentum", "adam"}
+    kind : {"avg", "momentum", "adam"} or a plugin's name
         The rule (see the module docstring).
     lr : float
         Server learning rate ``eta`` (> 0).
@@ -38,11 +54,18 @@ class ServerOptimizer:
         Momentum / first-moment decay, second-moment decay, adaptivity.
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> ServerOptimizer:
+        # A plugin's name as ``kind`` picks its class; Python then runs that class's __init__ (a
+        # subclass). No arguments (copy, pickle): the class itself.
+        kind = args[1] if len(args) > 1 else kwargs.get("kind")
+        plugin = cls is ServerOptimizer and isinstance(kind, str) and kind not in KINDS
+        return super().__new__(server_optimizer_class(kind) if plugin else cls)
+
     def __init__(
         self, params: list[torch.Tensor], kind: str, lr: float, beta1: float = 0.9, beta2: float = 0.99,
         tau: float = 1e-3,
     ) -> None:  # fmt: skip
-        if kind not in KINDS:
+        if kind not in KINDS and type(self) is ServerOptimizer:
             raise ValueError(f"kind(={kind!r}) must be one of {', '.join(KINDS)}")
         self.params, self.kind, self.lr = params, kind, lr
         self.beta1, self.beta2, self.tau = beta1, beta2, tau
@@ -72,4 +95,39 @@ class ServerOptimizer:
         torch._foreach_addcdiv_(self.params, self.m, denom, value=-self.lr)
 
 
-__all__ = ["ServerOptimizer", "KINDS"]
+def server_optimizer_names() -> list[str]:
+    """The built-in rules and the installed entry points of ``aiotsim.server_optimizers``."""
+    extra = sorted(set(plugins.entry_points(plugins.SERVER_OPTIMIZER_GROUP)) - set(KINDS))
+    return [*KINDS, *extra]
+
+
+def server_optimizer_plugin(name: str) -> plugins.Plugin:
+    """The class of ``name`` and its origin (``"built-in"``, ``"entry point <dist>"`` or
+    ``"module path"``).
+
+    Raises
+    ------
+    ConfigError
+        An unknown name (did-you-mean, the valid names), or a plugin that cannot be imported or
+        does not subclass :class:`ServerOptimizer`.
+    """
+    what = "server optimizer"
+    if name in KINDS:
+        return plugins.Plugin(name, ServerOptimizer, "built-in")
+    if plugins.is_reference(name):
+        return plugins.Plugin(name, plugins.load_reference(name, ServerOptimizer, what), "module path")
+    if name in plugins.entry_points(plugins.SERVER_OPTIMIZER_GROUP):
+        return plugins.load_entry_point(plugins.SERVER_OPTIMIZER_GROUP, name, ServerOptimizer, what)
+    valid = server_optimizer_names()
+    raise ConfigError(
+        f"unknown {what} {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)} "
+        "or a plugin 'package.module:ClassName'"
+    )
+
+
+def server_optimizer_class(name: str) -> type[ServerOptimizer]:
+    """The class of the server optimizer ``name``; raises as :func:`server_optimizer_plugin`."""
+    return server_optimizer_plugin(name).cls
+
+
+__all__ = ["ServerOptimizer", "KINDS", "server_optimizer_class", "server_optimizer_names", "server_optimizer_plugin"]

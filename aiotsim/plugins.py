@@ -1,0 +1,159 @@
+"""Plugins: classes named ``"package.module:ClassName"`` or installed under an entry-point group.
+
+Shared by codecs (``compressor.name``, group ``aiotsim.codecs``) and server optimizers
+(``training.server_optimizer``, group ``aiotsim.server_optimizers``). A name with a colon is a
+*reference*: the module is imported with :func:`importlib.import_module` (it must be importable:
+on ``sys.path``, e.g. through ``PYTHONPATH``, also in ``compare --jobs N`` worker processes) and
+the attribute after the colon is taken from it. A name without one may be an entry point of an
+installed distribution (``[project.entry-points."aiotsim.codecs"] mycodec = "pkg.mod:MyCodec"``).
+
+Security: nothing in a scenario file runs beyond importing the module the user named there. Naming
+a module is the user's act, as ``python -m module`` is; a scenario from elsewhere that names a
+module imports it, so read such a file before running it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from aiotsim.errors import ConfigError
+
+CODEC_GROUP = "aiotsim.codecs"
+SERVER_OPTIMIZER_GROUP = "aiotsim.server_optimizers"
+
+# Classes handed to the API (``aiotsim.run(..., codec=C)``) by reference: they may live in a
+# script's ``__main__`` that no other process can import, so this process remembers them.
+_GIVEN: dict[str, type] = {}
+# Entry points per group, read once per process (scanning every installed distribution costs ms,
+# and validation asks for the names many times); :func:`clear_cache` forgets them.
+_ENTRY_POINTS: dict[str, dict[str, metadata.EntryPoint]] = {}
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A loaded plugin class and where it came from (``origin``: ``"module path"`` or
+    ``"entry point <dist>"``), as ``aiotsim compressors`` lists it."""
+
+    name: str
+    cls: type
+    origin: str
+
+
+def is_reference(name: str) -> bool:
+    """Whether ``name`` reads ``"package.module:ClassName"`` (both parts non-empty)."""
+    module, sep, attr = name.partition(":")
+    return bool(sep and module.strip() and attr.strip())
+
+
+def reference_of(cls: type) -> str:
+    """``"package.module:ClassName"`` of ``cls`` (its module and qualified name)."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def remember(cls: type, base: type, what: str) -> str:
+    """Make ``cls`` loadable in this process under its reference (see :func:`reference_of`),
+    even when its module cannot be imported by name; returns the reference.
+
+    Raises
+    ------
+    ConfigError
+        ``cls`` is not a subclass of ``base``.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigError(f"{what} {cls!r} must be a subclass of {base.__module__}.{base.__qualname__}")
+    ref = reference_of(cls)
+    _GIVEN[ref] = cls
+    return ref
+
+
+def load_reference(ref: str, base: type, what: str) -> type:
+    """The class named by ``"package.module:ClassName"``, checked to subclass ``base``.
+
+    Raises
+    ------
+    ConfigError
+        The module cannot be imported (its name and the error), it has no such attribute, or the
+        attribute is not a subclass of ``base``.
+    """
+    if ref in _GIVEN:
+        return _GIVEN[ref]
+    module_name, _, attr = (part.strip() for part in ref.partition(":"))
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any error of the user's module is reported, never a traceback
+        hint = " (is its folder on PYTHONPATH?)" if isinstance(exc, ModuleNotFoundError) else ""
+        raise ConfigError(
+            f"{what} {ref!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}{hint}"
+        ) from None
+    obj: Any = module
+    for part in attr.split("."):  # a nested class: "mod:Outer.Inner"
+        if not hasattr(obj, part):
+            raise ConfigError(f"{what} {ref!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return _checked(obj, base, what, ref)
+
+
+def _checked(obj: Any, base: type, what: str, name: str) -> type:
+    if not (isinstance(obj, type) and issubclass(obj, base)):
+        raise ConfigError(
+            f"{what} {name!r}: {obj!r} is not a subclass of {base.__module__}.{base.__qualname__}; "
+            f"a {what} plugin must subclass it"
+        )
+    return obj
+
+
+def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
+    """The installed entry points of ``group`` by name (not loaded), read once per process."""
+    if group not in _ENTRY_POINTS:
+        found: dict[str, metadata.EntryPoint] = {}
+        for ep in metadata.entry_points(group=group):
+            found.setdefault(ep.name, ep)  # the first on sys.path wins, as for imports
+        _ENTRY_POINTS[group] = found
+    return _ENTRY_POINTS[group]
+
+
+def load_entry_point(group: str, name: str, base: type, what: str) -> Plugin:
+    """Load the entry point ``name`` of ``group`` (which must exist), checked to subclass ``base``.
+
+    Raises
+    ------
+    ConfigError
+        Loading fails (the target and the error) or the target is not a subclass of ``base``.
+    """
+    ep = entry_points(group)[name]
+    try:
+        obj = ep.load()
+    except Exception as exc:  # the installed package's error, reported without a traceback
+        raise ConfigError(
+            f"{what} {name!r} (entry point {ep.value!r} in group {group!r}): cannot load it: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+    return Plugin(name, _checked(obj, base, what, name), f"entry point {_dist_name(ep)}")
+
+
+def _dist_name(ep: metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.name if dist is not None else "(unknown distribution)"
+
+
+def clear_cache() -> None:
+    """Forget the entry points read so far and the classes given to the API (tests use it)."""
+    _ENTRY_POINTS.clear()
+    _GIVEN.clear()
+
+
+__all__ = [
+    "CODEC_GROUP",
+    "SERVER_OPTIMIZER_GROUP",
+    "Plugin",
+    "clear_cache",
+    "entry_points",
+    "is_reference",
+    "load_entry_point",
+    "load_reference",
+    "reference_of",
+    "remember",
+]
