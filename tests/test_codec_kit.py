@@ -56,6 +56,15 @@ def test_the_tutorial_codec_by_hand(eight_bit_topk: type[Codec]) -> None:
     torch.testing.assert_close(state.residual, torch.tensor([0.0, 0.0, 0.1, 0.0]), atol=1e-6, rtol=0)
 
 
+def test_the_tutorial_shows_the_example_file() -> None:
+    """docs/CODECS.md's codec is examples/my_codecs.py's, verbatim (the page cannot drift), in <= 40 lines."""
+    doc = (EXAMPLES.parent / "docs" / "CODECS.md").read_text()
+    shown = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    source = (EXAMPLES / "my_codecs.py").read_text()
+    assert "class EightBitTopK(Codec" in shown and shown in source
+    assert len(source.splitlines()) <= 40
+
+
 def test_wire_bytes_round_trip() -> None:
     payload = Payload({"a": torch.tensor([1, 2, 3], dtype=torch.uint8), "b": torch.zeros(0, dtype=torch.uint8)})
     assert wire_bytes(payload) == [("a", b"\x01\x02\x03"), ("b", b"")]
