@@ -9,6 +9,7 @@ parallel runner call :func:`run_scenario`; nothing below this layer writes files
 from __future__ import annotations
 
 import csv
+import dataclasses
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -317,26 +318,14 @@ def run(
     checkpoint_every : int
         Write ``checkpoint.pt`` every this many iterations (0: never); see :func:`resume`.
     codec : subclass of :class:`~aiotsim.compress.Codec`, optional
-        Your codec class instead of ``compressor.name``, which becomes its reference
-        ``"module:ClassName"`` (recorded in the run directory's scenario); its parameters are the
-        ``compressor.*`` of ``overrides`` (the scenario's belong to its own codec and are dropped).
-        This process uses the class even when its module is a script's ``__main__``; a
-        ``resume``, a ``compare`` or a sweep of the run imports it by that name, so there its
-        module must be importable (on ``PYTHONPATH``).
-
-    Returns
-    -------
-    Result
+        Your codec class instead of ``compressor.name`` (:func:`_with_codec`); params: ``compressor.*`` overrides.
 
     Raises
     ------
     ConfigError
-        An invalid scenario, override, data set or model (every problem listed), or a ``codec``
-        that is not a Codec subclass.
+        An invalid scenario, override, data set, model or codec (every problem listed).
     """
-    if codec is not None:
-        scenario_or_path, overrides = _with_codec(scenario_or_path, overrides, codec)
-    scenario = as_scenario(scenario_or_path, overrides)
+    scenario = as_scenario(scenario_or_path if codec is None else _with_codec(scenario_or_path, codec), overrides)
     data = as_dataset(dataset, num_classes) if dataset is not None else None
     d = out_dir if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"aiotsim-{scenario.scenario.name}-"))
     run_scenario(scenario, d, device, on_progress, threads, model=model, data=data, checkpoint_every=checkpoint_every)
@@ -361,12 +350,15 @@ def resume(
     return Result.load(run_dir)
 
 
-def _with_codec(
-    scenario_or_path: ScenarioLike, overrides: dict[str, Any] | None, codec: type[Codec]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The scenario as a dict without its codec's parameters, and ``overrides`` naming ``codec``."""
+def _with_codec(scenario_or_path: ScenarioLike, codec: type[Codec]) -> dict[str, Any]:
+    """The scenario as a dict whose ``compressor.name`` is ``codec``'s reference ``"module:Class"``
+    (so the run directory's scenario names it), without the parameters of its former codec.
+
+    This process uses the class even when its module is a script's ``__main__``; a ``resume``, a
+    ``compare`` or a sweep of the run imports it by that name: there its module must be importable
+    (on ``PYTHONPATH``). A class that is not a Codec subclass raises :class:`ConfigError`."""
     from aiotsim.compress.registry import use_codec_class
-    from aiotsim.results.compare import variant_data
+    from aiotsim.config import CompressorSection
 
     ref = use_codec_class(codec)
     if isinstance(scenario_or_path, Scenario):
@@ -379,7 +371,10 @@ def _with_codec(
         raise ConfigError(
             f"a scenario must be a TOML path, a Scenario or a dict, got {type(scenario_or_path).__name__}"
         )
-    return variant_data(data, {"compressor.name": ref}), dict(overrides or {})
+    # the section's own keys stay (downlink ...); the other codec's parameters go
+    keys = {f.name for f in dataclasses.fields(CompressorSection)}
+    comp = {k: v for k, v in data.get("compressor", {}).items() if k in keys}
+    return {**data, "compressor": {**comp, "name": ref}}
 
 
 def as_scenario(scenario_or_path: ScenarioLike, overrides: dict[str, Any] | None = None) -> Scenario:

@@ -743,23 +743,29 @@ def _plugin_field(section: str, raw: dict[str, Any]) -> str | None:
     """The key of ``raw`` that names a plugin rather than a built-in (``compressor.name =
     "mod:Class"``, a ``training.server_optimizer`` other than the built-in rules), or None.
     Codecs are loaded by :func:`_check_codec`; a server optimizer is loaded here."""
-    from aiotsim.plugins import is_reference
+    from aiotsim.plugins import SERVER_OPTIMIZER_BUILTINS, is_reference
 
     if section == "compressor" and isinstance(raw.get("name"), str) and is_reference(raw["name"]):
         return "name"
     value = raw.get("server_optimizer")
-    if section == "training" and isinstance(value, str) and value not in ("avg", "momentum", "adam"):
+    if section == "training" and isinstance(value, str) and value not in SERVER_OPTIMIZER_BUILTINS:
         return "server_optimizer"
     return None
 
 
 def _check_server_optimizer(training: TrainingSection, where: str, problems: list[str]) -> None:
     """Load a plugin server optimizer once (an unknown name gets a did-you-mean)."""
-    from aiotsim.sim.server_opt import KINDS, server_optimizer_class
+    from aiotsim import plugins
 
-    if training.server_optimizer not in KINDS:
+    if training.server_optimizer not in plugins.SERVER_OPTIMIZER_BUILTINS:
         try:
-            server_optimizer_class(training.server_optimizer)
+            plugins.find(
+                training.server_optimizer,
+                plugins.SERVER_OPTIMIZER_GROUP,
+                plugins.SERVER_OPTIMIZER_BASE,
+                "server optimizer",
+                plugins.SERVER_OPTIMIZER_BUILTINS,
+            )
         except ConfigError as exc:
             problems.extend(f"{where}: training.server_optimizer: {p}" for p in exc.problems)
 

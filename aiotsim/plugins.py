@@ -15,14 +15,23 @@ module imports it, so read such a file before running it.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 from aiotsim.errors import ConfigError
+from aiotsim.schema import did_you_mean
 
 CODEC_GROUP = "aiotsim.codecs"
 SERVER_OPTIMIZER_GROUP = "aiotsim.server_optimizers"
+# The server optimizers' base class by reference: validation (config.py) checks a plugin against it
+# without importing the simulation; aiotsim.sim.server_opt checks the built-in names.
+SERVER_OPTIMIZER_BASE = "aiotsim.sim.server_opt:ServerOptimizer"
+SERVER_OPTIMIZER_BUILTINS = ("avg", "momentum", "adam")
+
+# A base class, or its reference "module:Class".
+Base = type | str
 
 # Classes handed to the API (``aiotsim.run(..., codec=C)``) by reference: they may live in a
 # script's ``__main__`` that no other process can import, so this process remembers them.
@@ -69,7 +78,7 @@ def remember(cls: type, base: type, what: str) -> str:
     return ref
 
 
-def load_reference(ref: str, base: type, what: str) -> type:
+def load_reference(ref: str, base: Base, what: str) -> type:
     """The class named by ``"package.module:ClassName"``, checked to subclass ``base``.
 
     Raises
@@ -96,13 +105,42 @@ def load_reference(ref: str, base: type, what: str) -> type:
     return _checked(obj, base, what, ref)
 
 
-def _checked(obj: Any, base: type, what: str, name: str) -> type:
-    if not (isinstance(obj, type) and issubclass(obj, base)):
-        raise ConfigError(
-            f"{what} {name!r}: {obj!r} is not a subclass of {base.__module__}.{base.__qualname__}; "
-            f"a {what} plugin must subclass it"
-        )
+def _checked(obj: Any, base: Base, what: str, name: str) -> type:
+    if not _subclass(obj, base):
+        label = base.replace(":", ".") if isinstance(base, str) else f"{base.__module__}.{base.__qualname__}"
+        raise ConfigError(f"{what} {name!r}: {obj!r} is not a subclass of {label}; a {what} plugin must subclass it")
     return obj
+
+
+def _subclass(obj: Any, base: Base) -> bool:
+    """``issubclass``; a base given by reference is looked for in the MRO by name, so a check
+    needs no import of the base's module (the plugin imported it already if it subclasses it)."""
+    if not isinstance(obj, type):
+        return False
+    if isinstance(base, type):
+        return issubclass(obj, base)
+    return any(reference_of(c) == base for c in obj.__mro__)
+
+
+def find(name: str, group: str, base: Base, what: str, builtins: Sequence[str]) -> Plugin:
+    """The plugin ``name`` that is not one of ``builtins``: a reference or an entry point of
+    ``group``, checked to subclass ``base`` (a class, or its reference ``"module:Class"``).
+
+    Raises
+    ------
+    ConfigError
+        An unknown name (did-you-mean over ``builtins`` and the entry points, all listed), or a
+        plugin that cannot be imported or is not a subclass of ``base``.
+    """
+    if is_reference(name):
+        return Plugin(name, load_reference(name, base, what), "module path")
+    if name in entry_points(group):
+        return load_entry_point(group, name, base, what)
+    valid = [*builtins, *sorted(set(entry_points(group)) - set(builtins))]
+    raise ConfigError(
+        f"unknown {what} {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)} "
+        "or a plugin 'package.module:ClassName'"
+    )
 
 
 def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
@@ -115,7 +153,7 @@ def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
     return _ENTRY_POINTS[group]
 
 
-def load_entry_point(group: str, name: str, base: type, what: str) -> Plugin:
+def load_entry_point(group: str, name: str, base: Base, what: str) -> Plugin:
     """Load the entry point ``name`` of ``group`` (which must exist), checked to subclass ``base``.
 
     Raises
@@ -147,7 +185,10 @@ def clear_cache() -> None:
 
 __all__ = [
     "CODEC_GROUP",
+    "SERVER_OPTIMIZER_BASE",
+    "SERVER_OPTIMIZER_BUILTINS",
     "SERVER_OPTIMIZER_GROUP",
+    "find",
     "Plugin",
     "clear_cache",
     "entry_points",

@@ -187,7 +187,8 @@ def test_compressors_lists_origins(plugin_path: Path, tmp_path: Path) -> None:
     dist = plugin_path / "fakecodecs-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakecodecs\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[aiotsim.codecs]\nhalfcast-ep = {REF}\n")
+    entries = f"[aiotsim.codecs]\nhalfcast-ep = {REF}\n[aiotsim.server_optimizers]\nhalf-avg = {MOD}:HalfAvg\n"
+    (dist / "entry_points.txt").write_text(entries)
     plugins.clear_cache()
     assert "halfcast-ep" in codec_names() and "topk" in codec_names()
     assert codec_plugin("halfcast-ep").origin == "entry point fakecodecs"
@@ -198,6 +199,11 @@ def test_compressors_lists_origins(plugin_path: Path, tmp_path: Path) -> None:
     assert rows["halfcast-ep"] == "entry point fakecodecs"
     assert rows[REF] == "module path"
     assert runner.invoke(app, ["compressors", "nope_mod:X"], env=WIDE).exit_code == 2
+    from aiotsim.sim.server_opt import server_optimizer_plugin
+
+    assert server_optimizer_plugin("half-avg").origin == "entry point fakecodecs"
+    with pytest.raises(ConfigError, match="did you mean 'half-avg'"):
+        server_optimizer_plugin("half-agv")
 
 
 def test_server_optimizer_plugin(plugin_path: Path, tiny_scenario: Path, tmp_path: Path) -> None:

@@ -30,10 +30,8 @@ from typing import Any
 import torch
 
 from aiotsim import plugins
-from aiotsim.errors import ConfigError
-from aiotsim.schema import did_you_mean
 
-KINDS = ("avg", "momentum", "adam")
+KINDS = plugins.SERVER_OPTIMIZER_BUILTINS  # ("avg", "momentum", "adam")
 
 
 class ServerOptimizer:
@@ -95,12 +93,6 @@ class ServerOptimizer:
         torch._foreach_addcdiv_(self.params, self.m, denom, value=-self.lr)
 
 
-def server_optimizer_names() -> list[str]:
-    """The built-in rules and the installed entry points of ``aiotsim.server_optimizers``."""
-    extra = sorted(set(plugins.entry_points(plugins.SERVER_OPTIMIZER_GROUP)) - set(KINDS))
-    return [*KINDS, *extra]
-
-
 def server_optimizer_plugin(name: str) -> plugins.Plugin:
     """The class of ``name`` and its origin (``"built-in"``, ``"entry point <dist>"`` or
     ``"module path"``).
@@ -111,18 +103,9 @@ def server_optimizer_plugin(name: str) -> plugins.Plugin:
         An unknown name (did-you-mean, the valid names), or a plugin that cannot be imported or
         does not subclass :class:`ServerOptimizer`.
     """
-    what = "server optimizer"
     if name in KINDS:
         return plugins.Plugin(name, ServerOptimizer, "built-in")
-    if plugins.is_reference(name):
-        return plugins.Plugin(name, plugins.load_reference(name, ServerOptimizer, what), "module path")
-    if name in plugins.entry_points(plugins.SERVER_OPTIMIZER_GROUP):
-        return plugins.load_entry_point(plugins.SERVER_OPTIMIZER_GROUP, name, ServerOptimizer, what)
-    valid = server_optimizer_names()
-    raise ConfigError(
-        f"unknown {what} {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)} "
-        "or a plugin 'package.module:ClassName'"
-    )
+    return plugins.find(name, plugins.SERVER_OPTIMIZER_GROUP, ServerOptimizer, "server optimizer", KINDS)
 
 
 def server_optimizer_class(name: str) -> type[ServerOptimizer]:
@@ -130,4 +113,4 @@ def server_optimizer_class(name: str) -> type[ServerOptimizer]:
     return server_optimizer_plugin(name).cls
 
 
-__all__ = ["ServerOptimizer", "KINDS", "server_optimizer_class", "server_optimizer_names", "server_optimizer_plugin"]
+__all__ = ["ServerOptimizer", "KINDS", "server_optimizer_class", "server_optimizer_plugin"]
