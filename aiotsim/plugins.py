@@ -100,7 +100,13 @@ def load_reference(ref: str, base: Base, what: str) -> type:
     obj: Any = module
     for part in attr.split("."):  # a nested class: "mod:Outer.Inner"
         if not hasattr(obj, part):
-            raise ConfigError(f"{what} {ref!r}: module {module_name!r} has no attribute {attr!r}")
+            fits = sorted(  # the plugin classes it defines (not those it imports, as the base)
+                k for k, v in vars(module).items() if _subclass(v, base) and v.__module__ == module.__name__
+            )
+            raise ConfigError(
+                f"{what} {ref!r}: module {module_name!r} has no attribute {attr!r}{did_you_mean(attr, fits)}; "
+                f"its {what} classes: {', '.join(fits) or 'none'}"
+            )
         obj = getattr(obj, part)
     return _checked(obj, base, what, ref)
 

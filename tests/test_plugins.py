@@ -137,7 +137,7 @@ def test_validate_checks_plugin_params(plugin_path: Path, tiny_scenario: Path) -
         ("no_such_plugin_mod:X", "cannot import module 'no_such_plugin_mod': ModuleNotFoundError"),
         ("broken_plugin:X", "cannot import module 'broken_plugin': RuntimeError: boom at import"),
         (f"{MOD}:NotACodec", "is not a subclass of aiotsim.compress.base.Codec"),
-        (f"{MOD}:Missing", "has no attribute 'Missing'"),
+        (f"{MOD}:HalfCats", "has no attribute 'HalfCats' (did you mean 'HalfCast'?); its compressor classes: HalfCast"),
     ],
 )
 def test_bad_plugin_is_a_clear_exit_2(plugin_path: Path, tiny_scenario: Path, name: str, expected: str) -> None:
