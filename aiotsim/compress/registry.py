@@ -15,7 +15,7 @@ over an entry point of the same name. Plugin classes are not added to the regist
 from __future__ import annotations
 
 import importlib
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from aiotsim import plugins
 from aiotsim.compress.base import PARAM_PREFIX, Codec
@@ -84,7 +84,7 @@ def get_codec_class(name: str) -> type[Codec]:
         An unknown name (the closest and all valid ones), or a plugin that cannot be imported or
         does not subclass :class:`Codec` (the module and the error).
     """
-    return codec_plugin(name).cls
+    return cast(type[Codec], codec_plugin(name).cls)  # checked to subclass Codec when loaded
 
 
 def codec_plugin(name: str) -> plugins.Plugin:

@@ -25,7 +25,7 @@ restore exactly those two.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -110,7 +110,7 @@ def server_optimizer_plugin(name: str) -> plugins.Plugin:
 
 def server_optimizer_class(name: str) -> type[ServerOptimizer]:
     """The class of the server optimizer ``name``; raises as :func:`server_optimizer_plugin`."""
-    return server_optimizer_plugin(name).cls
+    return cast(type[ServerOptimizer], server_optimizer_plugin(name).cls)  # checked when loaded
 
 
 __all__ = ["ServerOptimizer", "KINDS", "server_optimizer_class", "server_optimizer_plugin"]
