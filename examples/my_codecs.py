@@ -6,8 +6,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from aiotsim.compress import Codec, CodecState, LayerInfo, Payload
-from aiotsim.compress.memory import Sent
+from aiotsim.compress import Codec, CodecState, LayerInfo, Payload, Sent
 from aiotsim.compress.packing import pack_f32, unpack_f32
 from aiotsim.schema import opt, unit_interval
 

@@ -130,7 +130,7 @@ def test_models_prints_plain_descriptions(monkeypatch: pytest.MonkeyPatch) -> No
     import aiotsim.cli_common as common
 
     # a wide console whatever the suite's COLUMNS: a wrapped cell would split the phrase
-    monkeypatch.setattr(common.out, "width", 250)
+    monkeypatch.setattr(common.out, "_width", 250)  # the field, so that undoing restores None (auto)
     r = runner.invoke(app, ["models", "--input", "1,8,8"], env=WIDE)
     assert r.exit_code == 0, r.output
     assert "LeNet-5 for (C, H, W) inputs" in r.output and "MLP_HIDDEN" in r.output
