@@ -99,3 +99,14 @@ def run_tiny_sweep(tmp_path: Path, grid: str, sets: str = "") -> Path:
     assert all(r.ok for r in run_local(sw.jobs(), workers=1))
     write_index(sw)
     return tmp_path / "sw"
+
+
+@pytest.fixture
+def wide_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's consoles 250 columns wide for this test. Rich fixes a console's width from
+    ``COLUMNS`` when it is created, and pytest-xdist workers start with ``COLUMNS=80``, so a
+    ``CliRunner`` env cannot widen it later; the field is patched (undone after the test)."""
+    import aiotsim.cli_common as common
+
+    for console in (common.out, common.err):
+        monkeypatch.setattr(console, "_width", 250)

@@ -195,7 +195,7 @@ def test_checkpoint_and_resume(plugin_path: Path, tiny_scenario: Path, tmp_path:
     assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
 
 
-def test_compressors_lists_origins(plugin_path: Path, tmp_path: Path) -> None:
+def test_compressors_lists_origins(plugin_path: Path, tmp_path: Path, wide_cli: None) -> None:
     dist = plugin_path / "fakecodecs-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakecodecs\nVersion: 1.0\n")

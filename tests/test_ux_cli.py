@@ -112,7 +112,7 @@ def test_validate_show_of_a_bad_scenario_shows_nothing() -> None:
 
 
 # ---- 4: listings keep brackets, lose Sphinx markup ----------------------------------------------------
-def test_compressors_keep_bracketed_text() -> None:
+def test_compressors_keep_bracketed_text(wide_cli: None) -> None:
     r = runner.invoke(app, ["compressors"], env=WIDE)
     assert r.exit_code == 0
     for text in ("[index in union]", "[m, r]", "[kh,kw]", "[out, in...]"):  # agg-aware, powersgd, hylo, onebit
@@ -126,11 +126,7 @@ def test_plain_text_strips_sphinx_markup() -> None:
     assert plain_text("a [b] `c`") == "a [b] c"
 
 
-def test_models_prints_plain_descriptions(monkeypatch: pytest.MonkeyPatch) -> None:
-    import aiotsim.cli_common as common
-
-    # a wide console whatever the suite's COLUMNS: a wrapped cell would split the phrase
-    monkeypatch.setattr(common.out, "_width", 250)  # the field, so that undoing restores None (auto)
+def test_models_prints_plain_descriptions(wide_cli: None) -> None:
     r = runner.invoke(app, ["models", "--input", "1,8,8"], env=WIDE)
     assert r.exit_code == 0, r.output
     assert "LeNet-5 for (C, H, W) inputs" in r.output and "MLP_HIDDEN" in r.output
