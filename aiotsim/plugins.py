@@ -7,14 +7,18 @@ on ``sys.path``, e.g. through ``PYTHONPATH``, also in ``compare --jobs N`` worke
 the attribute after the colon is taken from it. A name without one may be an entry point of an
 installed distribution (``[project.entry-points."aiotsim.codecs"] mycodec = "pkg.mod:MyCodec"``).
 
-Security: nothing in a scenario file runs beyond importing the module the user named there. Naming
-a module is the user's act, as ``python -m module`` is; a scenario from elsewhere that names a
-module imports it, so read such a file before running it.
+Security: a scenario file may not run code on its own, and importing a module runs it. So a
+reference is imported only when its module (or a package above it) is allowed by the user, in the
+environment variable ``AIOTSIM_PLUGINS`` (comma-separated names, e.g. ``AIOTSIM_PLUGINS=my_codecs``;
+worker processes inherit it); any other reference is refused before anything is imported. Entry
+points are allowed by installing their distribution, and a class handed to the API
+(``aiotsim.run(codec=C)``) by handing it over.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -39,6 +43,13 @@ _GIVEN: dict[str, type] = {}
 # Entry points per group, read once per process (scanning every installed distribution costs ms,
 # and validation asks for the names many times); :func:`clear_cache` forgets them.
 _ENTRY_POINTS: dict[str, dict[str, metadata.EntryPoint]] = {}
+ALLOW_ENV = "AIOTSIM_PLUGINS"  # modules (or packages) a reference may import, comma-separated
+
+
+def allowed(module_name: str) -> bool:
+    """Whether ``module_name`` is, or lies under, a module the user allowed in ``AIOTSIM_PLUGINS``."""
+    names = [n.strip() for n in os.environ.get(ALLOW_ENV, "").split(",") if n.strip()]
+    return any(module_name == n or module_name.startswith(n + ".") for n in names)
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,12 @@ def load_reference(ref: str, base: Base, what: str) -> type:
     if ref in _GIVEN:
         return _GIVEN[ref]
     module_name, _, attr = (part.strip() for part in ref.partition(":"))
+    if not allowed(module_name):
+        raise ConfigError(
+            f"{what} {ref!r}: module {module_name!r} is not allowed to be imported (a scenario may not run "
+            f"code on its own); allow it with the environment variable {ALLOW_ENV}={module_name} "
+            "(comma-separated modules or packages), or install it under an entry point"
+        )
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # any error of the user's module is reported, never a traceback

@@ -98,6 +98,8 @@ def plugin_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (folder / "broken_plugin.py").write_text("raise RuntimeError('boom at import')\n")
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
+    # the modules these tests may import by reference (workers inherit it); nope_mod stays out
+    monkeypatch.setenv("AIOTSIM_PLUGINS", f"{MOD},broken_plugin,no_such_plugin_mod")
     for name in (MOD, "broken_plugin"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     plugins.clear_cache()
@@ -260,3 +262,21 @@ def test_server_optimizer_plugin_state_resumes(plugin_path: Path, tiny_scenario:
         run_scenario(plug, crash, on_progress=kill, checkpoint_every=2)
     resume_run(crash)
     assert fingerprint_run_dir(crash) == fingerprint_run_dir(ref)
+
+
+def test_a_reference_the_user_did_not_allow_is_refused_unimported(
+    plugin_path: Path, tmp_path: Path, tiny_scenario: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scenario file may not run code on its own: naming a module is not enough to import it."""
+    marker = tmp_path / "imported"
+    (plugin_path / "side_effect_mod.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.delitem(sys.modules, "side_effect_mod", raising=False)
+    with pytest.raises(ConfigError, match="AIOTSIM_PLUGINS=side_effect_mod"):
+        load_scenario(tiny_scenario, ["compressor.name=side_effect_mod:X"])
+    with pytest.raises(ConfigError, match="not allowed to be imported"):
+        load_scenario(tiny_scenario, ["training.mode=federated", "training.server_optimizer=side_effect_mod:X"])
+    assert not marker.exists()
+    monkeypatch.setenv("AIOTSIM_PLUGINS", "side_effect_mod")  # allowed: imported (and then refused: no X)
+    with pytest.raises(ConfigError, match="has no attribute 'X'"):
+        load_scenario(tiny_scenario, ["compressor.name=side_effect_mod:X"])
+    assert marker.exists()
