@@ -481,11 +481,11 @@ def _print_plan(sw: Any, plan: ReplayPlan) -> None:
     """``--dry-run``: each point's run directory, values and what would happen to it."""
     from pathlib import PurePath
 
-    todo: dict[str, str] = {j.out_dir: "train" for j in plan.train}
-    todo |= {r.job.out_dir: f"replay from {PurePath(r.source).name}" for r in plan.replays}
+    action: dict[str, str] = {j.out_dir: "train" for j in plan.train}
+    action |= {r.job.out_dir: f"replay from {PurePath(r.source).name}" for r in plan.replays}
     for pt in sw.points:
         d = sw.run_dir(pt)
-        line = f"  {d}  {pt.label()}  [{todo.get(str(d), 'complete')}]"
+        line = f"  {d}  {pt.label()}  [{action.get(str(d), 'complete')}]"
         out.print(line, highlight=False, markup=False, soft_wrap=True)  # one line per point, however wide
 
 

@@ -2,7 +2,7 @@
 
 A replay (:mod:`aiotsim.replaying`) drives the same :class:`~aiotsim.sim.world.Cluster` and
 strategies as a run, with a :class:`ReplayLearning` in place of :class:`~aiotsim.sim.learning.Learning`.
-Its methods do no work and return empty placeholders; the numbers the clock needs are handed back
+Its methods do no work and return empty values (no tensors); the numbers the clock needs are handed back
 by the :class:`~aiotsim.sim.tape.Tape` at the points where the simulation reads them. So a replay
 touches no tensor: its cost is the SimPy events and the network.
 """
