@@ -201,9 +201,10 @@ def check_error_feedback(codec: Codec) -> None:
             if codec.needs_sq_grad:
                 state.sq_grad = grad.float().square()
             x = grad.float()
-            if type(codec)._feedback_input is not Codec._feedback_input:
+            if type(codec)._feedback_rows is not Codec._feedback_rows:
                 # its own feedback input (DGC: momentum-corrected), from a copy: the state is untouched
-                x = codec._feedback_input(grad, clone_state(codec, state, layer)).float().reshape(layer.shape)
+                copy = codec.typed_state(clone_state(codec, state, layer))
+                x = codec._feedback_rows(grad.reshape(1, -1), layer, [copy]).float().reshape(layer.shape)
             before = torch.zeros(layer.shape) if state.residual is None else state.residual.reshape(layer.shape)
             compensated = x + before
             decoded = codec.decode(encode(codec, grad, layer, state), layer).float()
@@ -239,10 +240,10 @@ def check_checkpoint(codec: Codec) -> None:
 
 def check_rows(codec: Codec, params: Any, nodes: int = 3) -> None:
     """Rows equal rows one at a time: encoding several nodes' gradients at once
-    (:func:`aiotsim.compress.batch.encode_batch`) gives each node's own bytes and residual, and
+    (:meth:`~aiotsim.compress.base.Codec.encode_rows`) gives each node's own bytes and residual, and
     decoding several messages at once (:func:`aiotsim.compress.batch_decode.decode_batch`) each one's
-    decode. Codecs without a batched path take the loop, so this holds for them trivially."""
-    from aiotsim.compress.batch import encode_batch
+    decode. A codec that encodes one row at a time (``_encode``) passes by construction unless its
+    state leaks between nodes."""
     from aiotsim.compress.batch_decode import decode_batch
 
     alone = make_codec(type(codec), params, seed=codec.seed)
@@ -253,7 +254,7 @@ def check_rows(codec: Codec, params: Any, nodes: int = 3) -> None:
             grads = [gradient(layer, 10 * i + step) for i in range(nodes)]
             for s, g in zip(rows, grads):
                 s.sq_grad = g.float().square() if codec.needs_sq_grad else None
-            batch = encode_batch(codec, torch.stack(grads), layer, rows, always=True)
+            batch = codec.encode_rows(torch.stack(grads), layer, rows)
             one = [encode(alone, g, layer, s) for g, s in zip(grads, singles)]
             for i in range(nodes):
                 where = f"{layer.name} step {step} node {i}"

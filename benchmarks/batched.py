@@ -9,8 +9,9 @@ For each node count (default 10, 100, 1000) and model (default ``lenet5`` on 1x2
   (``nodes.batched = true``, chunk from the memory budget), including handing out every node's
   result (:meth:`~aiotsim.learn.batched.NodeGradient.take`);
 
-and for every codec with a batched path, one round's encode of every layer of the model for every
-node, looped (``codec.encode`` per node and layer) against :func:`aiotsim.compress.batch.encode_batch`;
+and for every codec that encodes rows at once (its own ``_encode_rows``), one round's encode of every
+layer of the model for every node, looped (``codec.encode`` per node and layer) against one
+:meth:`~aiotsim.compress.base.Codec.encode_rows` per layer;
 and for every codec with a batched server decode (``--decode-codecs``), one round's messages decoded
 into the server's stack, one ``decode_read`` per message and layer against one
 :func:`aiotsim.compress.batch_decode.decode_batch` per layer (every node timed).
@@ -35,8 +36,8 @@ from collections.abc import Callable
 import torch
 
 from aiotsim.compress import build_codec, codec_names
-from aiotsim.compress.batch import batched_codecs, encode_batch
 from aiotsim.compress.batch_decode import decode_batch, decodes_in_batch
+from aiotsim.compress.registry import row_codecs
 from aiotsim.learn.batched import BatchedGradients
 from aiotsim.learn.compute import GradientComputer
 from aiotsim.learn.models import build_model, layer_infos
@@ -113,7 +114,7 @@ def codec_row(
 
     def batch() -> None:
         for L, gl, states in zip(layers, grads, batch_states):
-            encode_batch(codec, gl, L, states)
+            codec.encode_rows(gl, L, states)
 
     scale = nodes / k * 1e3
     (lw, lc), (bw, bc) = timed(loop, device, 3), timed(batch, device, 3)
@@ -131,7 +132,7 @@ def decode_row(codec_name: str, model: str, nodes: int, device: torch.device) ->
     payloads = []
     for L in layers:
         grads = torch.randn((nodes, *L.shape), generator=g).to(device)
-        payloads.append(encode_batch(codec, grads, L, [codec.init_state(L, device, i) for i in range(nodes)]))
+        payloads.append(codec.encode_rows(grads, L, [codec.init_state(L, device, i) for i in range(nodes)]))
     stacks = [torch.empty((nodes, *L.shape), device=device) for L in layers]
 
     def loop() -> None:
@@ -158,7 +159,7 @@ def main() -> None:
     ap.add_argument("--max-timed", type=int, default=100, help="nodes actually timed per round (scaled up)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--codecs", default=",".join(batched_codecs()))
+    ap.add_argument("--codecs", default=",".join(row_codecs()))
     ap.add_argument("--decode-codecs", default=",".join(n for n in codec_names() if decodes_in_batch(build_codec(n))))
     args = ap.parse_args()
     unknown = [n for n in (*args.codecs.split(","), *args.decode_codecs.split(",")) if n not in codec_names()]

@@ -92,7 +92,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from aiotsim.compress.batch import encode_batch as _ENCODE_BATCH
 from aiotsim.compress.batch_decode import decode_batch as _DECODE_BATCH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -303,11 +302,12 @@ def count_work(learning: Any) -> dict[str, Any]:
     :func:`~aiotsim.compress.batch_decode.decode_batch` call, whose messages count as decodes
     too) and, with batched node gradients, the nodes of each vectorized pass (``"passes"``) and
     the batched encodes (``"encode_batches"``: ``(layer index, nodes, one tensor)`` per
-    :func:`~aiotsim.compress.batch.encode_batch` call, whose per-node fallback is not counted again)."""
+    :meth:`~aiotsim.compress.base.Codec.encode_rows` call of the engine's; a node's own ``encode``,
+    one row's ``encode_rows``, counts as an encode only)."""
     import torch
 
     from aiotsim.compress.base import Codec
-    from aiotsim.sim import aggregate, batching
+    from aiotsim.sim import aggregate
 
     counts: dict[str, Any] = {"gradients": 0, "encodes": 0, "decodes": 0, "batches": [], "passes": []}
     counts["encode_batches"] = []
@@ -315,14 +315,21 @@ def count_work(learning: Any) -> dict[str, Any]:
 
     def counting(key: str, fn: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not inside[0]:
-                counts[key] += 1
-            return fn(*args, **kwargs)
+            if inside[0]:
+                return fn(*args, **kwargs)
+            counts[key] += 1
+            inside[0] = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                inside[0] = False
 
         return wrapper
 
     def in_batch(key: str, fn: Any, record: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if inside[0]:  # within a counted call: a node's encode is one row's encode_rows
+                return fn(*args, **kwargs)
             counts[key].append(record(*args))
             inside[0] = True
             try:
@@ -337,17 +344,17 @@ def count_work(learning: Any) -> dict[str, Any]:
         return learning.layers.index(layer), len(payloads)
 
     aggregate.decode_batch = in_batch("batches", _DECODE_BATCH, decoded)
-    batching.encode_batch = in_batch(
-        "encode_batches",
-        _ENCODE_BATCH,
-        lambda codec, grads, layer, states: (learning.layers.index(layer), len(grads), isinstance(grads, torch.Tensor)),
-    )
     if learning.batched is not None:
         passes = learning.batched.gradients
         learning.batched.gradients = in_batch("passes", passes, lambda params, xs, ys: int(xs.shape[0]))
     learning.computer.gradient = counting("gradients", learning.computer.gradient)
     for codec in {id(c): c for c in (learning.codec, learning.dense)}.values():
         codec.encode = counting("encodes", codec.encode)
+        codec.encode_rows = in_batch(
+            "encode_batches",
+            codec.encode_rows,
+            lambda grads, layer, states: (learning.layers.index(layer), len(grads), isinstance(grads, torch.Tensor)),
+        )
         codec.decode = counting("decodes", codec.decode)
         read = getattr(type(codec), "decode_read", None)  # (absent before decode_read existed)
         if read is not None and read is not getattr(Codec, "decode_read", None):  # the default calls decode
@@ -363,19 +370,19 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
     :func:`~aiotsim.compress.batch_decode.decode_batch` of as many copies of the node's payload,
     the rest one by one; a batched run's passes as passes over as many copies of the node's batch
     (each node's result taken, as the run takes it), its batched encodes as
-    :func:`~aiotsim.compress.batch.encode_batch` of as many copies of the gradient (fresh states
+    :meth:`~aiotsim.compress.base.Codec.encode_rows` of as many copies of the gradient (fresh states
     per node; as one ``[nodes, *shape]`` tensor where the run gave one)."""
     import torch
 
-    from aiotsim.sim import aggregate, batching
+    from aiotsim.sim import aggregate
     from aiotsim.sim.aggregate import sync_device
 
-    aggregate.decode_batch, batching.encode_batch = _DECODE_BATCH, _ENCODE_BATCH  # the counting wrappers off
+    aggregate.decode_batch = _DECODE_BATCH  # the counting wrappers off
     layers, codecs = learning.layers, learning.layer_codecs
     local = learning.local_state(0)
     x, y = local.stream.next()
     for codec in (learning.codec, learning.dense):  # the counting wrappers off
-        for name in ("encode", "decode", "decode_read"):
+        for name in ("encode", "encode_rows", "decode", "decode_read"):
             codec.__dict__.pop(name, None)
     learning.computer.__dict__.pop("gradient", None)
     if learning.batched is not None:
@@ -397,7 +404,7 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
             r.take()
     for j, m, whole in encode_batches:
         rows = blocks[(j, m)] if whole else [grads[j]] * m
-        _ENCODE_BATCH(codecs[j], rows, layers[j], [st[j] for st in batch_states[:m]])
+        codecs[j].encode_rows(rows, layers[j], [st[j] for st in batch_states[:m]])
     work = (counts["gradients"], counts["encodes"], decodes)
     plain_loop(learning, (x, y), grads, payloads, local.states, work, batches)
     sync_device(learning.device)

@@ -4,7 +4,7 @@ On a GPU each dispatched operation that computes is a kernel launch (views launc
 this count is an upper bound), at a few microseconds each: a server that decodes message by
 message launches hundreds of thousands per iteration at 10,000 nodes. No GPU is needed to count
 them: this script aggregates one round of LeNet-5 messages (random gradients, each node's own
-codec state, encoded with :func:`aiotsim.compress.batch.encode_batch`) on the CPU, in the
+codec state, encoded with :meth:`~aiotsim.compress.base.Codec.encode_rows`) on the CPU, in the
 stacked and the streamed form (:class:`aiotsim.sim.aggregate.Aggregation`), under a
 :class:`torch.utils._python_dispatch.TorchDispatchMode` that counts every ATen operation, and
 prints the count per message and the host seconds (under the counter, which slows every
@@ -28,7 +28,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from aiotsim.compress import build_codec, codec_names
 from aiotsim.compress.base import Codec, LayerInfo, Payload
-from aiotsim.compress.batch import encode_batch
 from aiotsim.learn.models import build_model, layer_infos
 from aiotsim.sim import aggregate
 
@@ -53,7 +52,7 @@ def round_messages(codec: Codec, layers: list[LayerInfo], nodes: int) -> list[li
     per_layer = []
     for L in layers:
         states = [codec.init_state(L, CPU, i) for i in range(nodes)]
-        per_layer.append(encode_batch(codec, torch.randn((nodes, *L.shape), generator=gen), L, states))
+        per_layer.append(codec.encode_rows(torch.randn((nodes, *L.shape), generator=gen), L, states))
     return [[per_layer[j][i] for j in range(len(layers))] for i in range(nodes)]
 
 

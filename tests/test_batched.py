@@ -559,13 +559,19 @@ def test_ring_batched_matches_looped(over: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("codec", ["topk", "qsgd", "efsignsgd", "powersgd"])
 def test_sync_without_node_momentum_encodes_the_batch_at_dispatch(codec: str, monkeypatch) -> None:
-    """Without node momentum a sync round's batch is also encoded at dispatch with encode_batch
-    (powersgd: its per-node loop inside encode_batch): the same bytes on the wire as the looped run."""
-    import aiotsim.sim.batching as batching
+    """Without node momentum a sync round's batch is also encoded at dispatch, every layer's rows in
+    one encode_rows (powersgd: its row-by-row loop): the same bytes on the wire as the looped run."""
+    from aiotsim.compress.base import Codec
 
     calls: list[int] = []
-    real = batching.encode_batch
-    monkeypatch.setattr(batching, "encode_batch", lambda *a, **k: calls.append(len(a[3])) or real(*a, **k))
+    real = Codec.encode_rows
+
+    def counted(self, grads, layer, states):  # noqa: ANN001, ANN202
+        if len(states) > 1:  # a node's own encode is one row
+            calls.append(len(states))
+        return real(self, grads, layer, states)
+
+    monkeypatch.setattr(Codec, "encode_rows", counted)
     server = {"training.momentum_at": "server"}
     looped, lsink, _ = _run(_scenario("sync", codec, batched=False).replace(**server))
     assert not calls

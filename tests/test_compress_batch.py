@@ -1,5 +1,7 @@
-"""Batched encoding is byte-identical to the per-node path: payload bytes, residuals, generator
-states and step counts, for random inputs (with and without residuals), odd sizes and ties."""
+"""Encoding several nodes' rows at once (``Codec.encode_rows``) gives each node exactly what encoding
+it alone gives: payload bytes, residuals, generator states and step counts, for random inputs (with
+and without residuals), odd sizes and ties, nodes at different steps, and edge rows (zero, NaN,
+overflow) next to ordinary ones. The bytes themselves are pinned by ``tools/codec_digests.py``."""
 
 from __future__ import annotations
 
@@ -11,8 +13,7 @@ import pytest
 import torch
 
 from aiotsim.compress.base import LayerInfo
-from aiotsim.compress.batch import batched_codecs, encode_batch
-from aiotsim.compress.registry import build_codec, codec_names
+from aiotsim.compress.registry import build_codec, codec_names, row_codecs
 
 CPU = torch.device("cpu")
 CASES: list[tuple[str, dict[str, Any]]] = [
@@ -68,10 +69,6 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 SHAPES = [(7,), (16, 8), (3, 5, 3, 3), (70_000,)]
 
 
-def _no_loop(*args: Any) -> None:
-    raise AssertionError("a batched codec fell back to the per-node loop")
-
-
 def _bytes(p) -> dict[str, bytes]:
     return {k: v.cpu().numpy().tobytes() for k, v in p.buffers.items()}
 
@@ -95,10 +92,7 @@ def test_batch_is_byte_identical_to_the_loop(name: str, params: dict[str, Any], 
     for step in range(3):  # residuals build up from the second step
         grads = _grads(nodes, shape, seed=step, ties=step == 1)
         ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
-        if name in batched_codecs() and not params.get("elias") and not params.get("decay_residual"):
-            codec.encode = _no_loop  # type: ignore[method-assign]
-        got = encode_batch(codec, torch.stack(grads) if step == 2 else grads, layer, batched, always=True)
-        vars(codec).pop("encode", None)
+        got = codec.encode_rows(torch.stack(grads) if step == 2 else grads, layer, batched)
         assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
         for a, b in zip(looped, batched):
             assert a.step == b.step == step + 1
@@ -151,9 +145,7 @@ def test_variance_rows_with_per_sample_squares_encode_as_each_node(quantize: boo
         ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
         for s, sq in zip(batched, squares):
             s.sq_grad = sq
-        codec.encode = _no_loop  # type: ignore[method-assign]
-        got = encode_batch(codec, grads, layer, batched)
-        vars(codec).pop("encode", None)
+        got = codec.encode_rows(grads, layer, batched)
         assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
         if step == 0:
             for g, p in zip(grads, ref):
@@ -167,12 +159,12 @@ def test_a_node_without_residual_next_to_nodes_with_one() -> None:
     codec = build_codec("topk", {"ratio": 0.25}, seed=1)
     layer = LayerInfo("w", (40,))
     states = [codec.init_state(layer, CPU, node=i) for i in range(3)]
-    encode_batch(codec, _grads(3, (40,), 0, False), layer, states)
+    codec.encode_rows(_grads(3, (40,), 0, False), layer, states)
     states[1].residual = None  # e.g. reset on rejoin
     looped = copy.deepcopy(states)
     grads = _grads(3, (40,), 1, False)
     ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
-    got = encode_batch(codec, grads, layer, states)
+    got = codec.encode_rows(grads, layer, states)
     assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
     # hand check: top-k sends 10 of 40, so the new residual holds exactly 30 non-zeros per node
     assert all(int(torch.count_nonzero(s.residual)) == 30 for s in states)
@@ -183,7 +175,7 @@ def test_topk_ties_lower_index_wins() -> None:
     layer = LayerInfo("w", (4,))
     states = [codec.init_state(layer, CPU, node=i) for i in range(2)]
     grads = torch.tensor([[1.0, -1.0, 1.0, 0.5], [0.0, 2.0, -2.0, 2.0]])
-    got = [codec.decode(p, layer) for p in encode_batch(codec, grads, layer, states)]
+    got = [codec.decode(p, layer) for p in codec.encode_rows(grads, layer, states)]
     assert got[0].tolist() == [1.0, -1.0, 0.0, 0.0]  # three ties at 1: indices 0 and 1 win
     assert got[1].tolist() == [0.0, 2.0, -2.0, 0.0]
 
@@ -199,13 +191,13 @@ def test_dgc_rows_at_different_steps_or_without_a_velocity_select_as_each_node()
     layer = LayerInfo("w", (40, 100), kind="fc", index=1)
     states = [codec.init_state(layer, CPU, node=i) for i in range(4)]
     for step in range(2):
-        encode_batch(codec, _grads(4, (40, 100), step, False), layer, states, always=True)
+        codec.encode_rows(_grads(4, (40, 100), step, False), layer, states)
     states[1].step = 6  # the fourth warm-up stage
     states[3].momentum = None  # rejoined: no velocity yet
     looped = copy.deepcopy(states)
     grads = _grads(4, (40, 100), 7, False)
     ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
-    got = encode_batch(codec, grads, layer, states, always=True)
+    got = codec.encode_rows(grads, layer, states)
     assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
     for a, b in zip(looped, states):
         assert a.momentum.numpy().tobytes() == b.momentum.numpy().tobytes()
@@ -231,7 +223,7 @@ def test_pgc_rows_that_are_zero_nan_or_overflow_encode_as_each_node(name: str) -
     looped = [codec.init_state(layer, CPU, node=i) for i in range(5)]
     batched = copy.deepcopy(looped)
     ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
-    got = encode_batch(codec, grads, layer, batched)
+    got = codec.encode_rows(grads, layer, batched)
     assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
     assert [repr(s.last) for s in batched] == [repr(s.last) for s in looped]
     # hand checks: the zero row sends nothing, the NaN row everything (its alpha is -inf)
@@ -252,7 +244,7 @@ def test_hylo_rows_with_tied_kernels_zero_or_nan_encode_as_each_node(shape: tupl
     looped = [codec.init_state(layer, CPU, node=i) for i in range(4)]
     batched = copy.deepcopy(looped)
     ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
-    got = encode_batch(codec, grads, layer, batched)
+    got = codec.encode_rows(grads, layer, batched)
     assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
     for a, b in zip(looped, batched):
         assert a.residual.numpy().tobytes() == b.residual.numpy().tobytes()
@@ -274,7 +266,7 @@ def test_fft_rows_at_different_steps_or_with_a_nan_encode_as_each_node(error_fee
     grads = _grads(5, (300,), 0, False)
     grads[4][10] = float("nan")
     ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
-    got = encode_batch(codec, grads, layer, batched)
+    got = codec.encode_rows(grads, layer, batched)
     assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
     for a, b in zip(looped, batched):
         assert a.step == b.step and (a.residual is None) == (b.residual is None)
@@ -285,8 +277,9 @@ def test_fft_rows_at_different_steps_or_with_a_nan_encode_as_each_node(error_fee
     assert got[0].buffers["values"].numel() > got[3].buffers["values"].numel()
 
 
-def test_which_codecs_are_batched() -> None:
-    names = batched_codecs()
+def test_which_codecs_encode_rows_at_once() -> None:
+    """Every built-in codec but PowerSGD (a matrix factorization per node) has its own row encoder."""
+    names = row_codecs()
     assert names == [
         "2bit",
         "4bit",
@@ -315,7 +308,7 @@ def test_mismatched_lengths() -> None:
     codec = build_codec("topk", seed=0)
     layer = LayerInfo("w", (4,))
     with pytest.raises(ValueError, match="2 gradients for 1 states"):
-        encode_batch(codec, [torch.zeros(4), torch.zeros(4)], layer, [codec.init_state(layer, CPU, 0)])
+        codec.encode_rows([torch.zeros(4), torch.zeros(4)], layer, [codec.init_state(layer, CPU, 0)])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -331,7 +324,7 @@ def test_batch_on_cuda_is_byte_identical(name: str) -> None:
     for step in range(2):
         grads = [g.to(dev) for g in _grads(4, layer.shape, step, False)]
         ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
-        got = encode_batch(codec, grads, layer, batched)
+        got = codec.encode_rows(grads, layer, batched)
         assert all(b.device.type == "cuda" for p in got for b in p.buffers.values())
         assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
 
@@ -344,9 +337,9 @@ def test_large_topk_on_the_cpu_takes_the_loop() -> None:
     calls: list[int] = []
     real = codec.encode
     codec.encode = lambda g, layer, s: calls.append(1) or real(g, layer, s)  # type: ignore[method-assign]
-    encode_batch(codec, _grads(2, big.shape, 0, False), big, [codec.init_state(big, CPU, i) for i in range(2)])
+    codec.encode_rows(_grads(2, big.shape, 0, False), big, [codec.init_state(big, CPU, i) for i in range(2)])
     assert len(calls) == 2
-    encode_batch(codec, _grads(2, small.shape, 0, False), small, [codec.init_state(small, CPU, i) for i in range(2)])
+    codec.encode_rows(_grads(2, small.shape, 0, False), small, [codec.init_state(small, CPU, i) for i in range(2)])
     assert len(calls) == 2  # below the bracket's size: batched
 
 
@@ -371,8 +364,8 @@ def test_sums_of_squares_do_not_depend_on_where_the_data_lies(name: str, params:
             states = [[codec.init_state(layer, CPU, node=i) for i in range(5)] for _ in range(4)]
             ref = [codec.encode(x, layer, s) for x, s in zip(grads, states[0])]
             moved = [codec.encode(x, layer, s) for x, s in zip(shifted, states[1])]
-            listed = encode_batch(codec, grads, layer, states[2], always=True)
-            stacked = encode_batch(codec, torch.stack(grads), layer, states[3], always=True)
+            listed = codec.encode_rows(grads, layer, states[2])
+            stacked = codec.encode_rows(torch.stack(grads), layer, states[3])
             expected = [_bytes(p) for p in ref]
             assert [_bytes(p) for p in moved] == expected
             assert [_bytes(p) for p in listed] == [_bytes(p) for p in stacked] == expected
@@ -387,13 +380,13 @@ def test_half_gradients_keep_their_own_bytes() -> None:
     grads = [torch.tensor([1.0, -2.0, 0.5, 3.0, 0.0, 1.0], dtype=torch.float16) for _ in range(3)]
     grads[1][2] = nan[0]
     codec = build_codec("fp16", {}, seed=1)
-    got = encode_batch(codec, grads, layer, [codec.init_state(layer, CPU, node=i) for i in range(3)], always=True)
+    got = codec.encode_rows(grads, layer, [codec.init_state(layer, CPU, node=i) for i in range(3)])
     assert [p.buffers["values"].numpy().tobytes() for p in got] == [
         g.view(torch.uint8).numpy().tobytes() for g in grads
     ]
     stacked = torch.randn(3, 6)
     none = build_codec("none", {}, seed=1)
-    sent = encode_batch(none, stacked, layer, [none.init_state(layer, CPU, node=i) for i in range(3)], always=True)
+    sent = none.encode_rows(stacked, layer, [none.init_state(layer, CPU, node=i) for i in range(3)])
     before = [p.buffers["values"].clone() for p in sent]
     stacked.add_(1.0)  # the caller reuses its gradient buffer
     assert all(torch.equal(p.buffers["values"], b) for p, b in zip(sent, before))
@@ -412,7 +405,7 @@ def test_aggregation_aware_after_global_updates(metric: str, reserve: float) -> 
     for step in range(4):
         grads = _grads(5, layer.shape, seed=step, ties=step == 2)
         ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
-        got = encode_batch(codec, grads, layer, batched, always=True)
+        got = codec.encode_rows(grads, layer, batched)
         assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
         for a, b in zip(looped, batched):
             assert a.residual.numpy().tobytes() == b.residual.numpy().tobytes()
@@ -430,7 +423,7 @@ def test_aggregation_aware_after_global_updates(metric: str, reserve: float) -> 
 def test_residuals_stored_as_one_block_are_updated_in_it(name: str, monkeypatch) -> None:
     """A pass's residuals held as the rows of one block (the state pages of a batched sync round)
     take ``grad + residual`` and the new residual in that block, in place, with the loop's bytes."""
-    import aiotsim.compress.batch as batch_mod
+    import aiotsim.compress.memory as batch_mod
     from aiotsim.sim.pages import StatePages
     from aiotsim.sim.storage import hold_residual_rows
 
@@ -452,7 +445,7 @@ def test_residuals_stored_as_one_block_are_updated_in_it(name: str, monkeypatch)
     for step in range(3):
         grads = _grads(4, (16, 8), seed=10 + step, ties=False)
         ref = [codec.encode(g, layer, s) for g, s in zip(grads, looped)]
-        got = encode_batch(codec, torch.stack(grads), layer, batched, always=True)
+        got = codec.encode_rows(torch.stack(grads), layer, batched)
         assert [_bytes(p) for p in got] == [_bytes(p) for p in ref]
         assert all(torch.equal(a.residual, b.residual) for a, b in zip(looped, batched))
         if step == 0:  # the first residuals: rows of one fresh tensor, moved into one block

@@ -11,9 +11,9 @@ from conftest import ROOT, load_script
 
 from aiotsim.compress import codec_names, get_codec_class
 from aiotsim.compress.base import LayerInfo
-from aiotsim.compress.batch import batched_codecs
 from aiotsim.compress.batch_decode import decode_batch
 from aiotsim.compress.packing import encode_indices
+from aiotsim.compress.registry import row_codecs
 from aiotsim.compress.sparsify import mask_indices, random_subset
 
 
@@ -139,7 +139,7 @@ COMPRESS_FILES = {p.name for p in (ROOT / "aiotsim" / "compress").glob("*.py")} 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("codec", batched_codecs())
+@pytest.mark.parametrize("codec", row_codecs())
 def test_batched_codecs_read_the_host_per_layer_not_per_node(codec: str) -> None:
     """A sync round on a star with ``nodes.batched = true``, 4 and 8 nodes, LeNet-5's 10 layers:
     the codec package's host reads (encodes at dispatch, the server's decodes, its aggregate's

@@ -191,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     missing = sorted(set(want) - set(got))
     for k in bad[:40]:
         print(f"differs: {k}")
+    by_codec: dict[str, int] = {}
+    for k in bad:
+        by_codec[k.split("|")[0]] = by_codec.get(k.split("|")[0], 0) + 1
+    if by_codec:
+        print("cases that differ, by codec: " + ", ".join(f"{c} {n}" for c, n in sorted(by_codec.items())))
     print(f"{len(want) - len(bad)} of {len(want)} digests identical" + (f"; {len(missing)} cases missing" if missing else ""))
     return 1 if bad else 0
 

@@ -48,7 +48,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 import torch
 
 from aiotsim.compress import memory
-from aiotsim.compress.memory import Sent
+from aiotsim.compress.memory import Sent, SentRows
 from aiotsim.errors import CodecError
 from aiotsim.schema import check_fields, opt
 
@@ -302,28 +302,51 @@ class Codec(ABC, Generic[S]):
 
     # ---- node side -------------------------------------------------------------------------
     def encode(self, grad: torch.Tensor, layer: LayerInfo, state: CodecState) -> Payload:
-        """Compress ``grad`` (shape ``layer.shape``) into the bytes that go on the wire.
+        """Compress ``grad`` (shape ``layer.shape``) into the bytes that go on the wire: one node's
+        :meth:`encode_rows`."""
+        return self.encode_rows(grad.reshape(1, -1), layer, [state])[0]
 
-        The error-feedback role: with :attr:`error_feedback` on, ``acc = input + residual``
-        (:func:`~aiotsim.compress.memory.compensate`), the codec's :meth:`_encode` compresses
-        ``acc`` and reports what it sent, and ``residual = acc - sent``
-        (:func:`~aiotsim.compress.memory.remember`); off, ``_encode`` gets the input as fp32 and
-        no residual is kept. The input is the gradient unless the codec redefines
-        :meth:`_feedback_input` (DGC: the momentum-corrected velocity).
+    def encode_rows(
+        self, grads: Sequence[torch.Tensor] | torch.Tensor, layer: LayerInfo, states: Sequence[CodecState]
+    ) -> list[Payload]:
+        """Compress one layer's gradients of several nodes, one row per node (``[rows, *shape]``
+        or ``[rows, n]``, or a list of ``layer.shape`` tensors), with each node's state.
+
+        The error-feedback role: with :attr:`error_feedback` on, ``acc = input + residual`` per row
+        (:func:`~aiotsim.compress.memory.compensate_rows`), the codec's :meth:`_encode_rows`
+        compresses ``acc`` and reports what it sent, and ``residual = acc - sent``
+        (:func:`~aiotsim.compress.memory.remember_rows`); off, the codec gets the input as fp32
+        and no residual is kept. The input is the gradient unless the codec redefines
+        :meth:`_feedback_rows` (DGC: the momentum-corrected velocity). A row's bytes, residual and
+        generator draws are the same whether it is encoded alone or with others.
+
+        Returns
+        -------
+        list of Payload
+            One per row, in order.
         """
-        st = self.typed_state(state)
-        x = self._feedback_input(grad, st)
+        nodes = len(states)
+        if len(grads) != nodes:
+            raise ValueError(f"{len(grads)} gradients for {nodes} states")
+        if nodes == 0:
+            return []
+        typed = [self.typed_state(s) for s in states]
+        x = grads if isinstance(grads, torch.Tensor) else torch.stack(list(grads))
+        x = grad_rows = x.reshape(nodes, layer.numel)  # [rows, n], the gradient's dtype
+        x = self._feedback_rows(x, layer, typed)
         if not self.error_feedback:
-            payload, _ = self._encode(as_float(x), grad, layer, st)
+            payloads, _ = self._encode_rows(x if x.dtype == torch.float32 else x.float(), grad_rows, layer, typed)
         else:
-            acc = memory.compensate(x, st.residual)  # fp32, shape of grad
-            st.residual = None  # consumed: compensate may have reused its storage
-            payload, sent = self._encode(acc, grad, layer, st)
-            if sent is None:
-                raise CodecError(f"{self.name} keeps a residual but its _encode did not say what it sent")
-            st.residual = memory.remember(acc, sent)
-        st.step += 1
-        return payload
+            before = [s.residual for s in typed]
+            acc = memory.compensate_rows(x, before)
+            for s in typed:
+                s.residual = None  # consumed: compensate_rows may have summed in its storage
+            payloads, sent = self._encode_rows(acc, grad_rows, layer, typed)
+            for s, r in zip(typed, memory.remember_rows(acc, sent, before, layer.shape)):
+                s.residual = r
+        for s in typed:
+            s.step += 1
+        return payloads
 
     def message_bound(self, layer: LayerInfo) -> int:
         """Most bytes :meth:`encode` puts on the wire for ``layer``, whatever the gradient and step:
@@ -341,18 +364,39 @@ class Codec(ABC, Generic[S]):
             state.sq_grad = probe.float().square()
         return self.encode(probe, layer, state).nbytes
 
-    def _feedback_input(self, grad: torch.Tensor, state: S) -> torch.Tensor:
-        """What error feedback accumulates: the gradient itself, unless the codec transforms it
-        first (DGC: clipping and momentum correction, so the residual accumulates velocity)."""
-        return grad
+    def _feedback_rows(self, x: torch.Tensor, layer: LayerInfo, states: list[S]) -> torch.Tensor:
+        """What error feedback accumulates, for ``[rows, n]`` gradients: the gradients themselves,
+        unless the codec transforms them first (DGC: clipping and momentum correction, so the
+        residual accumulates velocity)."""
+        return x
 
-    @abstractmethod
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[S]
+    ) -> tuple[list[Payload], SentRows | None]:
+        """Compress every row of ``acc`` (fp32 ``[rows, n]``: the gradients plus the residuals when
+        :attr:`error_feedback` is on, else the gradients), row ``i`` with ``states[i]``. Return the
+        payloads and what the receivers will decode (:data:`~aiotsim.compress.memory.SentRows`;
+        ``None`` is allowed only without error feedback). ``grads`` are the fresh gradient rows, for
+        codecs whose statistics read them. ``acc`` must not be modified.
+
+        A codec overrides this to work on all rows at once, or implements :meth:`_encode` (one row)
+        and leaves this loop to call it."""
+        payloads, sents = [], []
+        for a, g, s in zip(acc, grads, states):
+            payload, sent = self._encode(a.view(layer.shape), g.view(layer.shape), layer, s)
+            if self.error_feedback and sent is None:
+                raise CodecError(f"{self.name} keeps a residual but its _encode did not say what it sent")
+            payloads.append(payload)
+            sents.append(sent)
+        return payloads, (memory.sent_rows(sents, layer.numel) if self.error_feedback else None)  # type: ignore[arg-type]
+
     def _encode(self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: S) -> tuple[Payload, Sent | None]:
-        """Compress ``acc`` (fp32, shape of ``grad``): the gradient plus the residual when
-        :attr:`error_feedback` is on, else the gradient. Return the payload and what the receiver
-        will decode from it (``None`` is allowed only without error feedback). ``grad`` is the
-        fresh gradient, for codecs whose statistics read it. ``acc`` must not be modified: it is
-        the role's accumulation, or the caller's gradient."""
+        """Compress one node's ``acc`` (fp32, shape of ``grad``): the gradient plus the residual
+        when :attr:`error_feedback` is on, else the gradient. Return the payload and what the
+        receiver will decode from it (``None`` is allowed only without error feedback). ``grad`` is
+        the fresh gradient, for codecs whose statistics read it. ``acc`` must not be modified: it
+        is the role's accumulation, or the caller's gradient. Implement this or :meth:`_encode_rows`."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither _encode nor _encode_rows")
 
     @abstractmethod
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:

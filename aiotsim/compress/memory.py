@@ -1,9 +1,10 @@
 """Error feedback (GRACE's Memory): what a codec did not send is kept on the node and added to
 the next gradient, so nothing is lost, only delayed (Seide 2014; Strom 2015; Karimireddy 2019).
 
-This is a role around a codec, applied by :meth:`aiotsim.compress.base.Codec.encode`: it calls
-:func:`compensate` before the codec's own ``_encode`` and :func:`remember` after it. A codec only
-reports what it sent (a :class:`Sent`); no codec calls these functions itself. They work on
+This is a role around a codec, applied by :meth:`aiotsim.compress.base.Codec.encode_rows` to one
+layer of one or many nodes as ``[rows, n]`` rows: :func:`compensate_rows` before the codec's own
+encoder and :func:`remember_rows` after it. A codec only reports what it sent (a :class:`Sent` per
+row, or :data:`SentRows` for all rows at once); no codec calls these functions itself. They work on
 tensors, not on states, so this module depends on nothing else in the package but its errors.
 
 Invariant checked by the tests of every codec with a residual:
@@ -40,40 +41,86 @@ class Sent:
         return Sent(indices=indices, values=values, decay=decay)
 
 
-def compensate(grad: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
-    """``grad + residual`` in fp32, shaped like ``grad``; ``grad`` is not modified.
-
-    The sum is formed in the residual's own storage when it can be (the caller drops its reference:
-    the new residual comes from :func:`remember`), so a step allocates no fresh gradient-sized
-    tensor once a residual exists; on CPU a fresh 100 MB tensor costs a page fault per 4 KB, more
-    than the addition. Without a residual it is a fp32 copy of ``grad``.
-    """
-    res = residual
-    if res is None or res.dtype != torch.float32 or res.numel() != grad.numel() or not res.is_contiguous():
-        acc = grad.float().clone() if grad.dtype != torch.float32 else grad.clone()
-        if res is not None:
-            acc += res.reshape(acc.shape)
-        return acc
-    return res.view(grad.shape).add_(grad)
+# What a rows encoder (``Codec._encode_rows``) says it sent, for ``[rows, n]`` accumulations:
+# ("dense", [rows, n] fp32), ("sparse", ([rows, k] int64 indices, [rows, k] fp32 values)) or, for
+# counts that differ by row, ("flat", ([m] int64 indices into the [rows * n] block, [m] fp32)); an
+# optional third item is a [rows, n] factor applied to the new residuals (Sent.decay).
+SentRows = tuple
 
 
-def remember(acc: torch.Tensor, sent: Sent) -> torch.Tensor:
-    """The new residual, ``acc - sent`` (times ``sent.decay`` when given), fp32, shape of ``acc``.
-
-    ``acc`` (the role's own accumulation from :func:`compensate`) becomes the residual, modified
-    in place. A sparse ``sent`` is subtracted at its indices only (they are distinct, so an
-    accumulating ``index_put_`` subtracts each once).
-    """
-    if sent.dense is not None:
-        res = acc.sub_(sent.dense.view(acc.shape))
-    elif sent.indices is not None and sent.values is not None:
-        acc.view(-1).index_put_((sent.indices,), -sent.values.to(acc.dtype), accumulate=True)
-        res = acc
+def sent_rows(sents: list[Sent], n: int) -> SentRows:
+    """Per-row :class:`Sent` (one per row of an ``[rows, n]`` accumulation) as one :data:`SentRows`."""
+    if all(s.dense is not None for s in sents):
+        out: tuple = ("dense", torch.stack([s.dense.reshape(-1) for s in sents]))  # type: ignore[union-attr]
+    elif all(s.indices is not None and s.values is not None for s in sents):
+        flat = torch.cat([s.indices.reshape(-1) + i * n for i, s in enumerate(sents)])  # type: ignore[union-attr]
+        out = ("flat", (flat, torch.cat([s.values.reshape(-1) for s in sents])))  # type: ignore[union-attr]
     else:
-        raise CodecError("Sent needs either `dense` or both `indices` and `values`")
-    if sent.decay is not None:
-        res.view(-1).mul_(sent.decay)
-    return res
+        raise CodecError("Sent needs either `dense` or both `indices` and `values`, the same form on every row")
+    if any(s.decay is not None for s in sents):
+        ones = torch.ones(n, dtype=torch.float32, device=out[1][0].device if out[0] == "flat" else out[1].device)
+        out = (*out, torch.stack([s.decay.reshape(-1) if s.decay is not None else ones for s in sents]))
+    return out
+
+
+def compensate_rows(x: torch.Tensor, residuals: list[torch.Tensor | None]) -> torch.Tensor:
+    """``grad + residual`` per row of ``x`` (``[rows, n]``) in fp32; ``x`` is not modified.
+
+    The sum is formed in the residuals' own memory where they are the rows of one block
+    (:func:`rows_block`: one node's contiguous fp32 residual, or a batched pass's state), so a step
+    allocates no fresh gradient-sized tensor once residuals exist (on CPU a fresh 100 MB tensor
+    costs a page fault per 4 KB, more than the addition); the caller drops its references, the new
+    residuals come from :func:`remember_rows`. Else a fresh fp32 copy with each residual added
+    (fp32 addition is commutative: the same values either way).
+    """
+    block = rows_block(residuals) if all(r is not None for r in residuals) else None  # type: ignore[arg-type]
+    if block is not None and block.numel() == x.numel():
+        return block.view(x.shape).add_(x)
+    acc = x.float().clone() if x.dtype == torch.float32 else x.float()
+    with_res = [i for i, r in enumerate(residuals) if r is not None]
+    if len(with_res) == len(residuals):
+        acc += torch.stack([r.reshape(-1).float() for r in residuals])  # type: ignore[union-attr]
+    elif with_res:
+        res = torch.stack([residuals[i].reshape(-1).float() for i in with_res])  # type: ignore[union-attr]
+        rows = torch.tensor(with_res, device=acc.device)
+        acc.index_copy_(0, rows, acc.index_select(0, rows).add_(res))
+    return acc
+
+
+def remember_rows(
+    acc: torch.Tensor, sent: SentRows | None, before: list[torch.Tensor | None], shape: tuple[int, ...]
+) -> list[torch.Tensor]:
+    """The new residuals ``acc - sent`` (times the decay where given), one per row, fp32 of ``shape``.
+
+    ``acc`` (the accumulation from :func:`compensate_rows`) is modified in place; a sparse ``sent``
+    is subtracted at its indices only (distinct, so an accumulating ``index_put_`` subtracts each
+    once). A row's residual keeps the storage of its previous one where :func:`compensate_rows`
+    summed in it or it is fp32, contiguous and of the same size (a node's state pages), else it is
+    a view of the row.
+    """
+    if sent is None:
+        raise CodecError("a codec with error feedback must report what it sent")
+    kind, value = sent[0], sent[1]
+    if kind == "dense":
+        acc.sub_(value.view(acc.shape))
+    elif kind in ("sparse", "flat"):
+        idx, vals = value
+        n = acc.shape[1]
+        flat = idx if kind == "flat" else (idx + n * torch.arange(acc.shape[0], device=acc.device).unsqueeze(1))
+        acc.view(-1).index_put_((flat.reshape(-1),), -vals.reshape(-1).to(acc.dtype), accumulate=True)
+    else:
+        raise CodecError(f"unknown kind of sent rows {kind!r}: 'dense', 'sparse' or 'flat'")
+    if len(sent) > 2:
+        acc.mul_(sent[2])
+    out = []
+    for old, row in zip(before, acc):
+        if old is not None and old.data_ptr() == row.data_ptr():
+            out.append(old)  # acc was formed in the residuals' block: updated in place
+        elif old is not None and old.dtype == torch.float32 and old.is_contiguous() and old.numel() == row.numel():
+            out.append(old.view(shape).copy_(row.view(shape)))
+        else:
+            out.append(row.view(shape))
+    return out
 
 
 def momentum_velocity(g: torch.Tensor, previous: torch.Tensor | None, m: float) -> torch.Tensor:

@@ -100,6 +100,12 @@ def codec_plugin(name: str) -> plugins.Plugin:
     raise ConfigError(unknown_name_message("compressor", name, codec_names()))
 
 
+def row_codecs() -> list[str]:
+    """Names of the registered codecs with their own row encoder (``Codec._encode_rows``, every row
+    at once); the others encode row by row (their ``_encode``)."""
+    return [n for n in codec_names() if get_codec_class(n)._encode_rows is not Codec._encode_rows]
+
+
 def is_codec(name: str) -> bool:
     """Whether ``name`` names a codec that loads (a built-in, entry point or reference)."""
     try:

@@ -1,6 +1,6 @@
-"""Helpers of the batched encoders (:mod:`aiotsim.compress.batch`, :mod:`aiotsim.compress.batch_pgc`)
-over a layer of many nodes as ``[nodes, n]`` rows: per-row reductions that equal each row's own
-1-D reduction, and the momentum correction of every row's velocity."""
+"""Helpers of the codecs' row encoders (``Codec._encode_rows``) over a layer of one or many nodes as
+``[nodes, n]`` rows: per-row reductions that equal each row's own 1-D reduction, each node's own
+uniform draws, the momentum correction of every row's velocity and each row's top-k."""
 
 from __future__ import annotations
 
@@ -22,6 +22,22 @@ def row_reduce(
     if x.device.type == "cpu" and torch.get_num_threads() == 1:
         return batched(x)
     return torch.stack([fn(r) for r in x])
+
+
+def abs_max(acc: torch.Tensor) -> torch.Tensor:
+    """``[nodes]`` max ``|acc|`` per row, from ``aminmax``, without forming ``|acc|``."""
+    lo, hi = row_reduce(
+        lambda r: torch.stack(torch.aminmax(r)), acc, lambda x: torch.stack(torch.aminmax(x, dim=1), 1)
+    ).T
+    return torch.maximum(hi, -lo)
+
+
+def uniform_rows(states: list[CodecState], nodes: int, n: int, device: torch.device) -> torch.Tensor:
+    """``[nodes, n]`` U[0, 1): row ``i`` drawn from node ``i``'s generator (its own draws, in order)."""
+    q = torch.empty((nodes, n), dtype=torch.float32, device=device)
+    for i, s in enumerate(states):
+        q[i].uniform_(generator=s.generator)
+    return q
 
 
 def velocity_rows(g: torch.Tensor, states: list[CodecState], layer: LayerInfo, m: float) -> torch.Tensor:

@@ -14,7 +14,7 @@ path. Simulated time is unchanged with ``compute_model = "flops"`` (FLOPs per ba
 ``"measured"`` a node is charged its share of the pass's wall time (pass / nodes in the pass).
 
 In ``sync`` rounds the batch is also encoded at dispatch
-(:func:`encode_group`): every layer of every node in one :func:`~aiotsim.compress.batch.encode_batch`
+(:func:`encode_group`): every layer of every node in one :meth:`~aiotsim.compress.base.Codec.encode_rows`
 call, the same bytes as each node's own encode, after which the group's gradients are let go.
 With fp32 momentum on the nodes the pass's momentum steps are taken together too
 (:func:`pass_momentum`: each layer's velocities of a pass live as one block in the state pages);
@@ -35,7 +35,6 @@ import time
 import torch
 
 from aiotsim.compress.base import Payload
-from aiotsim.compress.batch import encode_batch
 from aiotsim.learn.batched import NodeGradient
 from aiotsim.learn.compute import draw_batches
 from aiotsim.sim.learning import Learning, LocalState, sync_device
@@ -89,7 +88,7 @@ def gradient_group(c: Cluster, members: list[int], encode: bool) -> None:
 
 def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) -> bool:
     """Encode the batched gradients of ``members`` now, every layer as ``[nodes, n]``
-    (:func:`aiotsim.compress.batch.encode_batch`, byte-identical to each node's own encode), and
+    (:meth:`~aiotsim.compress.base.Codec.encode_rows`, byte-identical to each node's own encode), and
     park each node's payloads with its gradient (its process sends them instead of encoding).
 
     Only in ``sync`` rounds, where nothing touches a node's codec state or momentum between
@@ -116,7 +115,7 @@ def encode_group(c: Cluster, members: list[int], results: list[NodeGradient]) ->
             if g.sq_rows:
                 state.sq_grad = g.sq_rows[j][g.row]
         grads = steps[j] if steps is not None else [g.grads[j] for g in results]
-        for out, p in zip(per_node, encode_batch(codec, grads, layer, states)):
+        for out, p in zip(per_node, codec.encode_rows(grads, layer, states)):
             out.append(p)
         for state in states:
             state.sq_grad = None  # read by the encode only (Learning.encode lets it go too)

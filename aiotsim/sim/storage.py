@@ -136,9 +136,10 @@ def hold_residual_rows(states: Sequence[Sequence[CodecState]], pages: StatePages
     """Store a pass's fp32 residuals and codec velocities (``states[k][j]``: node ``k``, layer
     ``j``; :data:`STATE_FIELDS`) as one block per layer and field in ``pages`` where they are the
     rows of one fresh tensor (a batched encode's first residuals or DGC velocities,
-    :func:`aiotsim.compress.batch.encode_batch`): one copy per layer, not one per node, and the
+    :meth:`aiotsim.compress.base.Codec.encode_rows`): one copy per layer, not one per node, and the
     next batched encode updates the block in place (``grad + residual``:
-    :func:`aiotsim.compress.batch._compensate`; ``m u + g``: ``_dgc_input``). Others are left to
+    :func:`aiotsim.compress.memory.compensate_rows`; ``m u + g``:
+    :func:`aiotsim.compress.rowwise.velocity_rows`). Others are left to
     :func:`narrow_states`."""
     for j in range(len(states[0]) if states else 0):
         for name in STATE_FIELDS:
