@@ -47,6 +47,11 @@ the static :class:`LayerInfo` and the parameters, so the server knows it without
   (``-t``), the others code 0 (``0``); ``residual = acc - decoded``. Codes are packed 4 per byte;
   ``t`` travels as an fp32 field.
 
+The encoder works on one layer of one or many nodes at once, one row per node (``[rows, n]``): the
+route depends on the layer alone, so every row takes the same one, and each row's importances,
+top-k kernels, threshold and codes are those of the row alone (its own statistic, its own index
+coding), whichever rows it is encoded with.
+
 Large layers that are neither conv nor fc (big embeddings, large norm or bias vectors, conv layers
 whose shape has no kernel dimension) take the ``fallback`` route: ``"2bit"`` (default) or
 ``"dense"``. Only worker-to-server traffic is compressed (as in MXNet, which Hylo is built on).
@@ -61,62 +66,38 @@ from typing import Any, Literal
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
-from aiotsim.compress.memory import Sent
+from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import (
     VALUE_BYTES,
     decode_bitmap,
     decode_indices,
-    encode_index_set,
+    encode_index_rows,
     index_bound,
     index_header,
     pack_bits,
-    pack_f32,
-    pack_values,
+    pack_rows,
+    pack_value_rows,
     unpack_bits,
     unpack_f32,
     unpack_values,
 )
+from aiotsim.compress.quantize import _signed_to_f32
 from aiotsim.compress.registry import register
+from aiotsim.compress.rowwise import row_reduce
 from aiotsim.errors import CodecError
 from aiotsim.schema import non_negative, opt, positive, unit_interval
 
 Route = Literal["dense", "kernels", "2bit"]
 
-# 2-bit codes (MXNet's meaning: zero, +threshold, -threshold)
+# 2-bit codes (MXNet's meaning: zero, +threshold, -threshold); the encoder writes pos | neg << 1
 CODE_ZERO, CODE_POS, CODE_NEG = 0, 1, 2
-
-
-def two_bit_quantize(acc: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """MXNet 2-bit quantization of an accumulated gradient at ``threshold``.
-
-    Parameters
-    ----------
-    acc : torch.Tensor
-        fp32 accumulated gradient (gradient + residual), any shape.
-    threshold : float
-        ``t > 0``; elements with ``|acc| >= t`` are sent as ``sign * t``. ``t <= 0`` sends nothing.
-
-    Returns
-    -------
-    codes : torch.Tensor
-        ``uint8`` codes in {0, 1, 2}, flat.
-    sent : torch.Tensor
-        fp32 decoded values (``0``, ``+t``, ``-t``), shape of ``acc``.
-    """
-    if threshold <= 0.0:
-        zeros = torch.zeros(acc.numel(), dtype=torch.uint8, device=acc.device)
-        return zeros, torch.zeros_like(acc)
-    pos = acc >= threshold
-    neg = acc <= -threshold
-    codes = pos.to(torch.uint8) | (neg.to(torch.uint8) << 1)  # CODE_POS = 1, CODE_NEG = 2
-    # int8 {-1, 0, 1} then one fp32 pass: cheaper than torch.where over fp32 temporaries
-    sent = (pos.to(torch.int8) - neg.to(torch.int8)).to(acc.dtype).mul_(threshold)
-    return codes.reshape(-1), sent
+_U8 = torch.uint8
 
 
 def two_bit_dequantize(codes: torch.Tensor, threshold: float | torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`two_bit_quantize`: fp32 values ``{0, +t, -t}`` from ``uint8`` codes
-    (``threshold``: a float, or a one-element fp32 tensor)."""
+    """The 2-bit route's decoded values: fp32 ``{0, +t, -t}`` from ``uint8`` codes
+    (``threshold``: a float, a one-element fp32 tensor, or a ``[messages, 1]`` column for
+    ``[messages, n]`` codes)."""
     unit = (codes == CODE_POS).to(torch.int8) - (codes == CODE_NEG).to(torch.int8)  # {-1, 0, 1}
     return unit.to(torch.float32).mul_(threshold)
 
@@ -215,48 +196,67 @@ class Hylo(Codec[CodecState]):
         rows = self.kernel_grid(layer)[0]
         return min(rows, max(1, math.ceil(self.conv_rate(layer.numel) * rows)))
 
-    def fc_threshold(self, acc: torch.Tensor) -> float:
-        """Adaptive 2-bit threshold ``fc_factor * stat(acc)`` (fp32-rounded, as it is sent)."""
-        a = acc.reshape(-1)
+    def fc_thresholds(self, acc: torch.Tensor) -> list[float]:
+        """Every row's adaptive 2-bit threshold ``fc_factor * stat(row)`` of ``acc`` (fp32
+        ``[rows, n]``), fp32-rounded as it is sent; one host read for all rows. Each row's
+        statistic equals its own 1-D reduction (:func:`~aiotsim.compress.rowwise.row_reduce`)."""
         if self.params.fc_stat == "mean_abs":
-            stat = a.abs().mean()
+            stat = row_reduce(lambda r: r.abs().mean(), acc, lambda x: x.abs().mean(dim=1))
         elif self.params.fc_stat == "rms":
-            stat = a.square().mean().sqrt()
+            stat = row_reduce(lambda r: r.square().mean().sqrt(), acc, lambda x: x.square().mean(dim=1).sqrt())
         else:
-            stat = a.abs().max()
-        t = (self.params.fc_factor * stat).to(torch.float32)
-        return float(t)
+            stat = acc.abs().amax(dim=1)  # a maximum: the same in any order
+        return (self.params.fc_factor * stat).to(torch.float32).tolist()
 
-    # ---- node side -------------------------------------------------------------------------
-    def _encode(
-        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
-    ) -> tuple[Payload, Sent | None]:
-        # acc: r + g, fp32, layer.shape; each route reports what the server decodes
+    # ---- node side: every node's row of one layer at once ---------------------------------
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[CodecState]
+    ) -> tuple[list[Payload], SentRows]:
+        # acc: r + g, fp32 [rows, n]; the route depends on the layer alone, so every row takes it
         route = self.route(layer)
-        if route == "dense":  # sent exactly: the role keeps a zero residual
-            return Payload({"values": pack_f32(acc)}), Sent(dense=acc)
+        if route == "dense":  # each row's fp32 bytes, a copy; sent exactly, so the residual is zero
+            return [Payload({"values": r}) for r in acc.clone().view(_U8)], ("dense", acc)
         if route == "kernels":
-            return self._encode_kernels(acc, layer)
-        t = self.fc_threshold(acc)
-        codes, sent = two_bit_quantize(acc, t)
-        # every element travels, as a 2-bit code
-        return Payload({"threshold": pack_f32([t], acc.device), "codes": pack_bits(codes, 2)}), Sent(dense=sent)
+            return self._kernel_rows(acc, layer)
+        return self._two_bit_rows(acc)
 
-    def _encode_kernels(self, acc: torch.Tensor, layer: LayerInfo) -> tuple[Payload, Sent]:
-        """The conv route: the most important kernels of ``acc``, exactly (fp32) or as fp16."""
+    def _kernel_rows(self, acc: torch.Tensor, layer: LayerInfo) -> tuple[list[Payload], SentRows]:
+        """The conv route: each row's ``k`` most important kernels, exactly (fp32) or as fp16."""
+        nodes = acc.shape[0]
         rows, cols = self.kernel_grid(layer)
-        kernels = acc.reshape(rows, cols)  # [kernels, elements per kernel]
-        ord_ = 1 if self.params.importance_norm == "l1" else 2
-        importance = torch.linalg.vector_norm(kernels, ord=ord_, dim=1)  # [kernels]
+        kernels = acc.view(nodes, rows, cols)  # [nodes, kernels, elements per kernel]
+        order = 1 if self.params.importance_norm == "l1" else 2
+        importance = torch.linalg.vector_norm(kernels, ord=order, dim=2)  # [nodes, kernels]
         k = self.kernels_sent(layer)
-        idx = torch.topk(importance, k, sorted=False).indices.sort().values  # [k]
-        values = kernels[idx]  # [k, cols]
-        packed = pack_values(values, self.params.value_dtype)
-        sent_rows = torch.zeros_like(kernels)
-        sent_rows[idx] = unpack_values(packed, self.params.value_dtype).view(k, cols)
-        coded = encode_index_set(idx, rows)
-        payload = Payload({"indices": coded.buf, "values": packed}, {"indices": coded.head})
-        return payload, Sent(dense=sent_rows)
+        idx = torch.topk(importance, k, dim=1, sorted=False).indices.sort(dim=1).values  # [nodes, k] ascending
+        at = idx.unsqueeze(2).expand(nodes, k, cols)
+        picked = kernels.gather(1, at)  # [nodes, k, cols]
+        packed = pack_value_rows(picked.reshape(nodes, k * cols), self.params.value_dtype)
+        # what the server decodes: the packed values (fp16-rounded where sent as fp16)
+        kept = picked.to(torch.float16).float() if self.params.value_dtype == "fp16" else picked
+        sent = torch.zeros_like(kernels).scatter_(1, at, kept)
+        coded = encode_index_rows(idx, rows)
+        payloads = [Payload({"indices": c.buf, "values": b}, {"indices": c.head}) for c, b in zip(coded, packed)]
+        return payloads, ("dense", sent.view(nodes, -1))
+
+    def _two_bit_rows(self, acc: torch.Tensor) -> tuple[list[Payload], SentRows]:
+        """The 2-bit route: every row quantized at its own threshold ``t`` (codes 1 for ``acc >= t``,
+        2 for ``acc <= -t``, else 0); a row whose ``t`` is not positive sends nothing (all codes 0)."""
+        ts = self.fc_thresholds(acc)
+        t = torch.tensor(ts, dtype=torch.float32, device=acc.device).unsqueeze(1)  # [nodes, 1]
+        pos, neg = acc >= t, acc <= -t  # [nodes, n]
+        off = [i for i, v in enumerate(ts) if v <= 0.0]
+        if off:
+            rows = torch.tensor(off, device=acc.device)
+            pos[rows], neg[rows] = False, False
+        # codes pos | neg << 1 in one uint8 pass; then pos - neg in pos's own bytes, as fp32 times t
+        codes = neg.view(_U8).bitwise_left_shift(1).bitwise_or_(pos.view(_U8))
+        sent = _signed_to_f32(pos.view(torch.int8).sub_(neg.view(torch.int8))).mul_(t)  # {-t, 0, t}
+        if off:
+            sent[rows] = 0.0  # +0 whatever the sign of a zero threshold
+        packed = pack_rows(codes, lambda c: pack_bits(c, 2), acc.shape[1] % 8 == 0)  # 4 codes per byte
+        thresholds = t.view(_U8)  # [nodes, 4]: each row's fp32 threshold field
+        return [Payload({"threshold": h, "codes": c}) for h, c in zip(thresholds, packed)], ("dense", sent)
 
     def message_bound(self, layer: LayerInfo) -> int:
         """The kernel route: its k kernels' values and k indices in the costliest form the index
