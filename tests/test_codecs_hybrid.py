@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from aiotsim.compress import build_codec
 from aiotsim.compress.base import LayerInfo
-from aiotsim.compress.fft import pack_words, range_float_decode, range_float_encode, unpack_words, word_parts
+from aiotsim.compress.fft import pack_words, range_float_decode, range_float_rows, unpack_words, word_parts
 from aiotsim.compress.hylo import Hylo
 from aiotsim.compress.packing import decode_indices, unpack_f32
 from aiotsim.errors import CodecError, ConfigError
@@ -217,28 +217,40 @@ def test_hylo_validate_names_bad_values() -> None:
 def test_range_float_hand_case() -> None:
     # 1.0 = 1.0*2^0, 0.75 = 1.5*2^-1, 3.0 = 1.5*2^1, 0.1 = 1.6*2^-4: exponents -4..1, range 5
     values = torch.tensor([1.0, -0.75, 0.0, 3.0, 0.1])
-    rf = range_float_encode(values, mantissa_bits=7, max_exponent_bits=5)
-    assert rf.e_lo == -4
-    assert rf.exp_bits == 3  # ceil(log2(5 + 2)): six exponents plus the zero/subnormal code
-    assert rf.width == 11
+    (words,), (e_lo,), (exp_bits,) = range_float_rows(values.unsqueeze(0), mantissa_bits=7, max_exponent_bits=5)
+    assert e_lo == -4
+    assert exp_bits == 3  # ceil(log2(5 + 2)): six exponents plus the zero/subnormal code
+    assert 1 + exp_bits + 7 == 11  # bits per value
     # words: sign << 10 | code << 7 | mantissa; code = e - e_lo + 1; 0.1: round(0.6 * 128) = 77
-    assert rf.words.tolist() == [5 << 7, (1 << 10) | (4 << 7) | 64, 0, (6 << 7) | 64, (1 << 7) | 77]
-    out = range_float_decode(rf.words, rf.e_lo, rf.exp_bits, 7)
+    assert words.tolist() == [5 << 7, (1 << 10) | (4 << 7) | 64, 0, (6 << 7) | 64, (1 << 7) | 77]
+    out = range_float_decode(words, e_lo, exp_bits, 7)
     assert out.tolist() == [1.0, -0.75, 0.0, 3.0, (1 + 77 / 128) / 16]
 
 
 def test_range_float_capped_exponent_and_carry() -> None:
     values = torch.tensor([1.0, -0.75, 3.0, 0.1])
-    rf = range_float_encode(values, mantissa_bits=7, max_exponent_bits=2)
+    (words,), (e_lo,), (exp_bits,) = range_float_rows(values.unsqueeze(0), mantissa_bits=7, max_exponent_bits=2)
     # 2 exponent bits: codes 1..3 for three normal exponents, e_lo = max(-4, 1 - (2**2 - 2)) = -1
-    assert (rf.e_lo, rf.exp_bits) == (-1, 2)
-    out = range_float_decode(rf.words, rf.e_lo, rf.exp_bits, 7)
+    assert (e_lo, exp_bits) == (-1, 2)
+    out = range_float_decode(words, e_lo, exp_bits, 7)
     # 0.1 becomes a subnormal of 2^-1: round(0.2 * 128) / 128 * 0.5 = 26 / 256
     assert out.tolist() == [1.0, -0.75, 3.0, 26 / 256]
     # mantissa rounding that carries into the exponent: 1.875 with 2 mantissa bits -> 2.0
-    rf2 = range_float_encode(torch.tensor([1.875, 1.0]), mantissa_bits=2, max_exponent_bits=5)
-    assert range_float_decode(rf2.words, rf2.e_lo, rf2.exp_bits, 2).tolist() == [2.0, 1.0]
-    assert (rf2.e_lo, rf2.exp_bits) == (0, 2)
+    (words2,), (e_lo2,), (exp_bits2,) = range_float_rows(torch.tensor([[1.875, 1.0]]), 2, max_exponent_bits=5)
+    assert range_float_decode(words2, e_lo2, exp_bits2, 2).tolist() == [2.0, 1.0]
+    assert (e_lo2, exp_bits2) == (0, 2)
+
+
+def test_range_float_rows_are_messages_of_their_own() -> None:
+    # each row its own exponent range; an empty message has e_lo 0 and one exponent bit
+    words, e_lo, exp_bits = range_float_rows(torch.tensor([[1.0, 0.5], [8.0, 0.0]]), 7, 5)
+    assert (e_lo, exp_bits) == ([-1, 3], [2, 1])
+    assert range_float_decode(words, torch.tensor([[-1], [3]]), torch.tensor([[2], [1]]), 7).tolist() == [
+        [1.0, 0.5],
+        [8.0, 0.0],
+    ]
+    empty, e_lo, exp_bits = range_float_rows(torch.zeros(2, 0), 7, 5)
+    assert empty.shape == (2, 0) and (e_lo, exp_bits) == ([0, 0], [1, 1])
 
 
 def test_word_parts_hand_cases() -> None:

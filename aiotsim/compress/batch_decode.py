@@ -39,10 +39,9 @@ from torch.nn.utils.rnn import pad_sequence
 
 from aiotsim.compress.aggaware import AggregationAware
 from aiotsim.compress.base import Codec, LayerInfo, Payload
-from aiotsim.compress.batch_fft import fft_decode_rows
 from aiotsim.compress.dense import HalfPrecision, NoCompression
 from aiotsim.compress.dgc import DeepGradientCompression
-from aiotsim.compress.fft import FFTSparsification
+from aiotsim.compress.fft import FFTSparsification, fft_decode_rows
 from aiotsim.compress.fourbit import FourBit
 from aiotsim.compress.hylo import Hylo, two_bit_dequantize
 from aiotsim.compress.packing import (

@@ -32,6 +32,12 @@ The algorithm, per layer and per iteration:
    sparse spectrum, cropped to ``n``) and keeps ``acc - sent`` as the residual: both the dropped
    frequencies and the quantization error are fed back.
 
+The encoder works on one layer of one or many nodes at once, one row per node (``[rows, n]``):
+each row's FFTs are its own calls (:func:`_by_row`), and each row is its own message (its own top-k,
+exponent range and index coding), the same bytes whichever rows it is encoded with. The rows at the
+same schedule step (all of them, unless their steps differ) are selected, quantized and coded
+together.
+
 Reading of the paper. The abstract fixes the two stages (frequency-domain sparsification of the
 small-magnitude frequencies, then a range-based float that quantizes the kept frequencies), both
 tunable. Choices made here where the text leaves details open, each a parameter: the sparsification
@@ -74,17 +80,18 @@ feedback 96.4% at 18.6x; without error feedback and ``schedule = "linear"`` from
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
-from aiotsim.compress.memory import Sent
+from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import (
     bit_width,
     decode_indices,
-    encode_index_set,
+    encode_index_rows,
     index_bound,
     index_header,
     pack_bits,
@@ -93,85 +100,49 @@ from aiotsim.compress.packing import (
     unpack_uint,
 )
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparsify import topk_indices
+from aiotsim.compress.sparsify import topk_indices, topk_rows
 from aiotsim.schema import between, non_negative, opt, positive, unit_interval
 
 # Exponent bias of the header field: fp32 exponents (of the 1.m form) lie in [-149, 128].
 _EXP_BIAS = 256
 
 
-@dataclass(frozen=True)
-class RangeFloat:
-    """A range-based float message: packed ``sign | code | mantissa`` words plus their format.
-
-    Attributes
-    ----------
-    words : torch.Tensor
-        ``int64`` integers of ``1 + exp_bits + mantissa_bits`` bits, one per value.
-    e_lo : int
-        Exponent of exponent code 1 (and of the subnormal level, code 0).
-    exp_bits : int
-        Width of the exponent field.
-    mantissa_bits : int
-        Width of the mantissa field.
-    """
-
-    words: torch.Tensor
-    e_lo: int
-    exp_bits: int
-    mantissa_bits: int
-
-    @property
-    def width(self) -> int:
-        """Bits per value: sign + exponent + mantissa."""
-        return 1 + self.exp_bits + self.mantissa_bits
-
-
-def range_float_encode(values: torch.Tensor, mantissa_bits: int, max_exponent_bits: int) -> RangeFloat:
-    """Quantize fp32 ``values`` into the range-based float format described in the module docstring.
+def range_float_rows(
+    values: torch.Tensor, mantissa_bits: int, max_exponent_bits: int
+) -> tuple[torch.Tensor, list[int], list[int]]:
+    """Quantize every row of fp32 ``values`` (``[rows, m]``) into the range-based float format of the
+    module docstring, each row one message with its own exponent range.
 
     Parameters
     ----------
     values : torch.Tensor
-        fp32 values, any shape (flattened).
+        fp32 ``[rows, m]``; ``m`` may be 0 (an empty message: ``e_lo = 0``, one exponent bit).
     mantissa_bits : int
         Stored mantissa bits ``M`` (0..23); rounding is to nearest.
     max_exponent_bits : int
-        Largest exponent field allowed; a wider observed range turns the smallest values into
-        subnormals of the lowest kept exponent.
+        Largest exponent field allowed; a wider observed range turns a row's smallest values into
+        subnormals of its lowest kept exponent.
 
     Returns
     -------
-    RangeFloat
-        The packed words and the format (``e_lo``, ``exp_bits``) the header must carry.
+    words : torch.Tensor
+        ``int64`` ``[rows, m]`` words of ``1 + exp_bits + mantissa_bits`` bits (``sign | code | mantissa``).
+    e_lo : list of int
+        Each row's exponent of code 1 (and of the subnormal level, code 0), for its header.
+    exp_bits : list of int
+        Each row's exponent field width, for its header.
     """
-    v, mag, e, q, nonzero = _split(values.reshape(-1), mantissa_bits)
-    if bool(nonzero.any()):
-        big = torch.iinfo(torch.int64).max
-        e_max = int(torch.where(nonzero, e, -big).max())
-        e_min = int(torch.where(nonzero, e, big).min())
-    else:
-        e_max = e_min = 0
-    e_lo = max(e_min, e_max - ((1 << max_exponent_bits) - 2))
-    exp_bits = bit_width(e_max - e_lo + 1)  # codes 0 (zero/subnormal) .. e_max - e_lo + 1
-    words = _words(v, mag, e, q, nonzero, e_lo, exp_bits, 2.0**-e_lo * float(1 << mantissa_bits), mantissa_bits)
-    return RangeFloat(words=words, e_lo=e_lo, exp_bits=exp_bits, mantissa_bits=mantissa_bits)
-
-
-def range_float_rows(
-    values: torch.Tensor, mantissa_bits: int, max_exponent_bits: int
-) -> tuple[torch.Tensor, list[int], list[int]]:
-    """:func:`range_float_encode` of every row of ``values`` (``[rows, m]``, ``m > 0``), each row a
-    message with its own exponent range: ``int64`` words ``[rows, m]`` and each row's ``e_lo`` and
-    ``exp_bits`` (one host read for all rows). The same integer and float operations per element,
-    with each row's format as a column, so a row's words are those of its own encode."""
     v, mag, e, q, nonzero = _split(values, mantissa_bits)
-    big = torch.iinfo(torch.int64).max
-    extremes = torch.stack([torch.where(nonzero, e, -big).amax(dim=1), torch.where(nonzero, e, big).amin(dim=1)])
-    ranges = [(hi, lo) if hi != -big else (0, 0) for hi, lo in zip(*extremes.tolist())]  # none non-zero: 0
+    rows, big = values.shape[0], torch.iinfo(torch.int64).max
+    if values.shape[1]:  # each row's largest and smallest exponent of a non-zero value: one host read
+        extremes = torch.stack([torch.where(nonzero, e, -big).amax(dim=1), torch.where(nonzero, e, big).amin(dim=1)])
+        ranges = [(hi, lo) if hi != -big else (0, 0) for hi, lo in zip(*extremes.tolist())]  # none non-zero: 0
+    else:
+        ranges = [(0, 0)] * rows
     e_lo = [max(lo, hi - ((1 << max_exponent_bits) - 2)) for hi, lo in ranges]
-    exp_bits = [bit_width(hi - low + 1) for (hi, _), low in zip(ranges, e_lo)]
+    exp_bits = [bit_width(hi - low + 1) for (hi, _), low in zip(ranges, e_lo)]  # codes 0 .. hi - e_lo + 1
     col = {"device": v.device}
+    # 2**-e_lo * 2**M in float64: 2**-e_lo overflows fp32 when e_lo is near fp32's smallest exponents
     inv = torch.tensor([2.0**-x * float(1 << mantissa_bits) for x in e_lo], dtype=torch.float64, **col)
     low, bits = (torch.tensor(x, dtype=torch.int64, **col).unsqueeze(1) for x in (e_lo, exp_bits))
     return _words(v, mag, e, q, nonzero, low, bits, inv.unsqueeze(1), mantissa_bits), e_lo, exp_bits
@@ -196,14 +167,14 @@ def _words(
     e: torch.Tensor,
     q: torch.Tensor,
     nonzero: torch.Tensor,
-    e_lo: int | torch.Tensor,
-    exp_bits: int | torch.Tensor,
-    inv: float | torch.Tensor,
+    e_lo: torch.Tensor,
+    exp_bits: torch.Tensor,
+    inv: torch.Tensor,
     mantissa_bits: int,
 ) -> torch.Tensor:
-    """The ``sign | code | mantissa`` words at lowest exponent ``e_lo`` and field width
-    ``exp_bits`` (ints for one message, ``[rows, 1]`` columns for rows); ``inv`` = 2**-e_lo * 2**M
-    (float64: 2**-e_lo overflows fp32 when e_lo is near fp32's smallest exponents)."""
+    """The ``sign | code | mantissa`` words of ``[rows, m]`` values, each row at its lowest exponent
+    ``e_lo`` and field width ``exp_bits`` (``[rows, 1]`` int64 columns); ``inv`` = 2**-e_lo * 2**M
+    (a ``[rows, 1]`` float64 column)."""
     normal = nonzero & (e >= e_lo)
     # Subnormal level: (m / 2**M) * 2**e_lo, which also holds exact zeros.
     sub_q = torch.round(mag.double() * inv).to(torch.int64)
@@ -217,9 +188,9 @@ def _words(
 def range_float_decode(
     words: torch.Tensor, e_lo: int | torch.Tensor, exp_bits: int | torch.Tensor, mantissa_bits: int
 ) -> torch.Tensor:
-    """Inverse of :func:`range_float_encode`: fp32 values from the packed words. ``e_lo`` and
+    """Inverse of :func:`range_float_rows`: fp32 values from the packed words. ``e_lo`` and
     ``exp_bits`` are ints for one message, or ``int64`` ``[rows, 1]`` columns for ``[rows, m]``
-    words (one message per row, :func:`range_float_rows`)."""
+    words (one message per row)."""
     words = words.to(torch.int64)
     mcode = words & ((1 << mantissa_bits) - 1)
     code = (words >> mantissa_bits) & ((1 << exp_bits) - 1)
@@ -350,52 +321,82 @@ class FFTSparsification(Codec[CodecState]):
         # rounded to 9 decimals first: float noise (0.3 * 100 = 30.000000000000004) adds no bin
         return min(bins, max(1, math.ceil(round(self.keep_fraction(step) * bins, 9))))
 
-    def _inverse(self, idx: torch.Tensor, re: torch.Tensor, im: torch.Tensor, n: int) -> torch.Tensor:
-        """Flat fp32 signal of ``n`` elements from the kept bins (inverse FFT, crop)."""
+    def spectra(self, x: torch.Tensor) -> torch.Tensor:
+        """The chunked real FFTs of every row of ``x`` (fp32 ``[rows, n]``, the last chunk zero-padded):
+        ``[rows, bins]`` complex64, each row's ``chunks * (length // 2 + 1)`` bins in chunk order."""
+        rows, n = x.shape
         chunks, length = self.chunking(n)
-        bins = length // 2 + 1
-        spec = torch.zeros(chunks * bins, dtype=torch.complex64, device=re.device)
-        spec[idx] = torch.complex(re, im)
-        signal = torch.fft.irfft(spec.view(chunks, bins), n=length, dim=1)  # [C, L]
-        return signal.reshape(-1)[:n]
-
-    # ---- node side -------------------------------------------------------------------------
-    def _encode(
-        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
-    ) -> tuple[Payload, Sent | None]:
-        p = self.params
-        flat = acc.reshape(-1)  # [n] fp32: r + g (or g without error feedback)
-        n = flat.numel()
-        chunks, length = self.chunking(n)
-        device = flat.device
         if n == 0:
-            idx = torch.zeros(0, dtype=torch.int64, device=device)
-            rf = range_float_encode(flat, p.mantissa_bits, p.max_exponent_bits)
-            sent_flat = flat
-        else:
-            pad = chunks * length - n
-            x = torch.nn.functional.pad(flat, (0, pad)) if pad else flat
-            spec = torch.fft.rfft(x.view(chunks, length), dim=1).reshape(-1)  # [C * (L//2+1)] complex64
-            k = self.kept_bins(spec.numel(), state.step)  # the schedule's k at this encode
-            # the k bins of largest |X|^2 (same order as |X|, no square root), ascending, exact;
-            # ties: lower bin wins
-            ri = torch.view_as_real(spec)  # [bins, 2]
-            power = ri[:, 0].square().addcmul_(ri[:, 1], ri[:, 1])
-            idx = topk_indices(power, k)  # [k]
-            kept = spec[idx]
-            rf = range_float_encode(torch.cat([kept.real, kept.imag]), p.mantissa_bits, p.max_exponent_bits)
-            deq = range_float_decode(rf.words, rf.e_lo, rf.exp_bits, rf.mantissa_bits)  # [2k]
-            sent_flat = self._inverse(idx, deq[:k], deq[k:], n)
-        fields = [rf.e_lo + _EXP_BIAS, rf.exp_bits]  # two 16-bit fields: 4 bytes
-        header = pack_uint(torch.tensor(fields, device=device), 16)
-        bins = chunks * (length // 2 + 1)
-        coded = encode_index_set(idx, bins)
-        payload = Payload(
-            {"header": header, "indices": coded.buf, "values": pack_words(rf.words, rf.width)},
-            {"header": b"".join(f.to_bytes(2, "little") for f in fields), "indices": coded.head},
-        )
+            return torch.zeros(rows, 0, dtype=torch.complex64, device=x.device)
+        pad = chunks * length - n
+        x = torch.nn.functional.pad(x, (0, pad)) if pad else x
+        return _by_row(lambda t: torch.fft.rfft(t, dim=1), x.reshape(rows, chunks, length)).reshape(rows, -1)
+
+    def signals(self, idx: torch.Tensor, re: torch.Tensor, im: torch.Tensor, n: int) -> torch.Tensor:
+        """The inverse of :meth:`spectra` from kept bins only: ``[rows, n]`` fp32 signals from each
+        row's bin indices ``idx`` and their real and imaginary parts (``[rows, k]`` each), the other
+        bins zero, cropped to ``n``."""
+        rows = idx.shape[0]
+        chunks, length = self.chunking(n)
+        if n == 0:
+            return torch.zeros(rows, 0, dtype=torch.float32, device=re.device)
+        bins = length // 2 + 1
+        spec = torch.zeros(rows, chunks * bins, dtype=torch.complex64, device=re.device)
+        spec.scatter_(1, idx, torch.complex(re, im))
+        signal = _by_row(lambda t: torch.fft.irfft(t, n=length, dim=1), spec.view(rows, chunks, bins))
+        return signal.reshape(rows, -1)[:, :n]
+
+    # ---- node side: every node's row of one layer at once ---------------------------------
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[CodecState]
+    ) -> tuple[list[Payload], SentRows | None]:
+        # acc: fp32 [rows, n], r + g (or g without error feedback)
+        spec = self.spectra(acc)  # [rows, bins] complex64
+        ri = torch.view_as_real(spec)  # [rows, bins, 2]
+        power = ri[..., 0].square().addcmul_(ri[..., 1], ri[..., 1])  # |X|^2: the order of |X|, no root
+        ks = [self.kept_bins(spec.shape[1], s.step) for s in states]  # each row's schedule step
+        payloads: list[Payload | None] = [None] * len(states)
+        sent = torch.empty_like(acc) if self.error_feedback else None
+        for k in sorted(set(ks)):  # rows at the same step keep the same k (usually all of them)
+            rows = [i for i, ki in enumerate(ks) if ki == k]
+            self._encode_kept(spec, power, rows, k, acc.shape[1], payloads, sent)
         # the node keeps what the server will not see: dropped bins and rounding error
-        return payload, Sent(dense=sent_flat)
+        return payloads, (("dense", sent) if sent is not None else None)  # type: ignore[return-value]
+
+    def _encode_kept(
+        self,
+        spec: torch.Tensor,
+        power: torch.Tensor,
+        rows: list[int],
+        k: int,
+        n: int,
+        payloads: list[Payload | None],
+        sent: torch.Tensor | None,
+    ) -> None:
+        """The messages of ``rows`` (each keeping its ``k`` bins of largest power) into
+        ``payloads``, and with error feedback their decoded signals into ``sent``."""
+        p = self.params
+        at = torch.tensor(rows, device=spec.device)
+        if len(rows) < spec.shape[0]:  # only where steps differ: no copy of the usual single group
+            spec, power = spec.index_select(0, at), power.index_select(0, at)
+        idx = _top_bins(power, k)  # [r, k] ascending
+        kept = spec.gather(1, idx)  # [r, k] complex64
+        words, e_lo, exp_bits = range_float_rows(
+            torch.cat([kept.real, kept.imag], dim=1), p.mantissa_bits, p.max_exponent_bits
+        )
+        fields = [[lo + _EXP_BIAS, e] for lo, e in zip(e_lo, exp_bits)]  # a header: two 16-bit fields
+        headers = pack_uint(torch.tensor(fields, device=spec.device), 16).view(len(rows), 4)
+        coded = encode_index_rows(idx, spec.shape[1])
+        for j, i in enumerate(rows):  # each row's words at its own width
+            width = 1 + exp_bits[j] + p.mantissa_bits
+            payloads[i] = Payload(
+                {"header": headers[j], "indices": coded[j].buf, "values": pack_words(words[j], width)},
+                {"header": b"".join(v.to_bytes(2, "little") for v in fields[j]), "indices": coded[j].head},
+            )
+        if sent is not None:
+            cols = torch.tensor(fields, dtype=torch.int64, device=spec.device)
+            deq = range_float_decode(words, cols[:, :1] - _EXP_BIAS, cols[:, 1:], p.mantissa_bits)  # [r, 2k]
+            sent.index_copy_(0, at, self.signals(idx, deq[:, :k], deq[:, k:], n))
 
     def message_bound(self, layer: LayerInfo) -> int:
         """The header, the most bins the schedule keeps (at one of its ends) in the costliest index
@@ -415,8 +416,8 @@ class FFTSparsification(Codec[CodecState]):
         if k == 0:
             device = payload.buffers["values"].device
             return torch.zeros(layer.shape, dtype=layer.dtype, device=device)
-        deq = range_float_decode(words, e_lo, exp_bits, self.params.mantissa_bits)
-        out = self._inverse(idx, deq[:k], deq[k:], n)
+        deq = range_float_decode(words, e_lo, exp_bits, self.params.mantissa_bits).unsqueeze(0)  # [1, 2k]
+        out = self.signals(idx.unsqueeze(0), deq[:, :k], deq[:, k:], n)
         return out.view(layer.shape).to(layer.dtype)
 
     def parse(self, payload: Payload, n: int) -> tuple[torch.Tensor, torch.Tensor, int, int]:
@@ -432,3 +433,38 @@ class FFTSparsification(Codec[CodecState]):
         idx = decode_indices(index_buf, bins, index_header(index_buf, payload.heads.get("indices")))
         width = 1 + exp_bits + self.params.mantissa_bits
         return idx, unpack_words(payload.buffers["values"], width, 2 * int(idx.numel())), e_lo, exp_bits
+
+
+def fft_decode_rows(f: FFTSparsification, chunk: Sequence[Payload], layer: LayerInfo) -> torch.Tensor | None:
+    """:meth:`FFTSparsification.decode` of a chunk of messages that keep the same number of bins
+    (one schedule step): the range-based floats of all at once and their spectra scattered as
+    rows, each inverse FFT the message's own. ``[messages, n]`` fp32, or None (counts differ, or
+    none kept): then one by one."""
+    parsed = [f.parse(p, layer.numel) for p in chunk]  # (bins, words, e_lo, exp_bits)
+    counts = {int(x[0].numel()) for x in parsed}
+    if len(counts) != 1 or 0 in counts:
+        return None
+    k = counts.pop()
+    idx, words = torch.stack([x[0] for x in parsed]), torch.stack([x[1] for x in parsed])
+    fmt = torch.tensor([[x[2], x[3]] for x in parsed], dtype=torch.int64, device=words.device)  # [m, 2]
+    deq = range_float_decode(words, fmt[:, :1], fmt[:, 1:], f.params.mantissa_bits)  # [m, 2k]
+    return f.signals(idx.to(words.device), deq[:, :k], deq[:, k:], layer.numel)
+
+
+def _top_bins(power: torch.Tensor, k: int) -> torch.Tensor:
+    """``[rows, k]`` ascending indices of each row's ``k`` bins of largest power, the lower bin first
+    among ties (:func:`~aiotsim.compress.sparsify.topk_rows`); a row whose spectrum holds a NaN (a
+    diverging run) selects as :func:`~aiotsim.compress.sparsify.topk_indices` does, row by row."""
+    if bool(torch.isnan(power).any()):
+        return torch.stack([topk_indices(row, k) for row in power])
+    return topk_rows(power, k)
+
+
+def _by_row(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``fn`` over each row's ``[chunks, m]`` block of ``x`` (``[rows, chunks, m]``), row by row: one
+    FFT call over every row's chunks can transform differently in the last bits (measured on the
+    CPU: one 70,000-point FFT per row, and odd lengths with two intra-op threads), so each row's
+    FFTs are the same call whether it is encoded alone or with others."""
+    if x.shape[0] == 1:  # one node's encode or decode: no copy into a stack
+        return fn(x[0]).unsqueeze(0)
+    return torch.stack([fn(block) for block in x])
