@@ -355,11 +355,14 @@ class FFTSparsification(Codec[CodecState]):
         ri = torch.view_as_real(spec)  # [rows, bins, 2]
         power = ri[..., 0].square().addcmul_(ri[..., 1], ri[..., 1])  # |X|^2: the order of |X|, no root
         ks = [self.kept_bins(spec.shape[1], s.step) for s in states]  # each row's schedule step
+        nan = torch.isnan(power).any(dim=1).tolist()  # a diverging row: its own selection
+        groups: dict[tuple[int, int], list[int]] = {}  # rows at the same step keep the same k (usually all)
+        for i, (k, diverged) in enumerate(zip(ks, nan)):
+            groups.setdefault((k, i if diverged else -1), []).append(i)
         payloads: list[Payload | None] = [None] * len(states)
         sent = torch.empty_like(acc) if self.error_feedback else None
-        for k in sorted(set(ks)):  # rows at the same step keep the same k (usually all of them)
-            rows = [i for i, ki in enumerate(ks) if ki == k]
-            self._encode_kept(spec, power, rows, k, acc.shape[1], payloads, sent)
+        for (k, alone), rows in groups.items():
+            self._encode_kept(spec, power, rows, k, alone >= 0, acc.shape[1], payloads, sent)
         # the node keeps what the server will not see: dropped bins and rounding error
         return payloads, (("dense", sent) if sent is not None else None)  # type: ignore[return-value]
 
@@ -369,17 +372,21 @@ class FFTSparsification(Codec[CodecState]):
         power: torch.Tensor,
         rows: list[int],
         k: int,
+        diverged: bool,
         n: int,
         payloads: list[Payload | None],
         sent: torch.Tensor | None,
     ) -> None:
-        """The messages of ``rows`` (each keeping its ``k`` bins of largest power) into
-        ``payloads``, and with error feedback their decoded signals into ``sent``."""
+        """The messages of ``rows`` (each keeping its ``k`` bins of largest power, lower bin first
+        among ties) into ``payloads``, and with error feedback their decoded signals into ``sent``.
+        ``diverged``: one row whose spectrum holds a NaN, selected by
+        :func:`~aiotsim.compress.sparsify.topk_indices` (which may then keep fewer bins)."""
         p = self.params
         at = torch.tensor(rows, device=spec.device)
         if len(rows) < spec.shape[0]:  # only where steps differ: no copy of the usual single group
             spec, power = spec.index_select(0, at), power.index_select(0, at)
-        idx = _top_bins(power, k)  # [r, k] ascending
+        idx = topk_indices(power[0], k).unsqueeze(0) if diverged else topk_rows(power, k)  # [r, k] ascending
+        k = idx.shape[1]
         kept = spec.gather(1, idx)  # [r, k] complex64
         words, e_lo, exp_bits = range_float_rows(
             torch.cat([kept.real, kept.imag], dim=1), p.mantissa_bits, p.max_exponent_bits
@@ -449,15 +456,6 @@ def fft_decode_rows(f: FFTSparsification, chunk: Sequence[Payload], layer: Layer
     fmt = torch.tensor([[x[2], x[3]] for x in parsed], dtype=torch.int64, device=words.device)  # [m, 2]
     deq = range_float_decode(words, fmt[:, :1], fmt[:, 1:], f.params.mantissa_bits)  # [m, 2k]
     return f.signals(idx.to(words.device), deq[:, :k], deq[:, k:], layer.numel)
-
-
-def _top_bins(power: torch.Tensor, k: int) -> torch.Tensor:
-    """``[rows, k]`` ascending indices of each row's ``k`` bins of largest power, the lower bin first
-    among ties (:func:`~aiotsim.compress.sparsify.topk_rows`); a row whose spectrum holds a NaN (a
-    diverging run) selects as :func:`~aiotsim.compress.sparsify.topk_indices` does, row by row."""
-    if bool(torch.isnan(power).any()):
-        return torch.stack([topk_indices(row, k) for row in power])
-    return topk_rows(power, k)
 
 
 def _by_row(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:

@@ -206,7 +206,11 @@ class Hylo(Codec[CodecState]):
             stat = row_reduce(lambda r: r.square().mean().sqrt(), acc, lambda x: x.square().mean(dim=1).sqrt())
         else:
             stat = acc.abs().amax(dim=1)  # a maximum: the same in any order
-        return (self.params.fc_factor * stat).to(torch.float32).tolist()
+        ts = (self.params.fc_factor * stat).to(torch.float32).tolist()
+        if self.params.fc_stat == "max_abs":  # a diverged row: the NaN bits of its own 1-D max
+            for i in [i for i, t in enumerate(ts) if math.isnan(t)]:  # (amax's NaN has other bits)
+                ts[i] = float((self.params.fc_factor * acc[i].abs().max()).to(torch.float32))
+        return ts
 
     # ---- node side: every node's row of one layer at once ---------------------------------
     def _encode_rows(
