@@ -1,6 +1,8 @@
 """Dense baselines: ``none`` sends the fp32 gradient as it is; ``fp16`` sends it in half precision.
 
-Neither keeps a residual: ``fp16`` rounding error is not fed back (the usual fp16 all-reduce).
+Neither keeps a residual: ``fp16`` rounding error is not fed back (the usual fp16 all-reduce). Both
+encode one layer of one or many nodes at once (``[rows, n]`` rows, one per node): each message is a
+row of one copy of the rows' bytes.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from collections.abc import Mapping
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RowDecoder
-from aiotsim.compress.memory import Sent
-from aiotsim.compress.packing import pack_f16, pack_f32, unpack_f16, unpack_f32, view_f32
+from aiotsim.compress.memory import SentRows
+from aiotsim.compress.packing import unpack_f16, unpack_f32, view_f32
 from aiotsim.compress.registry import register
 
 
@@ -24,10 +26,13 @@ class NoCompression(RowDecoder, Codec[CodecState]):
     unbiased = True
     encode_flops_per_element = 0.0
 
-    def _encode(
-        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
-    ) -> tuple[Payload, Sent | None]:
-        return Payload({"values": pack_f32(acc)}), None
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[CodecState]
+    ) -> tuple[list[Payload], SentRows | None]:
+        """Every row's fp32 bytes (:meth:`Codec._encode_rows`), in a copy: ``acc`` may be the
+        caller's own gradient rows."""
+        values = acc.clone(memory_format=torch.contiguous_format).view(torch.uint8)  # [rows, 4 n]
+        return [Payload({"values": r}) for r in values], None
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
         return unpack_f32(payload.buffers["values"]).view(layer.shape).to(layer.dtype)
@@ -50,11 +55,14 @@ class HalfPrecision(RowDecoder, Codec[CodecState]):
     summary = "dense half-precision gradient (2 bytes per value)"
     encode_flops_per_element = 2.0
 
-    def _encode(
-        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
-    ) -> tuple[Payload, Sent | None]:
-        # straight from the gradient: an fp16 gradient's bytes go out unchanged (NaN payloads too)
-        return Payload({"values": pack_f16(grad)}), None
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[CodecState]
+    ) -> tuple[list[Payload], SentRows | None]:
+        """Every row's fp16 bytes (:meth:`Codec._encode_rows`): straight from the gradient rows, so
+        an fp16 gradient's bytes go out unchanged (NaN payloads too), in a copy (never the caller's
+        gradient); fp32 and bf16 are rounded to nearest."""
+        half = grads.to(torch.float16, memory_format=torch.contiguous_format, copy=True)  # [rows, n]
+        return [Payload({"values": r}) for r in half.view(torch.uint8)], None
 
     def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """As :meth:`NoCompression.decode_rows`, from fp16 bytes (a new fp32 tensor)."""

@@ -20,7 +20,7 @@ read each of them:
 
 Algorithm (our reading). Per layer and step, with residual ``r`` and gradient ``g``:
 
-1. ``acc = r + g`` (error feedback, the role :meth:`aiotsim.compress.base.Codec.encode` applies).
+1. ``acc = r + g`` (error feedback, the role :meth:`aiotsim.compress.base.Codec.encode_rows` applies).
 2. One anchor statistic ``a`` of ``acc`` (``statistic``, same units as the gradient): ``max``
    (default) ``max |acc|``; ``mean`` ``mean |acc|``; ``std`` ``sqrt(mean acc**2)``, the layer's
    standard deviation about zero (the sigma of zero-mean gradients ~ N(0, sigma**2); about the
@@ -57,6 +57,10 @@ residual; ``std`` does the same at one sigma, weighting large elements more than
 for heavy-tailed layers. The paper's "three groups" could be three such ladders chosen per layer
 by a statistic; with the groups unknown we expose the ladder as parameters instead of inventing a
 selection rule.
+
+The encoder works on one layer of one or many nodes at once, as ``[rows, n]`` rows (one per node):
+each row's anchor is a row reduction equal to the row's own, and the rungs, codes and sent values
+are computed for all rows in one pass.
 """
 
 from __future__ import annotations
@@ -69,9 +73,11 @@ from typing import Literal
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RowDecoder
-from aiotsim.compress.memory import Sent
-from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
+from aiotsim.compress.memory import SentRows
+from aiotsim.compress.packing import unpack_bits, unpack_f32
+from aiotsim.compress.quantize import abs_max_rows, f32_rows, pack_code_rows
 from aiotsim.compress.registry import register
+from aiotsim.compress.rowwise import row_reduce
 from aiotsim.schema import opt
 
 _U8 = torch.uint8
@@ -146,26 +152,28 @@ class FourBit(RowDecoder, Codec[CodecState]):
         rungs = level.float() if self.params.spacing == "linear" else _log2_rungs_(level)
         return (rungs * t1).tolist()
 
-    def _encode(
-        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
-    ) -> tuple[Payload, Sent | None]:
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[CodecState]
+    ) -> tuple[list[Payload], SentRows | None]:
+        """Every row's anchor and 4-bit codes (:meth:`Codec._encode_rows`); sent: each element's
+        signed rung."""
         spacing, statistic = self.params.spacing, self.params.statistic
-        acc = acc.reshape(-1)  # [n] fp32: r + g
-        n = acc.numel()
+        nodes, n = acc.shape  # acc: r + g
+        norm = torch.linalg.vector_norm
         if n == 0:
-            anchor = acc.new_zeros(())
+            anchor = acc.new_zeros(nodes)
         elif statistic == "max":
-            lo, hi = torch.aminmax(acc)
-            anchor = torch.maximum(hi, -lo)  # max |acc| without materializing |acc|
+            anchor = abs_max_rows(acc)  # max |acc| without materializing |acc|
         elif statistic == "mean":
-            anchor = torch.linalg.vector_norm(acc, ord=1) / n  # mean |acc|
+            anchor = row_reduce(lambda r: norm(r, ord=1), acc, lambda x: norm(x, ord=1, dim=1)) / n  # mean |acc|
         else:
             # std about zero, sqrt(mean acc**2) = |acc|_2 / sqrt(n): torch's own reduction, which
             # (unlike BLAS's dot) rounds alike wherever the data lies in memory
-            anchor = torch.linalg.vector_norm(acc).div_(math.sqrt(n))
-        t1 = first_threshold(anchor, spacing, statistic)  # 0-d fp32
+            anchor = row_reduce(norm, acc, lambda x: norm(x, dim=1)).div_(math.sqrt(n))
+        t1 = first_threshold(anchor, spacing, statistic).unsqueeze(1)  # [rows, 1] fp32
         codes, sent = quantize_levels(acc, t1, spacing)
-        return Payload({"anchor": pack_f32(anchor.reshape(1)), "codes": pack_bits(codes, 4)}), Sent(dense=sent)
+        payloads = [Payload({"anchor": a, "codes": c}) for a, c in zip(f32_rows(anchor), pack_code_rows(codes, 4))]
+        return payloads, ("dense", sent)
 
     def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """The ``n`` fp32 values of a message's ``buffers`` (``[..., bytes]`` each: one message, or

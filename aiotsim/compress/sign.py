@@ -28,7 +28,9 @@ Data-Parallel Distributed Training of Speech DNNs", Interspeech 2014)
     tensors fall back to one pair of means).
 
 Bit convention for all three: 1 = negative, 0 = non-negative (so ``sign(0)`` is ``+1``), 8 values per
-byte, value ``j`` of a byte at bit ``j``.
+byte, value ``j`` of a byte at bit ``j``. Each encodes one layer of one or many nodes at once, as
+``[rows, n]`` rows (one per node): the signs, scales and means of every row in one pass, each equal
+to the row's own (:func:`~aiotsim.compress.rowwise.row_reduce`).
 """
 
 from __future__ import annotations
@@ -40,18 +42,15 @@ from typing import Literal
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RowDecoder, RunningAggregate
-from aiotsim.compress.memory import Sent
-from aiotsim.compress.packing import pack_bits, pack_f32, unpack_bits, unpack_f32
+from aiotsim.compress.memory import SentRows
+from aiotsim.compress.packing import unpack_bits, unpack_f32
+from aiotsim.compress.quantize import _signed_to_f32, f32_rows, pack_code_rows
 from aiotsim.compress.registry import register
+from aiotsim.compress.rowwise import row_reduce
 from aiotsim.errors import CodecError
 from aiotsim.schema import opt
 
 _U8 = torch.uint8
-
-
-def sign_bits(x: torch.Tensor) -> torch.Tensor:
-    """Packed sign bits of a flat fp32 tensor: 1 where ``x < 0``. ``ceil(n/8)`` bytes."""
-    return pack_bits((x < 0).view(_U8), 1)
 
 
 def unpack_signs(buf: torch.Tensor, count: int) -> torch.Tensor:
@@ -78,14 +77,17 @@ class SignSGD(RowDecoder, Codec[CodecState]):
             "mean", "'mean': send the layer's mean |g| and scale the vote by it; 'none': +-1 (the paper)"
         )
 
-    def _encode(
-        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
-    ) -> tuple[Payload, Sent | None]:
-        x = acc.reshape(-1)  # [n] fp32: the gradient (no error feedback)
-        out = {"signs": sign_bits(x)}
-        if self.params.scale == "mean":
-            out["scale"] = pack_f32(x.abs().mean().reshape(1) if x.numel() else x.new_zeros(1))
-        return Payload(out), None
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[CodecState]
+    ) -> tuple[list[Payload], SentRows | None]:
+        """Every row's sign bits (:meth:`Codec._encode_rows`), with its mean ``|g|`` for ``scale = "mean"``."""
+        nodes, n = acc.shape  # acc: the gradients (no error feedback)
+        signs = pack_code_rows((acc < 0).view(_U8), 1)
+        if self.params.scale != "mean":
+            return [Payload({"signs": b}) for b in signs], None
+        # mean |g| per row; an empty layer sends 0
+        scale = row_reduce(lambda r: r.abs().mean(), acc, lambda x: x.abs().mean(dim=1)) if n else acc.new_zeros(nodes)
+        return [Payload({"signs": b, "scale": c}) for b, c in zip(signs, f32_rows(scale))], None
 
     def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """The ``n`` fp32 values of a message's ``buffers`` (``[..., bytes]`` each: one message, or
@@ -137,15 +139,21 @@ class EFSignSGD(RowDecoder, Codec[CodecState]):
     has_residual = True
     encode_flops_per_element = 6.0
 
-    def _encode(
-        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
-    ) -> tuple[Payload, Sent | None]:
-        p = acc.reshape(-1)  # [n] fp32: g + e
-        n = p.numel()
-        scale = torch.linalg.vector_norm(p, ord=1) / max(n, 1)  # 0-d: ||p||_1 / d
-        signs = sign_bits(p)
-        delta = unpack_signs(signs, n).mul_(scale)  # [n] fp32: scale * sign(p), sign(0) = +1
-        return Payload({"scale": pack_f32(scale.reshape(1)), "signs": signs}), Sent(dense=delta)
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[CodecState]
+    ) -> tuple[list[Payload], SentRows | None]:
+        """Every row's scale ``||p||_1 / d`` and sign bits (:meth:`Codec._encode_rows`); sent:
+        ``scale * sign(p)``, with ``sign(0) = +1``."""
+        n = acc.shape[1]  # acc: p = g + e
+        norm1 = row_reduce(
+            lambda r: torch.linalg.vector_norm(r, ord=1), acc, lambda x: torch.linalg.vector_norm(x, 1, dim=1)
+        )
+        scale = norm1 / max(n, 1)  # [rows]
+        negative = (acc < 0).view(_U8)  # [rows, n] 0 / 1
+        # as the decoder's unpack_signs(...) * scale: 1 - 2 bit as fp32, times the row's scale
+        delta = _signed_to_f32(negative.view(torch.int8).mul(-2).add_(1)).mul_(scale.unsqueeze(1))
+        payloads = [Payload({"scale": c, "signs": b}) for c, b in zip(f32_rows(scale), pack_code_rows(negative, 1))]
+        return payloads, ("dense", delta)
 
     def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """As :meth:`SignSGD.decode_rows`: ``[..., n]`` fp32."""
@@ -182,19 +190,26 @@ class OneBitSGD(RowDecoder, Codec[CodecState]):
             return layer.shape[0], n // layer.shape[0]
         return n, 1
 
-    def _encode(
-        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: CodecState
-    ) -> tuple[Payload, Sent | None]:
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[CodecState]
+    ) -> tuple[list[Payload], SentRows | None]:
+        """Every row's sign bits and side means (:meth:`Codec._encode_rows`); sent: each element's
+        side mean."""
+        nodes, n = acc.shape  # acc: g + r
         rows, cols = self._grid(layer)
-        mat = acc.reshape(rows, cols)  # [rows, cols] fp32: g + r
-        negative = mat < 0  # [rows, cols] bool
-        # per column: sum of the values and of their magnitudes give both sides' sums
-        total = mat.sum(dim=0)  # [cols]
-        magnitude = torch.linalg.vector_norm(mat, ord=1, dim=0)  # [cols]
-        means = side_means(total, magnitude, torch.count_nonzero(negative, dim=0), rows)  # [cols, (pos, neg)]
-        sent = _reconstruct(negative.view(_U8), means)  # [rows, cols]
-        payload = Payload({"means": pack_f32(means), "signs": pack_bits(negative.reshape(-1).view(_U8), 1)})
-        return payload, Sent(dense=sent)
+        mat = acc.reshape(nodes, rows, cols)
+        negative = mat < 0  # [nodes, rows, cols] bool
+        # per node and column: sum of the values and of their magnitudes give both sides' sums
+        total = row_reduce(lambda r: r.view(rows, cols).sum(dim=0), acc, lambda x: mat.sum(dim=1))  # [nodes, cols]
+        magnitude = row_reduce(
+            lambda r: torch.linalg.vector_norm(r.view(rows, cols), ord=1, dim=0),
+            acc,
+            lambda x: torch.linalg.vector_norm(mat, ord=1, dim=1),
+        )
+        means = side_means(total, magnitude, torch.count_nonzero(negative, dim=1), rows)  # [nodes, cols, (pos, neg)]
+        sent = _reconstruct(negative.view(_U8), means).view(nodes, n)
+        signs = pack_code_rows(negative.view(nodes, n).view(_U8), 1)
+        return [Payload({"means": m, "signs": b}) for m, b in zip(f32_rows(means), signs)], ("dense", sent)
 
     def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """As :meth:`RowDecoder.decode_rows`."""
