@@ -72,7 +72,15 @@ Readings chosen where the paper is open (documented, and parameters where two ar
   it drifts to 359x compression and 81.8% accuracy against 95.5% for ``none``.
 
 Degenerate layers: all-zero (``G_sum = 0``) sends nothing; a constant layer (``sigma = 0``,
-``gamma = 0``) gives ``S = 0`` and hence k = 1, then every element tied at alpha is sent.
+``gamma = 0``) gives ``S = 0`` and hence k = 1, then every element tied at alpha is sent; an empty
+layer sends an empty message.
+
+The encoder works on one layer of one or many nodes as ``[rows, n]`` rows (one node is one row):
+the momentum correction, Algorithm 1's float64 sums and extremes (:func:`algorithm1_rows`) and the
+screening ``|acc| >= alpha`` run over every row at once, and the host reads the statistics, the
+thresholds and the counts once per layer; the scalars of Algorithm 1 (:func:`algorithm1`) are
+Python floats per row. :func:`pgc_threshold` is Algorithm 1 on one tensor, for inspection and for
+a row whose statistics are not finite.
 """
 
 from __future__ import annotations
@@ -84,11 +92,15 @@ from typing import Literal, NamedTuple
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload, as_float
-from aiotsim.compress.memory import Sent, momentum_velocity
+from aiotsim.compress.memory import SentRows
+from aiotsim.compress.packing import encode_index_ragged, pack_values
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparse import decode_sparse, sparse_bound, sparse_payload
-from aiotsim.compress.sparsify import ValueDtype, round_values, topk_indices, value_dtype_opt
+from aiotsim.compress.rowwise import row_reduce, velocity_rows
+from aiotsim.compress.sparse import decode_sparse, sparse_bound
+from aiotsim.compress.sparsify import _BRACKET_MIN_NUMEL, ValueDtype, round_values, topk_indices, value_dtype_opt
 from aiotsim.schema import fraction, opt, positive
+
+_F64 = torch.float64
 
 
 class PGCThreshold(NamedTuple):
@@ -164,8 +176,8 @@ def algorithm1(
     """Algorithm 1's scalars for an ``n``-element layer from its sums: ``g_sum`` = sum |G|,
     ``total`` = sum G, ``squares`` = sum (G - mu)^2 (float64 sums), ``g_max`` / ``g_min`` its
     extremes. ``alpha`` is left NaN for the caller's top-k, except for an all-zero layer (``k = 0``,
-    ``alpha = inf``: nothing sent). Shared by :func:`pgc_threshold` and the batched encode
-    (:mod:`aiotsim.compress.batch_pgc`), so both compute the same floats."""
+    ``alpha = inf``: nothing sent). Shared by :func:`pgc_threshold` and :func:`algorithm1_rows`,
+    so both compute the same floats."""
     mu = total / n
     sigma = math.sqrt(squares / n)
     if g_sum == 0.0:
@@ -177,6 +189,61 @@ def algorithm1(
     else:  # constant layer: gamma = 0, the entropy term is unbounded; define S = 0
         entropy, s = math.inf, 0.0
     return PGCThreshold(mu, sigma, entropy, gamma, s, kept_count(s, n, scale, reading), math.nan)
+
+
+def algorithm1_rows(src: torch.Tensor, scale: float, reading: TopkReading) -> tuple[list[PGCThreshold], torch.Tensor]:
+    """Algorithm 1 on every row of ``src`` (fp32 ``[rows, n]``, ``n >= 1``; alpha left to
+    :func:`kth_alphas`) and ``|src|``.
+
+    The float64 sums (``sum |G|``, ``sum G``, ``sum (G - mu)^2`` where ``mu`` is the row's float64
+    mean rounded to fp32, as :func:`pgc_threshold`'s scalar is) and the extremes run over the rows
+    at once and are read by the host once per layer; the scalars are :func:`algorithm1`'s. A row
+    whose statistics are not finite (NaN, overflowing fp32 squares: a diverging run) takes
+    :func:`pgc_threshold`, which recomputes its squares in float64."""
+    n = src.shape[1]
+    total = row_reduce(lambda r: r.sum(dtype=_F64), src, lambda x: x.sum(dim=1, dtype=_F64))
+    mu = (total / n).to(torch.float32).unsqueeze(1)  # [rows, 1]
+    dev = (src - mu).pow_(2)  # [rows, n] (G - mu)^2 in fp32
+    squares = row_reduce(lambda r: r.sum(dtype=_F64), dev, lambda x: x.sum(dim=1, dtype=_F64))
+    del dev
+    lo, hi = row_reduce(
+        lambda r: torch.stack(torch.aminmax(r)), src, lambda x: torch.stack(torch.aminmax(x, dim=1), 1)
+    ).T
+    mag = src.abs()  # [rows, n]
+    g_sum = row_reduce(lambda r: r.sum(dtype=_F64), mag, lambda x: x.sum(dim=1, dtype=_F64))
+    stats = torch.stack([g_sum, total, squares, hi.double(), lo.double()], 1).tolist()  # one host read
+    thr: list[PGCThreshold] = []
+    for i, (a, t, q, top, low) in enumerate(stats):
+        if all(math.isfinite(v) for v in (a, t, q, top, low)):
+            thr.append(algorithm1(n, a, t, q, top, low, scale, reading))
+        else:
+            thr.append(pgc_threshold(src[i], scale, reading))
+    return thr, mag
+
+
+def kth_alphas(thr: list[PGCThreshold], mag: torch.Tensor) -> list[PGCThreshold]:
+    """``thr`` with ``alpha`` = the ``k``-th largest of its row of ``mag`` (``[rows, n]``, the
+    magnitudes screened) for every row with ``k > 0`` (``k = 0``: all zero, ``alpha = inf`` kept).
+
+    On the CPU for large rows and small ``k``, :func:`kth_largest` row by row: its sampled bracket
+    looks at a few candidates, where a row-wise ``torch.topk`` selects over every full row. Else
+    one sorted row-wise top-k for every row, its ``k``-th column read by the host once; a row
+    holding a NaN (top-k puts it first) takes :func:`kth_largest` (``-inf``: everything sent)."""
+    ks = [t.k for t in thr]
+    if not any(ks):
+        return thr
+    n = mag.shape[1]
+    if mag.device.type == "cpu" and n >= _BRACKET_MIN_NUMEL and 4 * max(ks) <= n:
+        alphas = [kth_largest(row, k) if k else math.inf for row, k in zip(mag, ks)]
+    else:
+        top = torch.topk(mag, max(ks), dim=1, sorted=True).values  # [rows, k_max] descending
+        rows = torch.arange(len(ks), device=mag.device)
+        at = torch.tensor([max(k - 1, 0) for k in ks], device=mag.device)
+        picked = torch.stack([top[rows, at], top[:, 0]], 1).tolist()  # the k-th and the first, per row
+        alphas = [
+            kth_largest(mag[i], k) if math.isnan(first) else kth for i, (k, (kth, first)) in enumerate(zip(ks, picked))
+        ]
+    return [t._replace(alpha=a) if t.k else t for t, a in zip(thr, alphas)]
 
 
 @dataclass
@@ -226,39 +293,51 @@ class PartitionGradientCompression(Codec[PGCState]):
     absorbs_momentum = True  # the velocity lives in the codec, so Algorithm 1 can read the gradient
     encode_flops_per_element = 12.0
 
-    def _feedback_input(self, grad: torch.Tensor, state: PGCState) -> torch.Tensor:
-        """Momentum correction (Lin et al. 2018, as in DGC): the velocity ``u <- m u + g`` (fp32,
-        kept in the state) is what is accumulated and sent; ``g`` itself stays Algorithm 1's input
-        (``_encode``'s ``grad``). ``m = 0``: ``u = g``, the paper's plain SGD."""
-        g = as_float(grad)
-        if self.params.momentum == 0.0:
-            return g
-        state.momentum = momentum_velocity(g, state.momentum, self.params.momentum)
-        return state.momentum
+    def _feedback_rows(self, x: torch.Tensor, layer: LayerInfo, states: list[PGCState]) -> torch.Tensor:
+        """Momentum correction (Lin et al. 2018, as in DGC) of every ``[rows, n]`` gradient row: the
+        velocity ``u <- m u + g`` (fp32, kept in each state: :func:`~aiotsim.compress.rowwise.velocity_rows`)
+        is what is accumulated and sent; ``g`` itself stays Algorithm 1's input (``_encode_rows``'s
+        ``grads``). ``m = 0``: ``u = g``, the paper's plain SGD."""
+        g = as_float(x)
+        m = self.params.momentum
+        return g if m == 0.0 else velocity_rows(g, states, layer, m)
 
-    def _encode(
-        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: PGCState
-    ) -> tuple[Payload, Sent | None]:
-        flat = acc.reshape(-1)  # [N] fp32: r + u (u = m u + g; u = g without momentum; r = 0 without EF)
-        n = flat.numel()
-        if n == 0:
-            idx = torch.zeros(0, dtype=torch.int64, device=acc.device)
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[PGCState]
+    ) -> tuple[list[Payload], SentRows]:
+        """Every row's Algorithm-1 threshold (on its raw gradient row, or on its accumulation where
+        asked or where that is the gradient anyway) and its screened values ``|acc| >= alpha``:
+        one message per row, the values sent at ascending indices."""
+        p = self.params
+        nodes, n = acc.shape  # acc: r + u (u = m u + g; u = g without momentum; r = 0 without EF)
+        if n == 0:  # an empty layer: nothing to measure, an empty message per row
+            keep = torch.zeros((nodes, 0), dtype=torch.bool, device=acc.device)
         else:
-            # Algorithm 1's input: the accumulation when asked, or when it is the gradient anyway
-            plain = not self.error_feedback and self.params.momentum == 0.0  # acc == g
-            own = self.params.stats == "accumulated" or plain
-            source = flat if own else as_float(grad).reshape(-1)  # [N] the raw gradient g
-            thr = pgc_threshold(source, self.params.scale, self.params.topk_reading)
-            mag = flat.abs()  # [N]
-            if source is not flat and thr.k > 0:
-                # the k of Algorithm 1 (from the gradient), applied to the accumulated values
-                thr = thr._replace(alpha=kth_largest(mag, thr.k))
-            state.last = thr
+            plain = not self.error_feedback and p.momentum == 0.0  # acc == g
+            own = p.stats == "accumulated" or plain
+            src = acc if own else as_float(grads)  # [rows, n] Algorithm 1's input
+            thr, mag = algorithm1_rows(src, p.scale, p.topk_reading)
+            if not own:  # the k of Algorithm 1 (from the gradient), applied to the accumulated values
+                del mag  # |src| dropped before |acc| is made
+                mag = acc.abs()  # [rows, n]
+            thr = kth_alphas(thr, mag)
+            for s, t in zip(states, thr):
+                s.last = t
+            alpha = torch.tensor([t.alpha for t in thr], dtype=torch.float32, device=acc.device).unsqueeze(1)
             # T_alpha: |acc| >= alpha sent; written "not below" so that a NaN is sent too (and the
             # server's update check stops the run) rather than kept in the residual unseen
-            idx = torch.nonzero(~(mag < thr.alpha)).reshape(-1)
-        values = round_values(flat[idx], self.params.value_dtype)
-        return sparse_payload(idx, values, n, self.params.value_dtype, ascending=True), Sent.sparse(idx, values)
+            keep = ~(mag < alpha)  # [rows, n]
+            del mag
+        counts = keep.sum(dim=1).tolist()  # one host read for every row, and one nonzero
+        flat = torch.nonzero(keep.view(-1)).reshape(-1)  # [m] ascending into [rows * n]
+        values = round_values(acc.view(-1).index_select(0, flat), p.value_dtype)
+        coded = encode_index_ragged(flat.remainder(max(n, 1)), counts, n)  # (n = 0: flat is empty)
+        # pack_values copies each row's split: a message owns its bytes, not a view of the pass's
+        payloads = [
+            Payload({"indices": c.buf, "values": pack_values(v, p.value_dtype)}, {"indices": c.head})
+            for c, v in zip(coded, values.split(counts))
+        ]
+        return payloads, ("flat", (flat, values))
 
     def message_bound(self, layer: LayerInfo) -> int:
         """Every element may reach alpha (ties, a flat gradient): n indices and n values."""

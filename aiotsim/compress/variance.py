@@ -44,6 +44,13 @@ Reading of the paper, and the choices made here:
 
 Wire format: the shared index coding of :mod:`aiotsim.compress.sparse`, then either ``scale``
 (4 bytes) and ``codes`` (4 bits per sent element) or the exact ``values``.
+
+The encoder works on one layer of one or many nodes as ``[rows, n]`` rows (one node is one row):
+``v + s`` (in place where the variances are the rows of one block), the selection, the 4-bit codes
+(each row relative to its own largest magnitude, :func:`quantize_pow2_rows`) and the decay and
+clearing of ``v`` run over every row at once; ``r^2 - alpha v`` is formed row by row in one reused
+buffer, and with ``decay_residual`` the residual's decay is the factor the error-feedback role
+applies (:data:`~aiotsim.compress.memory.SentRows`).
 """
 
 from __future__ import annotations
@@ -54,9 +61,10 @@ from dataclasses import dataclass
 
 import torch
 
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
-from aiotsim.compress.memory import Sent
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.memory import SentRows, rows_block
 from aiotsim.compress.packing import (
+    encode_index_ragged,
     encode_index_set,
     index_bound,
     index_count,
@@ -92,7 +100,8 @@ class VarianceState(CodecState):
 
 
 def quantize_pow2(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """4-bit sign/exponent codes of ``values`` ([k] fp32) relative to their largest magnitude.
+    """4-bit sign/exponent codes of ``values`` ([k] fp32) relative to their largest magnitude:
+    :func:`quantize_pow2_rows` of one message.
 
     Returns
     -------
@@ -103,18 +112,44 @@ def quantize_pow2(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, flo
     scale : float
         ``M``, the largest magnitude (0.0 when ``values`` is empty).
     """
-    if values.numel() == 0:
-        return values.to(torch.uint8), values.clone(), 0.0
+    codes, deq, scales = quantize_pow2_rows(values.reshape(-1), [values.numel()])
+    return codes, deq, scales[0]
+
+
+def quantize_pow2_rows(values: torch.Tensor, counts: list[int]) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+    """The 4-bit codes of several messages' values laid end to end (``values``: ``[m]`` fp32,
+    ``counts[i]`` of them message ``i``'s), each relative to its own message's largest magnitude
+    ``M``.
+
+    Returns the ``[m]`` uint8 codes (bit 3 = sign, 1 negative; bits 0..2 = exponent ``e``), the
+    ``[m]`` fp32 values the receivers decode (``sign * M * 2**-e``) and each message's ``M``
+    (0.0 for one that holds no value).
+    """
+    rows, device = len(counts), values.device
     mag = values.abs()
-    scale = float(mag.max())
+    owner = None  # one message: its scalars broadcast over its values, no per-value row numbers
+    if rows == 1:
+        top = mag.amax(dim=0, keepdim=True) if values.numel() else torch.zeros(1, device=device)
+    else:
+        owner = torch.repeat_interleave(torch.arange(rows, device=device), torch.tensor(counts, device=device))
+        top = torch.zeros(rows, dtype=torch.float32, device=device).scatter_reduce_(0, owner, mag, "amax")
+    scales = top.tolist()  # exact fp32 values, one host read
     # Nearest power of two in log scale: e = round(log2(M / |v|)), clamped to the 3-bit range.
     # With |v| / M = m * 2**E (frexp: m in [0.5, 1)), -log2(|v| / M) = -E - log2(m) and
     # -log2(m) in (0, 1] rounds up exactly when m < 2**-0.5: no division or log2 per element.
-    # Zero magnitudes cannot be selected (r^2 > alpha v >= 0).
-    m, big_e = torch.frexp(mag.mul_(1.0 / scale))  # [k] mantissa, [k] int32 exponent
-    e = (m < _SQRT_HALF).to(torch.int32).sub_(big_e).clamp_(0, _MAX_EXP)  # [k]
+    # Zero magnitudes cannot be selected (r^2 > alpha v >= 0). 1 / M in double, rounded to fp32.
+    inv = torch.where(top != 0, 1.0 / top.double(), 0.0).float()  # [rows] (0 for an empty message)
+    m, big_e = torch.frexp(mag.mul_(inv if owner is None else inv.index_select(0, owner)))  # [m], [m] int32
+    e = (m < _SQRT_HALF).to(torch.int32).sub_(big_e).clamp_(0, _MAX_EXP)  # [m]
     codes = e.to(torch.uint8) | ((values < 0).to(torch.uint8) << _EXP_BITS)
-    return codes, dequantize_pow2(codes, scale), scale
+    # each message's 16-entry table (dequantize_pow2 of every code at its M), then one gather
+    every = torch.arange(1 << (_EXP_BITS + 1), device=device).to(torch.uint8).expand(rows, -1)
+    tables = dequantize_pow2(every, top.unsqueeze(1))  # [rows, 16]
+    entry = codes.to(torch.int32)  # [m] each value's entry in the table (int32: the fastest CPU gather)
+    if owner is not None:  # ... in its own message's table
+        entry.add_(owner.to(torch.int32), alpha=1 << (_EXP_BITS + 1))
+    deq = tables.reshape(-1).index_select(0, entry)
+    return codes, deq, scales
 
 
 def dequantize_pow2(codes: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
@@ -151,42 +186,57 @@ class VarianceCompression(Codec[VarianceState]):
     needs_sq_grad = True
     encode_flops_per_element = 10.0
 
-    def _encode(
-        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: VarianceState
-    ) -> tuple[Payload, Sent | None]:
-        # acc: r + g, fp32, shape of grad
-        if state.sq_grad is not None:
-            sq = state.sq_grad.to(device=acc.device, dtype=torch.float32).reshape(acc.shape)
-        else:  # no per-sample squares (e.g. the server re-encoding its update): one-sample proxy g^2
-            sq = as_float(grad).square()
-        var = sq.clone() if state.variance is None else state.variance.add_(sq)  # v + s
-        flat, vflat = acc.view(-1), var.view(-1)  # [n]
-        n = flat.numel()
-        # r^2 - alpha v in one reused buffer: fresh [n] temporaries cost a page fault per 4 KB
-        score = torch.mul(vflat, -self.params.alpha, out=state.score_buffer(n, acc.device)).addcmul_(flat, flat)
-        send = score > 0  # [n] unambiguous
-        idx = torch.nonzero(send).reshape(-1)  # [k] ascending
-        picked = flat.index_select(0, idx)
-        if self.params.quantize:
-            codes, values, scale = quantize_pow2(picked)
-            coded = encode_index_set(idx, n, send)
-            payload = Payload(
-                {"indices": coded.buf, "scale": pack_f32([scale], acc.device), "codes": pack_bits(codes, 4)},
-                {"indices": coded.head},
-            )
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[VarianceState]
+    ) -> tuple[list[Payload], SentRows]:
+        """Every row's selection ``r^2 > alpha v`` and its message. ``acc``: ``r + g`` (fp32
+        ``[rows, n]``); ``grads``: the raw gradient rows, squared where a node has no ``sq_grad``."""
+        p = self.params
+        nodes, n = acc.shape
+        var = _add_squares(states, _squares(states, grads), layer)  # v + s, [rows, n]
+        # r^2 - alpha v row by row in one reused [n] buffer (a fresh temporary costs a page fault
+        # per 4 KB on CPU; addcmul_ may fuse its multiply-add differently in a vectorized body and
+        # tail, so each row is its own [n] call); only the [rows, n] booleans are kept
+        send = torch.empty((nodes, n), dtype=torch.bool, device=acc.device)
+        score = states[0].score_buffer(n, acc.device)
+        for i in range(nodes):
+            torch.mul(var[i], -p.alpha, out=score).addcmul_(acc[i], acc[i])
+            torch.gt(score, 0, out=send[i])
+        flat = torch.nonzero(send.view(-1)).reshape(-1)  # [m] into [rows * n]: row by row, ascending
+        # each row's count from where its indices end in the ascending flat ones: a search per
+        # row, not a pass over [rows, n]; the one host read of the selection
+        ends = torch.searchsorted(flat, torch.arange(1, nodes + 1, device=acc.device) * n).tolist()
+        counts = [b - a for a, b in zip([0, *ends[:-1]], ends)]
+        cols = flat if nodes == 1 else flat.remainder(n)  # [m] each row's own indices
+        picked = acc.view(-1).index_select(0, flat)
+        if p.quantize:
+            codes, values, scales = quantize_pow2_rows(picked, counts)
+            # one row: its own coding, which packs a dense set straight from the mask; several:
+            # one pass for all rows (one host read, not one per row: on a GPU each would wait)
+            coded = [encode_index_set(cols, n, send[0])] if nodes == 1 else encode_index_ragged(cols, counts, n, send)
+            payloads = [
+                Payload(
+                    {"indices": c.buf, "scale": pack_f32([m], acc.device), "codes": pack_bits(k, 4)},
+                    {"indices": c.head},
+                )
+                for c, m, k in zip(coded, scales, codes.split(counts))
+            ]
         else:
-            values = round_values(picked, self.params.value_dtype)
-            payload = sparse_payload(idx, values, n, self.params.value_dtype, send)
-        zeta = self.params.zeta
-        v_decay = zeta * zeta if self.params.decay_residual else zeta
-        # v <- 0 where sent, decayed elsewhere (in place: no [n] factor tensor)
+            values = round_values(picked, p.value_dtype)
+            payloads = [
+                sparse_payload(i, v, n, p.value_dtype, m, ascending=True)
+                for i, v, m in zip(cols.split(counts), values.split(counts), send)
+            ]
+        zeta = p.zeta
+        v_decay = zeta * zeta if p.decay_residual else zeta
+        # v <- 0 where sent, decayed elsewhere (in place: no [rows, n] factor tensor)
         if v_decay != 1.0:
-            vflat.mul_(v_decay)
-        vflat.masked_fill_(send, 0.0)
-        state.variance = var
+            var.mul_(v_decay)
+        var.masked_fill_(send, 0.0)
         # the role keeps r <- r - q(r) where sent, and with decay_residual r <- zeta r where unsent
-        decay = torch.where(send, 1.0, zeta) if self.params.decay_residual and zeta < 1.0 else None
-        return payload, Sent.sparse(idx, values, decay)
+        if p.decay_residual and zeta < 1.0:
+            return payloads, ("flat", (flat, values), torch.where(send, 1.0, zeta))
+        return payloads, ("flat", (flat, values))
 
     def message_bound(self, layer: LayerInfo) -> int:
         """Every element may pass ``r^2 > alpha v``: n indices, and n values (or a scale and n
@@ -208,3 +258,36 @@ class VarianceCompression(Codec[VarianceState]):
         each: one message, or one per row): ``[..., count]``."""
         scale = unpack_f32(buffers["scale"])  # [..., 1] fp32, applied on the device: no host read
         return dequantize_pow2(unpack_bits(buffers["codes"], 4, count), scale)
+
+
+def _squares(states: list[VarianceState], grads: torch.Tensor) -> torch.Tensor:
+    """``[rows, n]`` fp32: each node's ``sq_grad`` (the rows of a batched pass's block as they
+    are), or its gradient squared where it has none (the one-sample proxy)."""
+    sq = [s.sq_grad for s in states]
+    if all(t is not None for t in sq):
+        block = rows_block([t.reshape(-1) for t in sq])  # type: ignore[union-attr]
+        if block is not None:
+            return block
+        return torch.stack([t.reshape(-1).float() for t in sq])  # type: ignore[union-attr]
+    return torch.stack([t.reshape(-1).float() if t is not None else g.float().square() for t, g in zip(sq, grads)])
+
+
+def _add_squares(states: list[VarianceState], sq: torch.Tensor, layer: LayerInfo) -> torch.Tensor:
+    """``v + s`` per row, into each node's variance where it has one, else a copy of ``s``; every
+    state's ``variance`` is then its row of the result. Returns ``[rows, n]``."""
+    old = [s.variance for s in states]
+    if all(v is None for v in old):
+        var = sq.clone()
+    else:
+        block = rows_block([v.reshape(-1) for v in old]) if all(v is not None for v in old) else None  # type: ignore[union-attr]
+        if block is not None:
+            var = block.view(sq.shape).add_(sq)
+        else:  # mixed: each node's own tensor, their rows copied into one block after
+            for s, row in zip(states, sq):
+                s.variance = (
+                    row.view(layer.shape).clone() if s.variance is None else s.variance.add_(row.view(layer.shape))
+                )
+            var = torch.stack([s.variance.reshape(-1) for s in states])  # type: ignore[union-attr]
+    for s, row in zip(states, var):
+        s.variance = row.view(layer.shape)
+    return var
