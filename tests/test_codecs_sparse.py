@@ -562,7 +562,8 @@ def test_agg_aware_reserve_keeps_the_locally_largest() -> None:
         codec = build_codec("agg-aware", {"ratio": 0.4, "boost": 2.0, **params})
         state = codec.init_state(layer, CPU, 0)
         state.globalness = p.clone()
-        return codec.select(acc, state, 4).tolist()
+        # a fresh state has no residual: the message's index set is the selection from acc, k = 4
+        return payload_indices(codec.encode(acc, layer, state), 10).tolist()
 
     # reserve 1 (default): scores |acc| * (1 + 2p) = [9, 8, 1, 2, 7, 0, 0, 9, 8.7, 9]: the local 8
     # (index 1) loses to the global 8.7 (index 8)

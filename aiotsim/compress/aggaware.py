@@ -20,7 +20,10 @@ unsent entries, the paper leaves it open)::
     residual = acc - sent
 
 ``reserve`` 1 (default) ranks all ``k`` by the score; below 1 the locally largest entries (the seed's
-"only a few gradients are significantly large") always go. After each step :meth:`observe_global`
+"only a few gradients are significantly large") always go. A layer of one or many nodes is encoded
+at once, one row per node: the scores of all rows are formed together and, with ``reserve`` 1, the
+top-k of every row in one selection (:func:`~aiotsim.compress.sparsify.topk_rows`); the split
+selection of ``reserve`` below 1 runs row by row. After each step :meth:`observe_global`
 reads the pattern of what the node received (:mod:`aiotsim.sim.observe`: the union with downlink
 ``union``/``compressed``, the parameter delta with downlink ``model``) and updates ``p``. Metrics,
 the seed's "different metrics" (``metric``):
@@ -77,10 +80,10 @@ from typing import Literal
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
-from aiotsim.compress.memory import Sent
+from aiotsim.compress.memory import SentRows
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparse import decode_sparse, sparse_bound, sparse_payload
-from aiotsim.compress.sparsify import ValueDtype, k_of, round_values, topk_indices, value_dtype_opt
+from aiotsim.compress.sparse import decode_sparse, sparse_bound
+from aiotsim.compress.sparsify import ValueDtype, k_of, sparse_rows, topk_indices, topk_rows, value_dtype_opt
 from aiotsim.schema import fraction, non_negative, opt, unit_interval
 
 Metric = Literal["magnitude", "global", "persistence", "consensus"]
@@ -130,36 +133,50 @@ class AggregationAware(Codec[AggAwareState]):
     sparse = True
     encode_flops_per_element = 10.0
 
-    def scores(self, acc: torch.Tensor, state: AggAwareState) -> torch.Tensor:
-        """Selection scores ``[n]`` of the accumulated gradient under the configured metric."""
-        mag = acc.reshape(-1).abs()
-        p = state.globalness
-        if self.params.metric == "magnitude" or p is None or self.params.boost == 0:
+    def score_rows(self, mag: torch.Tensor, states: list[AggAwareState]) -> torch.Tensor:
+        """Selection scores ``[rows, n]`` under the configured metric, for the magnitudes ``mag``
+        (``[rows, n]``, ``|acc|``) of the rows of ``states``: ``mag`` itself where a row's node has
+        learned no globalness yet, or the metric is ``magnitude``."""
+        boosted = [i for i, s in enumerate(states) if s.globalness is not None]
+        if not boosted or self.params.metric == "magnitude" or self.params.boost == 0:
             return mag
-        return mag * (1.0 + self.params.boost * p.to(mag.device))
+        p = torch.stack([states[i].globalness.to(mag.device) for i in boosted])  # type: ignore[union-attr]
+        scale = 1.0 + self.params.boost * p  # [boosted, n]
+        if len(boosted) == len(states):
+            return mag * scale
+        rows = torch.tensor(boosted, device=mag.device)
+        return mag.index_copy(0, rows, mag.index_select(0, rows) * scale)
 
-    def select(self, flat: torch.Tensor, state: AggAwareState, k: int) -> torch.Tensor:
-        """The ``k`` indices sent (ascending): ``k - ceil(reserve * k)`` by ``|acc|`` alone, the
-        other ``ceil(reserve * k)`` by the boosted score among the rest (``reserve`` 1: all)."""
-        scores = self.scores(flat, state)
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[AggAwareState]
+    ) -> tuple[list[Payload], SentRows]:
+        # acc: [rows, n] fp32, r + g (or g without error feedback)
+        k = k_of(self.params.ratio, acc.shape[1])
+        mag = acc.abs()
+        scores = self.score_rows(mag, states)
         boosted = math.ceil(self.params.reserve * k)
-        if boosted >= k or state.globalness is None:
-            return topk_indices(scores, k)
-        own = topk_indices(flat.abs(), k - boosted)  # [k - boosted] locally largest
-        rest = torch.ones_like(flat, dtype=torch.bool)
+        if boosted < k and any(s.globalness is not None for s in states):
+            # some slots by |acc| alone, the rest by score among the others: each row on its own
+            idx = torch.stack(
+                [
+                    topk_indices(m, k) if s.globalness is None else self._reserved(m, sc, k, boosted)
+                    for m, sc, s in zip(mag, scores, states)
+                ]
+            )
+        else:
+            idx = topk_rows(scores, k)  # [rows, k]
+        return sparse_rows(acc, idx, self.params.value_dtype)
+
+    @staticmethod
+    def _reserved(mag: torch.Tensor, scores: torch.Tensor, k: int, boosted: int) -> torch.Tensor:
+        """One row's ``k`` indices (ascending): ``k - boosted`` of largest ``mag`` (``|acc|``,
+        ``[n]``), then ``boosted`` of largest ``scores`` (``[n]``) among the rest."""
+        own = topk_indices(mag, k - boosted)  # [k - boosted] locally largest
+        rest = torch.ones_like(mag, dtype=torch.bool)
         rest[own] = False
         rest_idx = torch.nonzero(rest, as_tuple=False).reshape(-1)  # [n - k + boosted]
         extra = rest_idx[topk_indices(scores[rest_idx], boosted)]
         return torch.sort(torch.cat([own, extra])).values
-
-    def _encode(
-        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: AggAwareState
-    ) -> tuple[Payload, Sent | None]:
-        flat = acc.reshape(-1)  # [n] fp32: r + g (or g without error feedback)
-        n = flat.numel()
-        idx = self.select(flat, state, k_of(self.params.ratio, n))  # [k]
-        values = round_values(flat[idx], self.params.value_dtype)
-        return sparse_payload(idx, values, n, self.params.value_dtype, ascending=True), Sent.sparse(idx, values)
 
     def message_bound(self, layer: LayerInfo) -> int:
         """k values, and k indices in the costliest form the index coding may pick."""

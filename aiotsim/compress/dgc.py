@@ -21,8 +21,14 @@ with replacement from ``state.generator``), scaled to the sample. If more than
 paper's "top-k selection again on the selected gradients"); fewer than ``k`` passing is accepted,
 as sampling noise. The accumulated ``v`` is the error-feedback residual: ``sent + v_after ==
 v_before + u``. In aiotsim's terms, error feedback (always on) accumulates the velocity ``u``
-rather than the gradient: :meth:`DeepGradientCompression._feedback_input` clips and applies the
-momentum correction, the role adds ``v``, and ``_encode`` selects and masks the momentum.
+rather than the gradient: :meth:`DeepGradientCompression._feedback_rows` clips and applies the
+momentum correction, the role adds ``v``, and ``_encode_rows`` selects and masks the momentum.
+
+A layer of one or many nodes is encoded at once, one row per node: clipping, the momentum
+correction, magnitudes and comparisons run over the ``[rows, n]`` block, and the rows that keep the
+same ``k`` (all of them, unless their nodes are at different warm-up steps) are thresholded together,
+each from its own sample drawn from its own node's generator, so a row's bytes and draws are the same
+alone or among others.
 """
 
 from __future__ import annotations
@@ -33,10 +39,20 @@ from dataclasses import dataclass
 import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
-from aiotsim.compress.memory import Sent, momentum_velocity
+from aiotsim.compress.memory import SentRows
+from aiotsim.compress.packing import pack_values
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparse import decode_sparse, sparse_bound, sparse_payload
-from aiotsim.compress.sparsify import ValueDtype, exact_topk_mask, k_of, mask_indices, round_values, value_dtype_opt
+from aiotsim.compress.rowwise import row_reduce, top_rows, velocity_rows
+from aiotsim.compress.sparse import decode_sparse, sparse_bound
+from aiotsim.compress.sparsify import (
+    ValueDtype,
+    code_index_rows,
+    exact_topk_mask,
+    k_of,
+    mask_hits,
+    round_values,
+    value_dtype_opt,
+)
 from aiotsim.schema import at_least, fraction, non_negative, opt, unit_interval
 
 # Sparsities of the four warm-up stages: 1 - 0.25**(stage + 1).
@@ -92,49 +108,77 @@ class DeepGradientCompression(Codec[DGCState]):
         """The sparsity the next :meth:`encode` on ``state`` will use."""
         return warmup_sparsity(state.step, self.params.warmup_steps, self.params.sparsity)
 
-    def _select(self, mag: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
-        """Indices (ascending) of the entries of ``mag`` ([n]) passing the sampled threshold."""
-        n = mag.numel()
-        if k >= n:
-            return torch.arange(n, device=mag.device)
-        m = max(_MIN_SAMPLE, math.ceil(self.params.sample_ratio * n))
-        if m >= n:  # small layer: the exact top-k is as cheap as sampling
-            return mask_indices(exact_topk_mask(mag, k), k)
-        pos = torch.randint(0, n, (m,), generator=gen, device=gen.device).to(mag.device)  # [m]
-        sample = mag[pos]
-        k_sample = max(1, math.ceil(m * k / n))  # the same density in the sample
-        thr = torch.topk(sample, k_sample, sorted=False).values.min()
-        idx = torch.nonzero(mag >= thr).reshape(-1)  # [c] ascending, c >= 1
-        if idx.numel() > self.params.fallback_factor * k:
-            idx = idx[exact_topk_mask(mag[idx], k)]
-        return idx
+    def _feedback_rows(self, x: torch.Tensor, layer: LayerInfo, states: list[DGCState]) -> torch.Tensor:
+        """Local clipping, then momentum correction, of every row: the velocity ``u <- m u + g``
+        (fp32, kept in each state, :func:`~aiotsim.compress.rowwise.velocity_rows`) is what error
+        feedback accumulates into ``v``. A row whose L2 norm exceeds ``clip_norm`` is scaled by
+        ``clip_norm / norm``. Returns ``u`` as ``[rows, n]``."""
+        p = self.params
+        g = as_float(x)
+        if p.clip_norm > 0 and g.shape[1]:
+            norms = row_reduce(torch.linalg.vector_norm, g, lambda t: torch.linalg.vector_norm(t, dim=1)).tolist()
+            scales = [p.clip_norm / v if v > p.clip_norm else 1.0 for v in norms]  # 1.0: the row as is (exact)
+            if any(v != 1.0 for v in scales):
+                g = g * torch.tensor(scales, dtype=torch.float32, device=g.device).unsqueeze(1)
+        return velocity_rows(g, states, layer, p.momentum)
 
-    def _feedback_input(self, grad: torch.Tensor, state: DGCState) -> torch.Tensor:
-        """Local clipping, then momentum correction: the velocity ``u <- m u + g`` (fp32, kept in
-        the state) is what error feedback accumulates into ``v``."""
-        g = as_float(grad)
-        if self.params.clip_norm > 0 and g.numel():
-            norm = float(torch.linalg.vector_norm(g))
-            if norm > self.params.clip_norm:
-                g = g * (self.params.clip_norm / norm)
-        state.momentum = momentum_velocity(g, state.momentum, self.params.momentum)
-        return state.momentum
+    def _encode_rows(
+        self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[DGCState]
+    ) -> tuple[list[Payload], SentRows]:
+        rows, n = acc.shape  # acc: v + u, the accumulated velocity
+        p = self.params
+        mag = acc.abs()  # [rows, n]
+        m = max(_MIN_SAMPLE, math.ceil(p.sample_ratio * n))  # threshold sample size
+        by_k: dict[int, list[int]] = {}  # k -> rows (one group unless the rows' warm-up stages differ)
+        for i, s in enumerate(states):
+            by_k.setdefault(k_of(1.0 - self.current_sparsity(s), n), []).append(i)
+        idx: list[torch.Tensor] = [mag.new_empty(0, dtype=torch.int64)] * rows  # ascending per row
+        mask = None  # the selection as a [rows, n] mask, where it is what passed the thresholds
+        for k, members in by_k.items():
+            sub = mag if len(members) == rows else mag.index_select(0, torch.tensor(members, device=mag.device))
+            if k < n and m < n:
+                chosen, passed = self._sampled(sub, k, m, [states[i].generator for i in members])
+                mask = passed if len(members) == rows else None
+            else:  # every entry, or a small layer's exact top-k (as cheap as sampling)
+                chosen = list(top_rows(sub, k))
+            for i, sel in zip(members, chosen):
+                idx[i] = sel
+        counts = [int(i.numel()) for i in idx]
+        flat = torch.cat([sel + i * n if i else sel for i, sel in enumerate(idx)])  # [c] into the [rows * n] block
+        values = round_values(acc.view(-1).index_select(0, flat), p.value_dtype)
+        for s, i in zip(states, idx):
+            if s.momentum is not None:
+                s.momentum.view(-1)[i] = 0.0  # momentum factor masking
+        # the role then keeps v <- v - sent (0 where sent). pack_values copies each row's values, so
+        # a message owns its bytes and the pass's values do not live until its last one is aggregated
+        payloads = [
+            Payload({"indices": c.buf, "values": pack_values(v, p.value_dtype)}, {"indices": c.head})
+            for c, v in zip(code_index_rows(idx, n, mask), values.split(counts))
+        ]
+        return payloads, ("flat", (flat, values))
 
-    def _encode(
-        self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: DGCState
-    ) -> tuple[Payload, Sent | None]:
-        flat = acc.reshape(-1)  # [n] fp32: v + u, the accumulated velocity
-        n = flat.numel()
-        k = k_of(1.0 - self.current_sparsity(state), n)
-        idx = self._select(flat.abs(), k, state.generator)
-        values = round_values(flat[idx], self.params.value_dtype)
-        if state.momentum is not None:
-            state.momentum.view(-1)[idx] = 0.0  # momentum factor masking
-        # the role then keeps v <- v - sent (0 where sent)
-        return sparse_payload(idx, values, n, self.params.value_dtype, ascending=True), Sent.sparse(idx, values)
+    def _sampled(
+        self, mag: torch.Tensor, k: int, m: int, gens: list[torch.Generator]
+    ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """Each row's indices (ascending) of the entries of ``mag`` (``[rows, n]``) passing its sampled
+        threshold: the k-th largest of ``m`` entries drawn from the row's generator, scaled to the
+        sample; where more than ``fallback_factor * k`` pass, the exact top-k of those that passed.
+        Also the ``[rows, n]`` mask of what passed, unless a row fell back to its exact top-k."""
+        n = mag.shape[1]
+        pos = torch.stack([torch.randint(0, n, (m,), generator=g, device=g.device) for g in gens])  # [rows, m]
+        sample = mag.gather(1, pos.to(mag.device))
+        kth = torch.topk(sample, max(1, math.ceil(m * k / n)), dim=1, sorted=False).values.min(dim=1, keepdim=True)
+        passed = mag >= kth.values  # [rows, n]
+        _, idx = mask_hits(passed)  # one nonzero and one host read for every row
+        exact = passed
+        for i, sel in enumerate(idx):
+            if sel.numel() > self.params.fallback_factor * k:  # the exact top-k among those that passed
+                idx[i] = sel[exact_topk_mask(mag[i][sel], k)]
+                exact = None
+        return idx, exact
 
     def message_bound(self, layer: LayerInfo) -> int:
-        """The most :meth:`_select` passes: at the lowest sparsity (the warm-up's first stage), k
+        """The most :meth:`_encode_rows` selects: at the lowest sparsity (the warm-up's first stage), k
         or up to ``fallback_factor`` x k through the sampled threshold (more: the exact k)."""
         n, p = layer.numel, self.params
         lowest = min(p.sparsity, WARMUP_SPARSITIES[0]) if p.warmup_steps > 0 else p.sparsity
