@@ -55,7 +55,7 @@ only from each row's own state generator, so a row's bytes are the same alone or
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -161,14 +161,24 @@ def unpack_fixed(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
 
 # ---- row helpers (also sign.py and fourbit.py) --------------------------------------------------
 def abs_max_rows(acc: torch.Tensor) -> torch.Tensor:
-    """``[rows]`` max ``|acc|`` per row: :func:`~aiotsim.compress.rowwise.abs_max`, except that one
-    row (a node encoded on its own) takes the 1-D ``aminmax``, which torch runs about 7x faster than
-    the row form (1M fp32, one thread: 0.23 vs 1.6 ms) and which is the per-node reduction (their
-    results differ only in the sign of an all-zero row's zero and in NaN bits)."""
-    if acc.shape[0] != 1:
-        return abs_max(acc)
-    lo, hi = torch.aminmax(acc[0])
-    return torch.maximum(hi, -lo).reshape(1)
+    """``[rows]`` max ``|acc|`` per row, each the row's own 1-D ``aminmax`` (as a node encoded
+    alone takes it). One row by that reduction, which torch runs about 7x faster than the row form
+    (1M fp32, one thread: 0.23 vs 1.6 ms); several by :func:`~aiotsim.compress.rowwise.abs_max`,
+    whose row form differs from the 1-D one only where the maximum is zero (its sign) or NaN (its
+    bits): on the CPU, where the row form runs, such rows are taken again one by one."""
+    if acc.shape[0] == 1:
+        return _abs_max(acc[0]).reshape(1)
+    out = abs_max(acc)
+    if acc.device.type == "cpu":
+        for i in torch.nonzero(~(out > 0)).reshape(-1).tolist():  # zero or NaN: rare
+            out[i] = _abs_max(acc[i])
+    return out
+
+
+def _abs_max(x: torch.Tensor) -> torch.Tensor:
+    """0-d max ``|x|`` of a 1-D ``x``, from ``aminmax``, without forming ``|x|``."""
+    lo, hi = torch.aminmax(x)
+    return torch.maximum(hi, -lo)
 
 
 def pack_code_rows(codes: torch.Tensor, width: int) -> list[torch.Tensor]:
@@ -453,6 +463,16 @@ class QSGD(RowDecoder, Codec[CodecState]):
             w = self.level_bits
             codes = pack_code_rows(level.bitwise_or_(negative.bitwise_left_shift_(w)), w + 1)
         return [Payload({"norms": b, "codes": c}) for b, c in zip(f32_rows(norms), codes)], None
+
+    def decodes_rows(self) -> bool:
+        """Messages decode together (:meth:`Codec.decode_many`) with fixed-width codes of 1, 2, 4 or
+        8 bits, whole codes per byte (:func:`unpack_fixed` of other widths and Elias streams take
+        one message at a time)."""
+        return not self.params.elias and self.level_bits + 1 in (1, 2, 4, 8)
+
+    def _decode_rows(self, payloads: Sequence[Payload], layer: LayerInfo) -> torch.Tensor | None:
+        """:meth:`RowDecoder._decode_rows` where :meth:`decodes_rows`, else None (one by one)."""
+        return super()._decode_rows(payloads, layer) if self.decodes_rows() else None
 
     def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """As :meth:`TwoBit.decode_rows`: ``[..., n]`` fp32 (Elias-coded codes: one message only)."""
