@@ -241,10 +241,9 @@ def check_checkpoint(codec: Codec) -> None:
 def check_rows(codec: Codec, params: Any, nodes: int = 3) -> None:
     """Rows equal rows one at a time: encoding several nodes' gradients at once
     (:meth:`~aiotsim.compress.base.Codec.encode_rows`) gives each node's own bytes and residual, and
-    decoding several messages at once (:func:`aiotsim.compress.batch_decode.decode_batch`) each one's
+    decoding several messages at once (:meth:`~aiotsim.compress.base.Codec.decode_many`) each one's
     decode. A codec that encodes one row at a time (``_encode``) passes by construction unless its
     state leaks between nodes."""
-    from aiotsim.compress.batch_decode import decode_batch
 
     alone = make_codec(type(codec), params, seed=codec.seed)
     for layer in LAYERS:
@@ -262,10 +261,10 @@ def check_rows(codec: Codec, params: Any, nodes: int = 3) -> None:
                 ra, rb = rows[i].residual, singles[i].residual
                 assert (ra is None) == (rb is None), f"{where}: the batched encode kept a residual differently"
                 assert ra is None or _close(ra, rb, exact=True), f"{where}: the batched encode's residual differs"
-            decoded = decode_batch(codec, one, layer)
+            decoded = codec.decode_many(one, layer)
             for i in range(nodes):
                 assert _close(decoded[i], codec.decode(one[i], layer), exact=True), (
-                    f"{layer.name} step {step} message {i}: decode_batch differs from decode"
+                    f"{layer.name} step {step} message {i}: decode_many differs from decode"
                 )
 
 

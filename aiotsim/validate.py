@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiotsim.compress.batch_decode import CHUNK_ELEMENTS
+from aiotsim.compress.base import CHUNK_ELEMENTS
 from aiotsim.config import Scenario, load_scenario
 from aiotsim.errors import ConfigError
 
@@ -46,7 +46,7 @@ NODE_OVERHEAD_BYTES = 64_000
 # a node no longer makes when the data set is on its device).
 IN_FLIGHT_BUFFERS = {"stacked": 2, "streamed": 0}
 SERVER_BUFFERS = 8  # model, aggregate, optimizer state, downlink update, decode scratch ...
-# The server's batched decode (aiotsim.compress.batch_decode) works on up to CHUNK_ELEMENTS values
+# The server's batched decode (aiotsim.compress.base.Codec.decode_many) works on up to CHUNK_ELEMENTS values
 # of a layer's messages at once; its temporaries (the stacked buffers, their unpacked codes, the
 # fp32 rows; streamed: and the float64 scan that adds them) are about this many 4-byte values per
 # value decoded (measured: iot1000, 2bit, peak before batching / after: stacked 1,289 / 1,337 MB,
@@ -213,7 +213,7 @@ def batched_pass_bytes(s: Scenario, shape: tuple[int, ...], classes: int) -> int
 
 def decode_scratch_bytes(nodes: int, params: int) -> int:
     """Bytes the server's batched decode holds at once: a chunk of at most
-    :data:`~aiotsim.compress.batch_decode.CHUNK_ELEMENTS` values (fewer when a round's messages
+    :data:`~aiotsim.compress.base.CHUNK_ELEMENTS` values (fewer when a round's messages
     hold fewer), times :data:`DECODE_SCRATCH_FACTOR` 4-byte values each."""
     return DECODE_SCRATCH_FACTOR * min(nodes * params, CHUNK_ELEMENTS) * BYTES_PER_VALUE
 

@@ -14,7 +14,7 @@ layer of the model for every node, looped (``codec.encode`` per node and layer) 
 :meth:`~aiotsim.compress.base.Codec.encode_rows` per layer;
 and for every codec with a batched server decode (``--decode-codecs``), one round's messages decoded
 into the server's stack, one ``decode_read`` per message and layer against one
-:func:`aiotsim.compress.batch_decode.decode_batch` per layer (every node timed).
+:meth:`~aiotsim.compress.base.Codec.decode_many` per layer (every node timed).
 
 Large rounds are timed on the first ``--max-timed`` nodes and scaled to the round (both paths are
 linear in the node count beyond one chunk); the ``timed`` column says how many nodes were timed.
@@ -36,7 +36,6 @@ from collections.abc import Callable
 import torch
 
 from aiotsim.compress import build_codec, codec_names
-from aiotsim.compress.batch_decode import decode_batch, decodes_in_batch
 from aiotsim.compress.registry import row_codecs
 from aiotsim.learn.batched import BatchedGradients
 from aiotsim.learn.compute import GradientComputer
@@ -124,7 +123,7 @@ def codec_row(
 def decode_row(codec_name: str, model: str, nodes: int, device: torch.device) -> tuple[tuple[float, float], ...]:
     """``(loop (wall, CPU) ms, batch (wall, CPU) ms)``: the server's decode of one round's messages,
     every layer of ``model`` for ``nodes`` nodes, into a stack (as the stacked aggregation does):
-    one ``decode_read`` and row copy per message, against one :func:`decode_batch` per layer."""
+    one ``decode_read`` and row copy per message, against one ``decode_many`` per layer."""
     shape, _ = SETUPS[model]
     layers = layer_infos(build_model(model, shape, 10, seed=0))
     codec = build_codec(codec_name, seed=0)
@@ -142,7 +141,7 @@ def decode_row(codec_name: str, model: str, nodes: int, device: torch.device) ->
 
     def batch() -> None:
         for L, ps, out in zip(layers, payloads, stacks):
-            decode_batch(codec, ps, L, out=out)
+            codec.decode_many(ps, L, out=out)
 
     (lw, lc), (bw, bc) = timed(loop, device, 3), timed(batch, device, 3)
     return (lw * 1e3, lc * 1e3), (bw * 1e3, bc * 1e3)
@@ -160,7 +159,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--codecs", default=",".join(row_codecs()))
-    ap.add_argument("--decode-codecs", default=",".join(n for n in codec_names() if decodes_in_batch(build_codec(n))))
+    ap.add_argument("--decode-codecs", default=",".join(n for n in codec_names() if build_codec(n).decodes_rows()))
     args = ap.parse_args()
     unknown = [n for n in (*args.codecs.split(","), *args.decode_codecs.split(",")) if n not in codec_names()]
     if unknown:

@@ -15,7 +15,7 @@ memory, ``ru_maxrss``, is its own):
    numbers of encodes and decodes with the same codecs, in a plain loop (the server's batched
    decodes as batches of the same sizes; a run with batched node gradients, column ``grads``:
    its vectorized passes as passes of as many copies of the node's batch, and its batched
-   encodes as :func:`~aiotsim.compress.batch.encode_batch` calls of the same sizes);
+   encodes as :meth:`~aiotsim.compress.base.Codec.encode_rows` calls of the same sizes);
 4. prints one JSON line.
 
 Columns: ``s/it`` wall seconds per iteration of the run (setup excluded, shown apart); ``peak MB``
@@ -91,8 +91,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-from aiotsim.compress.batch_decode import decode_batch as _DECODE_BATCH
 
 ROOT = Path(__file__).resolve().parents[1]
 # the network engine's work: starting a transfer, its rate controller's step (from its SimPy
@@ -299,7 +297,7 @@ def mark_iterations(writer: Any) -> list[float]:
 def count_work(learning: Any) -> dict[str, Any]:
     """Count the gradients, encodes and decodes the run makes (wrappers on the instances), the
     server's batched decodes (``"batches"``: ``(layer index, messages)`` per
-    :func:`~aiotsim.compress.batch_decode.decode_batch` call, whose messages count as decodes
+    :meth:`~aiotsim.compress.base.Codec.decode_many` call, whose messages count as decodes
     too) and, with batched node gradients, the nodes of each vectorized pass (``"passes"``) and
     the batched encodes (``"encode_batches"``: ``(layer index, nodes, one tensor)`` per
     :meth:`~aiotsim.compress.base.Codec.encode_rows` call of the engine's; a node's own ``encode``,
@@ -307,7 +305,6 @@ def count_work(learning: Any) -> dict[str, Any]:
     import torch
 
     from aiotsim.compress.base import Codec
-    from aiotsim.sim import aggregate
 
     counts: dict[str, Any] = {"gradients": 0, "encodes": 0, "decodes": 0, "batches": [], "passes": []}
     counts["encode_batches"] = []
@@ -339,17 +336,17 @@ def count_work(learning: Any) -> dict[str, Any]:
 
         return wrapper
 
-    def decoded(codec: Any, payloads: Any, layer: Any, out: Any = None) -> tuple[int, int]:
+    def decoded(payloads: Any, layer: Any, out: Any = None) -> tuple[int, int]:
         counts["decodes"] += len(payloads)
         return learning.layers.index(layer), len(payloads)
 
-    aggregate.decode_batch = in_batch("batches", _DECODE_BATCH, decoded)
     if learning.batched is not None:
         passes = learning.batched.gradients
         learning.batched.gradients = in_batch("passes", passes, lambda params, xs, ys: int(xs.shape[0]))
     learning.computer.gradient = counting("gradients", learning.computer.gradient)
     for codec in {id(c): c for c in (learning.codec, learning.dense)}.values():
         codec.encode = counting("encodes", codec.encode)
+        codec.decode_many = in_batch("batches", codec.decode_many, decoded)
         codec.encode_rows = in_batch(
             "encode_batches",
             codec.encode_rows,
@@ -367,22 +364,20 @@ def bare_work(learning: Any, counts: dict[str, Any]) -> tuple[float, float]:
     """``(wall s, CPU s)`` of the same numbers of gradients, encodes and decodes in a plain loop,
     with one node's batch, the run's gradient computer and codecs (one node's fresh codec states).
     The server's decodes are made as the run made them: each batched decode as one
-    :func:`~aiotsim.compress.batch_decode.decode_batch` of as many copies of the node's payload,
+    :meth:`~aiotsim.compress.base.Codec.decode_many` of as many copies of the node's payload,
     the rest one by one; a batched run's passes as passes over as many copies of the node's batch
     (each node's result taken, as the run takes it), its batched encodes as
     :meth:`~aiotsim.compress.base.Codec.encode_rows` of as many copies of the gradient (fresh states
     per node; as one ``[nodes, *shape]`` tensor where the run gave one)."""
     import torch
 
-    from aiotsim.sim import aggregate
     from aiotsim.sim.aggregate import sync_device
 
-    aggregate.decode_batch = _DECODE_BATCH  # the counting wrappers off
     layers, codecs = learning.layers, learning.layer_codecs
     local = learning.local_state(0)
     x, y = local.stream.next()
     for codec in (learning.codec, learning.dense):  # the counting wrappers off
-        for name in ("encode", "encode_rows", "decode", "decode_read"):
+        for name in ("encode", "encode_rows", "decode", "decode_many", "decode_read"):
             codec.__dict__.pop(name, None)
     learning.computer.__dict__.pop("gradient", None)
     if learning.batched is not None:
@@ -466,7 +461,7 @@ def plain_loop(
                 codecs[j].decode(payloads[j], layers[j])
                 decodes -= 1
         for j, m in batches[k * n_layers : (k + 1) * n_layers]:
-            _DECODE_BATCH(codecs[j], [payloads[j]] * m, layers[j])
+            codecs[j].decode_many([payloads[j]] * m, layers[j])
 
 
 def main() -> None:

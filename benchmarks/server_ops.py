@@ -10,7 +10,7 @@ stacked and the streamed form (:class:`aiotsim.sim.aggregate.Aggregation`), unde
 prints the count per message and the host seconds (under the counter, which slows every
 operation: compare counts, and time with ``benchmarks/batched.py``). ``--per-message`` counts the same round
 decoded one message at a time (each message's ``decode_read`` into the stack, or decoded and
-added on arrival), what the server did before :mod:`aiotsim.compress.batch_decode`.
+added on arrival), what the server did before it decoded messages together (``Codec.decode_many``).
 
 Run: ``python benchmarks/server_ops.py [--nodes 1000] [--codecs none topk 2bit ...] [--per-message]``
 """
@@ -58,8 +58,8 @@ def round_messages(codec: Codec, layers: list[LayerInfo], nodes: int) -> list[li
 
 @contextmanager
 def one_by_one() -> Iterator[None]:
-    """The server as it was: every message decoded on its own (``decode_batch`` of one)."""
-    batched, fold = aggregate.decode_batch, aggregate.Aggregation._fold
+    """The server as it was: every message decoded on its own (``decode_many`` of one)."""
+    batched, fold = Codec.decode_many, aggregate.Aggregation._fold
 
     def single(codec: Any, payloads: Any, layer: Any, out: Any = None) -> Any:
         if out is None:  # streamed: each decoded tensor added on its own
@@ -74,11 +74,11 @@ def one_by_one() -> Iterator[None]:
             self.pending = [message]
             fold(self)
 
-    aggregate.decode_batch, aggregate.Aggregation._fold = single, fold_each  # type: ignore[method-assign]
+    Codec.decode_many, aggregate.Aggregation._fold = single, fold_each  # type: ignore[method-assign]
     try:
         yield
     finally:
-        aggregate.decode_batch, aggregate.Aggregation._fold = batched, fold  # type: ignore[method-assign]
+        Codec.decode_many, aggregate.Aggregation._fold = batched, fold  # type: ignore[method-assign]
 
 
 def count(codec: Codec, layers: list[LayerInfo], messages: list[list[Payload]], streamed: bool) -> tuple[int, float]:
@@ -103,7 +103,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     layers = layer_infos(build_model("lenet5", (1, 28, 28), 10, seed=0))
-    how = "one message at a time" if args.per_message else "batched (compress.batch_decode)"
+    how = "one message at a time" if args.per_message else "batched (Codec.decode_many)"
     print(f"LeNet-5 ({len(layers)} layers), {args.nodes} messages, decoded {how}; ops = dispatched ATen operations")
     print("host s: under the counter, which slows every operation")
     head = f"{'stacked ops':>12} {'per msg':>8} {'host s':>7} {'streamed ops':>13} {'per msg':>8} {'host s':>7}"

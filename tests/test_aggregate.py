@@ -22,7 +22,6 @@ from aiotsim.compress import codec_names, get_codec_class
 from aiotsim.compress.base import Codec, LayerInfo, Payload
 from aiotsim.config import scenario_from_dict
 from aiotsim.errors import CodecError, ConfigError
-from aiotsim.sim import aggregate as aggregate_module
 from aiotsim.sim.aggregate import STACK_LIMIT_BYTES, Aggregation, StackBuffer, aggregation_mode
 from aiotsim.sim.runner import run_cluster
 from aiotsim.sim.world import Cluster
@@ -214,7 +213,7 @@ def test_streamed_keeps_at_most_a_chunk_of_messages_and_no_decoded_tensor(name: 
 
         return wrapper
 
-    monkeypatch.setattr(aggregate_module, "decode_batch", tracked(aggregate_module.decode_batch))
+    monkeypatch.setattr(type(codec), "decode_many", tracked(type(codec).decode_many))
     monkeypatch.setattr(type(codec), "decode", tracked(type(codec).decode))
     if type(codec).decode_read is not Codec.decode_read:  # its own read-only decode (a view)
         monkeypatch.setattr(type(codec), "decode_read", tracked(type(codec).decode_read))

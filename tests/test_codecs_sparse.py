@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_host_reads_benchmark import host_reads_module
 
-from aiotsim.compress.base import LayerInfo
+from aiotsim.compress.base import LayerInfo, Payload
 from aiotsim.compress.dgc import warmup_sparsity
 from aiotsim.compress.packing import (
     IDX_BITMAP,
@@ -26,9 +26,10 @@ from aiotsim.compress.packing import (
     encode_indices,
     index_coding_sizes,
     pack_bits,
+    pack_values,
 )
 from aiotsim.compress.registry import build_codec
-from aiotsim.compress.sparse import payload_indices, scatter_sparse
+from aiotsim.compress.sparse import decode_sparse, payload_indices
 from aiotsim.compress.sparsify import mask_indices, topk_indices
 from aiotsim.compress.variance import quantize_pow2
 from aiotsim.errors import ConfigError
@@ -182,7 +183,8 @@ def test_index_coding_from_mask_gives_the_same_cheapest_bytes(mask: torch.Tensor
     values = torch.arange(1, idx.numel() + 1, dtype=torch.float32)
     dense = torch.zeros(n)
     dense[idx] = values
-    assert torch.equal(scatter_sparse(buf, values, LayerInfo("w", (n,))), dense)  # bitmap or index path
+    payload = Payload({"indices": buf, "values": pack_values(values, "fp32")})
+    assert torch.equal(decode_sparse(payload, LayerInfo("w", (n,))), dense)  # bitmap or index path
 
 
 @st.composite

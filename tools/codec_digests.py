@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from aiotsim.compress import build_codec, codec_names, get_codec_class
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.base import CodecState, LayerInfo, Payload
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "data" / "codec_digests.json"
 CPU = torch.device("cpu")
@@ -117,24 +117,6 @@ def _feed_payload(h: Any, p: Payload) -> None:
         h.update(k.encode() + head)
 
 
-def _encode_many(codec: Codec, grads: torch.Tensor, layer: LayerInfo, states: list[CodecState]) -> list[Payload]:
-    rows = getattr(codec, "encode_rows", None)
-    if rows is not None:
-        return rows(grads, layer, states)
-    from aiotsim.compress.batch import encode_batch  # the code before issue 41
-
-    return encode_batch(codec, grads, layer, states, always=True)
-
-
-def _decode_many(codec: Codec, payloads: list[Payload], layer: LayerInfo) -> list[torch.Tensor]:
-    rows = getattr(codec, "decode_many", None)
-    if rows is not None:
-        return list(rows(payloads, layer))
-    from aiotsim.compress.batch_decode import decode_batch  # the code before issue 41
-
-    return list(decode_batch(codec, payloads, layer))
-
-
 def digest(name: str, params: dict[str, Any], layer: LayerInfo, together: bool) -> str:
     """SHA-256 of everything ``STEPS`` encodes of ``NODES`` nodes produce for one case."""
     codec = build_codec(name, params, seed=11)
@@ -145,8 +127,8 @@ def digest(name: str, params: dict[str, Any], layer: LayerInfo, together: bool) 
         for s, g in zip(states, grads):
             s.sq_grad = g.square() if codec.needs_sq_grad else None
         if together:
-            payloads = _encode_many(codec, torch.stack(grads), layer, states)
-            decoded = _decode_many(codec, payloads, layer)
+            payloads = codec.encode_rows(torch.stack(grads), layer, states)
+            decoded = list(codec.decode_many(payloads, layer))
         else:
             payloads = [codec.encode(g, layer, s) for g, s in zip(grads, states)]
             decoded = [codec.decode(p, layer) for p in payloads]
@@ -196,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         by_codec[k.split("|")[0]] = by_codec.get(k.split("|")[0], 0) + 1
     if by_codec:
         print("cases that differ, by codec: " + ", ".join(f"{c} {n}" for c, n in sorted(by_codec.items())))
-    print(f"{len(want) - len(bad)} of {len(want)} digests identical" + (f"; {len(missing)} cases missing" if missing else ""))
+    print(
+        f"{len(want) - len(bad)} of {len(want)} digests identical"
+        + (f"; {len(missing)} cases missing" if missing else "")
+    )
     return 1 if bad else 0
 
 

@@ -82,7 +82,7 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparse import decode_sparse, sparse_bound
+from aiotsim.compress.sparse import SparseDecoder, sparse_bound
 from aiotsim.compress.sparsify import ValueDtype, k_of, sparse_rows, topk_indices, topk_rows, value_dtype_opt
 from aiotsim.schema import fraction, non_negative, opt, unit_interval
 
@@ -103,7 +103,7 @@ class AggAwareState(CodecState):
 
 
 @register
-class AggregationAware(Codec[AggAwareState]):
+class AggregationAware(SparseDecoder, Codec[AggAwareState]):
     """Seed 001: top-k re-ranked toward indices in recent aggregated unions, to shrink the union."""
 
     @dataclass(frozen=True)
@@ -181,9 +181,6 @@ class AggregationAware(Codec[AggAwareState]):
     def message_bound(self, layer: LayerInfo) -> int:
         """k values, and k indices in the costliest form the index coding may pick."""
         return sparse_bound(layer.numel, k_of(self.params.ratio, layer.numel), self.params.value_dtype)
-
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return decode_sparse(payload, layer, self.params.value_dtype)
 
     def observe_global(self, update: torch.Tensor, layer: LayerInfo, state: CodecState) -> None:
         """Learn the union from the server's aggregated ``update`` (its nonzero pattern)."""

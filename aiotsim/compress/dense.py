@@ -43,7 +43,7 @@ class NoCompression(RowDecoder, Codec[CodecState]):
 
     def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """The ``n`` fp32 values of ``buffers`` (``[..., 4 n]`` bytes: one message, or one per row
-        for :func:`~aiotsim.compress.batch_decode.decode_batch`), a read-only view where aligned."""
+        for :meth:`~aiotsim.compress.base.Codec.decode_many`), a read-only view where aligned."""
         return view_f32(buffers["values"])
 
 

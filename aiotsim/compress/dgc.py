@@ -40,13 +40,12 @@ import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
 from aiotsim.compress.memory import SentRows
-from aiotsim.compress.packing import pack_values
+from aiotsim.compress.packing import encode_index_ragged, pack_values
 from aiotsim.compress.registry import register
 from aiotsim.compress.rowwise import row_reduce, top_rows, velocity_rows
-from aiotsim.compress.sparse import decode_sparse, sparse_bound
+from aiotsim.compress.sparse import SparseDecoder, sparse_bound
 from aiotsim.compress.sparsify import (
     ValueDtype,
-    code_index_rows,
     exact_topk_mask,
     k_of,
     mask_hits,
@@ -77,7 +76,7 @@ def warmup_sparsity(step: int, warmup_steps: int, final: float) -> float:
 
 
 @register
-class DeepGradientCompression(Codec[DGCState]):
+class DeepGradientCompression(SparseDecoder, Codec[DGCState]):
     """DGC: momentum correction, local clipping, momentum factor masking, warm-up, sampled threshold."""
 
     @dataclass(frozen=True)
@@ -153,7 +152,7 @@ class DeepGradientCompression(Codec[DGCState]):
         # a message owns its bytes and the pass's values do not live until its last one is aggregated
         payloads = [
             Payload({"indices": c.buf, "values": pack_values(v, p.value_dtype)}, {"indices": c.head})
-            for c, v in zip(code_index_rows(idx, n, mask), values.split(counts))
+            for c, v in zip(encode_index_ragged(torch.cat(idx), counts, n, mask), values.split(counts))
         ]
         return payloads, ("flat", (flat, values))
 
@@ -184,6 +183,3 @@ class DeepGradientCompression(Codec[DGCState]):
         lowest = min(p.sparsity, WARMUP_SPARSITIES[0]) if p.warmup_steps > 0 else p.sparsity
         k = k_of(1.0 - lowest, n)
         return sparse_bound(n, min(n, max(k, math.floor(p.fallback_factor * k))), p.value_dtype)
-
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return decode_sparse(payload, layer, self.params.value_dtype)

@@ -417,15 +417,24 @@ class FFTSparsification(Codec[CodecState]):
         return 4 + index_bound(k, bins) + words
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        n = layer.numel
-        idx, words, e_lo, exp_bits = self.parse(payload, n)
-        k = int(idx.numel())
-        if k == 0:
-            device = payload.buffers["values"].device
-            return torch.zeros(layer.shape, dtype=layer.dtype, device=device)
-        deq = range_float_decode(words, e_lo, exp_bits, self.params.mantissa_bits).unsqueeze(0)  # [1, 2k]
-        out = self.signals(idx.unsqueeze(0), deq[:, :k], deq[:, k:], n)
+        out = self._decode_rows([payload], layer)
+        if out is None:  # no bin kept
+            return torch.zeros(layer.shape, dtype=layer.dtype, device=payload.buffers["values"].device)
         return out.view(layer.shape).to(layer.dtype)
+
+    def _decode_rows(self, payloads: Sequence[Payload], layer: LayerInfo) -> torch.Tensor | None:
+        """Messages that keep the same number of bins (one schedule step): the range-based floats
+        of all at once and their spectra scattered as rows, each inverse FFT the message's own.
+        ``[messages, n]`` fp32, or None (counts differ, or none kept): then one by one."""
+        parsed = [self.parse(p, layer.numel) for p in payloads]  # (bins, words, e_lo, exp_bits)
+        counts = {int(x[0].numel()) for x in parsed}
+        if len(counts) != 1 or 0 in counts:
+            return None
+        k = counts.pop()
+        idx, words = torch.stack([x[0] for x in parsed]), torch.stack([x[1] for x in parsed])
+        fmt = torch.tensor([[x[2], x[3]] for x in parsed], dtype=torch.int64, device=words.device)  # [m, 2]
+        deq = range_float_decode(words, fmt[:, :1], fmt[:, 1:], self.params.mantissa_bits)  # [m, 2k]
+        return self.signals(idx.to(words.device), deq[:, :k], deq[:, k:], layer.numel)
 
     def parse(self, payload: Payload, n: int) -> tuple[torch.Tensor, torch.Tensor, int, int]:
         """A message of an ``n``-element layer: its kept bins, their ``2k`` words (real parts,
@@ -440,22 +449,6 @@ class FFTSparsification(Codec[CodecState]):
         idx = decode_indices(index_buf, bins, index_header(index_buf, payload.heads.get("indices")))
         width = 1 + exp_bits + self.params.mantissa_bits
         return idx, unpack_words(payload.buffers["values"], width, 2 * int(idx.numel())), e_lo, exp_bits
-
-
-def fft_decode_rows(f: FFTSparsification, chunk: Sequence[Payload], layer: LayerInfo) -> torch.Tensor | None:
-    """:meth:`FFTSparsification.decode` of a chunk of messages that keep the same number of bins
-    (one schedule step): the range-based floats of all at once and their spectra scattered as
-    rows, each inverse FFT the message's own. ``[messages, n]`` fp32, or None (counts differ, or
-    none kept): then one by one."""
-    parsed = [f.parse(p, layer.numel) for p in chunk]  # (bins, words, e_lo, exp_bits)
-    counts = {int(x[0].numel()) for x in parsed}
-    if len(counts) != 1 or 0 in counts:
-        return None
-    k = counts.pop()
-    idx, words = torch.stack([x[0] for x in parsed]), torch.stack([x[1] for x in parsed])
-    fmt = torch.tensor([[x[2], x[3]] for x in parsed], dtype=torch.int64, device=words.device)  # [m, 2]
-    deq = range_float_decode(words, fmt[:, :1], fmt[:, 1:], f.params.mantissa_bits)  # [m, 2k]
-    return f.signals(idx.to(words.device), deq[:, :k], deq[:, k:], layer.numel)
 
 
 def _by_row(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:

@@ -75,9 +75,9 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RowDecoder
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import unpack_bits, unpack_f32
-from aiotsim.compress.quantize import abs_max_rows, f32_rows, pack_code_rows
+from aiotsim.compress.quantize import f32_rows, pack_code_rows
 from aiotsim.compress.registry import register
-from aiotsim.compress.rowwise import row_reduce
+from aiotsim.compress.rowwise import abs_max, row_reduce
 from aiotsim.schema import opt
 
 _U8 = torch.uint8
@@ -163,7 +163,7 @@ class FourBit(RowDecoder, Codec[CodecState]):
         if n == 0:
             anchor = acc.new_zeros(nodes)
         elif statistic == "max":
-            anchor = abs_max_rows(acc)  # max |acc| without materializing |acc|
+            anchor = abs_max(acc)  # max |acc| without materializing |acc|
         elif statistic == "mean":
             anchor = row_reduce(lambda r: norm(r, ord=1), acc, lambda x: norm(x, ord=1, dim=1)) / n  # mean |acc|
         else:
@@ -177,7 +177,7 @@ class FourBit(RowDecoder, Codec[CodecState]):
 
     def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """The ``n`` fp32 values of a message's ``buffers`` (``[..., bytes]`` each: one message, or
-        one per row for :func:`~aiotsim.compress.batch_decode.decode_batch`): ``[..., n]``."""
+        one per row for :meth:`~aiotsim.compress.base.Codec.decode_many`): ``[..., n]``."""
         n = layer.numel
         spacing, statistic = self.params.spacing, self.params.statistic
         anchor = unpack_f32(buffers["anchor"])  # [..., 1]: each message's anchor

@@ -60,12 +60,13 @@ whose shape has no kernel dimension) take the ``fallback`` route: ``"2bit"`` (de
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, same_layout, stacked
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import (
     VALUE_BYTES,
@@ -272,10 +273,9 @@ class Hylo(Codec[CodecState]):
         return index_bound(k, rows) + k * cols * VALUE_BYTES[self.params.value_dtype]
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        route = self.route(layer)
-        if route == "dense":
-            out = unpack_f32(payload.buffers["values"])
-        elif route == "kernels":
+        if self.route(layer) != "kernels":
+            out = self.decode_rows(payload.buffers, layer)
+        else:
             rows, cols = self.kernel_grid(layer)
             index_buf = payload.buffers["indices"]
             header = index_header(index_buf, payload.heads.get("indices"))
@@ -286,8 +286,18 @@ class Hylo(Codec[CodecState]):
                 out[decode_indices(index_buf, rows, header)] = vals
             else:  # the kept rows in order, filled from vals row by row: no index list (a GPU sync)
                 out.masked_scatter_(bitmap[0].to(vals.device).unsqueeze(1).expand(rows, cols), vals)
-        else:
-            t = unpack_f32(payload.buffers["threshold"])  # [1] fp32, applied on the device: no host read
-            codes = unpack_bits(payload.buffers["codes"], 2, layer.numel)
-            out = two_bit_dequantize(codes, t)
         return out.reshape(layer.shape).to(layer.dtype)
+
+    def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
+        """The dense and 2-bit routes, element-wise over buffers with leading dimensions (one
+        message, or one per row): each row's fp32 values, or its codes times its own threshold
+        (applied on the device: no host read). ``[..., n]`` fp32."""
+        if self.route(layer) == "dense":
+            return unpack_f32(buffers["values"])
+        return two_bit_dequantize(unpack_bits(buffers["codes"], 2, layer.numel), unpack_f32(buffers["threshold"]))
+
+    def _decode_rows(self, payloads: Sequence[Payload], layer: LayerInfo) -> torch.Tensor | None:
+        """Dense and 2-bit messages of one layout stacked as rows; kernel sets one by one."""
+        if self.route(layer) == "kernels" or not same_layout(payloads):
+            return None
+        return self.decode_rows(stacked(payloads), layer)

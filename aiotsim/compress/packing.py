@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from aiotsim.errors import CodecError
 
@@ -334,7 +335,12 @@ def encode_index_ragged(
     messages of different sizes (batched threshold). ``mask``: the sets as a ``[rows, n]`` boolean
     tensor, when the caller has one. One host read for the whole batch (every set's largest gap,
     which picks its form), and one packing pass for all bitmap-coded sets when ``n`` fills whole
-    bytes; the other sets are packed one by one, reading nothing back."""
+    bytes; the other sets are packed one by one, reading nothing back. A single set takes one read
+    either way and goes to :func:`encode_index_set`, which bitmap-codes a dense set straight from
+    its mask, without the gaps and owners (threshold of 1M elements with 99% passing, one thread:
+    23 ms per encode, 67 ms the ragged way)."""
+    if len(counts) == 1:
+        return [encode_index_set(cols, n, None if mask is None else mask[0])]
     rows, device = len(counts), cols.device
     cols = cols.to(torch.int64)
     starts = list(itertools.accumulate([0, *counts[:-1]]))
@@ -417,6 +423,38 @@ def decode_indices(buf: torch.Tensor, n: int, header: tuple[int, int, int] | Non
     if mode == IDX_BITMAP:
         return torch.nonzero(unpack_bits(body, 1, n), as_tuple=False).reshape(-1)
     raise CodecError(f"unknown index coding mode {mode}")
+
+
+def mask_indices(mask: torch.Tensor, count: int, *, static: bool | None = None) -> torch.Tensor:
+    """The ascending indices (``int64``) of the 1-D boolean ``mask``, which holds exactly ``count``
+    ``True``: ``nonzero``, whose output size is data-dependent (a host read, on a GPU a sync),
+    except off the CPU, where ``nonzero_static`` of the known size needs none (on the CPU it is
+    up to 2x slower than ``nonzero``). ``static`` forces one or the other (tests)."""
+    if static if static is not None else mask.device.type != "cpu":
+        return torch.nonzero_static(mask, size=count).reshape(-1)
+    return torch.nonzero(mask).reshape(-1)
+
+
+def pad_rows(bufs: list[torch.Tensor], *, by_copies: bool | None = None) -> torch.Tensor:
+    """1-D byte buffers as the rows of one ``[len(bufs), longest]`` tensor, zero-padded.
+
+    Equal lengths are one ``stack``. Otherwise, on the CPU, ``pad_sequence`` (a copy per buffer,
+    in C++); elsewhere one ``cat`` and one scatter through positions built from the lengths, so
+    that a GPU gets three kernels instead of one per buffer (on the CPU the int64 positions cost
+    ~15x the copies). ``by_copies`` forces one or the other (tests)."""
+    lens = [b.numel() for b in bufs]
+    if min(lens) == max(lens):
+        return torch.stack(bufs)
+    if by_copies if by_copies is not None else bufs[0].device.type == "cpu":
+        return pad_sequence(bufs, batch_first=True)
+    flat = torch.cat(bufs)
+    device, longest = flat.device, max(lens)
+    sizes = torch.tensor(lens, device=device)
+    row = torch.repeat_interleave(torch.arange(len(bufs), device=device), sizes, output_size=flat.numel())
+    start = torch.cumsum(sizes, 0) - sizes  # [rows] first byte of each buffer in flat
+    out = torch.zeros(len(bufs), longest, dtype=flat.dtype, device=device)
+    out.view(-1)[row * longest + torch.arange(flat.numel(), device=device) - start[row]] = flat
+    return out
 
 
 # ---- raw floating-point and integer fields ------------------------------------------------------

@@ -96,7 +96,7 @@ from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import encode_index_ragged, pack_values
 from aiotsim.compress.registry import register
 from aiotsim.compress.rowwise import row_reduce, velocity_rows
-from aiotsim.compress.sparse import decode_sparse, sparse_bound
+from aiotsim.compress.sparse import SparseDecoder, sparse_bound
 from aiotsim.compress.sparsify import _BRACKET_MIN_NUMEL, ValueDtype, round_values, topk_indices, value_dtype_opt
 from aiotsim.schema import fraction, opt, positive
 
@@ -269,7 +269,7 @@ class PGCState(CodecState):
 
 
 @register
-class PartitionGradientCompression(Codec[PGCState]):
+class PartitionGradientCompression(SparseDecoder, Codec[PGCState]):
     """PGC (seed 002): per-layer entropy x trade-off sparsity, Top-k threshold, T_alpha screening,
     with error feedback and the codec's own momentum correction (Algorithm 1 reads the raw gradient)."""
 
@@ -356,9 +356,6 @@ class PartitionGradientCompression(Codec[PGCState]):
     def message_bound(self, layer: LayerInfo) -> int:
         """Every element may reach alpha (ties, a flat gradient): n indices and n values."""
         return sparse_bound(layer.numel, layer.numel, self.params.value_dtype)
-
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return decode_sparse(payload, layer, self.params.value_dtype)
 
 
 @register

@@ -160,27 +160,6 @@ def unpack_fixed(buf: torch.Tensor, width: int, count: int) -> torch.Tensor:
 
 
 # ---- row helpers (also sign.py and fourbit.py) --------------------------------------------------
-def abs_max_rows(acc: torch.Tensor) -> torch.Tensor:
-    """``[rows]`` max ``|acc|`` per row, each the row's own 1-D ``aminmax`` (as a node encoded
-    alone takes it). One row by that reduction, which torch runs about 7x faster than the row form
-    (1M fp32, one thread: 0.23 vs 1.6 ms); several by :func:`~aiotsim.compress.rowwise.abs_max`,
-    whose row form differs from the 1-D one only where the maximum is zero (its sign) or NaN (its
-    bits): on the CPU, where the row form runs, such rows are taken again one by one."""
-    if acc.shape[0] == 1:
-        return _abs_max(acc[0]).reshape(1)
-    out = abs_max(acc)
-    if acc.device.type == "cpu":
-        for i in torch.nonzero(~(out > 0)).reshape(-1).tolist():  # zero or NaN: rare
-            out[i] = _abs_max(acc[i])
-    return out
-
-
-def _abs_max(x: torch.Tensor) -> torch.Tensor:
-    """0-d max ``|x|`` of a 1-D ``x``, from ``aminmax``, without forming ``|x|``."""
-    lo, hi = torch.aminmax(x)
-    return torch.maximum(hi, -lo)
-
-
 def pack_code_rows(codes: torch.Tensor, width: int) -> list[torch.Tensor]:
     """:func:`pack_fixed` of every row of ``codes`` (``uint8 [rows, n]`` of ``width`` bits): one
     packing pass over all rows where each row's codes end on a byte (the bit stream then splits at
@@ -227,7 +206,7 @@ class TwoBit(RowDecoder, Codec[CodecState]):
 
     def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """The ``n`` fp32 values of a message's ``buffers`` (``[..., bytes]`` each: one message, or
-        one per row for :func:`~aiotsim.compress.batch_decode.decode_batch`): ``[..., n]``."""
+        one per row for :meth:`~aiotsim.compress.base.Codec.decode_many`): ``[..., n]``."""
         n = layer.numel
         t = float(self.params.threshold)
         codes = unpack_bits(buffers["codes"], 2, n).view(torch.int8)  # [..., n]
@@ -262,7 +241,7 @@ class TernGrad(RowDecoder, Codec[CodecState]):
         """Every row's scale and ternary codes (:meth:`Codec._encode_rows`), each row's draws from
         its own generator."""
         nodes, n = acc.shape  # acc: the gradients (no error feedback)
-        s = abs_max_rows(acc) if n else acc.new_zeros(nodes)  # [rows] max|g|; an empty layer sends 0
+        s = abs_max(acc) if n else acc.new_zeros(nodes)  # [rows] max|g|; an empty layer sends 0
         if self.params.clip and n:
             # population std from two reductions, no [rows, n] temporary: var = E[g^2] - E[g]^2,
             # with sum g^2 = |g|_2^2 from torch's own reduction: BLAS's dot rounds differently with

@@ -25,11 +25,26 @@ def row_reduce(
 
 
 def abs_max(acc: torch.Tensor) -> torch.Tensor:
-    """``[nodes]`` max ``|acc|`` per row, from ``aminmax``, without forming ``|acc|``."""
+    """``[rows]`` max ``|acc|`` per row, from ``aminmax`` (without forming ``|acc|``), each the row's
+    own 1-D value (as a node encoded alone takes it). One row by that 1-D reduction, which torch
+    runs about 7x faster than the row form (1M fp32, one thread: 0.23 vs 1.6 ms); several by
+    :func:`row_reduce`, whose row form differs from the 1-D one only where the maximum is zero (its
+    sign) or NaN (its bits): on the CPU, where the row form runs, such rows are taken again alone."""
+
+    def one(x: torch.Tensor) -> torch.Tensor:
+        lo, hi = torch.aminmax(x)
+        return torch.maximum(hi, -lo)
+
+    if acc.shape[0] == 1:
+        return one(acc[0]).reshape(1)
     lo, hi = row_reduce(
         lambda r: torch.stack(torch.aminmax(r)), acc, lambda x: torch.stack(torch.aminmax(x, dim=1), 1)
     ).T
-    return torch.maximum(hi, -lo)
+    out = torch.maximum(hi, -lo)
+    if acc.device.type == "cpu":
+        for i in torch.nonzero(~(out > 0)).reshape(-1).tolist():  # zero or NaN: rare
+            out[i] = one(acc[i])
+    return out
 
 
 def uniform_rows(states: list[CodecState], nodes: int, n: int, device: torch.device) -> torch.Tensor:

@@ -91,7 +91,7 @@ class SignSGD(RowDecoder, Codec[CodecState]):
 
     def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
         """The ``n`` fp32 values of a message's ``buffers`` (``[..., bytes]`` each: one message, or
-        one per row for :func:`~aiotsim.compress.batch_decode.decode_batch`): ``[..., n]``."""
+        one per row for :meth:`~aiotsim.compress.base.Codec.decode_many`): ``[..., n]``."""
         n = layer.numel
         out = unpack_signs(buffers["signs"], n)
         if self.params.scale == "mean":

@@ -57,7 +57,7 @@ row-wise top-k over all rows (:func:`~aiotsim.compress.rowwise.top_rows`, the sa
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -66,12 +66,12 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import (
+    VALUE_BYTES,
     CodedIndices,
     encode_index_ragged,
     encode_index_rows,
-    encode_index_set,
     index_bound,
-    index_count,
+    mask_indices,
     pack_bits,
     pack_u32,
     pack_value_rows,
@@ -82,7 +82,7 @@ from aiotsim.compress.packing import (
 )
 from aiotsim.compress.registry import register
 from aiotsim.compress.rowwise import top_rows
-from aiotsim.compress.sparse import decode_sparse, scatter_sparse, sparse_bound
+from aiotsim.compress.sparse import Sizes, SparseDecoder, ValuesOf, padded_values, sparse_bound
 from aiotsim.errors import CodecError
 from aiotsim.schema import opt, positive, unit_interval
 
@@ -204,29 +204,6 @@ def mask_hits(mask: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     return flat, [cols - i * n if i else cols for i, cols in enumerate(flat.split(counts))]
 
 
-def code_index_rows(cols: list[torch.Tensor], n: int, mask: torch.Tensor | None = None) -> list[CodedIndices]:
-    """:func:`~aiotsim.compress.packing.encode_index_set` of each row's ascending index set
-    ``cols[i]`` into ``[0, n)`` (``mask``: the sets as a ``[rows, n]`` boolean tensor, when the
-    caller has one), with one host read for all rows
-    (:func:`~aiotsim.compress.packing.encode_index_ragged`). A single row takes one read either
-    way and goes to ``encode_index_set``, which bitmap-codes a dense set straight from its mask,
-    without the ragged coder's gaps and owners (threshold of 1M elements with 99% passing, one
-    thread: 23 ms per encode, 67 ms through the ragged coder)."""
-    if len(cols) == 1:
-        return [encode_index_set(cols[0], n, None if mask is None else mask[0])]
-    return encode_index_ragged(torch.cat(cols), [int(c.numel()) for c in cols], n, mask)
-
-
-def mask_indices(mask: torch.Tensor, count: int, *, static: bool | None = None) -> torch.Tensor:
-    """The ascending indices (``int64``) of the 1-D boolean ``mask``, which holds exactly ``count``
-    ``True``: ``nonzero``, whose output size is data-dependent (a host read, on a GPU a sync),
-    except off the CPU, where ``nonzero_static`` of the known size needs none (on the CPU it is
-    up to 2x slower than ``nonzero``). ``static`` forces one or the other (tests)."""
-    if static if static is not None else mask.device.type != "cpu":
-        return torch.nonzero_static(mask, size=count).reshape(-1)
-    return torch.nonzero(mask).reshape(-1)
-
-
 def round_values(values: torch.Tensor, value_dtype: str) -> torch.Tensor:
     """What the receiver will read back for ``values`` (fp32) sent as ``value_dtype``: fp16 values
     are clamped to fp16's finite range and rounded, so the residual keeps the difference."""
@@ -237,7 +214,7 @@ def round_values(values: torch.Tensor, value_dtype: str) -> torch.Tensor:
 
 # ---- top-k -------------------------------------------------------------------------------------
 @register
-class TopK(Codec[CodecState]):
+class TopK(SparseDecoder, Codec[CodecState]):
     """Top-k sparsification with error feedback (Aji & Heafield 2017); ties: lower index wins."""
 
     @dataclass(frozen=True)
@@ -261,9 +238,6 @@ class TopK(Codec[CodecState]):
     def message_bound(self, layer: LayerInfo) -> int:
         """k values, and k indices in the costliest form the index coding may pick."""
         return sparse_bound(layer.numel, k_of(self.params.ratio, layer.numel), self.params.value_dtype)
-
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        return decode_sparse(payload, layer, self.params.value_dtype)
 
 
 # ---- random-k ----------------------------------------------------------------------------------
@@ -364,18 +338,31 @@ class RandomK(Codec[CodecState]):
         return random_subset(seed, layer.numel, k_of(self.params.ratio, layer.numel), payload.buffers["seed"].device)
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
-        vals = unpack_values(payload.buffers["values"], self.params.value_dtype)
-        idx = self.indices(payload, layer).to(vals.device)
-        if idx.numel() != vals.numel():
-            raise CodecError(f"randomk payload for {layer.name} has {vals.numel()} values, expected {idx.numel()}")
-        out = torch.zeros(layer.numel, dtype=torch.float32, device=vals.device)
-        out[idx] = vals
-        return out.view(layer.shape).to(layer.dtype)
+        return self._decode_rows([payload], layer).view(layer.shape).to(layer.dtype)
+
+    def _decode_rows(self, payloads: Sequence[Payload], layer: LayerInfo) -> torch.Tensor:
+        """``[messages, n]`` fp32: each message's index set regenerated from its seed (on the CPU
+        generator, one per message by design), the values of all written through flat indices."""
+        n, vd = layer.numel, self.params.value_dtype
+        k = k_of(self.params.ratio, n)
+        for p in payloads:
+            if set(p.buffers) != {"seed", "values"} or p.buffers["values"].numel() != k * VALUE_BYTES[vd]:
+                got = ", ".join(f"{key} {b.numel()} B" for key, b in p.buffers.items())
+                raise CodecError(f"randomk payload for {layer.name} has {got}, expected seed 4 B, values {k} x {vd}")
+        device = payloads[0].buffers["values"].device
+        if k == 0:  # an empty layer: no values (and none to view as floats)
+            return torch.zeros(len(payloads), n, dtype=torch.float32, device=device)
+        values = unpack_values(torch.stack([p.buffers["values"] for p in payloads]), vd)  # [m, k]
+        index = torch.stack([self.indices(p, layer) for p in payloads]).to(device)  # [m, k] ascending per row
+        out = torch.zeros(len(payloads), n, dtype=torch.float32, device=device)
+        rows = torch.arange(len(payloads), device=device)[:, None] * n
+        out.view(-1)[(index + rows).reshape(-1)] = values.reshape(-1)
+        return out
 
 
 # ---- threshold (Strom) -------------------------------------------------------------------------
 @register
-class Threshold(Codec[CodecState]):
+class Threshold(SparseDecoder, Codec[CodecState]):
     """Threshold sparsification: send ``|acc| >= tau`` exactly, or as ``+-tau`` (Strom 2015)."""
 
     @dataclass(frozen=True)
@@ -398,7 +385,7 @@ class Threshold(Codec[CodecState]):
         flat, cols = mask_hits(send)  # [m] into the [rows * n] block; per row its indices
         counts = [int(c.numel()) for c in cols]
         values, negative = self.sent_values(acc.view(-1).index_select(0, flat))
-        coded = code_index_rows(cols, n, send)
+        coded = encode_index_ragged(torch.cat(cols), counts, n, send)
         signs = negative.split(counts) if negative is not None else [None] * rows
         payloads = [self.payload(c, v, s) for c, v, s in zip(coded, values.split(counts), signs)]
         return payloads, ("flat", (flat, values))
@@ -427,12 +414,11 @@ class Threshold(Codec[CodecState]):
             return index_bound(n, n) + math.ceil(n / 8)
         return sparse_bound(n, n, self.params.value_dtype)
 
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+    def value_coding(self) -> tuple[Sizes, ValuesOf]:
+        """Exact values, or (quantized) a sign bit per index."""
         if not self.params.quantize:
-            return decode_sparse(payload, layer, self.params.value_dtype)
-        index_buf, head = payload.buffers["indices"], payload.heads.get("indices")
-        values = self.quantized_values(payload.buffers, index_count(index_buf, head))  # [k]
-        return scatter_sparse(index_buf, values, layer, head).view(layer.shape).to(layer.dtype)
+            return super().value_coding()
+        return (lambda count: {"signs": math.ceil(count / 8)}), padded_values(self.quantized_values)
 
     def quantized_values(self, buffers: Mapping[str, torch.Tensor], count: int) -> torch.Tensor:
         """The ``count`` values (``+-tau``, fp32) of quantized messages' sign bits (``[..., bytes]``:

@@ -65,16 +65,14 @@ from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload
 from aiotsim.compress.memory import SentRows, rows_block
 from aiotsim.compress.packing import (
     encode_index_ragged,
-    encode_index_set,
     index_bound,
-    index_count,
     pack_bits,
     pack_f32,
     unpack_bits,
     unpack_f32,
 )
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparse import decode_sparse, scatter_sparse, sparse_bound, sparse_payload
+from aiotsim.compress.sparse import Sizes, SparseDecoder, ValuesOf, padded_values, sparse_bound, sparse_payload
 from aiotsim.compress.sparsify import ValueDtype, round_values, value_dtype_opt
 from aiotsim.schema import opt, positive, unit_interval
 
@@ -165,7 +163,7 @@ def dequantize_pow2(codes: torch.Tensor, scale: float | torch.Tensor) -> torch.T
 
 
 @register
-class VarianceCompression(Codec[VarianceState]):
+class VarianceCompression(SparseDecoder, Codec[VarianceState]):
     """Gradient Variance (Tsuzuku et al. 2018): send an element once r^2 > alpha * v."""
 
     @dataclass(frozen=True)
@@ -211,9 +209,7 @@ class VarianceCompression(Codec[VarianceState]):
         picked = acc.view(-1).index_select(0, flat)
         if p.quantize:
             codes, values, scales = quantize_pow2_rows(picked, counts)
-            # one row: its own coding, which packs a dense set straight from the mask; several:
-            # one pass for all rows (one host read, not one per row: on a GPU each would wait)
-            coded = [encode_index_set(cols, n, send[0])] if nodes == 1 else encode_index_ragged(cols, counts, n, send)
+            coded = encode_index_ragged(cols, counts, n, send)  # one host read for all rows
             payloads = [
                 Payload(
                     {"indices": c.buf, "scale": pack_f32([m], acc.device), "codes": pack_bits(k, 4)},
@@ -246,12 +242,11 @@ class VarianceCompression(Codec[VarianceState]):
             return index_bound(n, n) + 4 + math.ceil(n / 2)
         return sparse_bound(n, n, self.params.value_dtype)
 
-    def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+    def value_coding(self) -> tuple[Sizes, ValuesOf]:
+        """Exact values, or (quantized) an fp32 scale and a 4-bit code per index."""
         if not self.params.quantize:
-            return decode_sparse(payload, layer, self.params.value_dtype)
-        index_buf, head = payload.buffers["indices"], payload.heads.get("indices")
-        values = self.quantized_values(payload.buffers, index_count(index_buf, head))
-        return scatter_sparse(index_buf, values, layer, head).view(layer.shape).to(layer.dtype)
+            return super().value_coding()
+        return (lambda count: {"scale": 4, "codes": math.ceil(count / 2)}), padded_values(self.quantized_values)
 
     def quantized_values(self, buffers: Mapping[str, torch.Tensor], count: int) -> torch.Tensor:
         """The ``count`` fp32 values of quantized messages' scale and 4-bit codes (``[..., bytes]``

@@ -6,7 +6,7 @@ majority vote):
 
 ``stacked``
     Keep every message, then per layer decode them all (in one batch where the codec has one,
-    :func:`~aiotsim.compress.batch_decode.decode_batch`) and take one mean over the stacked copy
+    :meth:`~aiotsim.compress.base.Codec.decode_many`) and take one mean over the stacked copy
     (``torch.stack(...).mean(0)``, or a float32 ``tensordot`` for unequal weights). Memory grows
     with messages x model: three model-sized buffers per message (the message, its decoded
     gradient, its row of the stack). The results of every scenario before this option existed.
@@ -14,8 +14,8 @@ majority vote):
     Decode the messages as they arrive and add them, weighted, into float64 per-layer sums; the
     messages' payloads and decoded tensors are dropped right after, so an aggregation holds
     O(model) (two float64 model copies, plus the arrivals not yet folded in: at most
-    :data:`~aiotsim.compress.batch_decode.CHUNK_ELEMENTS` values of messages, decoded together by
-    :func:`~aiotsim.compress.batch_decode.decode_batch`, then added in arrival order, by one float64
+    :data:`~aiotsim.compress.base.CHUNK_ELEMENTS` values of messages, decoded together by
+    :meth:`~aiotsim.compress.base.Codec.decode_many`, then added in arrival order, by one float64
     scan per layer, :meth:`~aiotsim.compress.base.Codec.aggregate_add_rows`),
     whatever the fleet size. Divided and cast to the
     layer's dtype at the end. The float64 sums make the float32 result, for practical purposes,
@@ -40,8 +40,7 @@ from typing import Protocol
 
 import torch
 
-from aiotsim.compress.base import Codec, LayerInfo, Payload, RunningAggregate
-from aiotsim.compress.batch_decode import CHUNK_ELEMENTS, decode_batch, decodes_in_batch
+from aiotsim.compress.base import CHUNK_ELEMENTS, Codec, LayerInfo, Payload, RunningAggregate
 from aiotsim.errors import CodecError, ConfigError
 from aiotsim.sim.allocator import HeapTrimmer
 
@@ -173,7 +172,7 @@ class Aggregation:
         tensor per message as it is decoded."""
         by = self._batch_decoder(j, self.pending)
         if by is not None:
-            return decode_batch(by, [m[j] for m, _, _ in self.pending], self.layers[j])
+            return by.decode_many([m[j] for m, _, _ in self.pending], self.layers[j])
         reads = type(codec).aggregate_add is Codec.aggregate_add  # the mean's sum only reads it
         layer = self.layers[j]
         return (
@@ -185,10 +184,11 @@ class Aggregation:
 
     def _batch_decoder(self, j: int, messages: list[tuple[list[Payload], int, bool]]) -> Codec | None:
         """The one codec that decodes layer ``j`` of all ``messages`` when it has a batched path
-        (:func:`decodes_in_batch`); None when gateway dense messages are mixed in, or it has none."""
+        (:meth:`~aiotsim.compress.base.Codec.decodes_rows`); None when gateway dense messages are
+        mixed in, or it has none."""
         decoders = {self.dense if d else self.codecs[j] for _, _, d in messages}
         by = decoders.pop()
-        return by if not decoders and decodes_in_batch(by) else None
+        return by if not decoders and by.decodes_rows() else None
 
     def take(self, upload: Message) -> None:
         """Add an upload weighted by its node count; streamed: drop its payloads (their bytes are
@@ -259,7 +259,7 @@ class Aggregation:
             layer = self.layers[j]
             device = next(iter(self.messages[0][0][j].buffers.values())).device  # where decoding runs
             rows = buffer.rows(len(self.messages), layer.shape, dtype or layer.dtype, device)
-            return decode_batch(codec, [m[j] for m, _, _ in self.messages], layer, out=rows)
+            return codec.decode_many([m[j] for m, _, _ in self.messages], layer, out=rows)
         first = self._decode(self.messages[0][0], j, self.messages[0][2])
         rows = buffer.rows(len(self.messages), first.shape, dtype or first.dtype, first.device)
         rows[0].copy_(first)

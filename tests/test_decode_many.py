@@ -1,6 +1,6 @@
-"""Batched decoding (:mod:`aiotsim.compress.batch_decode`) and the server aggregations built on it.
+"""Decoding many messages at once (``Codec.decode_many``) and the server aggregations built on it.
 
-The contract is bit-identity: :func:`decode_batch` of a layer's messages equals each message's
+The contract is bit-identity: ``decode_many`` of a layer's messages equals each message's
 own ``decode_read``, stacked, byte for byte (NaN payloads too), for every codec and parameter set
 with a batched path, across chunk boundaries and mixed index codings; every other codec (or a
 malformed payload) is decoded message by message, with the per-message decoder's own errors.
@@ -17,9 +17,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiotsim.compress import batch_decode, codec_names, get_codec_class
+from aiotsim.compress import base, codec_names, get_codec_class
 from aiotsim.compress.base import CPU_SCAN_MAX_VALUES, Codec, LayerInfo, Payload
-from aiotsim.compress.batch_decode import decode_batch, decodes_in_batch
+from aiotsim.compress.packing import pad_rows
 from aiotsim.errors import CodecError
 from aiotsim.sim.aggregate import Aggregation
 
@@ -100,29 +100,29 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @pytest.mark.parametrize(("name", "params"), BATCHED, ids=[f"{n}-{p}" for n, p in BATCHED])
-def test_decode_batch_equals_each_message_decoded(name: str, params: dict[str, Any], monkeypatch: Any) -> None:
+def test_decode_many_equals_each_message_decoded(name: str, params: dict[str, Any], monkeypatch: Any) -> None:
     codec = make(name, params)
-    assert decodes_in_batch(codec)
-    monkeypatch.setattr(batch_decode, "CHUNK_ELEMENTS", 1000)  # several chunks per layer
+    assert codec.decodes_rows()
+    monkeypatch.setattr(base, "CHUNK_ELEMENTS", 1000)  # several chunks per layer
     for j, layer in enumerate(LAYERS):
         payloads = messages(codec, layer, 11, seed=j)
-        assert same_bytes(decode_batch(codec, payloads, layer), looped(codec, payloads, layer)), layer.name
+        assert same_bytes(codec.decode_many(payloads, layer), looped(codec, payloads, layer)), layer.name
 
 
 @pytest.mark.parametrize(("name", "params"), LOOPED, ids=[f"{n}-{p}" for n, p in LOOPED])
 def test_codecs_without_a_batched_path_are_decoded_one_by_one(name: str, params: dict[str, Any]) -> None:
     codec = make(name, params)
-    assert not decodes_in_batch(codec)
+    assert not codec.decodes_rows()
     for layer in LAYERS:
         payloads = messages(codec, layer, 5)
-        assert same_bytes(decode_batch(codec, payloads, layer), looped(codec, payloads, layer))
+        assert same_bytes(codec.decode_many(payloads, layer), looped(codec, payloads, layer))
 
 
 def test_every_registered_codec_decodes_in_batch_as_one_by_one() -> None:
     for name in codec_names():
         codec = make(name)
         payloads = messages(codec, LAYERS[1], 6)
-        assert same_bytes(decode_batch(codec, payloads, LAYERS[1]), looped(codec, payloads, LAYERS[1])), name
+        assert same_bytes(codec.decode_many(payloads, LAYERS[1]), looped(codec, payloads, LAYERS[1])), name
 
 
 def test_fft_messages_of_different_schedule_steps_decode_one_by_one() -> None:
@@ -137,7 +137,7 @@ def test_fft_messages_of_different_schedule_steps_decode_one_by_one() -> None:
         payloads.append(codec.encode(torch.randn(layer.shape), layer, state))
     sizes = {p.buffers["values"].numel() for p in payloads}
     assert len(sizes) > 1  # the counts differ indeed
-    assert same_bytes(decode_batch(codec, payloads, layer), looped(codec, payloads, layer))
+    assert same_bytes(codec.decode_many(payloads, layer), looped(codec, payloads, layer))
 
 
 def test_index_codings_mix_in_one_batch() -> None:
@@ -151,7 +151,7 @@ def test_index_codings_mix_in_one_batch() -> None:
     payloads = [sparse_payload(torch.tensor(s, dtype=torch.int64), torch.arange(len(s)) + 1.0, 64) for s in sets]
     modes = [p.heads["indices"][0] for p in payloads]
     assert set(modes) == {0, 1, 2}  # plain, delta and bitmap all present
-    got = decode_batch(make("topk"), payloads, layer)
+    got = make("topk").decode_many(payloads, layer)
     for row, s in zip(got, sets):
         want = torch.zeros(64)
         want[s] = torch.arange(len(s)) + 1.0
@@ -164,7 +164,7 @@ def test_nan_payloads_keep_their_bits() -> None:
     g = torch.tensor([float("nan"), 1.0, -0.0, float("inf"), 2.0, 3.0, 4.0])
     g.view(torch.int32)[0] = 0x7FC00123  # a NaN with a payload
     payloads = [codec.encode(g, layer, codec.init_state(layer, CPU, 0)) for _ in range(3)]
-    assert same_bytes(decode_batch(codec, payloads, layer), looped(codec, payloads, layer))
+    assert same_bytes(codec.decode_many(payloads, layer), looped(codec, payloads, layer))
 
 
 def test_only_messages_of_one_layout_stack() -> None:
@@ -173,9 +173,9 @@ def test_only_messages_of_one_layout_stack() -> None:
 
     p = message(a=3, b=5)
     assert p.nbytes == 8 and p.layout == (("a", "b"), (3, 5))
-    assert batch_decode._same_layout([p, message(a=3, b=5), p])
+    assert base.same_layout([p, message(a=3, b=5), p])
     for other in (message(a=5, b=3), message(b=5, a=3), message(a=3), message(a=3, b=5, c=0)):
-        assert not batch_decode._same_layout([p, other])  # the same bytes split otherwise, or other buffers
+        assert not base.same_layout([p, other])  # the same bytes split otherwise, or other buffers
     assert message().nbytes == 0
 
 
@@ -186,7 +186,7 @@ def test_a_malformed_payload_gets_the_per_message_error() -> None:
     bad = payloads[2]
     payloads[2] = Payload({"indices": bad.buffers["indices"], "values": bad.buffers["values"][:-4]}, bad.heads)
     with pytest.raises((CodecError, RuntimeError)) as batched:
-        decode_batch(codec, payloads, layer)
+        codec.decode_many(payloads, layer)
     with pytest.raises(type(batched.value)):
         codec.decode_read(payloads[2], layer)
 
@@ -196,7 +196,7 @@ def test_out_takes_the_rows_as_copy_would_cast_them() -> None:
     layer = LayerInfo("h", (40, 30), kind="fc", index=0, dtype=torch.float16)
     payloads = messages(codec, LayerInfo("f", (40, 30), kind="fc", index=0), 5)
     out = torch.empty((5, 40, 30), dtype=torch.float32)
-    assert decode_batch(codec, payloads, layer, out=out) is out
+    assert codec.decode_many(payloads, layer, out=out) is out
     want = torch.empty_like(out)
     for i, p in enumerate(payloads):
         want[i].copy_(codec.decode_read(p, layer))  # fp16 decode, then cast as copy_ casts
@@ -284,23 +284,23 @@ def test_pad_rows_zero_pads_buffers_of_any_lengths(by_copies: bool) -> None:
         torch.tensor([9], dtype=torch.uint8),
     ]
     want = torch.tensor([[1, 2, 3], [0, 0, 0], [9, 0, 0]], dtype=torch.uint8)
-    assert torch.equal(batch_decode.pad_rows(bufs, by_copies=by_copies), want)
+    assert torch.equal(pad_rows(bufs, by_copies=by_copies), want)
     same = [torch.tensor([4, 5], dtype=torch.uint8)] * 2
     assert torch.equal(
-        batch_decode.pad_rows(same, by_copies=by_copies), torch.tensor([[4, 5], [4, 5]], dtype=torch.uint8)
+        pad_rows(same, by_copies=by_copies), torch.tensor([[4, 5], [4, 5]], dtype=torch.uint8)
     )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize(("name", "params"), BATCHED, ids=[f"{n}-{p}" for n, p in BATCHED])
-def test_decode_batch_on_cuda_equals_each_message_decoded_there(name: str, params: dict[str, Any]) -> None:
+def test_decode_many_on_cuda_equals_each_message_decoded_there(name: str, params: dict[str, Any]) -> None:
     """On a GPU: the batched decode (nonzero_static, the scatter padding, gathers) stays on the
     device and equals each message's own decode there, bit for bit."""
     codec = make(name, params)
     dev = torch.device("cuda")
     for j, layer in enumerate(LAYERS):
         payloads = [p.to(dev) for p in messages(codec, layer, 9, seed=j)]
-        got = decode_batch(codec, payloads, layer)
+        got = codec.decode_many(payloads, layer)
         assert got.device.type == "cuda"
         assert same_bytes(got, looped(codec, payloads, layer))
 
