@@ -83,7 +83,15 @@ from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, 
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.registry import register
 from aiotsim.compress.sparse import SparseDecoder, sparse_bound
-from aiotsim.compress.sparsify import ValueDtype, k_of, sparse_rows, topk_indices, topk_rows, value_dtype_opt
+from aiotsim.compress.sparsify import (
+    ValueDtype,
+    k_of,
+    sparse_rows,
+    stack_if_equal,
+    topk_indices,
+    topk_rows,
+    value_dtype_opt,
+)
 from aiotsim.schema import fraction, non_negative, opt, unit_interval
 
 Metric = Literal["magnitude", "global", "persistence", "consensus"]
@@ -157,14 +165,14 @@ class AggregationAware(SparseDecoder, Codec[AggAwareState]):
         boosted = math.ceil(self.params.reserve * k)
         if boosted < k and any(s.globalness is not None for s in states):
             # some slots by |acc| alone, the rest by score among the others: each row on its own
-            idx = torch.stack(
+            idx = stack_if_equal(
                 [
                     topk_indices(m, k) if s.globalness is None else self._reserved(m, sc, k, boosted)
                     for m, sc, s in zip(mag, scores, states)
                 ]
             )
         else:
-            idx = topk_rows(scores, k)  # [rows, k]
+            idx = topk_rows(scores, k)  # [rows, k] (a list where a diverged row selects fewer)
         return sparse_rows(acc, idx, self.params.value_dtype)
 
     @staticmethod

@@ -42,7 +42,7 @@ from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_floa
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import encode_index_ragged, pack_values
 from aiotsim.compress.registry import register
-from aiotsim.compress.rowwise import row_reduce, top_rows, velocity_rows
+from aiotsim.compress.rowwise import row_reduce, velocity_rows
 from aiotsim.compress.sparse import SparseDecoder, sparse_bound
 from aiotsim.compress.sparsify import (
     ValueDtype,
@@ -50,6 +50,7 @@ from aiotsim.compress.sparsify import (
     k_of,
     mask_hits,
     round_values,
+    topk_rows,
     value_dtype_opt,
 )
 from aiotsim.schema import at_least, fraction, non_negative, opt, unit_interval
@@ -139,7 +140,7 @@ class DeepGradientCompression(SparseDecoder, Codec[DGCState]):
                 chosen, passed = self._sampled(sub, k, m, [states[i].generator for i in members])
                 mask = passed if len(members) == rows else None
             else:  # every entry, or a small layer's exact top-k (as cheap as sampling)
-                chosen = list(top_rows(sub, k))
+                chosen = list(topk_rows(sub, k))
             for i, sel in zip(members, chosen):
                 idx[i] = sel
         counts = [int(i.numel()) for i in idx]

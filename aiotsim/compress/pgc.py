@@ -154,17 +154,8 @@ def pgc_threshold(g: torch.Tensor, scale: float = 1.0, reading: TopkReading = "f
         ``mu``, ``sigma``, ``H``, ``gamma``, ``S``, ``k`` (:func:`kept_count` of ``S``) and the
         threshold ``alpha`` (``k = 0``, ``alpha = inf`` when every gradient is zero).
     """
-    flat = g.reshape(-1).float()  # [N]
-    n = flat.numel()
-    mag = flat.abs()  # [N]
-    # Sums accumulate in float64 so the statistics of large layers stay exact enough.
-    g_sum = float(mag.sum(dtype=torch.float64))
-    total = float(flat.sum(dtype=torch.float64))
-    squares = float(((flat - total / n) ** 2).sum(dtype=torch.float64))
-    if math.isinf(squares):  # fp32 squares overflow above |g - mu| ~ 1.8e19 (a diverging run)
-        squares = float(((flat.double() - total / n) ** 2).sum())
-    thr = algorithm1(n, g_sum, total, squares, float(flat.max()), float(flat.min()), scale, reading)
-    return thr._replace(alpha=kth_largest(mag, thr.k)) if thr.k else thr
+    thr, mag = algorithm1_rows(g.reshape(1, -1).float(), scale, reading)
+    return kth_alphas(thr, mag)[0]
 
 
 def algorithm1(
@@ -202,8 +193,8 @@ def algorithm1_rows(src: torch.Tensor, scale: float, reading: TopkReading) -> tu
     The float64 sums (``sum |G|``, ``sum G``, ``sum (G - mu)^2`` where ``mu`` is the row's float64
     mean rounded to fp32, as :func:`pgc_threshold`'s scalar is) and the extremes run over the rows
     at once and are read by the host once per layer; the scalars are :func:`algorithm1`'s. A row
-    whose statistics are not finite (NaN, overflowing fp32 squares: a diverging run) takes
-    :func:`pgc_threshold`, which recomputes its squares in float64."""
+    whose fp32 squares overflow (above |G - mu| ~ 1.8e19: a diverging run) has them recomputed in
+    float64; a NaN flows through to ``S`` (every value then sent)."""
     n = src.shape[1]
     total = _sums64(src)
     mu = (total / n).to(torch.float32).unsqueeze(1)  # [rows, 1]
@@ -219,10 +210,9 @@ def algorithm1_rows(src: torch.Tensor, scale: float, reading: TopkReading) -> tu
     stats = torch.stack([g_sum, total, squares, hi.double(), lo.double()], 1).tolist()  # one host read
     thr: list[PGCThreshold] = []
     for i, (a, t, q, top, low) in enumerate(stats):
-        if all(math.isfinite(v) for v in (a, t, q, top, low)):
-            thr.append(algorithm1(n, a, t, q, top, low, scale, reading))
-        else:
-            thr.append(pgc_threshold(src[i], scale, reading))
+        if math.isinf(q) and math.isfinite(t):
+            q = float(((src[i].double() - t / n) ** 2).sum())
+        thr.append(algorithm1(n, a, t, q, top, low, scale, reading))
     return thr, mag
 
 

@@ -76,9 +76,10 @@ def velocity_rows(g: torch.Tensor, states: list[CodecState], layer: LayerInfo, m
     return torch.stack([s.momentum.reshape(-1) for s in states])  # type: ignore[attr-defined]
 
 
-def top_rows(mag: torch.Tensor, k: int) -> torch.Tensor:
+def top_rows(mag: torch.Tensor, k: int) -> torch.Tensor | None:
     """``[nodes, k]`` ascending indices of each row's ``k`` largest scores, lower index first among
-    equals: :func:`~aiotsim.compress.sparsify.topk_indices` of every row of ``mag``."""
+    equals: :func:`~aiotsim.compress.sparsify.topk_indices` of every row of ``mag``; None when a
+    row holds a NaN (its k-th score is NaN, so it selects nothing)."""
     nodes, n = mag.shape
     if k >= n:
         return torch.arange(n, device=mag.device).expand(nodes, n)
@@ -90,4 +91,5 @@ def top_rows(mag: torch.Tensor, k: int) -> torch.Tensor:
     # under glibc's largest heap block (32 MiB), so its memory is reused, not mapped and faulted
     # in afresh each call (iot1000 topk, 106 nodes x 48,000: 40.7 -> 20.3 MB)
     mask = above | (ties & (torch.cumsum(ties, dim=1, dtype=torch.int32) <= need))  # k per row
-    return torch.nonzero(mask)[:, 1].view(nodes, k)  # ascending per row (lower index wins ties)
+    hits = torch.nonzero(mask)[:, 1]  # ascending per row (lower index wins ties)
+    return hits.view(nodes, k) if hits.numel() == nodes * k else None

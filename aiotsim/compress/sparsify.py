@@ -166,23 +166,46 @@ def _brackets(device: torch.device, n: int, k: int) -> bool:
     return device.type == "cpu" and n >= _BRACKET_MIN_NUMEL and 4 * k <= n
 
 
-def topk_rows(mag: torch.Tensor, k: int) -> torch.Tensor:
+def topk_rows(mag: torch.Tensor, k: int) -> torch.Tensor | list[torch.Tensor]:
     """``[rows, k]`` ascending indices of the ``k`` largest scores of each row of ``mag``
     (``[rows, n]``, without NaN), lower index first among equals: :func:`topk_indices` row by row
     where it brackets (a large CPU layer: mlp's 156,800-element layer, 10 rows, one thread, 47 ms
     row by row, 89 ms in one row-wise ``torch.topk`` over the full rows), else one
-    :func:`~aiotsim.compress.rowwise.top_rows` over all rows (on a GPU one kernel)."""
-    if _brackets(mag.device, mag.shape[1], k):
-        return torch.stack([topk_indices(row, k) for row in mag])
-    return top_rows(mag, k)
+    :func:`~aiotsim.compress.rowwise.top_rows` over all rows (on a GPU one kernel).
+    A row holding a NaN (a diverging run) selects as :func:`topk_indices` does, maybe fewer than
+    ``k``: then each row's indices come as a list."""
+    idx = None if _brackets(mag.device, mag.shape[1], k) else top_rows(mag, k)
+    if idx is not None:
+        return idx
+    return stack_if_equal([topk_indices(row, k) for row in mag])
 
 
-def sparse_rows(acc: torch.Tensor, idx: torch.Tensor, value_dtype: str) -> tuple[list[Payload], SentRows]:
+def stack_if_equal(rows: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
+    """Rows' index sets as one ``[rows, k]`` tensor when they are of one size, else the list."""
+    return torch.stack(rows) if all(r.numel() == rows[0].numel() for r in rows) else rows
+
+
+def sparse_rows(
+    acc: torch.Tensor, idx: torch.Tensor | list[torch.Tensor], value_dtype: str
+) -> tuple[list[Payload], SentRows]:
     """The sparse messages (:func:`~aiotsim.compress.sparse.sparse_payload`'s bytes) of the rows of
     ``acc`` (fp32 ``[rows, n]``) at their ``[rows, k]`` ascending indices ``idx``, and what they send.
     Every row's index coding is picked with one host read for all rows
     (:func:`~aiotsim.compress.packing.encode_index_rows`); the values of all rows are one fresh
-    buffer, which the messages share (views of its rows)."""
+    buffer, which the messages share (views of its rows). Index sets of differing sizes (a list,
+    from :func:`topk_rows` where a row diverged) are coded as ragged rows."""
+    if isinstance(idx, list):
+        n, counts = acc.shape[1], [int(i.numel()) for i in idx]
+        cols = torch.cat(idx)
+        flat = cols + torch.repeat_interleave(torch.arange(len(idx), device=acc.device) * n, torch.tensor(counts))
+        picked = round_values(acc.view(-1).index_select(0, flat), value_dtype)
+        coded = encode_index_ragged(cols, counts, n)
+        parts = picked.split(counts)
+        payloads = [
+            Payload({"indices": c.buf, "values": pack_values(v, value_dtype)}, {"indices": c.head})
+            for c, v in zip(coded, parts)
+        ]
+        return payloads, ("flat", (flat, picked))
     values = round_values(acc.gather(1, idx), value_dtype)  # [rows, k] fp32
     coded = encode_index_rows(idx, acc.shape[1])
     payloads = [
