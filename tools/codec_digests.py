@@ -144,17 +144,21 @@ def digest(name: str, params: dict[str, Any], layer: LayerInfo, together: bool) 
     return h.hexdigest()
 
 
-def compute() -> dict[str, str]:
+def compute(names: list[str] | None = None) -> dict[str, str]:
+    """Every case's digest (of the codecs ``names``, default all built-ins), keyed
+    ``codec|params|layer|one or rows|threads``."""
     out: dict[str, str] = {}
+    before = torch.get_num_threads()
     for threads in (1, 2):
         torch.set_num_threads(threads)
-        for name in codec_names():
+        for name in names or codec_names():
             for params in variants(name):
                 tag = ",".join(f"{k}={v}" for k, v in sorted(params.items())) or "default"
                 for layer in LAYERS:
                     for together in (False, True):
                         key = f"{name}|{tag}|{layer.name}|{'rows' if together else 'one'}|t{threads}"
                         out[key] = digest(name, params, layer, together)
+    torch.set_num_threads(before)
     return out
 
 

@@ -385,13 +385,13 @@ class Codec(ABC, Generic[S]):
         A codec overrides this to work on all rows at once, or implements :meth:`_encode` (one row)
         and leaves this loop to call it."""
         payloads, sents = [], []
-        for a, g, s in zip(acc, grads, states):
+        for a, g, s in zip(acc.unbind(0), grads.unbind(0), states):
             payload, sent = self._encode(a.view(layer.shape), g.view(layer.shape), layer, s)
             if self.error_feedback and sent is None:
                 raise CodecError(f"{self.name} keeps a residual but its _encode did not say what it sent")
             payloads.append(payload)
             sents.append(sent)
-        return payloads, (memory.sent_rows(sents, layer.numel) if self.error_feedback else None)  # type: ignore[arg-type]
+        return payloads, (("rows", sents) if self.error_feedback else None)
 
     def _encode(self, acc: torch.Tensor, grad: torch.Tensor, layer: LayerInfo, state: S) -> tuple[Payload, Sent | None]:
         """Compress one node's ``acc`` (fp32, shape of ``grad``): the gradient plus the residual

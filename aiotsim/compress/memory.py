@@ -42,25 +42,11 @@ class Sent:
 
 
 # What a rows encoder (``Codec._encode_rows``) says it sent, for ``[rows, n]`` accumulations:
-# ("dense", [rows, n] fp32), ("sparse", ([rows, k] int64 indices, [rows, k] fp32 values)) or, for
-# counts that differ by row, ("flat", ([m] int64 indices into the [rows * n] block, [m] fp32)); an
-# optional third item is a [rows, n] factor applied to the new residuals (Sent.decay).
+# ("dense", [rows, n] fp32), ("sparse", ([rows, k] int64 indices, [rows, k] fp32 values)), for
+# counts that differ by row ("flat", ([m] int64 indices into the [rows * n] block, [m] fp32)), or
+# ("rows", [Sent per row]) from a codec that encodes row by row; an optional third item is a
+# [rows, n] factor applied to the new residuals (as Sent.decay).
 SentRows = tuple
-
-
-def sent_rows(sents: list[Sent], n: int) -> SentRows:
-    """Per-row :class:`Sent` (one per row of an ``[rows, n]`` accumulation) as one :data:`SentRows`."""
-    if all(s.dense is not None for s in sents):
-        out: tuple = ("dense", torch.stack([s.dense.reshape(-1) for s in sents]))  # type: ignore[union-attr]
-    elif all(s.indices is not None and s.values is not None for s in sents):
-        flat = torch.cat([s.indices.reshape(-1) + i * n for i, s in enumerate(sents)])  # type: ignore[union-attr]
-        out = ("flat", (flat, torch.cat([s.values.reshape(-1) for s in sents])))  # type: ignore[union-attr]
-    else:
-        raise CodecError("Sent needs either `dense` or both `indices` and `values`, the same form on every row")
-    if any(s.decay is not None for s in sents):
-        ones = torch.ones(n, dtype=torch.float32, device=out[1][0].device if out[0] == "flat" else out[1].device)
-        out = (*out, torch.stack([s.decay.reshape(-1) if s.decay is not None else ones for s in sents]))
-    return out
 
 
 def compensate_rows(x: torch.Tensor, residuals: list[torch.Tensor | None]) -> torch.Tensor:
@@ -101,19 +87,30 @@ def remember_rows(
     if sent is None:
         raise CodecError("a codec with error feedback must report what it sent")
     kind, value = sent[0], sent[1]
+    rows = acc.unbind(0)  # once: a tensor's own iteration unbinds it anew each time
     if kind == "dense":
         acc.sub_(value.view(acc.shape))
+    elif kind == "rows":  # each row's own Sent, subtracted in its row (no [rows, n] stack)
+        for row, s in zip(rows, value):
+            if s.dense is not None:
+                row.sub_(s.dense.reshape(-1))
+            elif s.indices is not None and s.values is not None:
+                row.index_put_((s.indices.reshape(-1),), -s.values.reshape(-1).to(acc.dtype), accumulate=True)
+            else:
+                raise CodecError("Sent needs either `dense` or both `indices` and `values`")
+            if s.decay is not None:
+                row.mul_(s.decay.reshape(-1))
     elif kind in ("sparse", "flat"):
         idx, vals = value
         n = acc.shape[1]
         flat = idx if kind == "flat" else (idx + n * torch.arange(acc.shape[0], device=acc.device).unsqueeze(1))
         acc.view(-1).index_put_((flat.reshape(-1),), -vals.reshape(-1).to(acc.dtype), accumulate=True)
     else:
-        raise CodecError(f"unknown kind of sent rows {kind!r}: 'dense', 'sparse' or 'flat'")
+        raise CodecError(f"unknown kind of sent rows {kind!r}: 'dense', 'sparse', 'flat' or 'rows'")
     if len(sent) > 2:
         acc.mul_(sent[2])
     out = []
-    for old, row in zip(before, acc):
+    for old, row in zip(before, rows):
         if old is not None and old.data_ptr() == row.data_ptr():
             out.append(old)  # acc was formed in the residuals' block: updated in place
         elif old is not None and old.dtype == torch.float32 and old.is_contiguous() and old.numel() == row.numel():
