@@ -299,7 +299,7 @@ def encode_index_rows(idx: torch.Tensor, n: int) -> list[CodedIndices]:
     form and width instead of one per row, so a GPU batch does not wait on the host once per
     message. Rows coded alike share a buffer (each result is a view of it)."""
     rows, count = idx.shape
-    if count == 0:
+    if count == 0 or rows == 1:  # one set: its own coding is the cheaper call (a third of the time)
         return [encode_index_set(r, n) for r in idx]
     idx = idx.to(torch.int64)
     gaps = torch.diff(idx, dim=1, prepend=idx.new_zeros(rows, 1))  # first gap: the first index

@@ -174,6 +174,8 @@ def topk_rows(mag: torch.Tensor, k: int) -> torch.Tensor | list[torch.Tensor]:
     :func:`~aiotsim.compress.rowwise.top_rows` over all rows (on a GPU one kernel).
     A row holding a NaN (a diverging run) selects as :func:`topk_indices` does, maybe fewer than
     ``k``: then each row's indices come as a list."""
+    if mag.shape[0] == 1:  # one row (a node's own encode): topk_indices, the cheaper call for it
+        return topk_indices(mag[0], k).unsqueeze(0)
     idx = None if _brackets(mag.device, mag.shape[1], k) else top_rows(mag, k)
     if idx is not None:
         return idx
