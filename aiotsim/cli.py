@@ -191,7 +191,12 @@ ThreadsOpt = Annotated[
     ),
 ]
 EveryOpt = Annotated[
-    int, typer.Option("--checkpoint-every", min=0, help="write checkpoint.pt every N iterations or rounds (sync, partial, federated; 0 off)")
+    int,
+    typer.Option(
+        "--checkpoint-every",
+        min=0,
+        help="write checkpoint.pt every N iterations or rounds (sync, partial, federated; 0 off)",
+    ),
 ]
 
 

@@ -42,7 +42,7 @@ from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_floa
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import encode_index_ragged, pack_values
 from aiotsim.compress.registry import register
-from aiotsim.compress.rowwise import row_reduce, velocity_rows
+from aiotsim.compress.rowwise import row_norms64, velocity_rows
 from aiotsim.compress.sparse import SparseDecoder, sparse_bound
 from aiotsim.compress.sparsify import (
     ValueDtype,
@@ -116,7 +116,7 @@ class DeepGradientCompression(SparseDecoder, Codec[DGCState]):
         p = self.params
         g = as_float(x)
         if p.clip_norm > 0 and g.shape[1]:
-            norms = row_reduce(torch.linalg.vector_norm, g, lambda t: torch.linalg.vector_norm(t, dim=1)).tolist()
+            norms = row_norms64(g).tolist()  # L2 norms accumulated in float64
             scales = [p.clip_norm / v if v > p.clip_norm else 1.0 for v in norms]  # 1.0: the row as is (exact)
             if any(v != 1.0 for v in scales):
                 g = g * torch.tensor(scales, dtype=torch.float32, device=g.device).unsqueeze(1)

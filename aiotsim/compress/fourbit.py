@@ -77,7 +77,7 @@ from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import unpack_bits, unpack_f32
 from aiotsim.compress.quantize import f32_rows, pack_code_rows
 from aiotsim.compress.registry import register
-from aiotsim.compress.rowwise import abs_max, row_reduce
+from aiotsim.compress.rowwise import abs_max, row_norms64
 from aiotsim.schema import opt
 
 _U8 = torch.uint8
@@ -159,17 +159,16 @@ class FourBit(RowDecoder, Codec[CodecState]):
         signed rung."""
         spacing, statistic = self.params.spacing, self.params.statistic
         nodes, n = acc.shape  # acc: r + g
-        norm = torch.linalg.vector_norm
         if n == 0:
             anchor = acc.new_zeros(nodes)
         elif statistic == "max":
             anchor = abs_max(acc)  # max |acc| without materializing |acc|
         elif statistic == "mean":
-            anchor = row_reduce(lambda r: norm(r, ord=1), acc, lambda x: norm(x, ord=1, dim=1)) / n  # mean |acc|
+            anchor = (row_norms64(acc, 1) / n).float()  # mean |acc|, accumulated in float64
         else:
-            # std about zero, sqrt(mean acc**2) = |acc|_2 / sqrt(n): torch's own reduction, which
-            # (unlike BLAS's dot) rounds alike wherever the data lies in memory
-            anchor = row_reduce(norm, acc, lambda x: norm(x, dim=1)).div_(math.sqrt(n))
+            # std about zero, sqrt(mean acc**2) = |acc|_2 / sqrt(n): torch's own reduction in
+            # float64, which (unlike BLAS's dot) rounds alike wherever the data lies in memory
+            anchor = (row_norms64(acc) / math.sqrt(n)).float()
         t1 = first_threshold(anchor, spacing, statistic).unsqueeze(1)  # [rows, 1] fp32
         codes, sent = quantize_levels(acc, t1, spacing)
         payloads = [Payload({"anchor": a, "codes": c}) for a, c in zip(f32_rows(anchor), pack_code_rows(codes, 4))]

@@ -95,16 +95,10 @@ from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, 
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import encode_index_ragged, pack_values
 from aiotsim.compress.registry import register
-from aiotsim.compress.rowwise import row_reduce, velocity_rows
+from aiotsim.compress.rowwise import row_reduce, row_sums64, velocity_rows
 from aiotsim.compress.sparse import SparseDecoder, sparse_bound
 from aiotsim.compress.sparsify import _BRACKET_MIN_NUMEL, ValueDtype, round_values, topk_indices, value_dtype_opt
 from aiotsim.schema import fraction, opt, positive
-
-_F64 = torch.float64
-# Values per row from which a float64 sum runs row by row: a dim=1 sum of long rows is slower than
-# their 1-D sums (CPU, one thread, ms: 1 x 1,000,000 1.5 / 0.85, 3 x 1,000,000 3.7 / 2.5,
-# 10 x 65,536 0.63 / 0.54; below it the one call wins: 100 x 1,000 0.03 / 0.35).
-_LONG_ROW = 1 << 16
 
 
 class PGCThreshold(NamedTuple):
@@ -196,17 +190,17 @@ def algorithm1_rows(src: torch.Tensor, scale: float, reading: TopkReading) -> tu
     whose fp32 squares overflow (above |G - mu| ~ 1.8e19: a diverging run) has them recomputed in
     float64; a NaN flows through to ``S`` (every value then sent)."""
     n = src.shape[1]
-    total = _sums64(src)
+    total = row_sums64(src)
     mu = (total / n).to(torch.float32).unsqueeze(1)  # [rows, 1]
     dev = (src - mu).pow_(2)  # [rows, n] (G - mu)^2 in fp32
-    squares = _sums64(dev)
+    squares = row_sums64(dev)
     del dev
     # amin and amax along the rows: a quarter of aminmax(dim=1)'s time (exact either way)
     lo, hi = row_reduce(
         lambda r: torch.stack(torch.aminmax(r)), src, lambda x: torch.stack([x.amin(dim=1), x.amax(dim=1)], 1)
     ).T
     mag = src.abs()  # [rows, n]
-    g_sum = _sums64(mag)
+    g_sum = row_sums64(mag)
     stats = torch.stack([g_sum, total, squares, hi.double(), lo.double()], 1).tolist()  # one host read
     thr: list[PGCThreshold] = []
     for i, (a, t, q, top, low) in enumerate(stats):
@@ -214,15 +208,6 @@ def algorithm1_rows(src: torch.Tensor, scale: float, reading: TopkReading) -> tu
             q = float(((src[i].double() - t / n) ** 2).sum())
         thr.append(algorithm1(n, a, t, q, top, low, scale, reading))
     return thr, mag
-
-
-def _sums64(x: torch.Tensor) -> torch.Tensor:
-    """``[rows]`` float64 sums of the fp32 rows of ``x``: each row's own 1-D sum for rows of at
-    least :data:`_LONG_ROW` values, else :func:`~aiotsim.compress.rowwise.row_reduce`'s (the same
-    sums either way)."""
-    if x.shape[1] >= _LONG_ROW:
-        return torch.stack([r.sum(dtype=_F64) for r in x])
-    return row_reduce(lambda r: r.sum(dtype=_F64), x, lambda b: b.sum(dim=1, dtype=_F64))
 
 
 def kth_alphas(thr: list[PGCThreshold], mag: torch.Tensor) -> list[PGCThreshold]:

@@ -64,7 +64,7 @@ from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, 
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import pack_bits, pack_f32, pack_rows, pack_uint, unpack_bits, unpack_f32, unpack_uint
 from aiotsim.compress.registry import register
-from aiotsim.compress.rowwise import abs_max, row_reduce, uniform_rows
+from aiotsim.compress.rowwise import abs_max, row_norms64, row_reduce, row_sums64, uniform_rows
 from aiotsim.errors import CodecError
 from aiotsim.schema import at_least, between, opt, positive
 
@@ -243,13 +243,13 @@ class TernGrad(RowDecoder, Codec[CodecState]):
         nodes, n = acc.shape  # acc: the gradients (no error feedback)
         s = abs_max(acc) if n else acc.new_zeros(nodes)  # [rows] max|g|; an empty layer sends 0
         if self.params.clip and n:
-            # population std from two reductions, no [rows, n] temporary: var = E[g^2] - E[g]^2,
-            # with sum g^2 = |g|_2^2 from torch's own reduction: BLAS's dot rounds differently with
-            # the address of the data, so one gradient would give two sigmas in two places in memory
-            mean = row_reduce(torch.sum, acc, lambda x: x.sum(dim=1)) / n
-            sq = row_reduce(torch.linalg.vector_norm, acc, lambda x: torch.linalg.vector_norm(x, dim=1)).square()
+            # population std from two float64 reductions, no [rows, n] temporary: var = E[g^2] -
+            # E[g]^2, with sum g^2 = |g|_2^2 from torch's own reduction: BLAS's dot rounds
+            # differently with the address of the data (two sigmas in two places in memory)
+            mean = row_sums64(acc) / n
+            sq = row_norms64(acc).square()
             sigma = torch.sqrt(torch.clamp(sq / n - mean * mean, min=0.0))
-            bound = self.params.clip_factor * sigma
+            bound = (self.params.clip_factor * sigma).float()
             # The clipped gradient's max is min(max|g|, bound). A constant layer has sigma = 0 and
             # is left unclipped rather than erased.
             s = torch.where(bound > 0, torch.minimum(s, bound), s)

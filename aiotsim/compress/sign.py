@@ -46,7 +46,7 @@ from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import unpack_bits, unpack_f32
 from aiotsim.compress.quantize import _signed_to_f32, f32_rows, pack_code_rows
 from aiotsim.compress.registry import register
-from aiotsim.compress.rowwise import row_reduce
+from aiotsim.compress.rowwise import F64, row_norms64, row_reduce
 from aiotsim.errors import CodecError
 from aiotsim.schema import opt
 
@@ -145,10 +145,7 @@ class EFSignSGD(RowDecoder, Codec[CodecState]):
         """Every row's scale ``||p||_1 / d`` and sign bits (:meth:`Codec._encode_rows`); sent:
         ``scale * sign(p)``, with ``sign(0) = +1``."""
         n = acc.shape[1]  # acc: p = g + e
-        norm1 = row_reduce(
-            lambda r: torch.linalg.vector_norm(r, ord=1), acc, lambda x: torch.linalg.vector_norm(x, 1, dim=1)
-        )
-        scale = norm1 / max(n, 1)  # [rows]
+        scale = (row_norms64(acc, 1) / max(n, 1)).float()  # [rows]: ||p||_1 in float64, then fp32
         negative = (acc < 0).view(_U8)  # [rows, n] 0 / 1
         # as the decoder's unpack_signs(...) * scale: 1 - 2 bit as fp32, times the row's scale
         delta = _signed_to_f32(negative.view(torch.int8).mul(-2).add_(1)).mul_(scale.unsqueeze(1))
@@ -199,14 +196,17 @@ class OneBitSGD(RowDecoder, Codec[CodecState]):
         rows, cols = self._grid(layer)
         mat = acc.reshape(nodes, rows, cols)
         negative = mat < 0  # [nodes, rows, cols] bool
-        # per node and column: sum of the values and of their magnitudes give both sides' sums
-        total = row_reduce(lambda r: r.view(rows, cols).sum(dim=0), acc, lambda x: mat.sum(dim=1))  # [nodes, cols]
+        # per node and column, in float64: the sums of the values and of their magnitudes
+        total = row_reduce(
+            lambda r: r.view(rows, cols).sum(dim=0, dtype=F64), acc, lambda x: mat.sum(dim=1, dtype=F64)
+        )  # [nodes, cols]
         magnitude = row_reduce(
-            lambda r: torch.linalg.vector_norm(r.view(rows, cols), ord=1, dim=0),
+            lambda r: torch.linalg.vector_norm(r.view(rows, cols), ord=1, dim=0, dtype=F64),
             acc,
-            lambda x: torch.linalg.vector_norm(mat, ord=1, dim=1),
+            lambda x: torch.linalg.vector_norm(mat, ord=1, dim=1, dtype=F64),
         )
-        means = side_means(total, magnitude, torch.count_nonzero(negative, dim=1), rows)  # [nodes, cols, (pos, neg)]
+        negatives = torch.count_nonzero(negative, dim=1)
+        means = side_means(total, magnitude, negatives, rows).float()  # [nodes, cols, (pos, neg)]
         sent = _reconstruct(negative.view(_U8), means).view(nodes, n)
         signs = pack_code_rows(negative.view(nodes, n).view(_U8), 1)
         return [Payload({"means": m, "signs": b}) for m, b in zip(f32_rows(means), signs)], ("dense", sent)
