@@ -18,7 +18,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 SETUP_RUN := build/.setup-run
 SETUP_TEST := build/.setup-test
 
-.PHONY: setup setup-test run test figures figures-network bench gpu-wheels clean
+.PHONY: setup setup-test run test docs readme figures figures-network bench gpu-wheels clean
 
 setup: $(SETUP_RUN)
 
@@ -56,15 +56,24 @@ run: $(SETUP_RUN)
 test: $(SETUP_TEST)
 	$(PYTHON) -m pytest -n auto; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
+# Every result the README and figures/ show, made by the current code (~35 min on 2 cores);
+# tests/test_docs_provenance.py fails until this has run after a change of code or scenarios.
+docs: readme figures figures-network
+
+readme: $(SETUP_RUN)
+	$(PYTHON) -m aiotsim.figures readme
+
 figures: $(SETUP_RUN)
 	$(PYTHON) -m aiotsim.figures figures
 
 # The network-sweep figures (figures/README.md): 20 trainings and 780 timing replays, ~20 min on 2 cores.
 figures-network: $(SETUP_RUN)
-	$(PYTHON) -m aiotsim.cli sweep scenarios/sweep_network.toml -q
-	$(PYTHON) -m aiotsim.cli plot runs/sweep-network -o runs/sweep-network/plots
+	d=$$($(PYTHON) -m aiotsim.figures versioned sweep-network) && \
+	$(PYTHON) -m aiotsim.cli sweep scenarios/sweep_network.toml -q -o $$d && \
+	$(PYTHON) -m aiotsim.cli plot $$d -o $$d/plots && \
 	for f in winner tta budget_accuracy; do for x in png svg; do \
-		cp runs/sweep-network/plots/sweep_network_$$f.$$x figures/; done; done
+		cp $$d/plots/sweep_network_$$f.$$x figures/; done; done
+	$(PYTHON) -m aiotsim.figures record figures-network scenarios/sweep_network.toml "make figures-network"
 
 bench: $(SETUP_RUN)
 	$(PYTHON) benchmarks/compressors.py
