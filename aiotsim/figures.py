@@ -140,7 +140,7 @@ def readme(
     head, rest = text.split(TABLE_BEGIN + "\n")
     _, tail = rest.split(TABLE_END + "\n")
     README.write_text(head + TABLE_BEGIN + "\n" + codec_table(c) + TABLE_END + "\n" + tail)
-    provenance.record(ROOT, "readme", [_rel(SCENARIO)], "make docs")
+    provenance.record(ROOT, "readme", [_rel(SCENARIO)], "make readme")
     out.print(f"{README}: the codec table of {len(c.rows)} runs ({time.perf_counter() - t0:.0f} s)")
 
 

@@ -15,6 +15,10 @@ from matplotlib.figure import Figure  # noqa: E402
 from aiotsim.errors import ResultsError  # noqa: E402
 
 DPI = 120  # PNG resolution, dots per inch
+# The same figure, the same bytes: no creation date in the files, and the SVG element ids from a
+# fixed salt instead of a random one (a regenerated figures/ differs only where a result does).
+NO_DATE = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
+matplotlib.rcParams["svg.hashsalt"] = "aiotsim"
 
 
 def safe_name(name: str, default: str = "run") -> str:
@@ -35,7 +39,7 @@ def save_figure(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -
         for fmt in formats:
             path = out_dir / f"{stem}.{fmt}"
             try:
-                fig.savefig(path, dpi=DPI, bbox_inches="tight")
+                fig.savefig(path, dpi=DPI, bbox_inches="tight", metadata=NO_DATE.get(fmt))
             except OSError as exc:
                 raise ResultsError(f"cannot write to {path}: {exc.strerror or exc}") from None
             paths.append(path)
