@@ -108,3 +108,20 @@ def test_results_tool_reuses_only_a_complete_run_of_the_same_spec(tmp_path: Path
     (tmp_path / "summary.json").write_text(json.dumps({"complete": False}))
     assert tool._cached_summary(tmp_path, wanted) is None
     assert tool.table(["a", "b"], [["x", "1"]]) == ["| a | b |", "| :--- | ---: |", "| x | 1 |", ""]
+
+
+def test_results_tool_keys_a_run_by_the_code_that_made_it(tmp_path: Path) -> None:
+    """A complete run of the same scenario and overrides made by other code is not reused."""
+    tool = _results_tool()
+    spec = tool.Spec("k", "pgc_lenet_mnist_reduced.toml", ("compressor.name=pgc",))
+    record = tool.spec_record(spec)
+    assert record["scenario"] == "scenarios/paper/pgc_lenet_mnist_reduced.toml"
+    assert len(record["code"]) == 64 and record == tool.spec_record(spec)  # a digest, stable
+    (tmp_path / "spec.json").write_text(json.dumps(record))
+    (tmp_path / "summary.json").write_text(json.dumps({"complete": True}))
+    assert tool._cached_summary(tmp_path, record) == {"complete": True}
+    older = {**record, "code": "0" * 64}  # what a run of earlier code recorded
+    (tmp_path / "spec.json").write_text(json.dumps(older))
+    assert tool._cached_summary(tmp_path, record) is None
+    (tmp_path / "spec.json").write_text(json.dumps({k: v for k, v in record.items() if k != "code"}))
+    assert tool._cached_summary(tmp_path, record) is None  # a run from before runs were keyed by code

@@ -8,7 +8,9 @@ numbers of aiotsim runs of ``scenarios/paper/*_reduced.toml``, each row with the
 produced it. Every aiotsim number is read from a run directory this tool wrote: one directory per
 row under ``runs/results/`` (``--quick``: ``runs/results-quick/``, LeNet at 100 instead of 1,000
 iterations). A directory whose ``summary.json`` is complete and whose ``spec.json`` names the same
-scenario and overrides is reused, so a rerun only runs what is missing.
+scenario, overrides and code (a SHA-256 of aiotsim's sources and the scenario file,
+:func:`aiotsim.results.provenance.inputs_digest`) is reused, so a rerun only runs what is missing
+or was made by other code.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from aiotsim.api import run_scenario  # noqa: E402
 from aiotsim.compress.registry import codec_names  # noqa: E402
 from aiotsim.config import load_scenario  # noqa: E402
+from aiotsim.results.provenance import inputs_digest  # noqa: E402
 
 SCENARIOS = Path("scenarios/paper")
 Summary = dict[str, Any]
@@ -77,7 +80,7 @@ class Runner:
     def __call__(self, spec: Spec) -> Summary:
         """The summary of ``spec``'s run: read from its directory, or run now."""
         out = self.root / spec.key
-        wanted = {"scenario": str(spec.path), "overrides": list(spec.overrides)}
+        wanted = spec_record(spec)
         cached = _cached_summary(out, wanted)
         if cached is not None:
             self.used[spec.key] = cached
@@ -129,6 +132,13 @@ def prefetch(specs: Sequence[Spec], root: Path, jobs: int) -> list[tuple[str, fl
     with multiprocessing.get_context("spawn").Pool(jobs, maxtasksperchild=1) as pool:
         done = pool.map(_run_one, [(root, s) for s in specs], chunksize=1)
     return [d for d in done if d[1] > 0]
+
+
+def spec_record(spec: Spec) -> dict[str, Any]:
+    """What ``spec.json`` holds of a run: its scenario, overrides and the code that made it (a
+    digest of aiotsim's sources and the scenario file): a run of other code is made again."""
+    code = inputs_digest(ROOT, [spec.path.as_posix()])
+    return {"scenario": str(spec.path), "overrides": list(spec.overrides), "code": code}
 
 
 def _cached_summary(out: Path, wanted: dict[str, Any]) -> Summary | None:
