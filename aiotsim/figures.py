@@ -23,6 +23,7 @@ from typing import Annotated
 import typer
 
 from aiotsim.cli import err, expected_errors, out
+from aiotsim.errors import ConfigError
 from aiotsim.results import provenance
 from aiotsim.results.compare import Comparison
 
@@ -127,6 +128,9 @@ def readme(
     from aiotsim.results.parallel import run_local
 
     t0 = time.perf_counter()
+    markers = README.read_text()
+    if markers.count(TABLE_BEGIN + "\n") != 1 or markers.count(TABLE_END + "\n") != 1:  # before any run
+        raise ConfigError(f"{README} needs one line {TABLE_BEGIN!r} and one line {TABLE_END!r} around the table")
     # what the command printed above the table plans, in a directory of this code's own
     planned = plan_comparison(SCENARIO, TABLE_CODECS, 1, runs_dir or _versioned("compare-iot10"), (), device="auto")
     to_run = [j for j in planned if not already_done(j)]
@@ -134,10 +138,7 @@ def readme(
         results = run_local(to_run, workers=jobs, on_event=bars)
     report_failures(results)
     c = compare_runs([Path(j.out_dir) for j in planned])
-    text = README.read_text()
-    if text.count(TABLE_BEGIN) != 1 or text.count(TABLE_END) != 1:
-        raise typer.BadParameter(f"{README} needs one {TABLE_BEGIN!r} and one {TABLE_END!r} line")
-    head, rest = text.split(TABLE_BEGIN + "\n")
+    head, rest = README.read_text().split(TABLE_BEGIN + "\n")
     _, tail = rest.split(TABLE_END + "\n")
     README.write_text(head + TABLE_BEGIN + "\n" + codec_table(c) + TABLE_END + "\n" + tail)
     provenance.record(ROOT, "readme", [_rel(SCENARIO)], "make readme")
@@ -170,9 +171,13 @@ def versioned(name: str) -> None:
 
 
 @app.command(hidden=True)
+@expected_errors
 def record(name: str, scenario: Path, command: str) -> None:
     """Note in docs/generated.json that NAME's documents were just written from SCENARIO."""
-    provenance.record(ROOT, name, [_rel(scenario.resolve())], command)
+    path = scenario.resolve()
+    if not path.is_file() or not path.is_relative_to(ROOT):
+        raise ConfigError(f"record: {scenario} is not a scenario file of this repository ({ROOT}); give its path")
+    provenance.record(ROOT, name, [_rel(path)], command)
 
 
 def _rel(path: Path) -> str:

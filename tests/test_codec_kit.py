@@ -189,3 +189,19 @@ def test_bad_arguments_are_clear() -> None:
         check_codec(get_codec_class("topk"), {"ratoi": 0.1})
     with pytest.raises(CodecError, match=r"compressor.ratio: must be in \(0, 1\], got 2"):
         check_codec(get_codec_class("topk"), {"ratio": 2.0})
+
+
+def test_a_codec_without_an_encoder_is_refused_when_made() -> None:
+    """A codec defines _encode (one row) or _encode_rows (all rows); with neither it is refused at
+    construction, naming both, rather than at its first encode deep in a run."""
+
+    class NoEncoder(Codec[CodecState]):
+        name = "no-encoder"
+
+        def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+            return torch.zeros(layer.shape)
+
+    with pytest.raises(CodecError, match="NoEncoder implements neither _encode .* nor _encode_rows"):
+        NoEncoder()
+    with pytest.raises(CodecError, match="neither _encode"):
+        check_codec(NoEncoder)

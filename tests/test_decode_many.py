@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiotsim.compress import base, codec_names, get_codec_class
-from aiotsim.compress.base import CPU_SCAN_MAX_VALUES, Codec, LayerInfo, Payload
+from aiotsim.compress.aggregation import CPU_SCAN_MAX_VALUES
+from aiotsim.compress.base import Codec, LayerInfo, Payload
 from aiotsim.compress.packing import pad_rows
 from aiotsim.errors import CodecError
 from aiotsim.sim.aggregate import Aggregation

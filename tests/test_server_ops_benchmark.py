@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, load_script
 
 from aiotsim.compress import build_codec
-from aiotsim.compress.base import CPU_SCAN_MAX_VALUES
+from aiotsim.compress.aggregation import CPU_SCAN_MAX_VALUES
 from aiotsim.learn.models import build_model, layer_infos
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import multiprocessing
 import os
@@ -134,10 +135,16 @@ def prefetch(specs: Sequence[Spec], root: Path, jobs: int) -> list[tuple[str, fl
     return [d for d in done if d[1] > 0]
 
 
+@functools.cache
+def _code_digest(scenario: str) -> str:
+    """:func:`inputs_digest` of one scenario file, read once per process (it hashes the package)."""
+    return inputs_digest(ROOT, [scenario])
+
+
 def spec_record(spec: Spec) -> dict[str, Any]:
     """What ``spec.json`` holds of a run: its scenario, overrides and the code that made it (a
     digest of aiotsim's sources and the scenario file): a run of other code is made again."""
-    code = inputs_digest(ROOT, [spec.path.as_posix()])
+    code = _code_digest(spec.path.as_posix())
     return {"scenario": str(spec.path), "overrides": list(spec.overrides), "code": code}
 
 

@@ -41,7 +41,8 @@ from typing import Literal
 
 import torch
 
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RowDecoder, RunningAggregate
+from aiotsim.compress.aggregation import RunningAggregate
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RowDecoder
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import unpack_bits, unpack_f32
 from aiotsim.compress.quantize import _signed_to_f32, f32_rows, pack_code_rows

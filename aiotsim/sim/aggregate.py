@@ -40,7 +40,8 @@ from typing import Protocol
 
 import torch
 
-from aiotsim.compress.base import CHUNK_ELEMENTS, Codec, LayerInfo, Payload, RunningAggregate
+from aiotsim.compress.aggregation import RunningAggregate
+from aiotsim.compress.base import CHUNK_ELEMENTS, Codec, LayerInfo, Payload
 from aiotsim.errors import CodecError, ConfigError
 from aiotsim.sim.allocator import HeapTrimmer
 
