@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
+from aiotsim.compress.layer import LayerInfo
 from aiotsim.errors import CodecError
-
-if TYPE_CHECKING:
-    from aiotsim.compress.base import LayerInfo
 
 # Values per message from which the CPU adds a batch of decoded rows into the float64 sum one row
 # at a time instead of in one cumulative-sum scan (ServerAggregation.aggregate_add_rows): torch's cumsum along

@@ -43,12 +43,13 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import torch
 
 from aiotsim.compress import memory
 from aiotsim.compress.aggregation import ServerAggregation
+from aiotsim.compress.layer import LayerInfo
 from aiotsim.compress.memory import Sent, SentRows
 from aiotsim.errors import CodecError
 from aiotsim.schema import check_fields, opt
@@ -57,46 +58,6 @@ from aiotsim.schema import check_fields, opt
 PARAM_PREFIX = "compressor."
 # Decoded values per pass of Codec.decode_many: bounds its temporaries (16 MB of fp32 each).
 CHUNK_ELEMENTS = 1 << 22
-
-LayerKind = Literal["conv", "fc", "bias", "norm", "other"]
-
-
-@dataclass(frozen=True)
-class LayerInfo:
-    """Static facts about one parameter tensor, known to both sides by protocol.
-
-    Parameters
-    ----------
-    name : str
-        Parameter name, e.g. ``"conv1.weight"``.
-    shape : tuple of int
-        Shape of the gradient tensor.
-    dtype : torch.dtype
-        dtype the decoded gradient must have.
-    kind : {"conv", "fc", "bias", "norm", "other"}
-        Layer type; hybrid codecs (Hylo) route on it.
-    index : int
-        Position of the layer in the model's parameter list (used to derive per-layer seeds).
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: torch.dtype = torch.float32
-    kind: LayerKind = "other"
-    index: int = 0
-
-    @property
-    def numel(self) -> int:
-        """Number of elements of the gradient."""
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
-
-    @property
-    def dense_nbytes(self) -> int:
-        """Bytes of the uncompressed fp32 gradient: the reference for compression ratios."""
-        return 4 * self.numel
 
 
 @dataclass

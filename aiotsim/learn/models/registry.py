@@ -9,7 +9,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from aiotsim.compress.base import LayerInfo, LayerKind
+from aiotsim.compress.layer import LayerInfo, LayerKind
 from aiotsim.errors import ConfigError
 from aiotsim.learn.models.resnet import BasicBlock, Bottleneck, CifarResNet, ResNet
 from aiotsim.learn.models.small import MLP, AlexNet, LeNet5, LeNetCaffe
