@@ -33,7 +33,7 @@ TABLE_1 = [
 
 
 def _results_tool() -> ModuleType:
-    return load_script(ROOT / "tools" / "results.py", "paper_results")
+    return load_script(ROOT / "tools" / "results.py", "results_cli")
 
 
 def test_the_directory_has_every_seed_experiment() -> None:
@@ -90,8 +90,8 @@ def test_reduced_variant_runs_two_iterations(path: Path, tmp_path: Path) -> None
 def test_results_tool_asks_only_for_valid_runs() -> None:
     tool = _results_tool()
     recorder = tool.Recorder()
-    for make in tool._parts(recorder, False).values():
-        assert make()[0].startswith("## ")  # each section lays out on dry-run summaries
+    for name in tool.SECTIONS:
+        assert tool.body(recorder, [name])[0].startswith("## ")  # each section lays out on dry-run summaries
     keys = [s.key for s in recorder.specs]
     assert len(keys) == len(set(keys))  # one run directory per distinct run
     for spec in recorder.specs:
@@ -99,29 +99,28 @@ def test_results_tool_asks_only_for_valid_runs() -> None:
 
 
 def test_results_tool_reuses_only_a_complete_run_of_the_same_spec(tmp_path: Path) -> None:
-    tool = _results_tool()
+    runner = _results_tool().runner
     wanted = {"scenario": "scenarios/paper/x.toml", "overrides": ["compressor.name=pgc"]}
     (tmp_path / "spec.json").write_text(json.dumps(wanted))
     (tmp_path / "summary.json").write_text(json.dumps({"complete": True, "iterations": 3}))
-    assert tool._cached_summary(tmp_path, wanted) == {"complete": True, "iterations": 3}
-    assert tool._cached_summary(tmp_path, {**wanted, "overrides": []}) is None
+    assert runner.cached_summary(tmp_path, wanted) == {"complete": True, "iterations": 3}
+    assert runner.cached_summary(tmp_path, {**wanted, "overrides": []}) is None
     (tmp_path / "summary.json").write_text(json.dumps({"complete": False}))
-    assert tool._cached_summary(tmp_path, wanted) is None
-    assert tool.table(["a", "b"], [["x", "1"]]) == ["| a | b |", "| :--- | ---: |", "| x | 1 |", ""]
+    assert runner.cached_summary(tmp_path, wanted) is None
 
 
 def test_results_tool_keys_a_run_by_the_code_that_made_it(tmp_path: Path) -> None:
     """A complete run of the same scenario and overrides made by other code is not reused."""
-    tool = _results_tool()
-    spec = tool.Spec("k", "pgc_lenet_mnist_reduced.toml", ("compressor.name=pgc",))
-    record = tool.spec_record(spec)
+    runner = _results_tool().runner
+    spec = runner.Spec("k", "pgc_lenet_mnist_reduced.toml", ("compressor.name=pgc",))
+    record = runner.spec_record(spec)
     assert record["scenario"] == "scenarios/paper/pgc_lenet_mnist_reduced.toml"
-    assert len(record["code"]) == 64 and record == tool.spec_record(spec)  # a digest, stable
+    assert len(record["code"]) == 64 and record == runner.spec_record(spec)  # a digest, stable
     (tmp_path / "spec.json").write_text(json.dumps(record))
     (tmp_path / "summary.json").write_text(json.dumps({"complete": True}))
-    assert tool._cached_summary(tmp_path, record) == {"complete": True}
+    assert runner.cached_summary(tmp_path, record) == {"complete": True}
     older = {**record, "code": "0" * 64}  # what a run of earlier code recorded
     (tmp_path / "spec.json").write_text(json.dumps(older))
-    assert tool._cached_summary(tmp_path, record) is None
+    assert runner.cached_summary(tmp_path, record) is None
     (tmp_path / "spec.json").write_text(json.dumps({k: v for k, v in record.items() if k != "code"}))
-    assert tool._cached_summary(tmp_path, record) is None  # a run from before runs were keyed by code
+    assert runner.cached_summary(tmp_path, record) is None  # a run from before runs were keyed by code
