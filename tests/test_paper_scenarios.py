@@ -99,7 +99,9 @@ def test_results_tool_asks_only_for_valid_runs() -> None:
 
 
 def test_results_tool_reuses_only_a_complete_run_of_the_same_spec(tmp_path: Path) -> None:
-    runner = _results_tool().runner
+    _results_tool()  # puts tools/ on sys.path
+    from paper_results import runner
+
     wanted = {"scenario": "scenarios/paper/x.toml", "overrides": ["compressor.name=pgc"]}
     (tmp_path / "spec.json").write_text(json.dumps(wanted))
     (tmp_path / "summary.json").write_text(json.dumps({"complete": True, "iterations": 3}))
@@ -111,7 +113,9 @@ def test_results_tool_reuses_only_a_complete_run_of_the_same_spec(tmp_path: Path
 
 def test_results_tool_keys_a_run_by_the_code_that_made_it(tmp_path: Path) -> None:
     """A complete run of the same scenario and overrides made by other code is not reused."""
-    runner = _results_tool().runner
+    _results_tool()  # puts tools/ on sys.path
+    from paper_results import runner
+
     spec = runner.Spec("k", "pgc_lenet_mnist_reduced.toml", ("compressor.name=pgc",))
     record = runner.spec_record(spec)
     assert record["scenario"] == "scenarios/paper/pgc_lenet_mnist_reduced.toml"

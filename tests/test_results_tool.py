@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import torch
 from conftest import ROOT, load_script
+from test_datasets_files import write_idx_dir
 
 TOOL = ROOT / "tools" / "results.py"
-CLI = load_script(TOOL, "results_cli")
-runner = CLI.runner
-from paper_results import gradients, seed000, seed001, seed004  # noqa: E402  (tools/ is on sys.path now)
+CLI = load_script(TOOL, "results_cli")  # puts tools/ on sys.path
+from paper_results import full, gradients, runner, seed000, seed001, seed002, seed004  # noqa: E402
 
 
 class Fake(runner.Runner):
@@ -162,3 +162,17 @@ def test_full_on_cuda_without_a_gpu_is_a_clear_exit_2() -> None:
 def test_an_unknown_section_is_exit_2() -> None:
     done = _tool("--only", "pgc,nope")
     assert done.returncode == 2 and "unknown section(s) nope" in done.stderr
+
+
+def test_full_estimate_times_a_row_and_extrapolates_to_its_iterations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--full's estimate on a real row (LeNet/MNIST, 1,000 iterations) with small MNIST files in
+    the download cache: two timed runs, extrapolated to the row's iterations and evaluations."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # the scenario reads ~/.cache/aiotsim/mnist-idx
+    write_idx_dir(tmp_path / ".cache" / "aiotsim" / "mnist-idx", n_train=300, n_test=50, gz=True)
+    spec = seed002.specs("pgc_lenet_mnist", full=True)["none"]
+    assert spec.path.name == "pgc_lenet_mnist.toml"  # the paper-scale scenario, not the reduced one
+    per, whole = full.estimate(spec, "cpu", tmp_path / "estimate")
+    assert per > 0
+    assert whole >= 1000 * per  # 1,000 iterations, plus start-up and evaluations

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
-from paper_results import full, runner, seed000, seed001, seed002, seed003, seed004  # noqa: E402
+from paper_results import full, seed000, seed001, seed002, seed003, seed004  # noqa: E402
 from paper_results.markdown import NOT_RUN, table  # noqa: E402
 from paper_results.runner import ROOT, Recorder, Runner, Spec, prefetch  # noqa: E402
 

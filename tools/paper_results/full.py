@@ -4,12 +4,13 @@ The five rows of Table 1 (LeNet, AlexNet and ResNet on MNIST; AlexNet and ResNet
 the paper's iterations and batch, with ``none``, ``variance`` and ``pgc`` (plain SGD), from
 ``scenarios/paper/pgc_*.toml``. They need the MNIST (IDX) and CIFAR-10 files (``data.path``, or
 ``--set data.download=true`` in a scenario) and, to finish in hours rather than weeks, a CUDA GPU.
-Before anything runs, each row is timed over 1 and 3 iterations on the chosen device and the total
+Before anything runs, each row is timed over a few iterations on the chosen device and the total
 is printed; ``--estimate`` stops there. The report goes to ``docs/RESULTS-full.md``.
 """
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ import torch
 from aiotsim.api import run_scenario
 from aiotsim.config import load_scenario
 from aiotsim.errors import AiotsimError
+from aiotsim.records import Progress
 
 from . import seed002
 from .markdown import table
@@ -32,24 +34,32 @@ def specs() -> list[Spec]:
     return [s for _, stem, *_ in reversed(seed002.PGC_ROWS) for s in seed002.specs(stem, full=True).values()]
 
 
-def _timed(spec: Spec, iterations: int, device: str, where: Path) -> float:
-    """Wall seconds of ``spec`` cut to ``iterations`` iterations with one evaluation, on ``device``."""
-    sets = [*spec.overrides, f"scenario.iterations={iterations}", f"training.eval_every={iterations}"]
-    scenario = load_scenario(ROOT / spec.path, sets)
-    t0 = time.perf_counter()
-    run_scenario(scenario, where / f"{spec.key}-{iterations}", device=device, threads="auto")
-    return time.perf_counter() - t0
+PROBE = 5  # iterations timed per row before the estimate
 
 
 def estimate(spec: Spec, device: str, where: Path) -> tuple[float, float]:
-    """``(s per iteration, estimated s for the whole run)`` from runs of 1 and 3 iterations: the
-    difference is two iterations; the rest of the 1-iteration run (start-up and one evaluation) is
-    counted once per evaluation of the full run."""
-    one, three = _timed(spec, 1, device, where), _timed(spec, 3, device, where)
-    per = max(three - one, 0.0) / 2
-    s = load_scenario(ROOT / spec.path, list(spec.overrides)).scenario
-    evals = -(-s.iterations // max(1, load_scenario(ROOT / spec.path).training.eval_every))
-    return per, per * s.iterations + max(one - per, 0.0) * evals
+    """``(s per iteration, estimated s for the whole run)``. The row runs :data:`PROBE` iterations
+    with one evaluation at the end; the wall time between the ends of iterations 1 to 4 (the median
+    gap: the first iteration warms up, the last one evaluates) is one iteration's cost, and the rest
+    of the run (start-up and the evaluation) is counted once per evaluation of the full run: an
+    upper bound, as start-up happens once."""
+    sets = [*spec.overrides, f"scenario.iterations={PROBE}", f"training.eval_every={PROBE}"]
+    ends: list[float] = []
+
+    def on_progress(p: Progress) -> None:
+        if p.gradients == 0:
+            ends.append(time.perf_counter())
+
+    t0 = time.perf_counter()
+    run_scenario(
+        load_scenario(ROOT / spec.path, sets), where / spec.key, device=device, on_progress=on_progress, threads="auto"
+    )
+    total = time.perf_counter() - t0
+    gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]  # after iterations 1..4
+    per = statistics.median(gaps[:-1])  # the last gap holds the evaluation
+    s = load_scenario(ROOT / spec.path, list(spec.overrides))
+    evals = -(-s.scenario.iterations // max(1, s.training.eval_every))
+    return per, per * s.scenario.iterations + max(total - per * PROBE, 0.0) * evals
 
 
 def report(run: Runner) -> list[str]:
