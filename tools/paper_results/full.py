@@ -68,31 +68,13 @@ def report(run: Runner) -> list[str]:
     head = ["row, codec", "paper", "aiotsim final", "iterations", "command"]
     rows = [r for row in seed002.PGC_ROWS for r in seed002.full_accuracy_rows(run, row)]
     lines += ["## Table 2: final accuracy", "", *table(head, rows)]
-    head = [
-        "row",
-        "gradient size paper / aiotsim",
-        "variance paper",
-        "variance aiotsim",
-        "PGC paper",
-        "pgc aiotsim",
-        "pgc-paper aiotsim",
-        "iterations",
-        "command",
-    ]
+    head = seed002.RATIO_HEAD
     lines += [
         "## Table 3: compression ratio",
         "",
         *table(head, [seed002.ratio_row(run, r, full=True) for r in seed002.PGC_ROWS]),
     ]
-    head = [
-        "row",
-        "none samples/s",
-        "PGC/baseline paper",
-        "pgc/none aiotsim",
-        "PGC/variance paper",
-        "pgc/variance aiotsim",
-        "variance/none aiotsim",
-    ]
+    head = seed002.THROUGHPUT_HEAD
     lines += ["## Throughput", "", *table(head, [seed002.throughput_row(run, r, full=True) for r in seed002.PGC_ROWS])]
     return lines
 

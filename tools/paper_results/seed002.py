@@ -109,6 +109,28 @@ def early(s: Summary) -> str:
     return times(s["compression_ratio"]) + mark
 
 
+RATIO_HEAD = [
+    "row",
+    "gradient size paper / aiotsim",
+    "variance paper",
+    "variance aiotsim",
+    "PGC paper",
+    "pgc aiotsim",
+    "pgc-paper aiotsim",
+    "iterations",
+    "command",
+]
+THROUGHPUT_HEAD = [
+    "row",
+    "none samples/s",
+    "PGC/baseline paper",
+    "pgc/none aiotsim",
+    "PGC/variance paper",
+    "pgc/variance aiotsim",
+    "variance/none aiotsim",
+]
+
+
 def ratio_row(run: Runner, row: Row, full: bool = False) -> list[str]:
     """One row of Table 3 (dense bytes / bytes uploaded): paper beside aiotsim."""
     label, stem, _, size, (p_var, p_pgc) = row
@@ -325,17 +347,7 @@ def section(run: Runner) -> list[str]:
     head = ["row, codec", "paper", "aiotsim final", "aiotsim at 100", "iterations", "command"]
     lines += table(head, guarded(lambda: accuracy_rows(run), len(head)))
     lines += ["### Table 3: compression ratio (dense fp32 bytes / bytes uploaded)", ""]
-    head = [
-        "row",
-        "gradient size paper / aiotsim",
-        "variance paper",
-        "variance aiotsim",
-        "PGC paper",
-        "pgc aiotsim",
-        "pgc-paper aiotsim",
-        "iterations",
-        "command",
-    ]
+    head = RATIO_HEAD
     lines += table(head, [r for row in PGC_ROWS for r in guarded(lambda row=row: [ratio_row(run, row)], len(head))])
     lines += [
         f"† from fewer than {EARLY} iterations of an untrained model on random data (1-3 here): the "
@@ -345,15 +357,7 @@ def section(run: Runner) -> list[str]:
         "",
     ]
     lines += ["### Training throughput (paper: Figure 9 and its text)", ""]
-    head = [
-        "row",
-        "none samples/s",
-        "PGC/baseline paper",
-        "pgc/none aiotsim",
-        "PGC/variance paper",
-        "pgc/variance aiotsim",
-        "variance/none aiotsim",
-    ]
+    head = THROUGHPUT_HEAD
     lines += table(
         head, [r for row in PGC_ROWS for r in guarded(lambda row=row: [throughput_row(run, row)], len(head))]
     )
