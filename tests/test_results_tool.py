@@ -132,6 +132,8 @@ def test_check_reruns_the_cheap_rows_and_equals_results_md(tmp_path: Path) -> No
     a document with one of those numbers changed fails, naming the row."""
     runs = tmp_path / "runs"
     done = _tool("--check", "--runs", str(runs))
+    if done.returncode == CLI.OTHER_MACHINE:
+        pytest.skip(done.stdout.splitlines()[-1])  # RESULTS.md was made on another kind of CPU
     assert done.returncode == 0, done.stdout + done.stderr
     counted = next(ln for ln in done.stdout.splitlines() if "rows from" in ln)
     equal, total = (int(x) for x in counted.split()[1:4:2])

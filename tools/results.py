@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
+from fingerprints import machine_name  # noqa: E402
 from paper_results import full, seed000, seed001, seed002, seed003, seed004  # noqa: E402
 from paper_results.markdown import NOT_RUN, table  # noqa: E402
 from paper_results.runner import ROOT, Recorder, Runner, Spec, prefetch  # noqa: E402
@@ -38,6 +39,8 @@ SECTIONS: dict[str, Callable[[Runner], list[str]]] = {
     "hylo": seed004.section,
 }
 DOC = ROOT / "docs" / "RESULTS.md"
+MACHINE = "Made on: "  # the header line naming the CPU the runs were made on (float results depend on it)
+OTHER_MACHINE = 3  # --check's exit code when rows differ on another kind of CPU than the document's
 
 
 def header() -> list[str]:
@@ -51,6 +54,8 @@ def header() -> list[str]:
         "reproduces it (a `scenarios/paper/*_reduced.toml` file and its `--set` overrides; all runs "
         "on the CPU with one torch thread, `flops` compute model, seed 1). The papers' words and "
         "numbers are quoted from the seed documents.",
+        "",
+        f"{MACHINE}{machine_name()}.",
         "",
         "Each seed opens with its claims: the claim in the document's words, the setting the paper "
         "made it at, the closest setting aiotsim runs, what aiotsim measured there and a verdict. A "
@@ -102,10 +107,14 @@ def data_rows(lines: Sequence[str]) -> list[str]:
 
 
 def check(runs: Path, doc: Path, names: Sequence[str]) -> int:
-    """Redo the runs marked ``check`` into ``runs`` and compare every row they fill with ``doc``."""
+    """Redo the runs marked ``check`` into ``runs`` and compare every row they fill with ``doc``:
+    0 when all are equal, 1 when one differs (or none was made); :data:`OTHER_MACHINE` when rows
+    differ on another kind of CPU than the one the document names (float results, and the
+    gradient-dependent ratios, can differ between CPU models: the fingerprint sets say so too)."""
     run = Runner(runs, only_check=True)
     rows = data_rows(body(run, names))
-    have = set(doc.read_text().splitlines())
+    lines = doc.read_text().splitlines()
+    have = set(lines)
     stale = [r for r in rows if r not in have]
     for r in stale:
         print(f"[check] not in {doc.name}: {r}")
@@ -113,6 +122,10 @@ def check(runs: Path, doc: Path, names: Sequence[str]) -> int:
     if not rows:
         print("[check] no row was made: nothing to compare")
         return 1
+    made_on = next((ln.removeprefix(MACHINE).removesuffix(".") for ln in lines if ln.startswith(MACHINE)), None)
+    if stale and made_on != machine_name():
+        print(f"[check] {doc.name} was made on {made_on}; this is {machine_name()}: rows may differ in floats")
+        return OTHER_MACHINE
     return 1 if stale else 0
 
 
