@@ -59,7 +59,7 @@ def header() -> list[str]:
         "",
         "Each seed opens with its claims: the claim in the document's words, the setting the paper "
         "made it at, the closest setting aiotsim runs, what aiotsim measured there and a verdict. A "
-        "verdict is computed from the measurement by the rule in brackets beside it, so it changes "
+        "verdict is computed from the measurement by the rule beside it (the condition for **holds**), so it changes "
         "when the numbers do. **holds** and **does not hold** are verdicts about aiotsim's setting, "
         "not the paper's: where they differ (models, data, cluster), the section says how. "
         "**cannot be tested here** says what it would take.",

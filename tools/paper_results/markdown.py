@@ -69,8 +69,8 @@ UNTESTABLE = "**cannot be tested here**"
 
 
 def judge(ok: bool, rule: str) -> str:
-    """A verdict decided by ``ok``, with the rule that decided it."""
-    return f"{HOLDS if ok else FAILS} ({rule})"
+    """A verdict decided by ``ok``, with the rule that decided it (the condition for "holds")."""
+    return f"{HOLDS if ok else FAILS} (rule: {rule})"
 
 
 @dataclass(frozen=True)
