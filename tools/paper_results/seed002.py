@@ -177,7 +177,7 @@ def full_accuracy_rows(run: Runner, row: Row) -> list[list[str]]:
 
 
 def scale_rows(run: Runner) -> list[list[str]]:
-    """LeNet at each ``compressor.scale``: ratio and final accuracy of pgc and pgc-paper."""
+    """LeNet at each ``compressor.scale``: ratio and final accuracy of pgc and pgc-paper (the command is pgc's)."""
     rows = []
     for s, spec in scale_specs("pgc").items():
         a, b = run(spec), run(scale_specs("pgc-paper")[s])
@@ -362,7 +362,7 @@ def section(run: Runner) -> list[str]:
         head, [r for row in PGC_ROWS for r in guarded(lambda row=row: [throughput_row(run, row)], len(head))]
     )
     lines += ["### The scale at which the ratio meets Table 3 (LeNet, 1,000 iterations, plain SGD)", ""]
-    head = ["compressor.scale", "pgc ratio", "pgc accuracy", "pgc-paper ratio", "pgc-paper accuracy", "command (pgc)"]
+    head = ["compressor.scale", "pgc ratio", "pgc accuracy", "pgc-paper ratio", "pgc-paper accuracy", "command"]
     lines += table(head, guarded(lambda: scale_rows(run), len(head)))
     lines += [sentence(lambda: scale_sentence(run)), ""]
     return lines + NOTES
