@@ -517,7 +517,8 @@ def calibrate(
     if classes:
         from aiotsim.network import calibrate_classes
 
-        out.print(calibrate_classes.format_table(calibrate_classes.compare(calibrate_classes.grid())), highlight=False)
+        table = calibrate_classes.format_table(calibrate_classes.compare(calibrate_classes.grid()))
+        out.print(table, highlight=False, soft_wrap=True)  # long case labels: no wrapping at 80 columns
         return
     if against == "ns3":
         from aiotsim.network import calibrate_ns3

@@ -58,9 +58,25 @@ def test_ns3_harness_agrees_with_the_star_calibration_and_feels_the_buffer() -> 
     eight = (cc.Flow(250_000, 50.0),) * 8
     deep = cc.ClassCase("deep buffer", "8 deep", eight, queue_packets=1000)
     shallow = cc.ClassCase("shallow buffer", "8 shallow", eight, queue_packets=10)
-    got = cc.run_ns3([one, late, deep, shallow])
+    alternate = cc.ClassCase("asymmetric reuse", "a", (cc.Flow(100_000, 50.0),), edge_mbps=2.0, down_mbps=20.0,
+                             core_mbps=100.0, rounds=2, down_bytes=100_000)  # fmt: skip
+    got = cc.run_ns3([one, late, deep, shallow, alternate])
     star = run_ns3([Ns3Case(246_824, 1, 50.0, 0.0)])[0][0][0]
     assert got[0][0] == pytest.approx(star, rel=1e-9)  # the same set-up as the star's ns-3 program
     assert got[1][0] == pytest.approx(got[0][0], rel=1e-9)  # timed from the flow's own start
     # a 10-packet queue overflows in slow start: the round takes longer than with 1,000 packets
     assert max(got[3]) > 1.2 * max(got[2])
+    up1, down1, up2, down2 = got[4]  # one connection: the handshake only before the first upload
+    assert min(up1, up2) > 100_000 * 8 / 2e6 and min(down1, down2) > 100_000 * 8 / 20e6
+    assert up1 > up2 + 0.09
+
+
+def test_model_alternation_reuses_one_connection() -> None:
+    # 100 KB up at 2 Mbit/s, 100 KB down at 20 Mbit/s, twice: every transfer takes at least its
+    # bytes over its link; the first upload pays the handshake (2 x 50 ms) that the second does not
+    case = cc.ClassCase("asymmetric reuse", "a", (cc.Flow(100_000, 50.0),), edge_mbps=2.0, down_mbps=20.0,
+                        core_mbps=100.0, rounds=2, down_bytes=100_000)  # fmt: skip
+    up1, down1, up2, down2 = cc.model_times(case)
+    assert min(up1, up2) > 100_000 * 8 / 2e6 + 0.05 and min(down1, down2) > 100_000 * 8 / 20e6 + 0.05
+    assert up1 > up2 + 0.09  # the handshake, and a window that stayed open (no idle restart)
+    assert down2 <= down1

@@ -13,7 +13,11 @@ assumption at a time:
   behind 100 Mbit/s access links;
 * ``staggered``: flows that start while others are in flight (a flow joining a loaded link);
 * ``low rate``: 250 kbit/s and 1 Mbit/s links at 100 ms one way;
-* ``hierarchy``: 8 nodes behind 2 gateways whose backhauls share the server's link.
+* ``hierarchy``: 8 nodes behind 2 gateways whose backhauls share the server's link;
+* ``asymmetric reuse``: clients on 2 Mbit/s up / 20 Mbit/s down links that alternate a 250 KB
+  upload and a 250 KB download over one connection, 3 times (what a synchronous round does with a
+  reused connection); every transfer is compared. The model restarts no window after idle here,
+  as ns-3 does not (``network.tcp_idle_restart = false``; Linux and the model's default do).
 
 Both sides are set up as in :mod:`~aiotsim.network.calibrate_ns3` (CUBIC, initial window 10,
 1,448-byte segments, SACK, Linux's timers, a handshake per transfer) and carry no random loss, so
@@ -40,7 +44,7 @@ from aiotsim.network.flows import Network
 from aiotsim.network.tcp import TcpParams
 from aiotsim.network.topology import Topology
 
-CLASSES = ("deep buffer", "shallow buffer", "mixed RTT", "staggered", "low rate", "hierarchy")
+CLASSES = ("deep buffer", "shallow buffer", "mixed RTT", "staggered", "low rate", "hierarchy", "asymmetric reuse")
 
 
 @dataclass(frozen=True)
@@ -72,12 +76,20 @@ class ClassCase:
     groups: tuple[int, ...] = ()
     backhaul_mbps: float = 10.0
     backhaul_latency_ms: float = 0.0
+    down_mbps: float = 0.0  # > 0: the access links are asymmetric (edge_mbps up, down_mbps down) ...
+    rounds: int = 0  # ... and each client alternates: upload, then download ``down_bytes``, ``rounds`` times
+    down_bytes: int = 0
+
+    @property
+    def alternating(self) -> bool:
+        """Whether each client alternates uploads and downloads over one reused connection."""
+        return self.rounds > 0
 
     @property
     def stop_s(self) -> float:
         """Simulated time after which ns-3 gives up: far beyond any plausible completion."""
-        total = sum(f.size for f in self.flows) * 8 / (min(self.edge_mbps, self.core_mbps) * 1e6)
-        return 120.0 + max(f.start_s for f in self.flows) + 50.0 * total
+        total = sum(f.size + self.down_bytes for f in self.flows) * max(1, self.rounds) * 8
+        return 120.0 + max(f.start_s for f in self.flows) + 50.0 * total / (min(self.edge_mbps, self.core_mbps) * 1e6)
 
 
 @dataclass(frozen=True)
@@ -123,6 +135,13 @@ def grid() -> list[ClassCase]:
         cases.append(_star("staggered", f"250 KB joins a 4 MB upload at 1 s, queue {q}", join, queue_packets=q))
         cases.append(ClassCase("hierarchy", f"2 gateways x 4 x 500 KB, queue {q}", tuple(hier), edge_mbps=10.0,
                                queue_packets=q, **hier_links))  # type: ignore[arg-type]  # fmt: skip
+    for n in (1, 4):
+        for q in (1000, 100):
+            cases.append(
+                ClassCase("asymmetric reuse", f"{n} x (250 KB up, 250 KB down) x 3, 2/20 Mbit/s, 50 ms, queue {q}",
+                          (Flow(250_000, 50.0),) * n, edge_mbps=2.0, down_mbps=20.0, core_mbps=100.0,
+                          queue_packets=q, rounds=3, down_bytes=250_000)
+            )  # fmt: skip
     for mbps in (0.25, 1.0):
         for n in (1, 4):
             flows = [Flow(100_000, 100.0)] * n
@@ -134,29 +153,41 @@ def grid() -> list[ClassCase]:
 
 
 def model_times(case: ClassCase, seed: int = 1) -> list[float]:
-    """Each flow's completion time (s, from its start) in aiotsim's TCP flow model."""
+    """Each transfer's completion time (s, from its own start) in aiotsim's TCP flow model: one per
+    flow, or for an alternating case each client's upload, download, upload ... in turn, over one
+    connection per direction that is opened once and does not restart slow start when idle (ns-3's
+    TCP does not; ``network.tcp_idle_restart = false``)."""
     per_node = [{"latency_s": f.latency_ms * 1e-3, "framing_bytes": P2P_FRAMING} for f in case.flows]
-    edge = case.edge_mbps * 1e6
+    up = case.edge_mbps * 1e6
+    down = (case.down_mbps or case.edge_mbps) * 1e6
     if case.groups:
         topo = Topology.hierarchical(
-            list(case.groups), edge, edge, 0.0, case.backhaul_mbps * 1e6, case.backhaul_mbps * 1e6,
+            list(case.groups), up, down, 0.0, case.backhaul_mbps * 1e6, case.backhaul_mbps * 1e6,
             case.backhaul_latency_ms * 1e-3, server_bps=case.core_mbps * 1e6, mtu=1500,
             header_bytes=HEADER_BYTES, per_node=per_node,
         )  # fmt: skip
     else:
-        topo = Topology.star(len(case.flows), edge, edge, 0.0, case.core_mbps * 1e6, mtu=1500,
+        topo = Topology.star(len(case.flows), up, down, 0.0, case.core_mbps * 1e6, mtu=1500,
                              header_bytes=HEADER_BYTES, per_node=per_node)  # fmt: skip
     env = simpy.Environment()
-    net = Network(env, topo, seed=seed, transport="tcp", tcp=TcpParams(connection="per-transfer"))
-    done = [0.0] * len(case.flows)
+    tcp = (
+        TcpParams(connection="reuse", idle_restart=False) if case.alternating else TcpParams(connection="per-transfer")
+    )
+    net = Network(env, topo, seed=seed, transport="tcp", tcp=tcp)
+    per = 2 * case.rounds if case.alternating else 1
+    done = [0.0] * (len(case.flows) * per)
 
-    def send(i: int, flow: Flow):  # type: ignore[no-untyped-def]
+    def client(i: int, flow: Flow):  # type: ignore[no-untyped-def]
         yield env.timeout(flow.start_s)
-        t = yield net.send(f"node{i}", "server", flow.size)
-        done[i] = t.end_s - flow.start_s
+        for k in range(per):
+            src, dst, size = (
+                (f"node{i}", "server", flow.size) if k % 2 == 0 else ("server", f"node{i}", case.down_bytes)
+            )
+            t = yield net.send(src, dst, size)
+            done[i * per + k] = t.end_s - t.start_s
 
     for i, flow in enumerate(case.flows):
-        env.process(send(i, flow))
+        env.process(client(i, flow))
     env.run()
     return done
 
@@ -219,15 +250,16 @@ def class_stats(rows: Sequence[FlowRow]) -> list[ClassStats]:
 
 def format_table(rows: Sequence[FlowRow]) -> str:
     """Every flow, then the per-class summary."""
-    lines = [f"{'class':<15} {'case':<46} {'flow':>4} {'ns-3 s':>9} {'model s':>9} {'error':>8}"]
+    width = max((len(r.case.label) for r in rows), default=4)
+    lines = [f"{'class':<16} {'case':<{width}} {'flow':>4} {'ns-3 s':>9} {'model s':>9} {'error':>8}"]
     for r in rows:
         lines.append(
-            f"{r.case.klass:<15} {r.case.label:<46} {r.flow:>4} {r.ns3_s:>9.3f} {r.model_s:>9.3f} {r.error:>+8.1%}"
+            f"{r.case.klass:<16} {r.case.label:<{width}} {r.flow:>4} {r.ns3_s:>9.3f} {r.model_s:>9.3f} {r.error:>+8.1%}"
         )
     lines.append("")
-    lines.append(f"{'class':<15} {'flows':>5} {'median':>8} {'p90':>8} {'worst':>8} {'mean signed':>12}")
+    lines.append(f"{'class':<16} {'flows':>5} {'median':>8} {'p90':>8} {'worst':>8} {'mean signed':>12}")
     for s in class_stats(rows):
-        lines.append(f"{s.klass:<15} {s.n:>5} {s.median:>8.1%} {s.p90:>8.1%} {s.worst:>8.1%} {s.bias:>+12.1%}")
+        lines.append(f"{s.klass:<16} {s.n:>5} {s.median:>8.1%} {s.p90:>8.1%} {s.worst:>8.1%} {s.bias:>+12.1%}")
     return "\n".join(lines)
 
 
@@ -327,6 +359,111 @@ std::vector<double> run_flows(std::vector<double> size, std::vector<double> late
   delete sink;
   return out;
 }
+// One client's alternation over one connection: it uploads `up` bytes; when the server has them all
+// it sends `down` bytes back; when the client has them all it uploads again; `rounds` times.
+// times: each transfer's duration from its start (the first upload's from the connect, so it
+// includes the handshake, as in the model's first use of a connection).
+struct Alternating {
+  Ptr<Socket> cli, srv, sender, receiver;
+  uint64_t up = 0, down = 0, left = 0, got = 0;
+  size_t rounds = 0;
+  double t0 = 0;
+  std::vector<double> times;
+  void Fill(Ptr<Socket> s, uint32_t) {
+    if (s != sender) return;
+    while (left > 0) {
+      uint32_t n = std::min<uint64_t>(left, std::min<uint32_t>(s->GetTxAvailable(), 1448));
+      if (n == 0) return;
+      int sent = s->Send(Create<Packet>(n));
+      if (sent <= 0) return;
+      left -= sent;
+    }
+  }
+  void Phase(Ptr<Socket> from, Ptr<Socket> to, uint64_t bytes) {
+    sender = from; receiver = to; left = bytes; got = 0;
+    Fill(from, 0);
+  }
+  void Recv(Ptr<Socket> s) {
+    Ptr<Packet> p;
+    while ((p = s->Recv())) if (s == receiver) got += p->GetSize();
+    bool uploading = times.size() % 2 == 0;
+    if (s != receiver || got < (uploading ? up : down)) return;
+    times.push_back(Simulator::Now().GetSeconds() - t0);
+    t0 = Simulator::Now().GetSeconds();
+    if (times.size() == 2 * rounds) return;
+    if (uploading) Phase(srv, cli, down); else Phase(cli, srv, up);
+  }
+  void Connected(Ptr<Socket> s) { Phase(cli, srv, up); }
+  void Failed(Ptr<Socket> s) {}
+  void Accepted(Ptr<Socket> s, const Address&) {
+    srv = s;
+    s->SetRecvCallback(MakeCallback(&Alternating::Recv, this));
+    s->SetSendCallback(MakeCallback(&Alternating::Fill, this));
+    if (receiver == nullptr) receiver = s;  // the first upload may arrive before Connected runs
+  }
+};
+
+// Clients on asymmetric access links (up_bps, down_bps, latency[i]) -- hub -- core link (core_bps)
+// -- server; drop-tail queues of `queue` packets. Client i alternates as above on port 9000 + i.
+// Returns every transfer's time, client by client: up, down, up, ... (-1 where not finished).
+std::vector<double> run_alternating(std::vector<double> latency, double up_bps, double down_bps, double core_bps,
+                                    int queue, uint64_t up, uint64_t down, int rounds, double stop_s) {
+  RngSeedManager::SetSeed(1);
+  RngSeedManager::SetRun(1);
+  TCP_DEFAULTS
+  int n = latency.size();
+  NodeContainer clients; clients.Create(n);
+  NodeContainer hub; hub.Create(1);
+  NodeContainer server; server.Create(1);
+  InternetStackHelper stack; stack.Install(clients); stack.Install(hub); stack.Install(server);
+  PointToPointHelper link;
+  link.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(std::to_string(queue) + "p"));
+  Ipv4AddressHelper addr;
+  TrafficControlHelper tch;
+  link.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(core_bps))));
+  link.SetChannelAttribute("Delay", TimeValue(Seconds(0)));
+  NetDeviceContainer sd = link.Install(hub.Get(0), server.Get(0));
+  addr.SetBase("10.0.0.0", "255.255.255.0");
+  Ipv4InterfaceContainer si = addr.Assign(sd);
+  tch.Uninstall(sd);
+  std::vector<Alternating*> alt;
+  for (int i = 0; i < n; ++i) {
+    link.SetChannelAttribute("Delay", TimeValue(Seconds(latency[i])));
+    NetDeviceContainer d = link.Install(clients.Get(i), hub.Get(0));
+    d.Get(0)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(up_bps))));    // client -> hub
+    d.Get(1)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(down_bps))));  // hub -> client
+    std::string base = "10.1." + std::to_string(i + 1) + ".0";
+    addr.SetBase(base.c_str(), "255.255.255.0");
+    addr.Assign(d);
+    tch.Uninstall(d);
+  }
+  Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+  for (int i = 0; i < n; ++i) {
+    Alternating* a = new Alternating();
+    a->up = up; a->down = down; a->rounds = rounds;
+    Ptr<Socket> listen = Socket::CreateSocket(server.Get(0), TcpSocketFactory::GetTypeId());
+    listen->Bind(InetSocketAddress(Ipv4Address::GetAny(), 9000 + i));
+    listen->Listen();
+    listen->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
+                              MakeCallback(&Alternating::Accepted, a));
+    a->cli = Socket::CreateSocket(clients.Get(i), TcpSocketFactory::GetTypeId());
+    a->cli->Bind();
+    a->cli->SetConnectCallback(MakeCallback(&Alternating::Connected, a), MakeCallback(&Alternating::Failed, a));
+    a->cli->SetRecvCallback(MakeCallback(&Alternating::Recv, a));
+    a->cli->SetSendCallback(MakeCallback(&Alternating::Fill, a));
+    a->cli->Connect(InetSocketAddress(si.GetAddress(1), 9000 + i));
+    alt.push_back(a);
+  }
+  Simulator::Stop(Seconds(stop_s));
+  Simulator::Run();
+  std::vector<double> out;
+  for (Alternating* a : alt) {
+    for (size_t k = 0; k < 2 * a->rounds; ++k) out.push_back(k < a->times.size() ? a->times[k] : -1.0);
+    delete a;
+  }
+  Simulator::Destroy();
+  return out;
+}
 }  // namespace aiotsim_classes
 """.replace("TCP_DEFAULTS", NS3_TCP_DEFAULTS)
 
@@ -345,6 +482,13 @@ def _worker() -> None:  # pragma: no cover - runs in the ns-3 subprocess
     out = []
     for raw in json.loads(sys.stdin.read()):
         c = ClassCase(**{**raw, "flows": tuple(Flow(**f) for f in raw["flows"]), "groups": tuple(raw["groups"])})
+        if c.alternating:
+            done = cppyy.gbl.aiotsim_classes.run_alternating(
+                doubles([f.latency_ms * 1e-3 for f in c.flows]), c.edge_mbps * 1e6, c.down_mbps * 1e6,
+                c.core_mbps * 1e6, c.queue_packets, c.flows[0].size, c.down_bytes, c.rounds, c.stop_s,
+            )  # fmt: skip
+            out.append([float(t) for t in done])
+            continue
         done = cppyy.gbl.aiotsim_classes.run_flows(
             doubles([f.size for f in c.flows]), doubles([f.latency_ms * 1e-3 for f in c.flows]),
             doubles([f.start_s for f in c.flows]), c.edge_mbps * 1e6, c.core_mbps * 1e6, c.queue_packets,
