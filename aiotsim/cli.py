@@ -491,6 +491,13 @@ def calibrate(
     against: Annotated[
         str, typer.Option(help="'real': TCP through a shaped loopback; 'ns3': ns-3 packet-level TCP (aiotsim\\[ns3])")
     ] = "real",
+    classes: Annotated[
+        bool,
+        typer.Option(
+            help="with --against ns3: per-flow times in the classes the star leaves out (shallow buffers, "
+            "mixed RTTs, staggered starts, low-rate links, a hierarchy; about a minute)"
+        ),
+    ] = False,
 ) -> None:
     """Validate the network model against real TCP through a tc-shaped loopback (needs root),
     or against ns-3's packet-level TCP (`--against ns3`, needs `pip install aiotsim\\[ns3]`).
@@ -500,9 +507,19 @@ def calibrate(
     predicted completion times. Nothing leaves the namespace's loopback.
     ns3: the same star (10 Mbit/s links, shared server link) in ns-3 and in the TCP flow model,
     1 KB..10 MB x 1-16 flows x one-way latency 1-300 ms x loss 0-5% (`--quick`: 4 cases).
+    With `--classes`: each flow's completion time, per class of case (deep and shallow buffers,
+    mixed RTTs on one bottleneck, staggered starts, low-rate links, a two-level hierarchy).
     """
     if against not in ("real", "ns3"):
         raise ConfigError(f"--against(={against!r}) must be 'real' or 'ns3'")
+    if classes and against != "ns3":
+        raise ConfigError("--classes compares with ns-3: add --against ns3")
+    if classes:
+        from aiotsim.network import calibrate_classes
+
+        table = calibrate_classes.format_table(calibrate_classes.compare(calibrate_classes.grid()))
+        out.print(table, highlight=False, soft_wrap=True)  # long case labels: no wrapping at 80 columns
+        return
     if against == "ns3":
         from aiotsim.network import calibrate_ns3
 

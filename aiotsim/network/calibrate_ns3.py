@@ -233,6 +233,32 @@ def format_table(rows: Sequence[Ns3Row]) -> str:
     return "\n".join(lines)
 
 
+# TCP as the calibration sets it up (see the module docstring): ns-3 C++ statements, shared with
+# :mod:`aiotsim.network.calibrate_classes`.
+NS3_TCP_DEFAULTS = r"""
+  Config::SetDefault("ns3::TcpL4Protocol::SocketType", StringValue("ns3::TcpCubic"));
+  Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(1448));
+  Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
+  Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(4194304));
+  Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(4194304));
+  // Linux's timers instead of ns-3's defaults (see the module docstring): RTO floor 200 ms (ns-3:
+  // 1 s); delayed-ACK timeout 40 ms (Linux's TCP_DELACK_MIN; ns-3: 200 ms, which equals the RTO
+  // floor: after a timeout the window of 1 segment waits for a delayed ACK that never comes before
+  // the next timeout, and the connection crawls at 1 segment per 200 ms for minutes); SYN
+  // retransmission after 1 s (RFC 6298's initial RTO, Linux's; ns-3: 3 s).
+  Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(200)));
+  Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(MilliSeconds(40)));
+  Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(2));
+  Config::SetDefault("ns3::TcpSocket::ConnTimeout", TimeValue(Seconds(1)));
+  Config::SetDefault("ns3::TcpSocketBase::Sack", BooleanValue(true));
+  // ns-3's RTO is max(MinRto, srtt + max(ClockGranularity, 4 rttvar)); Linux's is srtt +
+  // max(4 rttvar, 200 ms) (tcp_rto_min bounds rttvar's term, not the sum): a granularity of 200 ms
+  // gives Linux's formula. With ns-3's 1 ms the RTO settles just above the RTT, below RTT + the
+  // 40 ms delayed ACK of a lone segment, and after one timeout every retransmission times out
+  // spuriously again (1 MB x 4 flows at 300 ms, 1% loss: 185 s instead of about 20 s).
+  Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(200)));
+"""
+
 NS3_SOURCE = r"""
 #include "ns3/core-module.h"
 #include "ns3/network-module.h"
@@ -266,27 +292,7 @@ std::vector<double> run_case(int flows, uint64_t size, double rate_bps, double s
                              double loss, int queue_packets, uint32_t run, double stop_s) {
   RngSeedManager::SetSeed(1);
   RngSeedManager::SetRun(run);
-  Config::SetDefault("ns3::TcpL4Protocol::SocketType", StringValue("ns3::TcpCubic"));
-  Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(1448));
-  Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
-  Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(4194304));
-  Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(4194304));
-  // Linux's timers instead of ns-3's defaults (see the module docstring): RTO floor 200 ms (ns-3:
-  // 1 s); delayed-ACK timeout 40 ms (Linux's TCP_DELACK_MIN; ns-3: 200 ms, which equals the RTO
-  // floor: after a timeout the window of 1 segment waits for a delayed ACK that never comes before
-  // the next timeout, and the connection crawls at 1 segment per 200 ms for minutes); SYN
-  // retransmission after 1 s (RFC 6298's initial RTO, Linux's; ns-3: 3 s).
-  Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(200)));
-  Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(MilliSeconds(40)));
-  Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(2));
-  Config::SetDefault("ns3::TcpSocket::ConnTimeout", TimeValue(Seconds(1)));
-  Config::SetDefault("ns3::TcpSocketBase::Sack", BooleanValue(true));
-  // ns-3's RTO is max(MinRto, srtt + max(ClockGranularity, 4 rttvar)); Linux's is srtt +
-  // max(4 rttvar, 200 ms) (tcp_rto_min bounds rttvar's term, not the sum): a granularity of 200 ms
-  // gives Linux's formula. With ns-3's 1 ms the RTO settles just above the RTT, below RTT + the
-  // 40 ms delayed ACK of a lone segment, and after one timeout every retransmission times out
-  // spuriously again (1 MB x 4 flows at 300 ms, 1% loss: 185 s instead of about 20 s).
-  Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(200)));
+  TCP_DEFAULTS
   std::string q = std::to_string(queue_packets) + "p";
   NodeContainer clients; clients.Create(flows);
   NodeContainer hub; hub.Create(1);
@@ -342,7 +348,7 @@ std::vector<double> run_case(int flows, uint64_t size, double rate_bps, double s
   return out;
 }
 }  // namespace aiotsim_ns3
-"""
+""".replace("TCP_DEFAULTS", NS3_TCP_DEFAULTS)
 
 
 def _worker() -> None:  # pragma: no cover - runs in the ns-3 subprocess

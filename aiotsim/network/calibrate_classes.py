@@ -1,0 +1,502 @@
+"""The flow model against ns-3 where AIoT networks leave the calibration star: per-flow times by class.
+
+``aiotsim calibrate --against ns3`` (:mod:`aiotsim.network.calibrate_ns3`) checks the model on
+a star of equal links, flows that start together and deep (1,000-packet) queues, by the time the
+last flow finishes. Real AIoT networks break all three, and a round's makespan hides how each
+node fares. ``aiotsim calibrate --against ns3 --classes`` compares **each flow's completion time**
+(from its own start to its last byte at the server) in classes of cases built to break one
+assumption at a time:
+
+* ``shallow buffer``: drop-tail queues of 10, 50 and 100 packets (8 x 250 KB at 50 ms; one 250 KB
+  flow over 1 Mbit/s), with the same cases at 1,000 packets as the deep reference;
+* ``mixed RTT``: 4 flows of 1 MB at one-way 5, 20, 50 and 150 ms sharing a 10 Mbit/s bottleneck
+  behind 100 Mbit/s access links;
+* ``staggered``: flows that start while others are in flight (a flow joining a loaded link);
+* ``low rate``: 250 kbit/s and 1 Mbit/s links at 100 ms one way;
+* ``hierarchy``: 8 nodes behind 2 gateways whose backhauls share the server's link;
+* ``asymmetric reuse``: clients on 2 Mbit/s up / 20 Mbit/s down links that alternate a 250 KB
+  upload and a 250 KB download over one connection, 3 times (what a synchronous round does with a
+  reused connection); every transfer is compared. The model restarts no window after idle here,
+  as ns-3 does not (``network.tcp_idle_restart = false``; Linux and the model's default do).
+
+Both sides are set up as in :mod:`~aiotsim.network.calibrate_ns3` (CUBIC, initial window 10,
+1,448-byte segments, SACK, Linux's timers, a handshake per transfer) and carry no random loss, so
+one ns-3 run per case is exact. The model has no buffer (issue 38): it never drops a packet and
+queues add nothing to its RTTs, so every queue size gives it the same times; the classes measure
+how far that carries. ns-3 runs in a subprocess (``python -m aiotsim.network.calibrate_classes``),
+like the star's calibration.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import simpy
+
+from aiotsim.errors import AiotsimError
+from aiotsim.network.calibrate_ns3 import HEADER_BYTES, NS3_TCP_DEFAULTS, P2P_FRAMING, ns3_available
+from aiotsim.network.flows import Network
+from aiotsim.network.tcp import TcpParams
+from aiotsim.network.topology import Topology
+
+CLASSES = ("deep buffer", "shallow buffer", "mixed RTT", "staggered", "low rate", "hierarchy", "asymmetric reuse")
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One upload: ``size`` bytes from its own client, whose access link has one-way
+    ``latency_ms``, starting at ``start_s`` (s of simulated time)."""
+
+    size: int
+    latency_ms: float
+    start_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClassCase:
+    """One case of a class: its flows and links (Mbit/s, ms, packets).
+
+    A star (``groups`` empty): each client's access link (``edge_mbps``, the flow's latency) to a
+    hub, and one link from the hub to the server (``core_mbps``, no latency) that all flows share.
+    A hierarchy: the clients of gateway k (``groups[k]`` of them, in order) reach it over their
+    access links; each gateway's backhaul (``backhaul_mbps``, ``backhaul_latency_ms``) reaches the
+    hub, then the shared core link. Every link's drop-tail queue holds ``queue_packets``."""
+
+    klass: str
+    label: str
+    flows: tuple[Flow, ...]
+    edge_mbps: float = 10.0
+    core_mbps: float = 10.0
+    queue_packets: int = 1000
+    groups: tuple[int, ...] = ()
+    backhaul_mbps: float = 10.0
+    backhaul_latency_ms: float = 0.0
+    down_mbps: float = 0.0  # > 0: the access links are asymmetric (edge_mbps up, down_mbps down) ...
+    rounds: int = 0  # ... and each client alternates: upload, then download ``down_bytes``, ``rounds`` times
+    down_bytes: int = 0
+
+    @property
+    def alternating(self) -> bool:
+        """Whether each client alternates uploads and downloads over one reused connection."""
+        return self.rounds > 0
+
+    @property
+    def stop_s(self) -> float:
+        """Simulated time after which ns-3 gives up: far beyond any plausible completion."""
+        total = sum(f.size + self.down_bytes for f in self.flows) * max(1, self.rounds) * 8
+        return 120.0 + max(f.start_s for f in self.flows) + 50.0 * total / (min(self.edge_mbps, self.core_mbps) * 1e6)
+
+
+@dataclass(frozen=True)
+class FlowRow:
+    """One flow of one case: its completion time in ns-3 and in the model, s."""
+
+    case: ClassCase
+    flow: int
+    ns3_s: float
+    model_s: float
+
+    @property
+    def error(self) -> float:
+        """Relative error of the model, (model - ns3) / ns3."""
+        return (self.model_s - self.ns3_s) / self.ns3_s
+
+
+def _star(klass: str, label: str, flows: Sequence[Flow], **links: float) -> ClassCase:
+    return ClassCase(klass, label, tuple(flows), **links)  # type: ignore[arg-type]
+
+
+def grid() -> list[ClassCase]:
+    """Every case of every class (the deep-buffer reference first)."""
+    eight = [Flow(250_000, 50.0)] * 8
+    one_slow = [Flow(250_000, 50.0)]
+    mixed = [Flow(1_000_000, ms) for ms in (5.0, 20.0, 50.0, 150.0)]
+    stagger = [Flow(1_000_000, 10.0, 0.3 * k) for k in range(4)]
+    join = [Flow(4_000_000, 10.0), Flow(250_000, 10.0, 1.0)]
+    hier = [Flow(500_000, 10.0)] * 8
+    hier_links = {"groups": (4, 4), "backhaul_mbps": 10.0, "backhaul_latency_ms": 20.0, "core_mbps": 20.0}
+    cases: list[ClassCase] = []
+    for q in (1000, 100, 50, 10):
+        klass = "deep buffer" if q == 1000 else "shallow buffer"
+        cases.append(_star(klass, f"8 x 250 KB, 50 ms, queue {q}", eight, queue_packets=q))
+        cases.append(
+            _star(klass, f"250 KB over 1 Mbit/s, 50 ms, queue {q}", one_slow, edge_mbps=1.0, core_mbps=1.0,
+                  queue_packets=q)
+        )  # fmt: skip
+    for q in (1000, 100):
+        cases.append(_star("mixed RTT", f"4 x 1 MB at 5/20/50/150 ms, queue {q}", mixed, edge_mbps=100.0,
+                           queue_packets=q))  # fmt: skip
+        cases.append(_star("staggered", f"4 x 1 MB, 10 ms, starts 0.3 s apart, queue {q}", stagger, queue_packets=q))
+        cases.append(_star("staggered", f"250 KB joins a 4 MB upload at 1 s, queue {q}", join, queue_packets=q))
+        cases.append(ClassCase("hierarchy", f"2 gateways x 4 x 500 KB, queue {q}", tuple(hier), edge_mbps=10.0,
+                               queue_packets=q, **hier_links))  # type: ignore[arg-type]  # fmt: skip
+    for n in (1, 4):
+        for q in (1000, 100):
+            cases.append(
+                ClassCase("asymmetric reuse", f"{n} x (250 KB up, 250 KB down) x 3, 2/20 Mbit/s, 50 ms, queue {q}",
+                          (Flow(250_000, 50.0),) * n, edge_mbps=2.0, down_mbps=20.0, core_mbps=100.0,
+                          queue_packets=q, rounds=3, down_bytes=250_000)
+            )  # fmt: skip
+    for mbps in (0.25, 1.0):
+        for n in (1, 4):
+            flows = [Flow(100_000, 100.0)] * n
+            cases.append(
+                _star("low rate", f"{n} x 100 KB over {mbps:g} Mbit/s, 100 ms", flows, edge_mbps=mbps,
+                      core_mbps=mbps, queue_packets=100)
+            )  # fmt: skip
+    return cases
+
+
+def model_times(case: ClassCase, seed: int = 1) -> list[float]:
+    """Each transfer's completion time (s, from its own start) in aiotsim's TCP flow model: one per
+    flow, or for an alternating case each client's upload, download, upload ... in turn, over one
+    connection per direction that is opened once and does not restart slow start when idle (ns-3's
+    TCP does not; ``network.tcp_idle_restart = false``)."""
+    per_node = [{"latency_s": f.latency_ms * 1e-3, "framing_bytes": P2P_FRAMING} for f in case.flows]
+    up = case.edge_mbps * 1e6
+    down = (case.down_mbps or case.edge_mbps) * 1e6
+    if case.groups:
+        topo = Topology.hierarchical(
+            list(case.groups), up, down, 0.0, case.backhaul_mbps * 1e6, case.backhaul_mbps * 1e6,
+            case.backhaul_latency_ms * 1e-3, server_bps=case.core_mbps * 1e6, mtu=1500,
+            header_bytes=HEADER_BYTES, per_node=per_node,
+        )  # fmt: skip
+    else:
+        topo = Topology.star(len(case.flows), up, down, 0.0, case.core_mbps * 1e6, mtu=1500,
+                             header_bytes=HEADER_BYTES, per_node=per_node)  # fmt: skip
+    env = simpy.Environment()
+    tcp = (
+        TcpParams(connection="reuse", idle_restart=False) if case.alternating else TcpParams(connection="per-transfer")
+    )
+    net = Network(env, topo, seed=seed, transport="tcp", tcp=tcp)
+    per = 2 * case.rounds if case.alternating else 1
+    done = [0.0] * (len(case.flows) * per)
+
+    def client(i: int, flow: Flow):  # type: ignore[no-untyped-def]
+        yield env.timeout(flow.start_s)
+        for k in range(per):
+            src, dst, size = (
+                (f"node{i}", "server", flow.size) if k % 2 == 0 else ("server", f"node{i}", case.down_bytes)
+            )
+            t = yield net.send(src, dst, size)
+            done[i * per + k] = t.end_s - t.start_s
+
+    for i, flow in enumerate(case.flows):
+        env.process(client(i, flow))
+    env.run()
+    return done
+
+
+def run_ns3(cases: Sequence[ClassCase]) -> list[list[float]]:
+    """Each flow's completion time (s, from its start; -1: not finished) of each case in ns-3."""
+    if not ns3_available():
+        raise AiotsimError("ns-3 is not installed: pip install 'aiotsim[ns3]' (the ns3 package, ns-3.44)")
+    payload = json.dumps([asdict(c) for c in cases])
+    cmd = [sys.executable, "-m", "aiotsim.network.calibrate_classes"]
+    proc = subprocess.run(cmd, input=payload, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AiotsimError(f"the ns-3 worker failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def compare(cases: Sequence[ClassCase]) -> list[FlowRow]:
+    """ns-3 against the model, one row per flow of every case (flows ns-3 did not finish left out)."""
+    rows = []
+    for case, measured in zip(cases, run_ns3(cases), strict=True):
+        for i, (ns3_s, model_s) in enumerate(zip(measured, model_times(case), strict=True)):
+            if ns3_s > 0:
+                rows.append(FlowRow(case, i, ns3_s, model_s))
+    return rows
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, linearly interpolated between order statistics."""
+    s = sorted(values)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class ClassStats:
+    """|error| of the flows of one class: median, 90th percentile, worst, how many, and the mean
+    signed error (negative: the model is too fast)."""
+
+    klass: str
+    median: float
+    p90: float
+    worst: float
+    n: int
+    bias: float
+
+
+def class_stats(rows: Sequence[FlowRow]) -> list[ClassStats]:
+    """:class:`ClassStats` per class, in :data:`CLASSES` order."""
+    out = []
+    for klass in CLASSES:
+        errs = [r.error for r in rows if r.case.klass == klass]
+        if errs:
+            mags = [abs(e) for e in errs]
+            out.append(ClassStats(klass, statistics.median(mags), percentile(mags, 0.9), max(mags), len(errs),
+                                  statistics.fmean(errs)))  # fmt: skip
+    return out
+
+
+def format_table(rows: Sequence[FlowRow]) -> str:
+    """Every flow, then the per-class summary."""
+    width = max((len(r.case.label) for r in rows), default=4)
+    lines = [f"{'class':<16} {'case':<{width}} {'flow':>4} {'ns-3 s':>9} {'model s':>9} {'error':>8}"]
+    for r in rows:
+        lines.append(
+            f"{r.case.klass:<16} {r.case.label:<{width}} {r.flow:>4} {r.ns3_s:>9.3f} {r.model_s:>9.3f} {r.error:>+8.1%}"
+        )
+    lines.append("")
+    lines.append(f"{'class':<16} {'flows':>5} {'median':>8} {'p90':>8} {'worst':>8} {'mean signed':>12}")
+    for s in class_stats(rows):
+        lines.append(f"{s.klass:<16} {s.n:>5} {s.median:>8.1%} {s.p90:>8.1%} {s.worst:>8.1%} {s.bias:>+12.1%}")
+    return "\n".join(lines)
+
+
+NS3_SOURCE = r"""
+#include "ns3/core-module.h"
+#include "ns3/network-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/point-to-point-module.h"
+#include "ns3/applications-module.h"
+#include "ns3/traffic-control-module.h"
+#include <vector>
+#include <map>
+
+namespace aiotsim_classes {
+using namespace ns3;
+
+struct Sink {
+  std::vector<double> done, start;
+  std::vector<uint64_t> got, size;
+  std::map<uint32_t, int> which;  // peer IPv4 -> flow
+  void OnRx(Ptr<const Packet> p, const Address& from) {
+    int i = which[InetSocketAddress::ConvertFrom(from).GetIpv4().Get()];
+    got[i] += p->GetSize();
+    if (got[i] >= size[i] && done[i] < 0) done[i] = Simulator::Now().GetSeconds() - start[i];
+  }
+};
+
+// Clients -- access links (edge_bps, latency[i]) -- [gateways -- backhauls (backhaul_bps,
+// backhaul_s)] -- hub -- core link (core_bps, 0 s) -- server; drop-tail queues of `queue` packets
+// on every device, no queue discs. Client i sends size[i] bytes at start[i] over a new
+// connection. Returns each flow's completion time from its start (s; -1 if not finished).
+std::vector<double> run_flows(std::vector<double> size, std::vector<double> latency, std::vector<double> start,
+                              double edge_bps, double core_bps, int queue, std::vector<int> groups,
+                              double backhaul_bps, double backhaul_s, double stop_s) {
+  RngSeedManager::SetSeed(1);
+  RngSeedManager::SetRun(1);
+  TCP_DEFAULTS
+  int n = size.size();
+  std::string q = std::to_string(queue) + "p";
+  NodeContainer clients; clients.Create(n);
+  NodeContainer hub; hub.Create(1);
+  NodeContainer server; server.Create(1);
+  NodeContainer gws; gws.Create(groups.size());
+  InternetStackHelper stack;
+  stack.Install(clients); stack.Install(hub); stack.Install(server); stack.Install(gws);
+  PointToPointHelper link;
+  link.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(q));
+  Ipv4AddressHelper addr;
+  TrafficControlHelper tch;
+  link.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(core_bps))));
+  link.SetChannelAttribute("Delay", TimeValue(Seconds(0)));
+  NetDeviceContainer sd = link.Install(hub.Get(0), server.Get(0));
+  addr.SetBase("10.0.0.0", "255.255.255.0");
+  Ipv4InterfaceContainer si = addr.Assign(sd);
+  tch.Uninstall(sd);
+  std::vector<Ptr<Node>> up(n, hub.Get(0));  // the node each client's access link ends at
+  int first = 0;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    link.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(backhaul_bps))));
+    link.SetChannelAttribute("Delay", TimeValue(Seconds(backhaul_s)));
+    NetDeviceContainer b = link.Install(gws.Get(k), hub.Get(0));
+    std::string base = "10.2." + std::to_string(k + 1) + ".0";
+    addr.SetBase(base.c_str(), "255.255.255.0");
+    addr.Assign(b);
+    tch.Uninstall(b);
+    for (int i = first; i < first + groups[k]; ++i) up[i] = gws.Get(k);
+    first += groups[k];
+  }
+  Sink* sink = new Sink();
+  sink->done.assign(n, -1.0); sink->got.assign(n, 0); sink->start = start;
+  for (int i = 0; i < n; ++i) sink->size.push_back(uint64_t(size[i]));
+  uint16_t port = 9000;
+  for (int i = 0; i < n; ++i) {
+    link.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(edge_bps))));
+    link.SetChannelAttribute("Delay", TimeValue(Seconds(latency[i])));
+    NetDeviceContainer d = link.Install(clients.Get(i), up[i]);
+    std::string base = "10.1." + std::to_string(i + 1) + ".0";
+    addr.SetBase(base.c_str(), "255.255.255.0");
+    Ipv4InterfaceContainer ci = addr.Assign(d);
+    tch.Uninstall(d);
+    sink->which[ci.GetAddress(0).Get()] = i;
+    BulkSendHelper bulk("ns3::TcpSocketFactory", InetSocketAddress(si.GetAddress(1), port));
+    bulk.SetAttribute("MaxBytes", UintegerValue(uint64_t(size[i])));
+    bulk.SetAttribute("SendSize", UintegerValue(1448));
+    ApplicationContainer a = bulk.Install(clients.Get(i));
+    a.Start(Seconds(start[i]));
+  }
+  Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+  PacketSinkHelper ps("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), port));
+  ApplicationContainer sa = ps.Install(server.Get(0));
+  sa.Start(Seconds(0.0));
+  sa.Get(0)->TraceConnectWithoutContext("Rx", MakeCallback(&Sink::OnRx, sink));
+  Simulator::Stop(Seconds(stop_s));
+  Simulator::Run();
+  std::vector<double> out = sink->done;
+  Simulator::Destroy();
+  delete sink;
+  return out;
+}
+// One client's alternation over one connection: it uploads `up` bytes; when the server has them all
+// it sends `down` bytes back; when the client has them all it uploads again; `rounds` times.
+// times: each transfer's duration from its start (the first upload's from the connect, so it
+// includes the handshake, as in the model's first use of a connection).
+struct Alternating {
+  Ptr<Socket> cli, srv, sender, receiver;
+  uint64_t up = 0, down = 0, left = 0, got = 0;
+  size_t rounds = 0;
+  double t0 = 0;
+  std::vector<double> times;
+  void Fill(Ptr<Socket> s, uint32_t) {
+    if (s != sender) return;
+    while (left > 0) {
+      uint32_t n = std::min<uint64_t>(left, std::min<uint32_t>(s->GetTxAvailable(), 1448));
+      if (n == 0) return;
+      int sent = s->Send(Create<Packet>(n));
+      if (sent <= 0) return;
+      left -= sent;
+    }
+  }
+  void Phase(Ptr<Socket> from, Ptr<Socket> to, uint64_t bytes) {
+    sender = from; receiver = to; left = bytes; got = 0;
+    Fill(from, 0);
+  }
+  void Recv(Ptr<Socket> s) {
+    Ptr<Packet> p;
+    while ((p = s->Recv())) if (s == receiver) got += p->GetSize();
+    bool uploading = times.size() % 2 == 0;
+    if (s != receiver || got < (uploading ? up : down)) return;
+    times.push_back(Simulator::Now().GetSeconds() - t0);
+    t0 = Simulator::Now().GetSeconds();
+    if (times.size() == 2 * rounds) return;
+    if (uploading) Phase(srv, cli, down); else Phase(cli, srv, up);
+  }
+  void Connected(Ptr<Socket> s) { Phase(cli, srv, up); }
+  void Failed(Ptr<Socket> s) {}
+  void Accepted(Ptr<Socket> s, const Address&) {
+    srv = s;
+    s->SetRecvCallback(MakeCallback(&Alternating::Recv, this));
+    s->SetSendCallback(MakeCallback(&Alternating::Fill, this));
+    if (receiver == nullptr) receiver = s;  // the first upload may arrive before Connected runs
+  }
+};
+
+// Clients on asymmetric access links (up_bps, down_bps, latency[i]) -- hub -- core link (core_bps)
+// -- server; drop-tail queues of `queue` packets. Client i alternates as above on port 9000 + i.
+// Returns every transfer's time, client by client: up, down, up, ... (-1 where not finished).
+std::vector<double> run_alternating(std::vector<double> latency, double up_bps, double down_bps, double core_bps,
+                                    int queue, uint64_t up, uint64_t down, int rounds, double stop_s) {
+  RngSeedManager::SetSeed(1);
+  RngSeedManager::SetRun(1);
+  TCP_DEFAULTS
+  int n = latency.size();
+  NodeContainer clients; clients.Create(n);
+  NodeContainer hub; hub.Create(1);
+  NodeContainer server; server.Create(1);
+  InternetStackHelper stack; stack.Install(clients); stack.Install(hub); stack.Install(server);
+  PointToPointHelper link;
+  link.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(std::to_string(queue) + "p"));
+  Ipv4AddressHelper addr;
+  TrafficControlHelper tch;
+  link.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(core_bps))));
+  link.SetChannelAttribute("Delay", TimeValue(Seconds(0)));
+  NetDeviceContainer sd = link.Install(hub.Get(0), server.Get(0));
+  addr.SetBase("10.0.0.0", "255.255.255.0");
+  Ipv4InterfaceContainer si = addr.Assign(sd);
+  tch.Uninstall(sd);
+  std::vector<Alternating*> alt;
+  for (int i = 0; i < n; ++i) {
+    link.SetChannelAttribute("Delay", TimeValue(Seconds(latency[i])));
+    NetDeviceContainer d = link.Install(clients.Get(i), hub.Get(0));
+    d.Get(0)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(up_bps))));    // client -> hub
+    d.Get(1)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(down_bps))));  // hub -> client
+    std::string base = "10.1." + std::to_string(i + 1) + ".0";
+    addr.SetBase(base.c_str(), "255.255.255.0");
+    addr.Assign(d);
+    tch.Uninstall(d);
+  }
+  Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+  for (int i = 0; i < n; ++i) {
+    Alternating* a = new Alternating();
+    a->up = up; a->down = down; a->rounds = rounds;
+    Ptr<Socket> listen = Socket::CreateSocket(server.Get(0), TcpSocketFactory::GetTypeId());
+    listen->Bind(InetSocketAddress(Ipv4Address::GetAny(), 9000 + i));
+    listen->Listen();
+    listen->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
+                              MakeCallback(&Alternating::Accepted, a));
+    a->cli = Socket::CreateSocket(clients.Get(i), TcpSocketFactory::GetTypeId());
+    a->cli->Bind();
+    a->cli->SetConnectCallback(MakeCallback(&Alternating::Connected, a), MakeCallback(&Alternating::Failed, a));
+    a->cli->SetRecvCallback(MakeCallback(&Alternating::Recv, a));
+    a->cli->SetSendCallback(MakeCallback(&Alternating::Fill, a));
+    a->cli->Connect(InetSocketAddress(si.GetAddress(1), 9000 + i));
+    alt.push_back(a);
+  }
+  Simulator::Stop(Seconds(stop_s));
+  Simulator::Run();
+  std::vector<double> out;
+  for (Alternating* a : alt) {
+    for (size_t k = 0; k < 2 * a->rounds; ++k) out.push_back(k < a->times.size() ? a->times[k] : -1.0);
+    delete a;
+  }
+  Simulator::Destroy();
+  return out;
+}
+}  // namespace aiotsim_classes
+""".replace("TCP_DEFAULTS", NS3_TCP_DEFAULTS)
+
+
+def _worker() -> None:  # pragma: no cover - runs in the ns-3 subprocess
+    """Read cases (JSON) on stdin, run each in ns-3, print every flow's completion time (JSON)."""
+    import cppyy
+    from ns import ns  # noqa: F401  (loads the ns-3 libraries and headers into cppyy)
+
+    cppyy.cppdef(NS3_SOURCE)
+    vec = cppyy.gbl.std.vector
+
+    def doubles(values: Sequence[float]):  # type: ignore[no-untyped-def]
+        return vec["double"]([float(v) for v in values])
+
+    out = []
+    for raw in json.loads(sys.stdin.read()):
+        c = ClassCase(**{**raw, "flows": tuple(Flow(**f) for f in raw["flows"]), "groups": tuple(raw["groups"])})
+        if c.alternating:
+            done = cppyy.gbl.aiotsim_classes.run_alternating(
+                doubles([f.latency_ms * 1e-3 for f in c.flows]), c.edge_mbps * 1e6, c.down_mbps * 1e6,
+                c.core_mbps * 1e6, c.queue_packets, c.flows[0].size, c.down_bytes, c.rounds, c.stop_s,
+            )  # fmt: skip
+            out.append([float(t) for t in done])
+            continue
+        done = cppyy.gbl.aiotsim_classes.run_flows(
+            doubles([f.size for f in c.flows]), doubles([f.latency_ms * 1e-3 for f in c.flows]),
+            doubles([f.start_s for f in c.flows]), c.edge_mbps * 1e6, c.core_mbps * 1e6, c.queue_packets,
+            vec["int"](list(c.groups)), c.backhaul_mbps * 1e6, c.backhaul_latency_ms * 1e-3, c.stop_s,
+        )  # fmt: skip
+        out.append([float(t) for t in done])
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _worker()

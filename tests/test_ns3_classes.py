@@ -1,0 +1,82 @@
+"""The per-flow calibration classes (aiotsim calibrate --against ns3 --classes): the statistics
+by hand, the model side by hand, and the ns-3 harness checked against the star calibration's own
+ns-3 program and against what a drop-tail buffer must do (skips without ns-3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from aiotsim.network import calibrate_classes as cc
+from aiotsim.network.calibrate_ns3 import Ns3Case, ns3_available, run_ns3
+
+
+def test_percentile_interpolates_between_order_statistics() -> None:
+    assert cc.percentile([4.0, 1.0, 3.0, 2.0], 0.9) == pytest.approx(3.7)  # position 2.7 of 0..3
+    assert cc.percentile([4.0, 1.0, 3.0, 2.0], 0.5) == pytest.approx(2.5)
+    assert cc.percentile([7.0], 0.9) == 7.0
+
+
+def test_class_stats_by_hand() -> None:
+    case = cc.ClassCase("mixed RTT", "x", (cc.Flow(1, 1.0),) * 4)
+    other = cc.ClassCase("low rate", "y", (cc.Flow(1, 1.0),))
+    rows = [cc.FlowRow(case, i, 1.0, m) for i, m in enumerate((1.1, 0.8, 2.0, 1.0))] + [cc.FlowRow(other, 0, 2.0, 2.0)]
+    mixed, low = cc.class_stats(rows)
+    assert (mixed.klass, mixed.n) == ("mixed RTT", 4)
+    assert mixed.median == pytest.approx(0.15)  # |errors| 0.1, 0.2, 1.0, 0: median of 0, 0.1, 0.2, 1.0
+    assert mixed.p90 == pytest.approx(0.2 + 0.7 * 0.8)  # position 2.7 between 0.2 and 1.0
+    assert mixed.worst == pytest.approx(1.0)
+    assert mixed.bias == pytest.approx((0.1 - 0.2 + 1.0 + 0.0) / 4)
+    assert (low.klass, low.n, low.worst) == ("low rate", 1, 0.0)
+
+
+def test_every_class_has_cases() -> None:
+    assert {c.klass for c in cc.grid()} == set(cc.CLASSES)
+
+
+def test_model_side_by_hand_counts_from_the_flows_start() -> None:
+    # as the star's calibration: 10 KB at 10 Mbit/s, 50 ms one way: handshake (0.1 s), one burst of
+    # 10,000 + 7 x 54 B (8.30 ms), the last packet stored and forwarded on the server link (1.20 ms),
+    # one latency; the same whenever the flow starts
+    want = 0.1 + (10_000 + 7 * 54) * 8 / 10e6 + 1502 * 8 / 10e6 + 0.05
+    for start in (0.0, 2.5):
+        case = cc.ClassCase("staggered", "one", (cc.Flow(10_000, 50.0, start),))
+        assert cc.model_times(case) == [pytest.approx(want, rel=1e-9)]
+
+
+def test_model_ignores_the_buffer_today() -> None:
+    # the flow model has no queue (issue 38): its times do not depend on queue_packets
+    flows = (cc.Flow(250_000, 50.0),) * 8
+    deep = cc.model_times(cc.ClassCase("deep buffer", "d", flows, queue_packets=1000))
+    assert cc.model_times(cc.ClassCase("shallow buffer", "s", flows, queue_packets=10)) == deep
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ns3_available(), reason="ns-3 not installed (pip install 'aiotsim[ns3]')")
+def test_ns3_harness_agrees_with_the_star_calibration_and_feels_the_buffer() -> None:
+    one = cc.ClassCase("deep buffer", "1 x 250 KB", (cc.Flow(246_824, 50.0),))
+    late = cc.ClassCase("staggered", "1 x 250 KB at 3 s", (cc.Flow(246_824, 50.0, 3.0),))
+    eight = (cc.Flow(250_000, 50.0),) * 8
+    deep = cc.ClassCase("deep buffer", "8 deep", eight, queue_packets=1000)
+    shallow = cc.ClassCase("shallow buffer", "8 shallow", eight, queue_packets=10)
+    alternate = cc.ClassCase("asymmetric reuse", "a", (cc.Flow(100_000, 50.0),), edge_mbps=2.0, down_mbps=20.0,
+                             core_mbps=100.0, rounds=2, down_bytes=100_000)  # fmt: skip
+    got = cc.run_ns3([one, late, deep, shallow, alternate])
+    star = run_ns3([Ns3Case(246_824, 1, 50.0, 0.0)])[0][0][0]
+    assert got[0][0] == pytest.approx(star, rel=1e-9)  # the same set-up as the star's ns-3 program
+    assert got[1][0] == pytest.approx(got[0][0], rel=1e-9)  # timed from the flow's own start
+    # a 10-packet queue overflows in slow start: the round takes longer than with 1,000 packets
+    assert max(got[3]) > 1.2 * max(got[2])
+    up1, down1, up2, down2 = got[4]  # one connection: the handshake only before the first upload
+    assert min(up1, up2) > 100_000 * 8 / 2e6 and min(down1, down2) > 100_000 * 8 / 20e6
+    assert up1 > up2 + 0.09
+
+
+def test_model_alternation_reuses_one_connection() -> None:
+    # 100 KB up at 2 Mbit/s, 100 KB down at 20 Mbit/s, twice: every transfer takes at least its
+    # bytes over its link; the first upload pays the handshake (2 x 50 ms) that the second does not
+    case = cc.ClassCase("asymmetric reuse", "a", (cc.Flow(100_000, 50.0),), edge_mbps=2.0, down_mbps=20.0,
+                        core_mbps=100.0, rounds=2, down_bytes=100_000)  # fmt: skip
+    up1, down1, up2, down2 = cc.model_times(case)
+    assert min(up1, up2) > 100_000 * 8 / 2e6 + 0.05 and min(down1, down2) > 100_000 * 8 / 20e6 + 0.05
+    assert up1 > up2 + 0.09  # the handshake, and a window that stayed open (no idle restart)
+    assert down2 <= down1
