@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 import simpy
 
 from aiotsim.errors import AiotsimError
-from aiotsim.network.calibrate_ns3 import HEADER_BYTES, NS3_TCP_DEFAULTS, P2P_FRAMING, ns3_available
+from aiotsim.network.calibrate_ns3 import HEADER_BYTES, NS3_PRELUDE, P2P_FRAMING, ns3_available
 from aiotsim.network.flows import Network
 from aiotsim.network.tcp import TcpParams
 from aiotsim.network.topology import Topology
@@ -263,29 +263,12 @@ def format_table(rows: Sequence[FlowRow]) -> str:
     return "\n".join(lines)
 
 
-NS3_SOURCE = r"""
-#include "ns3/core-module.h"
-#include "ns3/network-module.h"
-#include "ns3/internet-module.h"
-#include "ns3/point-to-point-module.h"
-#include "ns3/applications-module.h"
-#include "ns3/traffic-control-module.h"
-#include <vector>
-#include <map>
-
+NS3_SOURCE = (
+    NS3_PRELUDE
+    + r"""
 namespace aiotsim_classes {
 using namespace ns3;
-
-struct Sink {
-  std::vector<double> done, start;
-  std::vector<uint64_t> got, size;
-  std::map<uint32_t, int> which;  // peer IPv4 -> flow
-  void OnRx(Ptr<const Packet> p, const Address& from) {
-    int i = which[InetSocketAddress::ConvertFrom(from).GetIpv4().Get()];
-    got[i] += p->GetSize();
-    if (got[i] >= size[i] && done[i] < 0) done[i] = Simulator::Now().GetSeconds() - start[i];
-  }
-};
+using namespace aiotsim_common;
 
 // Clients -- access links (edge_bps, latency[i]) -- [gateways -- backhauls (backhaul_bps,
 // backhaul_s)] -- hub -- core link (core_bps, 0 s) -- server; drop-tail queues of `queue` packets
@@ -294,71 +277,35 @@ struct Sink {
 std::vector<double> run_flows(std::vector<double> size, std::vector<double> latency, std::vector<double> start,
                               double edge_bps, double core_bps, int queue, std::vector<int> groups,
                               double backhaul_bps, double backhaul_s, double stop_s) {
-  RngSeedManager::SetSeed(1);
-  RngSeedManager::SetRun(1);
-  TCP_DEFAULTS
+  set_up_tcp(1);
   int n = size.size();
-  std::string q = std::to_string(queue) + "p";
   NodeContainer clients; clients.Create(n);
   NodeContainer hub; hub.Create(1);
   NodeContainer server; server.Create(1);
   NodeContainer gws; gws.Create(groups.size());
   InternetStackHelper stack;
   stack.Install(clients); stack.Install(hub); stack.Install(server); stack.Install(gws);
-  PointToPointHelper link;
-  link.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(q));
-  Ipv4AddressHelper addr;
-  TrafficControlHelper tch;
-  link.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(core_bps))));
-  link.SetChannelAttribute("Delay", TimeValue(Seconds(0)));
-  NetDeviceContainer sd = link.Install(hub.Get(0), server.Get(0));
-  addr.SetBase("10.0.0.0", "255.255.255.0");
-  Ipv4InterfaceContainer si = addr.Assign(sd);
-  tch.Uninstall(sd);
+  Ipv4Address to = link(hub.Get(0), server.Get(0), core_bps, 0.0, queue, "10.0.0.0").GetAddress(1);
   std::vector<Ptr<Node>> up(n, hub.Get(0));  // the node each client's access link ends at
   int first = 0;
   for (size_t k = 0; k < groups.size(); ++k) {
-    link.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(backhaul_bps))));
-    link.SetChannelAttribute("Delay", TimeValue(Seconds(backhaul_s)));
-    NetDeviceContainer b = link.Install(gws.Get(k), hub.Get(0));
-    std::string base = "10.2." + std::to_string(k + 1) + ".0";
-    addr.SetBase(base.c_str(), "255.255.255.0");
-    addr.Assign(b);
-    tch.Uninstall(b);
+    link(gws.Get(k), hub.Get(0), backhaul_bps, backhaul_s, queue, "10.2." + std::to_string(k + 1) + ".0");
     for (int i = first; i < first + groups[k]; ++i) up[i] = gws.Get(k);
     first += groups[k];
   }
-  Sink* sink = new Sink();
-  sink->done.assign(n, -1.0); sink->got.assign(n, 0); sink->start = start;
-  for (int i = 0; i < n; ++i) sink->size.push_back(uint64_t(size[i]));
+  Sink sink;
+  sink.done.assign(n, -1.0); sink.got.assign(n, 0); sink.start = start;
+  for (int i = 0; i < n; ++i) sink.size.push_back(uint64_t(size[i]));
   uint16_t port = 9000;
   for (int i = 0; i < n; ++i) {
-    link.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(edge_bps))));
-    link.SetChannelAttribute("Delay", TimeValue(Seconds(latency[i])));
-    NetDeviceContainer d = link.Install(clients.Get(i), up[i]);
-    std::string base = "10.1." + std::to_string(i + 1) + ".0";
-    addr.SetBase(base.c_str(), "255.255.255.0");
-    Ipv4InterfaceContainer ci = addr.Assign(d);
-    tch.Uninstall(d);
-    sink->which[ci.GetAddress(0).Get()] = i;
-    BulkSendHelper bulk("ns3::TcpSocketFactory", InetSocketAddress(si.GetAddress(1), port));
-    bulk.SetAttribute("MaxBytes", UintegerValue(uint64_t(size[i])));
-    bulk.SetAttribute("SendSize", UintegerValue(1448));
-    ApplicationContainer a = bulk.Install(clients.Get(i));
-    a.Start(Seconds(start[i]));
+    Ipv4InterfaceContainer ci = link(clients.Get(i), up[i], edge_bps, latency[i], queue,
+                                     "10.1." + std::to_string(i + 1) + ".0");
+    sink.which[ci.GetAddress(0).Get()] = i;
+    bulk_send(clients.Get(i), to, port, uint64_t(size[i]), start[i]);
   }
-  Ipv4GlobalRoutingHelper::PopulateRoutingTables();
-  PacketSinkHelper ps("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), port));
-  ApplicationContainer sa = ps.Install(server.Get(0));
-  sa.Start(Seconds(0.0));
-  sa.Get(0)->TraceConnectWithoutContext("Rx", MakeCallback(&Sink::OnRx, sink));
-  Simulator::Stop(Seconds(stop_s));
-  Simulator::Run();
-  std::vector<double> out = sink->done;
-  Simulator::Destroy();
-  delete sink;
-  return out;
+  return sink_and_run(server.Get(0), port, &sink, stop_s);
 }
+
 // One client's alternation over one connection: it uploads `up` bytes; when the server has them all
 // it sends `down` bytes back; when the client has them all it uploads again; `rounds` times.
 // times: each transfer's duration from its start (the first upload's from the connect, so it
@@ -408,36 +355,20 @@ struct Alternating {
 // Returns every transfer's time, client by client: up, down, up, ... (-1 where not finished).
 std::vector<double> run_alternating(std::vector<double> latency, double up_bps, double down_bps, double core_bps,
                                     int queue, uint64_t up, uint64_t down, int rounds, double stop_s) {
-  RngSeedManager::SetSeed(1);
-  RngSeedManager::SetRun(1);
-  TCP_DEFAULTS
+  set_up_tcp(1);
   int n = latency.size();
   NodeContainer clients; clients.Create(n);
   NodeContainer hub; hub.Create(1);
   NodeContainer server; server.Create(1);
   InternetStackHelper stack; stack.Install(clients); stack.Install(hub); stack.Install(server);
-  PointToPointHelper link;
-  link.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(std::to_string(queue) + "p"));
-  Ipv4AddressHelper addr;
-  TrafficControlHelper tch;
-  link.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(core_bps))));
-  link.SetChannelAttribute("Delay", TimeValue(Seconds(0)));
-  NetDeviceContainer sd = link.Install(hub.Get(0), server.Get(0));
-  addr.SetBase("10.0.0.0", "255.255.255.0");
-  Ipv4InterfaceContainer si = addr.Assign(sd);
-  tch.Uninstall(sd);
-  std::vector<Alternating*> alt;
+  Ipv4Address to = link(hub.Get(0), server.Get(0), core_bps, 0.0, queue, "10.0.0.0").GetAddress(1);
   for (int i = 0; i < n; ++i) {
-    link.SetChannelAttribute("Delay", TimeValue(Seconds(latency[i])));
-    NetDeviceContainer d = link.Install(clients.Get(i), hub.Get(0));
-    d.Get(0)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(up_bps))));    // client -> hub
+    NetDeviceContainer d;
+    link(clients.Get(i), hub.Get(0), up_bps, latency[i], queue, "10.1." + std::to_string(i + 1) + ".0", &d);
     d.Get(1)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(down_bps))));  // hub -> client
-    std::string base = "10.1." + std::to_string(i + 1) + ".0";
-    addr.SetBase(base.c_str(), "255.255.255.0");
-    addr.Assign(d);
-    tch.Uninstall(d);
   }
   Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+  std::vector<Alternating*> alt;
   for (int i = 0; i < n; ++i) {
     Alternating* a = new Alternating();
     a->up = up; a->down = down; a->rounds = rounds;
@@ -451,7 +382,7 @@ std::vector<double> run_alternating(std::vector<double> latency, double up_bps, 
     a->cli->SetConnectCallback(MakeCallback(&Alternating::Connected, a), MakeCallback(&Alternating::Failed, a));
     a->cli->SetRecvCallback(MakeCallback(&Alternating::Recv, a));
     a->cli->SetSendCallback(MakeCallback(&Alternating::Fill, a));
-    a->cli->Connect(InetSocketAddress(si.GetAddress(1), 9000 + i));
+    a->cli->Connect(InetSocketAddress(to, 9000 + i));
     alt.push_back(a);
   }
   Simulator::Stop(Seconds(stop_s));
@@ -465,7 +396,8 @@ std::vector<double> run_alternating(std::vector<double> latency, double up_bps, 
   return out;
 }
 }  // namespace aiotsim_classes
-""".replace("TCP_DEFAULTS", NS3_TCP_DEFAULTS)
+"""
+)
 
 
 def _worker() -> None:  # pragma: no cover - runs in the ns-3 subprocess

@@ -233,9 +233,27 @@ def format_table(rows: Sequence[Ns3Row]) -> str:
     return "\n".join(lines)
 
 
-# TCP as the calibration sets it up (see the module docstring): ns-3 C++ statements, shared with
-# :mod:`aiotsim.network.calibrate_classes`.
-NS3_TCP_DEFAULTS = r"""
+# The C++ both ns-3 programs start with (this module's star and
+# :mod:`aiotsim.network.calibrate_classes`): headers, TCP as the calibration sets it up (see the
+# module docstring), point-to-point links, bulk senders and a per-flow sink. Each program is
+# compiled by cppyy in its own subprocess, so each defines these once.
+NS3_PRELUDE = r"""
+#include "ns3/core-module.h"
+#include "ns3/network-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/point-to-point-module.h"
+#include "ns3/applications-module.h"
+#include "ns3/traffic-control-module.h"
+#include <vector>
+#include <map>
+
+namespace aiotsim_common {
+using namespace ns3;
+
+// The run's random stream and TCP: CUBIC, IW 10, 1,448-byte segments, 4 MiB buffers, SACK.
+void set_up_tcp(uint32_t run) {
+  RngSeedManager::SetSeed(1);
+  RngSeedManager::SetRun(run);
   Config::SetDefault("ns3::TcpL4Protocol::SocketType", StringValue("ns3::TcpCubic"));
   Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(1448));
   Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
@@ -257,66 +275,88 @@ NS3_TCP_DEFAULTS = r"""
   // 40 ms delayed ACK of a lone segment, and after one timeout every retransmission times out
   // spuriously again (1 MB x 4 flows at 300 ms, 1% loss: 185 s instead of about 20 s).
   Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(200)));
-"""
+}
 
-NS3_SOURCE = r"""
-#include "ns3/core-module.h"
-#include "ns3/network-module.h"
-#include "ns3/internet-module.h"
-#include "ns3/point-to-point-module.h"
-#include "ns3/applications-module.h"
-#include "ns3/traffic-control-module.h"
-#include <vector>
-#include <map>
+// A point-to-point link a -- b (bps, delay_s) with drop-tail queues of `queue` packets and no
+// queue disc (the device queue is the only buffer), on subnet `base`/24.
+Ipv4InterfaceContainer link(Ptr<Node> a, Ptr<Node> b, double bps, double delay_s, int queue, std::string base,
+                            NetDeviceContainer* devices = nullptr) {
+  PointToPointHelper p2p;
+  p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps))));
+  p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay_s)));
+  p2p.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(std::to_string(queue) + "p"));
+  NetDeviceContainer d = p2p.Install(a, b);
+  Ipv4AddressHelper addr;
+  addr.SetBase(base.c_str(), "255.255.255.0");
+  Ipv4InterfaceContainer ifs = addr.Assign(d);
+  TrafficControlHelper().Uninstall(d);
+  if (devices) *devices = d;
+  return ifs;
+}
 
-namespace aiotsim_ns3 {
-using namespace ns3;
-
+// Flow i is done when the server has size[i] bytes from it; its time counts from start[i].
 struct Sink {
-  std::vector<double> done;
-  std::vector<uint64_t> got;
-  uint64_t size;
+  std::vector<double> done, start;
+  std::vector<uint64_t> got, size;
   std::map<uint32_t, int> which;  // peer IPv4 -> flow
   void OnRx(Ptr<const Packet> p, const Address& from) {
-    uint32_t ip = InetSocketAddress::ConvertFrom(from).GetIpv4().Get();
-    int i = which[ip];
+    int i = which[InetSocketAddress::ConvertFrom(from).GetIpv4().Get()];
     got[i] += p->GetSize();
-    if (got[i] >= size && done[i] < 0) done[i] = Simulator::Now().GetSeconds();
+    if (got[i] >= size[i] && done[i] < 0) done[i] = Simulator::Now().GetSeconds() - start[i];
   }
 };
+
+// `bytes` from `client` to `server`:`port` at `start_s`, over a new connection.
+void bulk_send(Ptr<Node> client, Ipv4Address server, uint16_t port, uint64_t bytes, double start_s) {
+  BulkSendHelper bulk("ns3::TcpSocketFactory", InetSocketAddress(server, port));
+  bulk.SetAttribute("MaxBytes", UintegerValue(bytes));
+  bulk.SetAttribute("SendSize", UintegerValue(1448));
+  bulk.Install(client).Start(Seconds(start_s));
+}
+
+// Route, sink every flow on `server`:`port` into `sink`, run until `stop_s`: each flow's time
+// (s; -1 if it did not finish).
+std::vector<double> sink_and_run(Ptr<Node> server, uint16_t port, Sink* sink, double stop_s) {
+  Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+  PacketSinkHelper ps("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), port));
+  ApplicationContainer sa = ps.Install(server);
+  sa.Start(Seconds(0.0));
+  sa.Get(0)->TraceConnectWithoutContext("Rx", MakeCallback(&Sink::OnRx, sink));
+  Simulator::Stop(Seconds(stop_s));
+  Simulator::Run();
+  std::vector<double> out = sink->done;
+  Simulator::Destroy();
+  return out;
+}
+}  // namespace aiotsim_common
+"""
+
+NS3_SOURCE = (
+    NS3_PRELUDE
+    + r"""
+namespace aiotsim_ns3 {
+using namespace ns3;
+using namespace aiotsim_common;
 
 // Star: `flows` clients -- (rate_bps, latency_s; loss on the data direction) -- hub -- (server_bps, 0 s)
 // -- server. Every client sends `size` bytes to the server at t = 0 over a fresh connection.
 // Returns each flow's completion time (s; -1 if it did not finish before `stop_s`).
 std::vector<double> run_case(int flows, uint64_t size, double rate_bps, double server_bps, double latency_s,
                              double loss, int queue_packets, uint32_t run, double stop_s) {
-  RngSeedManager::SetSeed(1);
-  RngSeedManager::SetRun(run);
-  TCP_DEFAULTS
-  std::string q = std::to_string(queue_packets) + "p";
+  set_up_tcp(run);
   NodeContainer clients; clients.Create(flows);
   NodeContainer hub; hub.Create(1);
   NodeContainer server; server.Create(1);
   InternetStackHelper stack; stack.Install(clients); stack.Install(hub); stack.Install(server);
-  PointToPointHelper edge;
-  edge.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(rate_bps))));
-  edge.SetChannelAttribute("Delay", TimeValue(Seconds(latency_s)));
-  edge.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(q));
-  PointToPointHelper core;
-  core.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(server_bps))));
-  core.SetChannelAttribute("Delay", TimeValue(Seconds(0)));
-  core.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(q));
-  Ipv4AddressHelper addr;
-  TrafficControlHelper tch;
-  NetDeviceContainer sd = core.Install(hub.Get(0), server.Get(0));
-  addr.SetBase("10.0.0.0", "255.255.255.0");
-  Ipv4InterfaceContainer si = addr.Assign(sd);
-  tch.Uninstall(sd);  // no queue disc: the device's drop-tail queue is the only buffer
-  Sink* sink = new Sink();
-  sink->size = size; sink->done.assign(flows, -1.0); sink->got.assign(flows, 0);
+  Ipv4Address to = link(hub.Get(0), server.Get(0), server_bps, 0.0, queue_packets, "10.0.0.0").GetAddress(1);
+  Sink sink;
+  sink.done.assign(flows, -1.0); sink.start.assign(flows, 0.0);
+  sink.got.assign(flows, 0); sink.size.assign(flows, size);
   uint16_t port = 9000;
   for (int i = 0; i < flows; ++i) {
-    NetDeviceContainer d = edge.Install(clients.Get(i), hub.Get(0));
+    NetDeviceContainer d;
+    Ipv4InterfaceContainer ci = link(clients.Get(i), hub.Get(0), rate_bps, latency_s, queue_packets,
+                                     "10.1." + std::to_string(i + 1) + ".0", &d);
     if (loss > 0) {
       Ptr<RateErrorModel> em = CreateObject<RateErrorModel>();
       em->SetAttribute("ErrorRate", DoubleValue(loss));
@@ -324,31 +364,14 @@ std::vector<double> run_case(int flows, uint64_t size, double rate_bps, double s
       em->AssignStreams(i);  // the same draws for this flow whatever ran before in the process
       d.Get(1)->SetAttribute("ReceiveErrorModel", PointerValue(em));  // data direction: client -> hub
     }
-    std::string base = "10.1." + std::to_string(i + 1) + ".0";
-    addr.SetBase(base.c_str(), "255.255.255.0");
-    Ipv4InterfaceContainer ci = addr.Assign(d);
-    tch.Uninstall(d);
-    sink->which[ci.GetAddress(0).Get()] = i;
-    BulkSendHelper bulk("ns3::TcpSocketFactory", InetSocketAddress(si.GetAddress(1), port));
-    bulk.SetAttribute("MaxBytes", UintegerValue(size));
-    bulk.SetAttribute("SendSize", UintegerValue(1448));
-    ApplicationContainer a = bulk.Install(clients.Get(i));
-    a.Start(Seconds(0.0));
+    sink.which[ci.GetAddress(0).Get()] = i;
+    bulk_send(clients.Get(i), to, port, size, 0.0);
   }
-  Ipv4GlobalRoutingHelper::PopulateRoutingTables();
-  PacketSinkHelper ps("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), port));
-  ApplicationContainer sa = ps.Install(server.Get(0));
-  sa.Start(Seconds(0.0));
-  sa.Get(0)->TraceConnectWithoutContext("Rx", MakeCallback(&Sink::OnRx, sink));
-  Simulator::Stop(Seconds(stop_s));
-  Simulator::Run();
-  std::vector<double> out = sink->done;
-  Simulator::Destroy();
-  delete sink;
-  return out;
+  return sink_and_run(server.Get(0), port, &sink, stop_s);
 }
 }  // namespace aiotsim_ns3
-""".replace("TCP_DEFAULTS", NS3_TCP_DEFAULTS)
+"""
+)
 
 
 def _worker() -> None:  # pragma: no cover - runs in the ns-3 subprocess
