@@ -4,16 +4,13 @@ ns-3 program and against what a drop-tail buffer must do (skips without ns-3).""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from aiotsim.network import calibrate_classes as cc
 from aiotsim.network.calibrate_ns3 import Ns3Case, ns3_available, run_ns3
-
-
-def test_percentile_interpolates_between_order_statistics() -> None:
-    assert cc.percentile([4.0, 1.0, 3.0, 2.0], 0.9) == pytest.approx(3.7)  # position 2.7 of 0..3
-    assert cc.percentile([4.0, 1.0, 3.0, 2.0], 0.5) == pytest.approx(2.5)
-    assert cc.percentile([7.0], 0.9) == 7.0
 
 
 def test_class_stats_by_hand() -> None:
@@ -80,3 +77,10 @@ def test_model_alternation_reuses_one_connection() -> None:
     assert min(up1, up2) > 100_000 * 8 / 2e6 + 0.05 and min(down1, down2) > 100_000 * 8 / 20e6 + 0.05
     assert up1 > up2 + 0.09  # the handshake, and a window that stayed open (no idle restart)
     assert down2 <= down1
+
+
+def test_classes_without_ns3_as_the_reference_is_a_clear_exit_2() -> None:
+    cmd = [sys.executable, "-m", "aiotsim.cli", "calibrate", "--classes"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 2 and "add --against ns3" in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr

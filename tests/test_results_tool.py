@@ -161,16 +161,28 @@ def test_full_on_cuda_without_a_gpu_is_a_clear_exit_2() -> None:
     assert done.returncode == 2 and "no CUDA GPU" in done.stdout
 
 
-def test_an_unknown_section_is_exit_2() -> None:
-    done = _tool("--only", "pgc,nope")
-    assert done.returncode == 2 and "unknown section(s) nope" in done.stderr
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--only", "pgc,nope"), "unknown section(s) nope"),
+        (("--jobs", "0"), "0 must be at least 1"),
+        (("--jobs", "two"), "'two' is not a whole number"),
+        (("--full", "--device", "gpu"), "invalid choice: 'gpu'"),
+        (("--check", "--out", "/nonexistent/RESULTS.md"), "which does not exist"),
+        (("--runs", "README.md"), "is a file, not a directory of runs"),
+    ],
+)
+def test_bad_arguments_are_a_clear_exit_2(args: tuple[str, ...], says: str) -> None:
+    done = _tool(*args)
+    assert done.returncode == 2 and says in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_full_estimate_times_a_row_and_extrapolates_to_its_iterations(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--full's estimate on a real row (LeNet/MNIST, 1,000 iterations) with small MNIST files in
-    the download cache: two timed runs, extrapolated to the row's iterations and evaluations."""
+    the download cache: a 5-iteration probe, extrapolated to the row's iterations and evaluations."""
     monkeypatch.setenv("HOME", str(tmp_path))  # the scenario reads ~/.cache/aiotsim/mnist-idx
     write_idx_dir(tmp_path / ".cache" / "aiotsim" / "mnist-idx", n_train=300, n_test=50, gz=True)
     spec = seed002.specs("pgc_lenet_mnist", full=True)["none"]

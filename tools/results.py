@@ -129,24 +129,41 @@ def check(runs: Path, doc: Path, names: Sequence[str]) -> int:
     return 1 if stale else 0
 
 
+def positive(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, run what is missing, write the report."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DOC, help="the report (default docs/RESULTS.md)")
     ap.add_argument("--runs", type=Path, default=None, help="run directories (default runs/results)")
     ap.add_argument("--only", default="", help=f"comma-separated sections: {','.join(SECTIONS)}")
-    ap.add_argument("--jobs", type=int, default=1, help="runs in parallel processes (default 1)")
+    ap.add_argument("--jobs", type=positive, default=1, help="runs in parallel processes (default 1)")
     ap.add_argument("--no-run", action="store_true", help="report only cached runs; make none")
     ap.add_argument("--check", action="store_true", help="redo the cheap rows and compare them with --out")
     ap.add_argument("--full", action="store_true", help="the paper-scale PGC rows (data files; a GPU)")
     ap.add_argument("--estimate", action="store_true", help="with --full: print the time it takes, run nothing")
-    ap.add_argument("--device", default="auto", help="with --full: cuda, cpu or auto (default)")
+    ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto", help="with --full: where to run")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     names = [p for p in args.only.split(",") if p] or list(SECTIONS)
     unknown = [n for n in names if n not in SECTIONS]
     if unknown:
         print(f"error: unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}", file=sys.stderr)
+        return 2
+    if args.runs is not None and args.runs.exists() and not args.runs.is_dir():
+        print(f"error: --runs {args.runs} is a file, not a directory of runs", file=sys.stderr)
+        return 2
+    if args.check and not args.out.is_file():
+        print(f"error: --check compares with {args.out}, which does not exist: make it first", file=sys.stderr)
         return 2
     if args.full:
         return full.main(args.runs or ROOT / "runs" / "results-full", args.device, args.estimate)

@@ -36,6 +36,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import simpy
 
 from aiotsim.errors import AiotsimError
@@ -107,34 +108,28 @@ class FlowRow:
         return (self.model_s - self.ns3_s) / self.ns3_s
 
 
-def _star(klass: str, label: str, flows: Sequence[Flow], **links: float) -> ClassCase:
-    return ClassCase(klass, label, tuple(flows), **links)  # type: ignore[arg-type]
-
-
 def grid() -> list[ClassCase]:
     """Every case of every class (the deep-buffer reference first)."""
-    eight = [Flow(250_000, 50.0)] * 8
-    one_slow = [Flow(250_000, 50.0)]
-    mixed = [Flow(1_000_000, ms) for ms in (5.0, 20.0, 50.0, 150.0)]
-    stagger = [Flow(1_000_000, 10.0, 0.3 * k) for k in range(4)]
-    join = [Flow(4_000_000, 10.0), Flow(250_000, 10.0, 1.0)]
-    hier = [Flow(500_000, 10.0)] * 8
-    hier_links = {"groups": (4, 4), "backhaul_mbps": 10.0, "backhaul_latency_ms": 20.0, "core_mbps": 20.0}
+    eight = (Flow(250_000, 50.0),) * 8
+    one_slow = (Flow(250_000, 50.0),)
+    mixed = tuple(Flow(1_000_000, ms) for ms in (5.0, 20.0, 50.0, 150.0))
+    stagger = tuple(Flow(1_000_000, 10.0, 0.3 * k) for k in range(4))
+    join = (Flow(4_000_000, 10.0), Flow(250_000, 10.0, 1.0))
+    hier = (Flow(500_000, 10.0),) * 8
     cases: list[ClassCase] = []
     for q in (1000, 100, 50, 10):
         klass = "deep buffer" if q == 1000 else "shallow buffer"
-        cases.append(_star(klass, f"8 x 250 KB, 50 ms, queue {q}", eight, queue_packets=q))
-        cases.append(
-            _star(klass, f"250 KB over 1 Mbit/s, 50 ms, queue {q}", one_slow, edge_mbps=1.0, core_mbps=1.0,
-                  queue_packets=q)
-        )  # fmt: skip
+        cases.append(ClassCase(klass, f"8 x 250 KB, 50 ms, queue {q}", eight, queue_packets=q))
+        cases.append(ClassCase(klass, f"250 KB over 1 Mbit/s, 50 ms, queue {q}", one_slow, edge_mbps=1.0,
+                               core_mbps=1.0, queue_packets=q))  # fmt: skip
     for q in (1000, 100):
-        cases.append(_star("mixed RTT", f"4 x 1 MB at 5/20/50/150 ms, queue {q}", mixed, edge_mbps=100.0,
-                           queue_packets=q))  # fmt: skip
-        cases.append(_star("staggered", f"4 x 1 MB, 10 ms, starts 0.3 s apart, queue {q}", stagger, queue_packets=q))
-        cases.append(_star("staggered", f"250 KB joins a 4 MB upload at 1 s, queue {q}", join, queue_packets=q))
-        cases.append(ClassCase("hierarchy", f"2 gateways x 4 x 500 KB, queue {q}", tuple(hier), edge_mbps=10.0,
-                               queue_packets=q, **hier_links))  # type: ignore[arg-type]  # fmt: skip
+        cases += [
+            ClassCase("mixed RTT", f"4 x 1 MB at 5/20/50/150 ms, queue {q}", mixed, edge_mbps=100.0, queue_packets=q),
+            ClassCase("staggered", f"4 x 1 MB, 10 ms, starts 0.3 s apart, queue {q}", stagger, queue_packets=q),
+            ClassCase("staggered", f"250 KB joins a 4 MB upload at 1 s, queue {q}", join, queue_packets=q),
+            ClassCase("hierarchy", f"2 gateways x 4 x 500 KB, queue {q}", hier, core_mbps=20.0, queue_packets=q,
+                      groups=(4, 4), backhaul_mbps=10.0, backhaul_latency_ms=20.0),
+        ]  # fmt: skip
     for n in (1, 4):
         for q in (1000, 100):
             cases.append(
@@ -144,11 +139,9 @@ def grid() -> list[ClassCase]:
             )  # fmt: skip
     for mbps in (0.25, 1.0):
         for n in (1, 4):
-            flows = [Flow(100_000, 100.0)] * n
-            cases.append(
-                _star("low rate", f"{n} x 100 KB over {mbps:g} Mbit/s, 100 ms", flows, edge_mbps=mbps,
-                      core_mbps=mbps, queue_packets=100)
-            )  # fmt: skip
+            label = f"{n} x 100 KB over {mbps:g} Mbit/s, 100 ms"
+            cases.append(ClassCase("low rate", label, (Flow(100_000, 100.0),) * n, edge_mbps=mbps, core_mbps=mbps,
+                                   queue_packets=100))  # fmt: skip
     return cases
 
 
@@ -214,15 +207,6 @@ def compare(cases: Sequence[ClassCase]) -> list[FlowRow]:
     return rows
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0..1) of ``values``, linearly interpolated between order statistics."""
-    s = sorted(values)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 @dataclass(frozen=True)
 class ClassStats:
     """|error| of the flows of one class: median, 90th percentile, worst, how many, and the mean
@@ -243,8 +227,8 @@ def class_stats(rows: Sequence[FlowRow]) -> list[ClassStats]:
         errs = [r.error for r in rows if r.case.klass == klass]
         if errs:
             mags = [abs(e) for e in errs]
-            out.append(ClassStats(klass, statistics.median(mags), percentile(mags, 0.9), max(mags), len(errs),
-                                  statistics.fmean(errs)))  # fmt: skip
+            p90 = float(np.percentile(mags, 90))  # linear between order statistics
+            out.append(ClassStats(klass, statistics.median(mags), p90, max(mags), len(errs), statistics.fmean(errs)))
     return out
 
 

@@ -7,7 +7,6 @@ scenario file, :func:`aiotsim.results.provenance.inputs_digest`); anything else 
 
 from __future__ import annotations
 
-import csv
 import functools
 import json
 import multiprocessing
@@ -20,6 +19,7 @@ from typing import Any
 from aiotsim.api import run_scenario
 from aiotsim.config import load_scenario
 from aiotsim.results.provenance import inputs_digest
+from aiotsim.results.store import read_evals, read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCENARIOS = Path("scenarios/paper")
@@ -97,19 +97,15 @@ class Runner:
     def evals(self, spec: Spec) -> list[tuple[int, float, float]]:
         """``(iterations done, simulated s, accuracy)`` of every evaluation of ``spec``'s run
         (its ``evals.csv``); empty when there is no run directory (the :class:`Recorder`)."""
-        path = self.root / spec.key / "evals.csv"
-        if not path.is_file():
+        if not (self.root / spec.key / "evals.csv").is_file():
             return []
-        with open(path, newline="") as f:
-            return [(int(r["iteration"]) + 1, float(r["sim_time_s"]), float(r["accuracy"])) for r in csv.DictReader(f)]
+        return [(int(r["iteration"]) + 1, r["sim_time_s"], r["accuracy"]) for r in read_evals(self.root / spec.key)]
 
-    def metrics(self, spec: Spec) -> list[dict[str, str]]:
-        """The rows of ``spec``'s ``metrics.csv`` (one per iteration); empty without a run."""
-        path = self.root / spec.key / "metrics.csv"
-        if not path.is_file():
+    def metrics(self, spec: Spec) -> list[dict[str, Any]]:
+        """The rows of ``spec``'s ``metrics.csv`` (one per iteration, numbers parsed); empty without a run."""
+        if not (self.root / spec.key / "metrics.csv").is_file():
             return []
-        with open(path, newline="") as f:
-            return list(csv.DictReader(f))
+        return read_metrics(self.root / spec.key)
 
 
 class _DryRunSummary(dict[str, Any]):
