@@ -190,3 +190,20 @@ def test_full_estimate_times_a_row_and_extrapolates_to_its_iterations(
     per, whole = full.estimate(spec, "cpu", tmp_path / "estimate")
     assert per > 0
     assert whole >= 1000 * per  # 1,000 iterations, plus start-up and evaluations
+
+
+def test_full_report_lays_out_table_1_from_its_runs() -> None:
+    """What --full writes once its runs exist: Tables 2 and 3 and the throughput at full scale,
+    the paper's numbers beside the runs' (hand-made summaries here)."""
+    summaries = {}
+    for spec in full.specs():
+        codec = spec.key.rsplit("-", 1)[1]
+        summaries[spec.key] = {"final_accuracy": {"none": 0.95, "variance": 0.94, "pgc": 0.96}[codec],
+                               "compression_ratio": {"none": 1.0, "variance": 20.0, "pgc": 30.0}[codec],
+                               "throughput_samples_per_s": {"none": 10.0, "variance": 15.0, "pgc": 18.0}[codec],
+                               "iterations": 1000, "model_params": 431_080, "model": "lenet-caffe"}  # fmt: skip
+    assert all(s.path.name.startswith("pgc_") and "_reduced" not in s.path.name for s in full.specs())
+    text = "\n".join(full.report(Fake(summaries)))
+    assert "| MNIST LeNet, pgc | 96.86% | 96.00% | 1000 |" in text  # paper beside the run
+    assert "| MNIST AlexNet | 1.39 M / 0.43 M (lenet-caffe) | 23.7x | 20.0x | 29.1x | 30.0x | - | 1000 |" in text
+    assert "| MNIST ResNet | 10.0 | 1.50x | 1.80x | 1.30x | 1.20x | 1.50x |" in text
