@@ -5,6 +5,13 @@ A :class:`Topology` is a :class:`~aiotsim.network.graph.Graph` (vertices with ro
 with the builders of the networks a scenario names: :meth:`Topology.star`,
 :meth:`Topology.hierarchical`, :meth:`Topology.ring`, :meth:`Topology.shared_medium` and
 :meth:`Topology.from_links` (custom graphs from a scenario file).
+
+Every builder takes ``queue_packets``, the drop-tail buffer of every link it makes (packets of the
+link's MTU, :attr:`Link.queue_packets <aiotsim.network.link.Link>`; default
+:data:`~aiotsim.network.link.DEFAULT_QUEUE_PACKETS`), and where the network has them
+``server_queue_packets`` / ``backhaul_queue_packets`` for the server's shared links and a
+hierarchy's gateway backhaul (None: ``queue_packets``). A node's own links take
+``per_node[i]["queue_packets"]`` where given, a custom link its own ``"queue_packets"`` key.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from typing import Any
 
 from aiotsim.errors import ConfigError, TopologyError
 from aiotsim.network.graph import Graph
-from aiotsim.network.link import Link
+from aiotsim.network.link import DEFAULT_QUEUE_PACKETS, Link
 from aiotsim.network.traces import GilbertElliott
 
 # Keys a node group may override in the builders' ``per_node`` lists.
@@ -32,6 +39,7 @@ _PER_NODE_KEYS = frozenset(
         "uplink_trace",  # RateTrace of the node's up link (time-varying capacity)
         "downlink_trace",
         "loss_model",  # GilbertElliott of both node links
+        "queue_packets",  # drop-tail buffer of both node links, packets
     }
 )
 
@@ -60,6 +68,8 @@ class Topology(Graph):
         loss: float = 0.0,
         jitter_s: float = 0.0,
         per_node: list[dict[str, Any]] | None = None,
+        queue_packets: int = DEFAULT_QUEUE_PACKETS,
+        server_queue_packets: int | None = None,
     ) -> Topology:
         """Parameter server behind one switch: every node has its own up and down link.
 
@@ -82,18 +92,23 @@ class Topology(Graph):
             Link settings of the node links (see :class:`Link`).
         per_node : list of dict, optional
             ``n_nodes`` dicts overriding node i's settings (keys: uplink_bps, downlink_bps,
-            latency_s, loss, jitter_s, mtu, header_bytes, framing_bytes, acks_per_packet).
+            latency_s, loss, jitter_s, mtu, header_bytes, framing_bytes, acks_per_packet,
+            queue_packets, traces, loss_model).
+        queue_packets : int
+            Drop-tail buffer of each node link, packets (>= 1).
+        server_queue_packets : int, optional
+            Drop-tail buffer of the server links, packets (default: ``queue_packets``).
         """
         _check_count("n_nodes", n_nodes)
         base = dict(
             uplink_bps=uplink_bps, downlink_bps=downlink_bps, latency_s=latency_s, loss=loss,
-            jitter_s=jitter_s, mtu=mtu, header_bytes=header_bytes,
+            jitter_s=jitter_s, mtu=mtu, header_bytes=header_bytes, queue_packets=queue_packets,
         )  # fmt: skip
         settings = _per_node_settings(n_nodes, base, per_node)
         topo = cls("star")
         topo.add_node("server", "server")
         topo.add_node("switch", "relay")
-        _server_links(topo, "switch", server_bps, mtu, header_bytes)
+        _server_links(topo, "switch", server_bps, mtu, header_bytes, _or(server_queue_packets, queue_packets))
         for i, s in enumerate(settings):
             topo._add_node_pair(f"node{i}", "switch", s, aggregator="server")
         return topo
@@ -115,6 +130,9 @@ class Topology(Graph):
         jitter_s: float = 0.0,
         backhaul_loss: float = 0.0,
         per_node: list[dict[str, Any]] | None = None,
+        queue_packets: int = DEFAULT_QUEUE_PACKETS,
+        backhaul_queue_packets: int | None = None,
+        server_queue_packets: int | None = None,
     ) -> Topology:
         """Sensors -> edge gateways -> server, with per-tier link settings.
 
@@ -137,25 +155,34 @@ class Topology(Graph):
             Sensor-tier packet settings (the backhaul uses mtu, header_bytes and ``backhaul_loss``).
         per_node : list of dict, optional
             ``sum(groups)`` dicts overriding sensor-tier settings per node.
+        queue_packets, backhaul_queue_packets, server_queue_packets : int
+            Drop-tail buffers, packets: of each sensor-tier link, of the gateways' backhaul links
+            and of the shared server links (the last two default to ``queue_packets``).
         """
         _check_groups(groups)
         base = dict(uplink_bps=uplink_bps, downlink_bps=downlink_bps, latency_s=latency_s, loss=loss,
-                    jitter_s=jitter_s, mtu=mtu, header_bytes=header_bytes)  # fmt: skip
+                    jitter_s=jitter_s, mtu=mtu, header_bytes=header_bytes, queue_packets=queue_packets)  # fmt: skip
         settings = _per_node_settings(sum(groups), base, per_node)
         topo = cls("hierarchical")
         topo.add_node("server", "server")
-        hub = "server"
-        if server_bps is not None:  # the gateways reach the server through a relay and shared links
-            hub = "core"
-            topo.add_node(hub, "relay")
-            _server_links(topo, hub, server_bps, mtu, header_bytes)
+        hub = topo._core(server_bps, mtu, header_bytes, _or(server_queue_packets, queue_packets))
         backhaul = dict(uplink_bps=backhaul_up_bps, downlink_bps=backhaul_down_bps, latency_s=backhaul_latency_s,
-                        loss=backhaul_loss, jitter_s=0.0, mtu=mtu, header_bytes=header_bytes)  # fmt: skip
+                        loss=backhaul_loss, jitter_s=0.0, mtu=mtu, header_bytes=header_bytes,
+                        queue_packets=_or(backhaul_queue_packets, queue_packets))  # fmt: skip
         first = 0
         for k, count in enumerate(groups):
             topo._add_gateway(f"gw{k}", hub, backhaul, settings, range(first, first + count))
             first += count
         return topo
+
+    def _core(self, server_bps: float | None, mtu: int, header_bytes: int, queue_packets: int) -> str:
+        """Where a hierarchy's backhaul ends: the server, or with ``server_bps`` a relay ``core``
+        that reaches it over the shared server links (``queue_packets`` each)."""
+        if server_bps is None:
+            return "server"
+        self.add_node("core", "relay")
+        _server_links(self, "core", server_bps, mtu, header_bytes, queue_packets)
+        return "core"
 
     def _add_gateway(
         self, gw: str, hub: str, backhaul: dict[str, Any], settings: list[dict[str, Any]], nodes: range
@@ -177,19 +204,20 @@ class Topology(Graph):
         loss: float = 0.0,
         jitter_s: float = 0.0,
         per_node: list[dict[str, Any]] | None = None,
+        queue_packets: int = DEFAULT_QUEUE_PACKETS,
     ) -> Topology:
         """Ring of peers for ring all-reduce: links node i <-> node (i+1) % n, both directions.
 
         Link names ``node{i}->node{j}``; each direction is its own resource. The link node a ->
         node b takes node a's settings: ``link_bps`` etc., or ``per_node[a]`` (its ``uplink_bps``,
-        latency_s, loss, jitter_s, mtu, header_bytes), so heterogeneous nodes and link stragglers
-        apply. A ring has no server and no aggregator.
+        latency_s, loss, jitter_s, mtu, header_bytes, queue_packets), so heterogeneous nodes and
+        link stragglers apply. A ring has no server and no aggregator.
         """
         if not isinstance(n_nodes, int) or isinstance(n_nodes, bool) or n_nodes < 2:
             raise TopologyError(f"n_nodes(={n_nodes}) must be an integer >= 2 for a ring")
         base = dict(
             uplink_bps=link_bps, downlink_bps=link_bps, latency_s=latency_s, loss=loss,
-            jitter_s=jitter_s, mtu=mtu, header_bytes=header_bytes,
+            jitter_s=jitter_s, mtu=mtu, header_bytes=header_bytes, queue_packets=queue_packets,
         )  # fmt: skip
         settings = _per_node_settings(n_nodes, base, per_node)
         topo = cls("ring")
@@ -204,6 +232,7 @@ class Topology(Graph):
                 link = Link(
                     f"node{a}->node{b}", st["uplink_bps"], st["latency_s"], st["mtu"], st["header_bytes"],
                     st["loss"], st["jitter_s"], trace=st.get("uplink_trace"), loss_model=st.get("loss_model"),
+                    queue_packets=st["queue_packets"],
                 )  # fmt: skip
                 topo.add_link(f"node{a}", f"node{b}", link)
         return topo
@@ -221,6 +250,8 @@ class Topology(Graph):
         jitter_s: float = 0.0,
         acks_per_packet: float = 0.0,
         loss_model: GilbertElliott | None = None,
+        queue_packets: int = DEFAULT_QUEUE_PACKETS,
+        server_queue_packets: int | None = None,
     ) -> Topology:
         """One cell: every node's up *and* down traffic shares one channel's airtime.
 
@@ -245,16 +276,20 @@ class Topology(Graph):
             ACKs to the shared airtime.
         loss_model : GilbertElliott, optional
             Bursty loss of the channel (then ``loss`` must be 0).
+        queue_packets : int
+            Drop-tail buffer of the channel, packets (>= 1).
+        server_queue_packets : int, optional
+            Drop-tail buffer of the ap <-> server links, packets (default: ``queue_packets``).
         """
         _check_count("n_nodes", n_nodes)
         topo = cls("shared_medium")
         topo.add_node("server", "server")
         topo.add_node("ap", "relay")
         backbone = channel_bps * 1000.0 if server_bps is None else server_bps
-        _server_links(topo, "ap", backbone, mtu, header_bytes)
+        _server_links(topo, "ap", backbone, mtu, header_bytes, _or(server_queue_packets, queue_packets))
         channel = Link(
             "channel", channel_bps, latency_s, mtu, header_bytes, loss, jitter_s,
-            acks_per_packet=acks_per_packet, loss_model=loss_model,
+            acks_per_packet=acks_per_packet, loss_model=loss_model, queue_packets=queue_packets,
         )  # fmt: skip
         for i in range(n_nodes):
             node = f"node{i}"
@@ -264,7 +299,9 @@ class Topology(Graph):
         return topo
 
     @classmethod
-    def from_links(cls, nodes: list[dict[str, Any]], links: list[dict[str, Any]]) -> Topology:
+    def from_links(
+        cls, nodes: list[dict[str, Any]], links: list[dict[str, Any]], queue_packets: int = DEFAULT_QUEUE_PACKETS
+    ) -> Topology:
         """A custom topology from a scenario file's lists.
 
         Parameters
@@ -275,11 +312,14 @@ class Topology(Graph):
         links : list of dict
             ``{"from": str, "to": str, "mbps": float, "latency_ms": float}`` plus optional
             ``"name"``, ``"loss"``, ``"jitter_ms"``, ``"mtu"``, ``"header_bytes"``,
-            ``"framing_bytes"``, ``"acks_per_packet"``, ``"directed": bool``, ``"trace"`` (a
+            ``"framing_bytes"``, ``"acks_per_packet"``, ``"queue_packets"`` (the link's drop-tail
+            buffer, packets), ``"directed": bool``, ``"trace"`` (a
             :class:`~aiotsim.network.traces.RateTrace` giving the capacity over time; ``mbps``
             stays the nominal rate) and ``"loss_model"`` (a :class:`GilbertElliott`). An
             undirected entry (the default) adds two links, ``a->b`` and ``b->a``, each of ``mbps``
             (and of the same trace).
+        queue_packets : int
+            Drop-tail buffer, packets, of every link whose entry sets no ``"queue_packets"``.
 
         Raises
         ------
@@ -300,15 +340,16 @@ class Topology(Graph):
             except (TopologyError, TypeError) as exc:
                 problems.append(f"nodes[{k}]: {exc}")
         for k, spec in enumerate(links):
-            problem = topo._add_link_spec(spec)
+            problem = topo._add_link_spec(spec, queue_packets)
             if problem:
                 problems.append(f"links[{k}]: {problem}")
         if problems:
             raise TopologyError("\n".join(problems))
         return topo
 
-    def _add_link_spec(self, spec: dict[str, Any]) -> str | None:
-        """Add the link(s) of one ``from_links`` entry; returns what is wrong with it, if anything."""
+    def _add_link_spec(self, spec: dict[str, Any], queue_packets: int) -> str | None:
+        """Add the link(s) of one ``from_links`` entry (``queue_packets`` unless it sets its own);
+        returns what is wrong with it, if anything."""
         unknown = sorted(set(spec) - _LINK_KEYS)
         if unknown:
             return f"unknown key(s) {', '.join(unknown)}"
@@ -334,6 +375,7 @@ class Topology(Graph):
                     acks_per_packet=float(spec.get("acks_per_packet", 0.0)),
                     trace=spec.get("trace"),
                     loss_model=spec.get("loss_model"),
+                    queue_packets=spec.get("queue_packets", queue_packets),
                 )
                 self.add_link(src, dst, link)
             except (TopologyError, ConfigError, ValueError, TypeError) as exc:
@@ -350,6 +392,7 @@ class Topology(Graph):
             latency_s=s["latency_s"], mtu=s["mtu"], header_bytes=s["header_bytes"],
             loss=s["loss"], jitter_s=s["jitter_s"], framing_bytes=s.get("framing_bytes", 0),
             acks_per_packet=s.get("acks_per_packet", 0.0), loss_model=s.get("loss_model"),
+            queue_packets=s["queue_packets"],
         )  # fmt: skip
         self.add_link(name, hub, Link(f"{name}.up", s["uplink_bps"], trace=s.get("uplink_trace"), **common))
         self.add_link(hub, name, Link(f"{name}.down", s["downlink_bps"], trace=s.get("downlink_trace"), **common))
@@ -358,15 +401,21 @@ class Topology(Graph):
 _LINK_KEYS = frozenset(
     {
         "from", "to", "mbps", "latency_ms", "name", "loss", "jitter_ms", "mtu",
-        "header_bytes", "framing_bytes", "acks_per_packet", "directed", "trace", "loss_model",
+        "header_bytes", "framing_bytes", "acks_per_packet", "directed", "trace", "loss_model", "queue_packets",
     }
 )  # fmt: skip
 
 
-def _server_links(topo: Topology, hub: str, server_bps: float, mtu: int, header: int) -> None:
-    """The server's shared ingress/egress links between ``hub`` and ``server`` (no latency)."""
-    topo.add_link(hub, "server", Link("server.in", server_bps, 0.0, mtu, header))
-    topo.add_link("server", hub, Link("server.out", server_bps, 0.0, mtu, header))
+def _server_links(topo: Topology, hub: str, server_bps: float, mtu: int, header: int, queue_packets: int) -> None:
+    """The server's shared ingress/egress links between ``hub`` and ``server`` (no latency; a
+    drop-tail buffer of ``queue_packets`` packets each)."""
+    topo.add_link(hub, "server", Link("server.in", server_bps, 0.0, mtu, header, queue_packets=queue_packets))
+    topo.add_link("server", hub, Link("server.out", server_bps, 0.0, mtu, header, queue_packets=queue_packets))
+
+
+def _or(queue_packets: int | None, default: int) -> int:
+    """A tier's own drop-tail buffer, packets, or (None) the builder's ``queue_packets``."""
+    return default if queue_packets is None else queue_packets
 
 
 def _check_groups(groups: list[int]) -> None:
