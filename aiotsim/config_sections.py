@@ -50,6 +50,11 @@ MAX_NAME = 100
 MAX_LOCAL_STEPS = 100_000
 MAX_LOCAL_EPOCHS = 1_000.0
 MAX_OVERCOMMIT = 10.0
+# Drop-tail buffers, packets of a link's MTU: the default is aiotsim.network.link.DEFAULT_QUEUE_PACKETS (ns-3's
+# DropTailQueue and Linux's txqueuelen); 100,000 full frames (150 MB) is far beyond any real device's queue
+QUEUE_PACKETS = 1000
+MAX_QUEUE_PACKETS = 100_000
+SHARINGS = ("fifo", "fair")  # the flow engine's sharings (aiotsim.network.flows.SHARINGS)
 
 
 def link_rate(v: Any) -> str | None:
@@ -312,6 +317,9 @@ class NodeGroup:
     latency_ms: float | None = opt(None, f"one-way latency, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
     loss: float | None = opt(None, "packet loss probability, [0, 1)", fraction)
     jitter_ms: float | None = opt(None, f"scale of the seeded latency jitter, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
+    queue_packets: int | None = opt(None, f"drop-tail capacity of each of the group's node links, packets, "
+                                    f"1..{MAX_QUEUE_PACKETS:,} (see network.queue_packets; wins over a radio preset's)",
+                                    between(1, MAX_QUEUE_PACKETS))  # fmt: skip
     share: float | None = opt(None, f"relative data share of each node, (0, {MAX_FACTOR:g}]",
                               positive_at_most(MAX_FACTOR))  # fmt: skip
     slowdown: float | None = opt(None, f"compute slowdown factor, 1..{MAX_FACTOR:g}", between(1, MAX_FACTOR))
@@ -427,6 +435,9 @@ class LinkSpec:
     header_bytes: int = opt(40, "header bytes per packet (< mtu)", between(0, MAX_MTU))
     framing_bytes: int = opt(0, "link-layer framing bytes per packet", between(0, MAX_MTU))
     acks_per_packet: float = opt(0.0, "ACK packets per data packet charged to this link, 0..100", between(0, 100))
+    queue_packets: int | None = opt(None, f"the link's drop-tail capacity (each direction), packets of its mtu, "
+                                    f"1..{MAX_QUEUE_PACKETS:,}; unset: network.queue_packets",
+                                    between(1, MAX_QUEUE_PACKETS))  # fmt: skip
     directed: bool = opt(False, "one direction only (default: two links, a->b and b->a)")
     trace: str = opt("", "bandwidth trace file replacing mbps (see network.uplink_trace); '' = constant mbps")
     trace_offset_s: float = opt(
@@ -451,6 +462,20 @@ class NetworkSection:
     header_bytes: int = opt(40, "TCP/IP header bytes per packet, 0..mtu-1", between(0, MAX_MTU))
     loss: float = opt(0.0, "packet loss probability, [0, 1)", fraction)
     jitter_ms: float = opt(0.0, f"scale of the seeded latency jitter, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
+    queue_packets: int = opt(
+        QUEUE_PACKETS, "drop-tail capacity of every link direction, in packets of the link's MTU: what TCP windows "
+        f"may queue before it drops; {QUEUE_PACKETS} = ns-3/Linux txqueuelen default (deep), 1..{MAX_QUEUE_PACKETS:,}. "
+        "Groups, custom links, radio presets (link_defaults = 'radio') override it", between(1, MAX_QUEUE_PACKETS),
+    )  # fmt: skip
+    server_queue_packets: int = opt(
+        0, "drop-tail capacity of the server's shared links (star, hierarchical, shared-medium), packets; "
+        f"0 = same as queue_packets, 0..{MAX_QUEUE_PACKETS:,}", between(0, MAX_QUEUE_PACKETS),
+    )  # fmt: skip
+    sharing: str = opt(
+        "fifo", "how flows share a bottleneck: 'fifo' = one drop-tail FIFO (TCP flows share by window and "
+        "round trip: short-RTT flows get more), 'fair' = a per-flow fair queue (fq_codel-like: max-min fair)",
+        choices=SHARINGS,
+    )  # fmt: skip
     gateways: int = opt(
         2, "hierarchical: edge gateways (nodes are split evenly across them), 1..nodes.count", between(1, MAX_NODES)
     )
@@ -463,6 +488,10 @@ class NetworkSection:
     backhaul_latency_ms: float = opt(
         20.0, f"hierarchical: one-way latency of the backhaul, ms, 0..{MAX_MS:g}", between(0, MAX_MS)
     )
+    backhaul_queue_packets: int = opt(
+        0, "hierarchical: drop-tail capacity of each gateway's backhaul links, packets; 0 = same as "
+        f"queue_packets, 0..{MAX_QUEUE_PACKETS:,}", between(0, MAX_QUEUE_PACKETS),
+    )  # fmt: skip
     gateway_mode: str = opt(
         "reencode",
         "hierarchical: a gateway sends its nodes' summed gradient 're-encode'd with the codec or 'dense' fp32",

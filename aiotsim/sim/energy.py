@@ -14,11 +14,20 @@ Each radio also carries a typical link: application-level rates up and down (Mbi
 latency (ms) and residual packet loss (after the link layer's own retransmissions), with their
 source. With ``network.link_defaults = "radio"`` a node's link takes these unless its group sets
 them (``scenarios/cellular.toml``).
+
+Each radio also carries the drop-tail buffer typical of its sending side, ``queue_packets``, with
+its source (``queue_source``): what the radio stack's transmit queue holds, in packets of 1,500
+bytes (the scenarios' MTU, as :attr:`~aiotsim.network.link.Link.queue_packets` counts them). A
+stack whose buffer is counted in smaller frames or in bytes is converted by bytes, rounded up, at
+least 1 packet. ``link_defaults = "radio"`` takes it for a node's links unless its group sets
+``queue_packets``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from aiotsim.network.link import DEFAULT_QUEUE_PACKETS
 
 NJ = 1e-9  # joules per nanojoule
 
@@ -36,12 +45,22 @@ class RadioProfile:
     latency_ms: float = 5.0  # one-way, ms
     loss: float = 0.0  # residual packet loss probability
     link_source: str = ""
+    queue_packets: int = DEFAULT_QUEUE_PACKETS  # drop-tail buffer of the sending side, 1,500-byte packets
+    queue_source: str = ""
 
     def __post_init__(self) -> None:
         for key in ("tx_nj_per_bit", "rx_nj_per_bit"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key}(={getattr(self, key)}) must be >= 0")
+        if self.queue_packets < 1:
+            raise ValueError(f"queue_packets(={self.queue_packets}) must be >= 1")
 
+
+# The cellular radios' sending buffer: the RLC transmission buffer of ns-3's LTE model
+LTE_RLC_QUEUE = (
+    "ns-3 LteRlcUm attribute MaxTxBufferSize default 10 * 1024 B (lte-rlc-um.cc): 10,240 B = 7 packets of "
+    "1,500 B (rounded up); measured 3G/4G networks often buffer far more (bufferbloat: Jiang et al., IMC 2012)"
+)
 
 RADIOS: dict[str, RadioProfile] = {
     # ESP32 Series Datasheet (Espressif, v4.x), "RF Power-Consumption Specifications":
@@ -58,6 +77,9 @@ RADIOS: dict[str, RadioProfile] = {
         2.0,
         0.001,
         "ESP32 iperf TCP ~20 Mbit/s (Espressif docs); WLAN RTT ~3-5 ms; residual loss after 802.11 MAC retries ~0.1%",
+        queue_packets=32,
+        queue_source="ESP-IDF Wi-Fi driver: CONFIG_ESP_WIFI_DYNAMIC_TX_BUFFER_NUM default 32 TX buffers, each a "
+        "copy of one frame from lwIP (<= 1,500 B)",
     ),
     # TI CC2420 datasheet (SWRS041c): TX at 0 dBm 17.4 mA, RX 18.8 mA, 3.0 V (0.052 / 0.056 W),
     # 250 kbit/s -> 208.8 nJ/bit TX, 225.6 nJ/bit RX.
@@ -72,6 +94,9 @@ RADIOS: dict[str, RadioProfile] = {
         0.01,
         "250 kbit/s PHY, ~100 kbit/s after CSMA/CA and 6LoWPAN framing; ~10 ms per hop with backoff; "
         "~1% residual loss (typical single-hop packet reception ratio 95-99%)",
+        queue_packets=1,
+        queue_source="Contiki-NG net/queuebuf.h: QUEUEBUF_NUM default 8 frames of <= 127 B (1,016 B; Silicon Labs "
+        "Connect's EMBER_MAC_OUTGOING_QUEUE_SIZE also defaults to 8): under one 1,500-byte packet, so 1",
     ),
     # Semtech SX1276 datasheet (rev. 7): TX +20 dBm on PA_BOOST 120 mA, RX (LnaBoost off,
     # 125 kHz) 10.8 mA, 3.3 V (0.396 / 0.0356 W); LoRa SF7/BW125/CR4-5 bit rate 5,469 bit/s
@@ -86,6 +111,9 @@ RADIOS: dict[str, RadioProfile] = {
         1000.0,
         0.01,
         "SF7/BW125 5,469 bit/s (SX1276 datasheet); LoRaWAN class A receive window 1 s after the uplink",
+        queue_packets=1,
+        queue_source="Semtech LoRaMac-node sends one uplink at a time (a request while the MAC is busy is refused "
+        "with LORAMAC_STATUS_BUSY): one frame of <= 222 B at SF7/125 kHz, under one 1,500-byte packet, so 1",
     ),
     # Wired Ethernet NIC for gateways/servers: 100BASE-TX PHY ~0.25 W each way at 100 Mbit/s
     # (e.g. TI DP83848 datasheet: 264 mW typical at 3.3 V) -> 2.6 nJ/bit.
@@ -99,6 +127,9 @@ RADIOS: dict[str, RadioProfile] = {
         0.1,
         0.0,
         "100BASE-TX line rate; switched LAN, sub-ms latency, no loss",
+        queue_packets=1000,
+        queue_source="Linux txqueuelen: DEFAULT_TX_QUEUE_LEN = 1000 packets (include/net/pkt_sched.h), set by "
+        "ether_setup for every Ethernet device",
     ),
     # Cellular IoT and broadband. Energy per bit: LTE from Huang et al., "A close examination of
     # performance and power characteristics of 4G LTE networks", MobiSys 2012 (uplink power
@@ -121,6 +152,8 @@ RADIOS: dict[str, RadioProfile] = {
         0.005,
         "3GPP Rel-13 Cat-M1 HD-FDD peak 375 kbit/s up, 300 kbit/s down; field RTTs 100-200 ms "
         "(GSMA LTE-M deployment guide); ~0.5% residual loss after HARQ/RLC",
+        queue_packets=7,
+        queue_source=LTE_RLC_QUEUE,
     ),
     "nb-iot": RadioProfile(
         "nb-iot",
@@ -133,6 +166,8 @@ RADIOS: dict[str, RadioProfile] = {
         0.01,
         "3GPP Rel-13 Cat-NB1 multi-tone peak 62.5 kbit/s up, 27.2 kbit/s down; 3GPP TR 45.820 latency "
         "target < 10 s, field RTTs 1-3 s; ~1% residual loss",
+        queue_packets=7,
+        queue_source=LTE_RLC_QUEUE,
     ),
     "4g": RadioProfile(
         "4g",
@@ -145,6 +180,8 @@ RADIOS: dict[str, RadioProfile] = {
         0.001,
         "typical LTE throughput 20 Mbit/s down, 8 Mbit/s up and RTT ~50 ms (Huang et al. MobiSys 2012; "
         "OpenSignal reports); ~0.1% residual loss",
+        queue_packets=7,
+        queue_source=LTE_RLC_QUEUE,
     ),
     "5g": RadioProfile(
         "5g",
@@ -157,6 +194,9 @@ RADIOS: dict[str, RadioProfile] = {
         0.0005,
         "typical NR sub-6 throughput 150 Mbit/s down, 30 up, RTT ~20 ms (Narayanan et al. SIGCOMM 2021); "
         "~0.05% residual loss",
+        queue_packets=7,
+        queue_source="assumed as LTE's: ns-3's 5G-LENA (nr module) reuses the LTE module's RLC and its default; "
+        + LTE_RLC_QUEUE,
     ),
 }
 

@@ -24,10 +24,11 @@ checks, aggregation by aggregation, that the uploads arrive in the recorded orde
 a clear message where they do not (:class:`~aiotsim.sim.tape.Tape`).
 
 Everything else (every other ``[network]`` key: rates, latencies, loss, jitter, traces, transport,
-TCP; ``[energy]``; ``nodes.device``, ``nodes.server_device``, ``nodes.gateway_device``,
+TCP, drop-tail buffers (``*queue_packets``) and how flows share a bottleneck (``sharing``);
+``[energy]``; ``nodes.device``, ``nodes.server_device``, ``nodes.gateway_device``,
 ``nodes.radio``; ``scenario.name``, ``scenario.trace_nodes``) changes only the clock and the
-energy, and may be replayed; so may the devices, radio, links and slowdown of a
-``[[nodes.group]]`` (its size, name and data share decide what is learned).
+energy, and may be replayed; so may the devices, radio, links (their buffers included) and
+slowdown of a ``[[nodes.group]]`` (its size, name and data share decide what is learned).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ TIMING_KEYS = (
 # data share decide what is learned)
 GROUP_TIMING_FIELDS = frozenset(
     "device radio uplink_mbps downlink_mbps latency_ms loss jitter_ms slowdown uplink_trace downlink_trace "
-    "trace_offset_s".split()
+    "trace_offset_s queue_packets".split()
 )
 # network keys that shape the aggregation tree: part of the learning configuration
 # (a custom topology's vertices and links decide its tree too: compared as the tree itself, since
@@ -165,7 +166,7 @@ def replay_problem(recorded: Scenario, new: Scenario) -> str | None:
     more = f" (and {', '.join(changed[1:])})" if len(changed) > 1 else ""
     return (
         f"{key}{more} cannot be replayed: {_why(key)}. A replay changes only what moves the clock (link "
-        f"rates, latencies, loss, traces, transport, energy, device profiles); run the scenario with "
+        f"rates, latencies, loss, traces, buffers, transport, energy, device profiles); run the scenario with "
         f"this setting in full (aiotsim run)"
     )
 

@@ -15,6 +15,12 @@ its two periods) drawn from a generator seeded by ``[seed, 0x7ACE, node index]``
 offset does not depend on the fleet's size). A link straggler's traces are scaled down like its
 constant rates. With ``loss_model = 'gilbert-elliott'`` the node links (every custom link) carry
 one :class:`~aiotsim.network.traces.GilbertElliott` built from the ``ge_*`` keys.
+
+Drop-tail buffers (``queue_packets``, packets of a link's MTU): a node's links take its group's,
+else its radio's with ``link_defaults = 'radio'``, else ``network.queue_packets``; the server links
+take ``network.server_queue_packets``, a hierarchy's backhaul ``network.backhaul_queue_packets``
+(each 0: ``network.queue_packets``); a shared-medium channel ``network.queue_packets``; a custom
+link its own ``queue_packets``, else ``network.queue_packets``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import numpy as np
 from aiotsim.config import NodeGroup, Scenario, block_to_dict
 from aiotsim.errors import TopologyError
 from aiotsim.learn.partition import even_sizes
+from aiotsim.network.link import DEFAULT_QUEUE_PACKETS
 from aiotsim.network.topology import Topology
 from aiotsim.network.traces import GilbertElliott, RateTrace, load_trace
 from aiotsim.sim.energy import get_radio
@@ -63,6 +70,7 @@ class NodeSpec:
     uplink_trace: RateTrace | None = None  # offset applied, not yet scaled by link_slowdown
     downlink_trace: RateTrace | None = None
     loss_model: GilbertElliott | None = None
+    queue_packets: int = DEFAULT_QUEUE_PACKETS  # drop-tail buffer of both node links, packets
 
     @property
     def name(self) -> str:
@@ -77,6 +85,7 @@ class NodeSpec:
             "latency_s": self.latency_s,
             "loss": self.loss,
             "jitter_s": self.jitter_s,
+            "queue_packets": self.queue_packets,
         }
         for key, trace in (("uplink", self.uplink_trace), ("downlink", self.downlink_trace)):
             if trace is not None:
@@ -166,9 +175,9 @@ def _node_spec(i: int, k: int, g: NodeGroup, s: Scenario, strag: bool, slow_comp
     radio = str(pick(g.radio, nd.radio))
     if nw.link_defaults == "radio":  # the radio's typical link (sim/energy.py) fills the gaps
         r = get_radio(radio)
-        up, down, lat, loss = r.up_mbps, r.down_mbps, r.latency_ms, r.loss
+        up, down, lat, loss, queue = r.up_mbps, r.down_mbps, r.latency_ms, r.loss, r.queue_packets
     else:
-        up, down, lat, loss = nw.uplink_mbps, nw.downlink_mbps, nw.latency_ms, nw.loss
+        up, down, lat, loss, queue = nw.uplink_mbps, nw.downlink_mbps, nw.latency_ms, nw.loss, nw.queue_packets
     return NodeSpec(
         index=i,
         group=str(pick(g.name, f"group{k}")),
@@ -183,6 +192,7 @@ def _node_spec(i: int, k: int, g: NodeGroup, s: Scenario, strag: bool, slow_comp
         compute_slowdown=float(pick(g.slowdown, 1.0)) * (nd.straggler_factor if strag and slow_compute else 1.0),
         link_slowdown=nd.straggler_factor if strag and slow_link else 1.0,
         straggler=strag,
+        queue_packets=int(pick(g.queue_packets, queue)),
     )
 
 
@@ -197,7 +207,8 @@ def build_topology(s: Scenario, layout: list[NodeSpec] | None = None) -> Topolog
     layout = layout if layout is not None else node_layout(s)
     per_node = [spec.link_settings() for spec in layout]
     n = len(layout)
-    common = {"mtu": nw.mtu, "header_bytes": nw.header_bytes}
+    common = {"mtu": nw.mtu, "header_bytes": nw.header_bytes, "queue_packets": nw.queue_packets}
+    server_queue = tier_queue(nw.server_queue_packets)
     if nw.topology == "star":
         return Topology.star(
             n,
@@ -208,6 +219,7 @@ def build_topology(s: Scenario, layout: list[NodeSpec] | None = None) -> Topolog
             loss=nw.loss,
             jitter_s=nw.jitter_ms * MS,
             per_node=per_node,
+            server_queue_packets=server_queue,
             **common,
         )
     if nw.topology == "hierarchical":
@@ -223,6 +235,8 @@ def build_topology(s: Scenario, layout: list[NodeSpec] | None = None) -> Topolog
             loss=nw.loss,
             jitter_s=nw.jitter_ms * MS,
             per_node=per_node,
+            backhaul_queue_packets=tier_queue(nw.backhaul_queue_packets),
+            server_queue_packets=server_queue,
             **common,
         )
     if nw.topology == "shared-medium":
@@ -234,11 +248,18 @@ def build_topology(s: Scenario, layout: list[NodeSpec] | None = None) -> Topolog
             loss=nw.loss,
             jitter_s=nw.jitter_ms * MS,
             loss_model=loss_model(s),
+            server_queue_packets=server_queue,
             **common,
         )
     if nw.topology == "ring":
         return Topology.ring(n, nw.uplink_mbps * MBPS, per_node=per_node, **common)
     return _custom(s, n)
+
+
+def tier_queue(queue_packets: int) -> int | None:
+    """A tier's own drop-tail buffer, packets, from its ``network.*_queue_packets`` key: 0 there means
+    ``network.queue_packets``, which the builders take for None."""
+    return queue_packets or None
 
 
 def _custom(s: Scenario, n: int) -> Topology:
@@ -252,7 +273,8 @@ def _custom(s: Scenario, n: int) -> Topology:
         if f"node{i}" not in names:
             vertices.append({"name": f"node{i}", "role": "node", "aggregator": "server"})
     vertices.extend(declared)
-    return Topology.from_links(vertices, [_custom_link(s, k, link) for k, link in enumerate(s.network.link)])
+    links = [_custom_link(s, k, link) for k, link in enumerate(s.network.link)]
+    return Topology.from_links(vertices, links, queue_packets=s.network.queue_packets)
 
 
 def _custom_link(s: Scenario, k: int, link: Any) -> dict[str, Any]:
