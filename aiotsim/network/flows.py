@@ -63,7 +63,9 @@ import simpy
 from simpy.events import NORMAL
 
 from aiotsim.errors import ConfigError
+from aiotsim.network.flows_tcp import TcpRounds, _TcpFlow
 from aiotsim.network.link import Link
+from aiotsim.network.maxmin import max_min_rates, progressive_filling
 from aiotsim.network.overhead import (
     PathFormat,
     packets,
@@ -72,16 +74,9 @@ from aiotsim.network.overhead import (
     wire_bytes,
     wire_total,
 )
+from aiotsim.network.queues import QueueLinks
 from aiotsim.network.rates import RateClasses
-from aiotsim.network.tcp import (
-    Connection,
-    LossSampler,
-    TcpParams,
-    handshake_s,
-    plan_round,
-    restart_window,
-    transport_options,
-)
+from aiotsim.network.tcp import Connection, LossSampler, TcpParams, transport_options
 from aiotsim.network.topology import Topology
 from aiotsim.network.traces import SNAP_S, GilbertElliott, retransmitted_packets
 
@@ -91,7 +86,7 @@ __all__ = ["FlowState", "Network", "Transfer", "max_min_rates", "progressive_fil
 # A flow is finished when fewer than this many wire bytes remain (guards float rounding).
 DONE_BYTES = 1e-9
 TRANSPORTS = ("tcp", "ideal")
-ROUND_EPS_S = 1e-9  # s; a round boundary this close to now is due (float rounding of timers)
+SHARINGS = ("fifo", "fair")  # how TCP flows share a bottleneck (see :mod:`aiotsim.network.queues`)
 
 
 def _armed(env: simpy.Environment) -> simpy.Event:
@@ -110,90 +105,6 @@ def _checked_bytes(nbytes: object) -> int:
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
         raise ConfigError(f"nbytes(={nbytes!r}) must be an integer >= 0")
     return int(nbytes)
-
-
-def _never_lost(_segments: int) -> None:
-    """The loss draw of a loss-free path (``Network._lose`` with no loss draws nothing): no loss."""
-    return None
-
-
-def max_min_rates(capacity: Mapping[str, float], usage: Mapping[K, Mapping[str, int]]) -> dict[K, float]:
-    """Max-min fair rates by progressive filling.
-
-    Parameters
-    ----------
-    capacity : mapping of str to float
-        Capacity of each link (any unit, e.g. bytes/s), > 0.
-    usage : mapping of flow key to (mapping of link name to int)
-        The links each flow crosses and how many times (a flow crossing a link twice uses twice its
-        rate there). Every flow must cross at least one link.
-
-    Returns
-    -------
-    dict
-        Rate of each flow, in the unit of ``capacity``.
-
-    Examples
-    --------
-    >>> max_min_rates({"a": 10.0, "b": 4.0}, {"x": {"a": 1}, "y": {"a": 1, "b": 1}, "z": {"b": 1}})
-    {'x': 8.0, 'y': 2.0, 'z': 2.0}
-    """
-    names = list(capacity)
-    index = {name: i for i, name in enumerate(names)}
-    flows = list(usage)
-    width = max((len(usage[f]) for f in flows), default=1)
-    links = np.full((len(flows), width), len(names), dtype=np.intp)  # [flows, hops]; pad = dummy
-    mults = np.zeros((len(flows), width))  # [flows, hops]
-    for row, flow in enumerate(flows):
-        if not usage[flow]:
-            raise ConfigError(f"flow {flow!r} crosses no link")
-        for col, (name, mult) in enumerate(usage[flow].items()):
-            links[row, col] = index[name]
-            mults[row, col] = mult
-    cap = np.append(np.array([capacity[n] for n in names], dtype=float), np.inf)
-    rates = progressive_filling(cap, links, mults)
-    return {flow: float(rate) for flow, rate in zip(flows, rates, strict=True)}
-
-
-def progressive_filling(cap: np.ndarray, links: np.ndarray, mults: np.ndarray) -> np.ndarray:
-    """Max-min fair rates, vectorized.
-
-    Parameters
-    ----------
-    cap : ndarray, shape [links + 1]
-        Capacities (e.g. bytes/s); the last entry is a dummy link of infinite capacity used as
-        padding.
-    links : ndarray of int, shape [flows, hops]
-        Link index of each hop of each flow (padding: the dummy index).
-    mults : ndarray of float, shape [flows, hops]
-        How many times the flow crosses that link (0 for padding).
-
-    Returns
-    -------
-    ndarray, shape [flows]
-        Rates in the unit of ``cap``. All unfrozen flows rise together to the level at which the
-        first link fills, ``(cap - used) / weight``; flows through the full link(s) are frozen at
-        that level; repeat. One iteration per distinct bottleneck level.
-    """
-    n_flows, hops = links.shape
-    n_links = cap.shape[0]
-    flat = links.ravel()  # [flows * hops]
-    flat_mult = mults.ravel()
-    real = mults > 0  # [flows, hops]
-    rates = np.zeros(n_flows)
-    used = np.zeros(n_links)  # capacity taken by frozen flows
-    unfrozen = np.ones(n_flows, dtype=bool)
-    level = 0.0
-    while unfrozen.any():
-        weight = np.bincount(flat, np.repeat(unfrozen, hops) * flat_mult, minlength=n_links)
-        fill = np.divide(cap - used, weight, out=np.full(n_links, np.inf), where=weight > 0)
-        level = max(level, float(fill.min()))
-        full = fill <= level * (1.0 + 1e-12)  # [links]
-        hit = unfrozen & (full[links] & real).any(axis=1)
-        rates[hit] = level
-        used += np.bincount(flat, np.repeat(hit * level, hops) * flat_mult, minlength=n_links)
-        unfrozen &= ~hit
-    return rates
 
 
 class Transfer(NamedTuple):
@@ -280,25 +191,6 @@ class _Path:
 
 
 @dataclass(slots=True)
-class _TcpFlow:
-    """TCP state of one flow in flight (see :mod:`aiotsim.network.tcp`)."""
-
-    conn: Connection
-    rtt: float  # s, twice the path's one-way latency
-    seg_wire: float  # wire bytes of one full segment (MTU + framing + its ACK charge)
-    bdp: float  # segments, bottleneck rate x RTT
-    max_window: float  # segments, the socket buffer
-    loss: float  # end-to-end packet loss probability
-    extra_delay: float = 0.0  # s, loss recovery of the last round
-    bursty: tuple[GilbertElliott, ...] = ()  # Gilbert-Elliott links of the path (their losses too)
-    traced: bool = False  # on a traced path the window is a byte budget per round (see _pace_traced)
-    budget: float = 0.0  # wire bytes the window allows in the current round
-    rem0: float = 0.0  # wire bytes left when the current round began
-    round_end: float = math.inf  # s, next round boundary of a window-limited flow (inf: none)
-    cap: float = math.inf  # bytes/s, window cap (inf: none; 0: waiting out a handshake or timeout)
-
-
-@dataclass(slots=True)
 class _Flow:
     """Bookkeeping of one flow in flight; its remaining bytes and rate live in the rate classes."""
 
@@ -313,7 +205,7 @@ class _Flow:
     event: simpy.Event
 
 
-class Network:
+class Network(TcpRounds):
     """A topology's links shared max-min fairly by the transfers in flight.
 
     Parameters
@@ -334,6 +226,13 @@ class Network:
     keep_records : bool
         Keep every transfer's record in :attr:`transfers` (default). A simulation whose caller keeps
         the records it needs (the run's trace) passes False: 232 bytes a flow less for the whole run.
+    sharing : str
+        Under TCP, how flows share a bottleneck: ``"fair"`` (default), a per-flow fair queue:
+        max-min shares and no shared backlog (the model the ns-3 calibration validates);
+        ``"fifo"``, one drop-tail queue per link of ``Link.queue_packets``: windows stand in it,
+        every round trip through it includes its delay, flows share it by window and RTT and lose
+        what overflows it (:mod:`aiotsim.network.queues`; not yet closer to ns-3 than ``"fair"``
+        in every class, see ``docs/CALIBRATION.md``). Ignored under ``transport="ideal"``.
 
     Attributes
     ----------
@@ -359,9 +258,13 @@ class Network:
         transport: str = "ideal",
         tcp: TcpParams | None = None,
         keep_records: bool = True,
+        sharing: str = "fair",
     ) -> None:
         if transport not in TRANSPORTS:
             raise ConfigError(f"transport(={transport!r}) must be one of {', '.join(TRANSPORTS)}")
+        if sharing not in SHARINGS:
+            raise ConfigError(f"sharing(={sharing!r}) must be one of {', '.join(SHARINGS)}")
+        self.sharing = sharing
         self.env = env
         self.transport = transport
         self._tcp_on = transport == "tcp"  # read at every step
@@ -379,6 +282,12 @@ class Network:
         # [links + 1] bytes/s; traced links: their nominal (mean) rate (Python floats: read per pair)
         self._nominal = self._cap.tolist()
         self._rates = RateClasses(self._cap[:-1].tolist(), report_near=transport == "tcp")
+        # drop-tail queues under TCP windows (None: no shared backlog, the per-flow fair queue)
+        self._queues = (
+            QueueLinks(self._cap[:-1].tolist(), [all_links[n].buffer_bytes for n in self._link_names])
+            if transport == "tcp" and sharing == "fifo"
+            else None
+        )
         self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link (change in place only)
         self._carried_mv = memoryview(self._carried)  # the same buffer: Python float adds, no numpy scalars
         self.transfers: list[Transfer] = []
@@ -498,6 +407,8 @@ class Network:
         t = self._tcp_flows[slot]
         if t is not None:
             self._tcp_flows[slot] = None
+            if self._queues is not None:
+                self._queues.leave(slot)
             t.conn.busy = False
             if self._conns.get((f.src, f.dst)) is t.conn:  # a reset connection is not reused
                 del self._conns[(f.src, f.dst)]
@@ -672,6 +583,8 @@ class Network:
         planned = self._tcp_rounds(now) if tcp else []
         if tcp and traced:
             self._pace_traced(now)
+        if self._queues is not None:
+            self._reprice(now)
         touched = self._rates.solve(now)
         if tcp:
             self._tcp_settle(touched + planned, now)
@@ -697,153 +610,6 @@ class Network:
             at = min(at, self._due_heap[0][0])
         return at
 
-    # ------------------------------------------------------------------ TCP
-    def _tcp_start(self, slot: int, src: str, dst: str, path: _Path, wire: float, now: float) -> None:
-        """Attach TCP state to a new flow: its connection (fresh or reused, idle restart), and a
-        handshake round trip when the connection is new."""
-        p, fmt = self.tcp, path.fmt
-        if fmt.latency_s <= 0:
-            return  # no round trip: the window never limits, the fluid model is exact
-        rtt, seg_wire, bdp, max_window, hop_s = path.tcp or self._tcp_path(path)
-        conn = self._conns.get((src, dst))
-        fresh = conn is None or conn.busy or p.connection == "per-transfer"
-        if fresh:
-            conn = Connection(cwnd=float(p.initial_window), last_active_s=now)
-            if (src, dst) not in self._conns or p.connection == "per-transfer":
-                self._conns[(src, dst)] = conn
-        elif p.idle_restart:
-            restart_window(conn, now - conn.last_active_s, p.rto(rtt), float(p.initial_window))
-        assert conn is not None
-        conn.busy = True
-        # store and forward: the last packet is also serialized on every hop but the bottleneck,
-        # whose time the fluid drain already counts (s)
-        pipeline = min(seg_wire, wire) * hop_s  # s; min(...): the last packet's wire bytes
-        t = _TcpFlow(conn, rtt, seg_wire, bdp, max_window, fmt.loss, max(pipeline, 0.0), path.bursty, path.traced)
-        self._tcp_flows[slot] = t
-        if path.traced:
-            self._paced[slot] = None
-        if fresh:  # SYN, SYN-ACK before the first data (+ 1 s, 2 s, ... per lost SYN)
-            end = now + handshake_s(rtt, lambda n: self._lose(fmt.loss, n, path.bursty))
-            self._set_round(slot, t, end, 0.0, now)
-        else:  # its first round is due now (its cap is already none); no heap entry needed
-            t.round_end = now
-            self._starting.append((now, slot, 0, t))
-
-    def _tcp_path(self, path: _Path) -> tuple[float, float, float, float, float]:
-        """A path's TCP constants (:attr:`_Path.tcp`), computed once."""
-        fmt = path.fmt
-        rtt = 2.0 * fmt.latency_s  # s
-        seg_wire = fmt.mtu + fmt.framing_bytes + (fmt.header_bytes + fmt.framing_bytes) * fmt.acks_per_packet
-        bdp = path.bottleneck_Bps * rtt / seg_wire  # segments
-        max_window = max(self.tcp.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0)  # segments
-        path.tcp = (rtt, seg_wire, bdp, max_window, path.inv_cap_sum - 1.0 / path.bottleneck_Bps)
-        return path.tcp
-
-    def _set_round(self, slot: int, t: _TcpFlow, end: float, cap: float, now: float) -> None:
-        """Set a TCP flow's next round boundary (s; inf: none) and window cap (bytes/s)."""
-        t.round_end, t.cap = end, cap
-        if math.isfinite(end):
-            self._seq += 1
-            heapq.heappush(self._rounds, (end, slot, self._seq, t))
-        self._rates.set_tcap(slot, cap, now)
-
-    def _round_valid(self, entry: tuple[float, int, int, _TcpFlow]) -> bool:
-        end, slot, _, t = entry
-        return self._tcp_flows[slot] is t and t.round_end == end
-
-    def _tcp_rounds(self, now: float) -> list[int]:
-        """Start a new round trip for every flow whose round ended (window -> rate cap), in slot
-        order (the order of the loss draws); return their slots."""
-        if not self._starting and not (self._rounds and self._rounds[0][0] <= now + ROUND_EPS_S):
-            return []  # the usual step: no round ends now
-        due = {entry[1] for entry in self._starting if self._round_valid(entry)}
-        self._starting.clear()
-        while self._rounds and self._rounds[0][0] <= now + ROUND_EPS_S:
-            entry = heapq.heappop(self._rounds)
-            if self._round_valid(entry):
-                due.add(entry[1])
-        slots = sorted(due)
-        for slot in slots:
-            t = self._tcp_flows[slot]
-            assert t is not None
-            lossy = t.loss > 0 or t.bursty
-            # bytes/s; below the window's cap: the fair share limited it (read only where losses are drawn)
-            rate = self._rates.rate(slot) if lossy else 0.0
-            held = lossy and 0 < rate < t.cap * (1 - 1e-9)
-            share = rate * t.rtt / t.seg_wire if held else np.inf  # segments per round trip
-            left = self._rates.remaining(slot, now)  # wire bytes
-            rd = plan_round(
-                t.conn, self.tcp, now, left / t.seg_wire, t.rtt, t.bdp, t.max_window,
-                (lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty)) if lossy else _never_lost,
-                share,
-            )  # fmt: skip
-            if rd.final:  # the last window leaves in one burst, at the fair share
-                t.extra_delay += rd.extra_delay_s
-                self._set_round(slot, t, np.inf, np.inf, now)
-            else:
-                t.budget, t.rem0 = rd.segments * t.seg_wire, left
-                self._set_round(slot, t, now + rd.duration_s, rd.segments * t.seg_wire / rd.duration_s, now)
-        return slots
-
-    def _pace_traced(self, now: float) -> None:
-        """On a traced path the window is what it is in TCP: a byte budget per round trip, not a
-        rate. A trace at 1 ms resolution alternates delivery opportunities and empty
-        milliseconds; a window paced as a steady rate would lose every empty millisecond for
-        good. So the cap of a flow in a window-limited round is recomputed at every step as
-        (budget left) / (time left in the round): behind after an empty millisecond, it may use
-        the next opportunity in a burst, as packets queued at the bottleneck would. On a
-        constant link the flow always gets its cap and this leaves the cap unchanged."""
-        for slot in sorted(self._paced):
-            t = self._tcp_flows[slot]
-            if t is None or not math.isfinite(t.round_end) or not t.cap > 0 or t.budget <= 0:
-                continue
-            left = t.budget - (t.rem0 - self._rates.remaining(slot, now))  # wire bytes
-            time_left = t.round_end - now  # s
-            if time_left > ROUND_EPS_S:
-                t.cap = max(left, 0.0) / time_left
-                self._rates.set_tcap(slot, t.cap, now)
-
-    def _lose(self, loss: float, segments: int, bursty: tuple[GilbertElliott, ...] = ()) -> int | None:
-        """Index of the first segment lost among ``segments``, or None: the one random loss model
-        of the TCP transport (independent losses with the path's probability; on a path with
-        Gilbert-Elliott links, the first loss of their chains over this round's segments)."""
-        first = self._loss.first_loss(loss, segments)
-        if bursty and segments > 0:
-            lost = np.zeros(segments, dtype=bool)
-            for model in bursty:
-                lost |= model.mask(segments, self._loss_rng)
-            hits = np.flatnonzero(lost)
-            if hits.size and (first is None or hits[0] < first):
-                first = int(hits[0])
-        return first
-
-    def _tcp_settle(self, slots: list[int], now: float) -> None:
-        """Per-RTT steps only where the window limits: a lossless flow whose window covers its
-        fair share goes fluid; a fluid flow held at its window cap steps again from now. Flows on
-        traced paths (capacity changing under them) or Gilbert-Elliott paths (losses drawn per
-        round) keep stepping round by round. Only flows whose rate class changed (``slots``) can
-        switch: a level moving between two caps changes no flow's binding."""
-        changed: set[int] = set()  # each flow switches at most once per step (no ping-pong)
-        while slots:
-            relax = False
-            for slot in sorted(set(slots) - changed):
-                t = self._tcp_flows[slot]
-                if t is None or slot not in self._rates.flows:
-                    continue
-                bound = self._rates.rate(slot) >= t.cap * (1.0 - 1e-9)  # held at its window
-                stepping = math.isfinite(t.round_end)
-                if stepping and not bound and t.cap > 0 and t.loss == 0.0 and not t.bursty and not t.traced:
-                    t.round_end, t.cap = np.inf, t.conn.cwnd * t.seg_wire / t.rtt  # window no longer binds
-                    self._rates.lift_tcap(slot, t.cap, now)  # where its rate stays: kept in place
-                    relax = True
-                    changed.add(slot)
-                elif not stepping and bound and math.isfinite(t.cap):
-                    t.round_end = now  # the window binds again: step from now
-                    self._seq += 1
-                    heapq.heappush(self._rounds, (now, slot, self._seq, t))
-                    changed.add(slot)
-            slots = self._rates.solve(now) if relax else []
-
     def _finish(self, slot: int) -> None:
         """Free a drained flow's slot, account its bytes, deliver its event after its delay."""
         f = self._flows[slot]
@@ -859,7 +625,9 @@ class Network:
         if t is not None:
             self._tcp_flows[slot] = None
             t.conn.busy, t.conn.last_active_s = False, now
-            delay += t.extra_delay
+            delay += t.extra_delay  # a FIFO share is the bottleneck's service: no queue wait after it
+            if self._queues is not None:
+                self._queues.leave(slot)
         carried, wire = self._carried_mv, f.wire
         for i, m in zip(f.path.links_t, f.path.mults_t):  # a few hops, equal lengths (_path): no numpy call
             carried[i] += wire * m
@@ -916,6 +684,8 @@ class Network:
             self._cap[i] = trace.rate_at(now)
             self._due[i] = trace.next_change(now)
             self._rates.set_link_cap(i, float(self._cap[i]), now)
+            if self._queues is not None:
+                self._queues.set_capacity(i, float(self._cap[i]))
             heapq.heappush(self._due_heap, (float(self._due[i]), i))
 
     def _take_sampled_loss(self, src: str, dst: str, path: _Path, nbytes: int) -> tuple[float, float]:

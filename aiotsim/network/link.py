@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from aiotsim.errors import ConfigError
 from aiotsim.network.traces import GilbertElliott, RateTrace
 
+# packets: the drop-tail queue of a link unless set (ns-3's DropTailQueue MaxSize in the calibration,
+# Linux's default txqueuelen)
+DEFAULT_QUEUE_PACKETS = 1000
+
 
 @dataclass(frozen=True)
 class Link:
@@ -56,6 +60,11 @@ class Link:
         ``bandwidth_bps``. With a trace, ``bandwidth_bps`` is only its nominal (mean) rate.
     loss_model : GilbertElliott, optional
         Bursty loss sampled per transfer instead of the expected-value ``loss`` (which must be 0).
+    queue_packets : int
+        Drop-tail buffer in front of the link, packets of ``mtu`` bytes (+ framing), >= 1: what
+        TCP's windows may hold standing in its queue before it drops (``transport = "tcp"``, see
+        :mod:`aiotsim.network.queues`). 1,000 (ns-3's and Linux's ``txqueuelen`` default) is deep
+        enough that most IoT transfers never fill it.
     """
 
     name: str
@@ -69,6 +78,7 @@ class Link:
     acks_per_packet: float = 0.0
     trace: RateTrace | None = None
     loss_model: GilbertElliott | None = None
+    queue_packets: int = DEFAULT_QUEUE_PACKETS
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -94,6 +104,8 @@ class Link:
             problems.append(f"trace(={self.trace!r}) must be a RateTrace or None")
         if self.loss_model is not None and (not isinstance(self.loss_model, GilbertElliott) or self.loss > 0):
             problems.append(f"loss_model(={self.loss_model!r}) must be a GilbertElliott, with loss = 0")
+        if isinstance(self.queue_packets, bool) or not isinstance(self.queue_packets, int) or self.queue_packets < 1:
+            problems.append(f"queue_packets(={self.queue_packets!r}) must be an integer >= 1")
         if problems:
             raise ConfigError([f"Link {self.name!r}: {p}" for p in problems])
 
@@ -101,6 +113,11 @@ class Link:
     def capacity_Bps(self) -> float:
         """Capacity in bytes/s."""
         return self.bandwidth_bps / 8.0
+
+    @property
+    def buffer_bytes(self) -> float:
+        """What the drop-tail queue holds, wire bytes: ``queue_packets`` full frames."""
+        return float(self.queue_packets * (self.mtu + self.framing_bytes))
 
 
 def _finite(x: object) -> bool:

@@ -54,10 +54,16 @@ from typing import Any
 
 import numpy as np
 
+from aiotsim.network.queues import overflow_positions
+
 CUBIC_C = 0.4  # segments / s^3 (RFC 9438)
 CUBIC_BETA = 0.7  # window kept after a loss (RFC 9438)
 RENO_BETA = 0.5
 HYSTART_LOW_WINDOW = 16  # segments: HyStart is active from this window up (Linux, ns-3)
+# s: HyStart's delay test leaves slow start once the round trip has grown by its base / 8, clamped
+# to [4 ms, 16 ms] (Linux's HYSTART_DELAY_MIN / MAX, tcp_cubic.c)
+HYSTART_DELAY_MIN_S = 0.004
+HYSTART_DELAY_MAX_S = 0.016
 FAST_RETRANSMIT_DUPACKS = 3
 SYN_RTO_S = 1.0  # s, first SYN retransmission timeout (RFC 6298 sec. 2.1, Linux, ns-3 ConnTimeout set so)
 SYN_RETRIES = 6  # SYN retransmissions before giving up (Linux tcp_syn_retries, ns-3 ConnCount)
@@ -231,7 +237,9 @@ def restart_window(conn: Connection, idle_s: float, rto_s: float, initial_window
     conn.cwnd = max(cwnd, restart)
 
 
-def grow(conn: Connection, params: TcpParams, now_s: float, rtt_s: float, bdp_segments: float) -> None:
+def grow(
+    conn: Connection, params: TcpParams, now_s: float, rtt_s: float, bdp_segments: float, queue_s: float = 0.0
+) -> None:
     """The window after one loss-free round trip (slow start, HyStart, CUBIC or Reno), in place.
 
     Parameters
@@ -245,11 +253,16 @@ def grow(conn: Connection, params: TcpParams, now_s: float, rtt_s: float, bdp_se
     rtt_s : float
         Round trip, s.
     bdp_segments : float
-        The path's bandwidth-delay product in segments (HyStart's yardstick).
+        The path's bandwidth-delay product in segments (HyStart's ACK-train yardstick).
+    queue_s : float
+        Queueing delay in this round's ``rtt_s``, s (HyStart's delay test: a round trip grown by
+        ``clamp(base / 8, 4 ms, 16 ms)`` over its base ends slow start).
     """
     cwnd = conn.cwnd
     if cwnd < conn.ssthresh:
-        if params.hystart and cwnd >= HYSTART_LOW_WINDOW and cwnd >= 0.5 * bdp_segments:
+        base = rtt_s - queue_s
+        delayed = queue_s > 0 and queue_s >= min(max(base / 8.0, HYSTART_DELAY_MIN_S), HYSTART_DELAY_MAX_S)
+        if params.hystart and cwnd >= HYSTART_LOW_WINDOW and (cwnd >= 0.5 * bdp_segments or delayed):
             conn.ssthresh = cwnd  # HyStart: leave slow start, CUBIC from here (epoch now, K = 0)
             conn.w_max, conn.epoch_s, conn.k_s = cwnd, now_s, 0.0
         else:
@@ -275,6 +288,14 @@ def cut(conn: Connection, params: TcpParams, now_s: float, timeout: bool) -> Non
     conn.epoch_s = now_s
 
 
+def round_segments(conn: Connection, left_segments: float, max_window: float) -> tuple[int, float]:
+    """The window (whole segments, >= 1; ``conn.cwnd`` clipped to ``max_window`` in place) and what
+    a round sends of the ``left_segments`` of its transfer."""
+    conn.cwnd = min(conn.cwnd, max_window)
+    window = max(math.floor(conn.cwnd), 1)  # whole segments in flight
+    return window, min(window, left_segments)
+
+
 def plan_round(
     conn: Connection,
     params: TcpParams,
@@ -285,6 +306,8 @@ def plan_round(
     max_window: float,
     lose: Callable[[int], int | None],
     share_segments: float = math.inf,
+    dropped: float = 0.0,
+    queue_s: float = 0.0,
 ) -> Round:
     """One round trip of a window-limited flow: what it sends, how long it takes, the new window.
 
@@ -309,22 +332,29 @@ def plan_round(
     share_segments : float
         Segments per RTT of the fair share that limited the flow last (else inf): a larger window
         queues, the round stretches to ``sent / share_segments`` RTTs (losses drawn per segment).
+    dropped : float
+        Fraction of this round's segments a full drop-tail buffer drops
+        (:class:`aiotsim.network.queues.QueueLinks`): at least one when > 0, at the round's tail
+        (:func:`~aiotsim.network.queues.overflow_positions`), besides the path's random losses.
+    queue_s : float
+        Queueing delay included in ``rtt_s``, s (HyStart's delay test, :func:`grow`).
 
     Returns
     -------
     Round
     """
-    conn.cwnd = min(conn.cwnd, max_window)
-    window = max(math.floor(conn.cwnd), 1)  # whole segments in flight
-    sent = min(window, left_segments)
+    window, sent = round_segments(conn, left_segments, max_window)
     final = left_segments <= window * (1.0 + FINAL_TOL)
     span = rtt_s * max(1.0, sent / share_segments)  # s, this round's RTT with its queueing
     acked = conn.acked  # segments acknowledged before this round (the RTO's samples)
     lost = _losses(math.ceil(sent), lose)
+    if dropped > 0:
+        n = math.ceil(sent)
+        lost = sorted(set(lost).union(overflow_positions(n, math.ceil(dropped * n - 1e-9))))
     conn.acked += sent
     if not lost:
         if not final:
-            grow(conn, params, now_s + span, span, bdp_segments)
+            grow(conn, params, now_s + span, span, bdp_segments, queue_s)
         return Round(sent, span, final)
     rto = params.loss_rto(span, acked)
     # segments behind a loss that can raise duplicate ACKs / SACKs: the rest of this round and, if

@@ -1,0 +1,260 @@
+"""The TCP half of :class:`aiotsim.network.flows.Network`: windows as rate caps, round by round.
+
+A mixin of :class:`~aiotsim.network.flows.Network` (its state lives there): attaching TCP state
+to a new flow (connection reuse, idle restart, the handshake), planning every round trip that ends
+(:func:`aiotsim.network.tcp.plan_round`: the window becomes a rate cap, losses are drawn in slot
+order), pacing windows on traced paths, letting a flow whose window no longer binds go fluid, and,
+under ``sharing = "fifo"``, the round trips through the drop-tail queues
+(:class:`aiotsim.network.queues.QueueLinks`). Units: bytes, bytes/s, s, segments.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import simpy
+
+from aiotsim.network.queues import QueueLinks
+from aiotsim.network.rates import RateClasses
+from aiotsim.network.tcp import (
+    Connection,
+    LossSampler,
+    TcpParams,
+    handshake_s,
+    plan_round,
+    restart_window,
+    round_segments,
+)
+from aiotsim.network.traces import GilbertElliott
+
+if TYPE_CHECKING:
+    from aiotsim.network.flows import _Flow, _Path
+
+ROUND_EPS_S = 1e-9  # s; a round boundary this close to now is due (float rounding of timers)
+
+
+def _never_lost(_segments: int) -> None:
+    """The loss draw of a loss-free path (``Network._lose`` with no loss draws nothing): no loss."""
+    return None
+
+
+@dataclass(slots=True)
+class _TcpFlow:
+    """TCP state of one flow in flight (see :mod:`aiotsim.network.tcp`)."""
+
+    conn: Connection
+    rtt: float  # s, twice the path's one-way latency
+    seg_wire: float  # wire bytes of one full segment (MTU + framing + its ACK charge)
+    bdp: float  # segments, bottleneck rate x RTT
+    max_window: float  # segments, the socket buffer
+    loss: float  # end-to-end packet loss probability
+    extra_delay: float = 0.0  # s, loss recovery of the last round
+    bursty: tuple[GilbertElliott, ...] = ()  # Gilbert-Elliott links of the path (their losses too)
+    traced: bool = False  # on a traced path the window is a byte budget per round (see _pace_traced)
+    budget: float = 0.0  # wire bytes the window allows in the current round
+    rem0: float = 0.0  # wire bytes left when the current round began
+    round_end: float = math.inf  # s, next round boundary of a window-limited flow (inf: none)
+    cap: float = math.inf  # bytes/s, window cap (inf: none; 0: waiting out a handshake or timeout)
+    queued: bool = False  # its last round's window stands in a link's queue (sharing = "fifo")
+
+
+class TcpRounds:
+    """TCP rounds of a :class:`~aiotsim.network.flows.Network` (module docstring); the attributes
+    below are the network's."""
+
+    env: simpy.Environment
+    tcp: TcpParams
+    _rates: RateClasses
+    _queues: QueueLinks | None
+    _conns: dict[tuple[str, str], Connection]
+    _paths: dict[tuple[str, str], _Path]
+    _flows: list[_Flow | None]
+    _tcp_flows: list[_TcpFlow | None]
+    _rounds: list[tuple[float, int, int, _TcpFlow]]
+    _starting: list[tuple[float, int, int, _TcpFlow]]
+    _paced: dict[int, None]
+    _seq: int
+    _loss: LossSampler
+    _loss_rng: np.random.Generator
+
+    if TYPE_CHECKING:
+
+        def _path(self, src: str, dst: str) -> _Path: ...  # the network's
+
+    def _tcp_start(self, slot: int, src: str, dst: str, path: _Path, wire: float, now: float) -> None:
+        """Attach TCP state to a new flow: its connection (fresh or reused, idle restart), and a
+        handshake round trip when the connection is new."""
+        p, fmt = self.tcp, path.fmt
+        if fmt.latency_s <= 0:
+            return  # no round trip: the window never limits, the fluid model is exact
+        rtt, seg_wire, bdp, max_window, hop_s = path.tcp or self._tcp_path(path)
+        conn = self._conns.get((src, dst))
+        fresh = conn is None or conn.busy or p.connection == "per-transfer"
+        if fresh:
+            conn = Connection(cwnd=float(p.initial_window), last_active_s=now)
+            if (src, dst) not in self._conns or p.connection == "per-transfer":
+                self._conns[(src, dst)] = conn
+        elif p.idle_restart:
+            restart_window(conn, now - conn.last_active_s, p.rto(rtt), float(p.initial_window))
+        assert conn is not None
+        conn.busy = True
+        # store and forward: the last packet is also serialized on every hop but the bottleneck,
+        # whose time the fluid drain already counts (s)
+        pipeline = min(seg_wire, wire) * hop_s  # s; min(...): the last packet's wire bytes
+        t = _TcpFlow(conn, rtt, seg_wire, bdp, max_window, fmt.loss, max(pipeline, 0.0), path.bursty, path.traced)
+        self._tcp_flows[slot] = t
+        if path.traced:
+            self._paced[slot] = None
+        queued = 0.0  # s, the queues the SYN and the SYN-ACK wait in
+        if self._queues is not None:
+            back = self._paths.get((dst, src)) or self._path(dst, src)
+            self._queues.join(slot, path.links_t, path.mults_t, back.links_t, rtt)
+            queued = self._queues.links_delay(path.links_t) + self._queues.links_delay(back.links_t)
+        if fresh:  # SYN, SYN-ACK before the first data (+ 1 s, 2 s, ... per lost SYN)
+            end = now + handshake_s(rtt + queued, lambda n: self._lose(fmt.loss, n, path.bursty))
+            self._set_round(slot, t, end, 0.0, now)
+        else:  # its first round is due now (its cap is already none); no heap entry needed
+            t.round_end = now
+            self._starting.append((now, slot, 0, t))
+
+    def _tcp_path(self, path: _Path) -> tuple[float, float, float, float, float]:
+        """A path's TCP constants (:attr:`_Path.tcp`), computed once."""
+        fmt = path.fmt
+        rtt = 2.0 * fmt.latency_s  # s
+        seg_wire = fmt.mtu + fmt.framing_bytes + (fmt.header_bytes + fmt.framing_bytes) * fmt.acks_per_packet
+        bdp = path.bottleneck_Bps * rtt / seg_wire  # segments
+        max_window = max(self.tcp.buffer_bytes / (fmt.mtu - fmt.header_bytes), 1.0)  # segments
+        path.tcp = (rtt, seg_wire, bdp, max_window, path.inv_cap_sum - 1.0 / path.bottleneck_Bps)
+        return path.tcp
+
+    def _set_round(self, slot: int, t: _TcpFlow, end: float, cap: float, now: float) -> None:
+        """Set a TCP flow's next round boundary (s; inf: none) and window cap (bytes/s)."""
+        t.round_end, t.cap = end, cap
+        if math.isfinite(end):
+            self._seq += 1
+            heapq.heappush(self._rounds, (end, slot, self._seq, t))
+        self._rates.set_tcap(slot, cap, now)
+
+    def _round_valid(self, entry: tuple[float, int, int, _TcpFlow]) -> bool:
+        end, slot, _, t = entry
+        return self._tcp_flows[slot] is t and t.round_end == end
+
+    def _tcp_rounds(self, now: float) -> list[int]:
+        """Start a new round trip for every flow whose round ended (window -> rate cap), in slot
+        order (the order of the loss draws); return their slots."""
+        if not self._starting and not (self._rounds and self._rounds[0][0] <= now + ROUND_EPS_S):
+            return []  # the usual step: no round ends now
+        due = {entry[1] for entry in self._starting if self._round_valid(entry)}
+        self._starting.clear()
+        while self._rounds and self._rounds[0][0] <= now + ROUND_EPS_S:
+            entry = heapq.heappop(self._rounds)
+            if self._round_valid(entry):
+                due.add(entry[1])
+        slots = sorted(due)
+        for slot in slots:
+            t = self._tcp_flows[slot]
+            assert t is not None
+            lossy = t.loss > 0 or t.bursty
+            # bytes/s; below the window's cap: the fair share limited it (read only where losses are drawn)
+            rate = self._rates.rate(slot) if lossy else 0.0
+            held = lossy and 0 < rate < t.cap * (1 - 1e-9)
+            share = rate * t.rtt / t.seg_wire if held else np.inf  # segments per round trip
+            left = self._rates.remaining(slot, now)  # wire bytes
+            rtt, dropped, fifo_cap = t.rtt, 0.0, np.inf
+            if self._queues is not None:  # the round trip through the queues, its share and its drops
+                _, sent = round_segments(t.conn, left / t.seg_wire, t.max_window)
+                trip = self._queues.send(slot, sent * t.seg_wire)
+                rtt, dropped, share = trip.rtt, trip.loss, np.inf
+                fifo_cap = trip.rate if trip.queued else np.inf
+                t.queued = trip.queued
+            rd = plan_round(
+                t.conn, self.tcp, now, left / t.seg_wire, rtt, t.bdp, t.max_window,
+                (lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty)) if lossy else _never_lost,
+                share, dropped, rtt - t.rtt,
+            )  # fmt: skip
+            if rd.final:  # the last window leaves in one burst, at the fair share (its FIFO share if queued)
+                t.extra_delay += rd.extra_delay_s
+                self._set_round(slot, t, np.inf, fifo_cap, now)
+            else:
+                t.budget, t.rem0 = rd.segments * t.seg_wire, left
+                self._set_round(slot, t, now + rd.duration_s, rd.segments * t.seg_wire / rd.duration_s, now)
+        return slots
+
+    def _reprice(self, now: float) -> None:
+        """Under FIFO sharing: the flows whose queue's delay moved take their new rate (window /
+        round trip through the queues) as their cap from now; a link with a standing queue stays
+        full (the caps of the flows queued at it sum to what it has left for them)."""
+        for slot in self._queues.stale():  # type: ignore[union-attr]
+            t = self._tcp_flows[slot]
+            if t is None or not t.cap > 0 or slot not in self._rates.flows:
+                continue  # gone, or waiting out a handshake or a timeout
+            if math.isinf(t.cap) and math.isinf(t.round_end) and not t.queued:
+                continue  # a last window that left in one burst (no queue when it did)
+            t.cap = self._queues.rate(slot)  # type: ignore[union-attr]
+            self._rates.set_tcap(slot, t.cap, now)
+
+    def _pace_traced(self, now: float) -> None:
+        """On a traced path the window is what it is in TCP: a byte budget per round trip, not a
+        rate. A trace at 1 ms resolution alternates delivery opportunities and empty
+        milliseconds; a window paced as a steady rate would lose every empty millisecond for
+        good. So the cap of a flow in a window-limited round is recomputed at every step as
+        (budget left) / (time left in the round): behind after an empty millisecond, it may use
+        the next opportunity in a burst, as packets queued at the bottleneck would. On a
+        constant link the flow always gets its cap and this leaves the cap unchanged."""
+        for slot in sorted(self._paced):
+            t = self._tcp_flows[slot]
+            if t is None or not math.isfinite(t.round_end) or not t.cap > 0 or t.budget <= 0:
+                continue
+            left = t.budget - (t.rem0 - self._rates.remaining(slot, now))  # wire bytes
+            time_left = t.round_end - now  # s
+            if time_left > ROUND_EPS_S:
+                t.cap = max(left, 0.0) / time_left
+                self._rates.set_tcap(slot, t.cap, now)
+
+    def _lose(self, loss: float, segments: int, bursty: tuple[GilbertElliott, ...] = ()) -> int | None:
+        """Index of the first segment lost among ``segments``, or None: the one random loss model
+        of the TCP transport (independent losses with the path's probability; on a path with
+        Gilbert-Elliott links, the first loss of their chains over this round's segments)."""
+        first = self._loss.first_loss(loss, segments)
+        if bursty and segments > 0:
+            lost = np.zeros(segments, dtype=bool)
+            for model in bursty:
+                lost |= model.mask(segments, self._loss_rng)
+            hits = np.flatnonzero(lost)
+            if hits.size and (first is None or hits[0] < first):
+                first = int(hits[0])
+        return first
+
+    def _tcp_settle(self, slots: list[int], now: float) -> None:
+        """Per-RTT steps only where the window limits: a lossless flow whose window covers its
+        fair share goes fluid; a fluid flow held at its window cap steps again from now. Flows on
+        traced paths (capacity changing under them) or Gilbert-Elliott paths (losses drawn per
+        round) keep stepping round by round. Only flows whose rate class changed (``slots``) can
+        switch: a level moving between two caps changes no flow's binding. Under FIFO sharing every
+        flow steps round by round to its end: its window keeps growing into the queue."""
+        if self._queues is not None:
+            return
+        changed: set[int] = set()  # each flow switches at most once per step (no ping-pong)
+        while slots:
+            relax = False
+            for slot in sorted(set(slots) - changed):
+                t = self._tcp_flows[slot]
+                if t is None or slot not in self._rates.flows:
+                    continue
+                bound = self._rates.rate(slot) >= t.cap * (1.0 - 1e-9)  # held at its window
+                stepping = math.isfinite(t.round_end)
+                if stepping and not bound and t.cap > 0 and t.loss == 0.0 and not t.bursty and not t.traced:
+                    t.round_end, t.cap = np.inf, t.conn.cwnd * t.seg_wire / t.rtt  # window no longer binds
+                    self._rates.lift_tcap(slot, t.cap, now)  # where its rate stays: kept in place
+                    relax = True
+                    changed.add(slot)
+                elif not stepping and bound and math.isfinite(t.cap):
+                    t.round_end = now  # the window binds again: step from now
+                    self._seq += 1
+                    heapq.heappush(self._rounds, (now, slot, self._seq, t))
+                    changed.add(slot)
+            slots = self._rates.solve(now) if relax else []

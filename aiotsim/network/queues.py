@@ -1,0 +1,328 @@
+"""Drop-tail FIFO queues under TCP windows: queueing delay, sharing by window and RTT, overflow.
+
+The fluid model's links carry no backlog: ``sharing = "fair"`` keeps it so (a per-flow fair queue,
+as fq_codel gives, shares a bottleneck max-min and holds each flow's excess window in its own
+queue). ``sharing = "fifo"`` (the default) models what a plain drop-tail router does, which is what
+ns-3's point-to-point devices and most IoT gateways are:
+
+* **Where a queue stands.** A TCP flow with window ``W`` (wire bytes in flight) and base round trip
+  ``d`` (s) asks its path for ``W / d`` bytes/s. A link whose flows ask more than its capacity
+  ``C`` (bytes/s) is *congested*; the excess windows stand in its buffer. A flow's queue is at the
+  tightest congested link of its path (the largest demand / capacity, the first of equals in path
+  order: behind two equal links only the first queues, the second receives at most its rate).
+* **FIFO sharing.** Every packet through a FIFO waits the same delay ``q``; a window-limited flow
+  then sends ``W / (d + q)``, so the flows queued at a link fill it when
+  ``sum W_i / (d_i + q) = C - A`` (``A``: the rate of flows queued elsewhere that cross it), which
+  fixes ``q`` (:func:`fifo_delay`). Rates go by window and RTT: a 5 ms flow beside a 150 ms flow
+  with the same window gets ~the ratio of their RTTs, not max-min's equal shares.
+* **Queueing delay.** Every round trip a flow sees includes ``q`` of the links on its forward path
+  and of the links its ACKs cross on the way back (the reverse route): its windows' rounds, its
+  timers, its handshake (:meth:`QueueLinks.path_delay`), and its last byte's arrival.
+* **Overflow.** A buffer holds ``B`` bytes, so ``q <= B / C``. Windows that ask more than a full
+  buffer drains lose the excess: the fraction ``p = 1 - (C - A) / sum W_i / (d_i + B / C)`` of what
+  arrives is dropped, per flow, at the tail of its round (drop-tail drops arrivals once full). TCP
+  sees those losses in :func:`aiotsim.network.tcp.plan_round` (SACK recovery, or a timeout when the
+  tail of a transfer is lost) and cuts its window; slow start overshoots a shallow buffer this way.
+
+State is kept per link as sums of ``W`` per distinct base RTT of its queued flows, so a queue's
+delay costs O(distinct RTTs at the link), not O(flows): a star of 1,000 equal nodes solves in one
+step. Units: bytes, bytes/s, s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+SOLVE_TOL = 1e-12  # relative tolerance of the FIFO delay's Newton steps
+# a queue's members are repriced when its delay moved by more than this fraction of a round trip
+# (the smallest base RTT queued there plus the delay they were priced at): a star of N equal flows
+# changes its delay by ~1/N per window, so N flows cost O(N) repricings per N rounds, not O(N^2)
+REPRICE = 0.01
+MAX_NEWTON = 60
+
+
+def fifo_delay(windows: dict[float, float], capacity: float) -> float:
+    """The queueing delay ``q`` (s) of a FIFO link at ``capacity`` (bytes/s) carrying window-limited
+    flows: the ``q >= 0`` with ``sum_d W_d / (d + q) = capacity``, 0 when the windows do not fill
+    the link at ``q = 0``.
+
+    Parameters
+    ----------
+    windows : dict of float to float
+        Base round trip ``d`` (s) -> the summed windows (wire bytes) of the flows with that round trip.
+    capacity : float
+        What the link has left for these flows, bytes/s.
+
+    Examples
+    --------
+    One RTT class: ``q = W / C - d``; 30,000 bytes in flight at 125,000 bytes/s over 0.1 s:
+
+    >>> round(fifo_delay({0.1: 30_000.0}, 125_000.0), 12)
+    0.14
+    """
+    if capacity <= 0:
+        return math.inf
+    demand = sum(w / d if d > 0 else math.inf for d, w in windows.items() if w > 0)
+    if demand <= capacity:
+        return 0.0
+    if len(windows) == 1:
+        ((d, w),) = windows.items()
+        return max(w / capacity - d, 0.0)
+    # f(q) = sum W/(d+q) - C is convex and decreasing: Newton from below converges monotonically
+    q = 0.0 if all(d > 0 for d in windows) else 1e-12  # s; a zero base RTT needs q > 0 to start
+    for _ in range(MAX_NEWTON):
+        f = -capacity
+        df = 0.0
+        for d, w in windows.items():
+            x = d + q
+            f += w / x
+            df -= w / (x * x)
+        step = f / df  # <= 0 while f >= 0
+        q -= step
+        if -step <= SOLVE_TOL * max(q, 1e-9):
+            break
+    return q
+
+
+class RoundTrip(NamedTuple):
+    """What one round of a TCP flow meets at the queues (:meth:`QueueLinks.send`)."""
+
+    rtt: float  # s, base round trip + the queues of its forward and reverse paths
+    rate: float  # bytes/s, window / rtt, less what a full buffer drops
+    loss: float  # fraction of the round's segments a full buffer drops
+    queued: bool  # its window stands in a congested link's queue
+    forward_s: float  # s, the queueing delay of its forward path (what its last byte waits)
+
+
+@dataclass(slots=True)
+class _LinkQueue:
+    """One link's queue: its capacity and buffer, and the flows whose queue it is."""
+
+    capacity: float  # bytes/s
+    buffer: float  # bytes
+    demand: float = 0.0  # bytes/s, sum of m W / d of every TCP flow crossing it (at q = 0)
+    queued: dict[float, float] = field(default_factory=dict)  # base RTT s -> sum of m W (queued here)
+    elsewhere: float = 0.0  # bytes/s, sum of m x rate of the flows crossing it, queued at another link
+    delay: float = 0.0  # s, the queueing delay as last solved
+    loss: float = 0.0  # fraction of arrivals dropped (buffer full), as last solved
+    members: dict[int, None] = field(default_factory=dict)  # flows queued here
+    crossing: dict[int, None] = field(default_factory=dict)  # flows with a window crossing it
+    priced: float = 0.0  # s, the delay its members' rates were last computed at
+
+
+@dataclass(slots=True)
+class _Member:
+    """A TCP flow known to the queues."""
+
+    fid: int
+    links: tuple[int, ...]
+    mults: tuple[float, ...]
+    reverse: tuple[int, ...]  # links its ACKs cross (the reverse route), each once
+    rtt: float  # s, base round trip
+    window: float = 0.0  # wire bytes in flight this round
+    rate: float = 0.0  # bytes/s, what it sends this round (counted in ``elsewhere`` of other links)
+    at: int = -1  # the link it queues at (-1: none)
+
+
+class QueueLinks:
+    """The drop-tail queues of a network's links under TCP (module docstring).
+
+    Parameters
+    ----------
+    capacity : sequence of float
+        Each link's capacity, bytes/s.
+    buffer : sequence of float
+        Each link's drop-tail buffer, wire bytes.
+    """
+
+    def __init__(self, capacity: Sequence[float], buffer: Sequence[float]) -> None:
+        self._links = [_LinkQueue(float(c), float(b)) for c, b in zip(capacity, buffer, strict=True)]
+        self._members: dict[int, _Member] = {}
+        self._stale: dict[int, None] = {}  # flows whose rate moved with their queue's delay
+
+    def set_capacity(self, link: int, capacity: float) -> None:
+        """A traced link's capacity changed (bytes/s): read at the next solve of its queue."""
+        self._links[link].capacity = float(capacity)
+
+    def join(
+        self, fid: int, links: tuple[int, ...], mults: tuple[float, ...], reverse: tuple[int, ...], rtt: float
+    ) -> None:
+        """A TCP flow starts (no window in flight yet)."""
+        self._members[fid] = _Member(fid, links, mults, tuple(reverse), rtt)
+
+    def leave(self, fid: int) -> None:
+        """A flow is done: its window leaves its links."""
+        m = self._members.pop(fid, None)
+        if m is not None:
+            self._take(m)
+        self._stale.pop(fid, None)
+
+    def path_delay(self, fid: int) -> tuple[float, float]:
+        """Queueing delay of flow ``fid``'s forward path and of its ACKs' reverse path, s, as last
+        solved (what its next round trip and its last byte wait)."""
+        m = self._members[fid]
+        links = self._links
+        fwd = sum(links[i].delay * k for i, k in zip(m.links, m.mults, strict=True))
+        return fwd, sum(links[i].delay for i in m.reverse)
+
+    def links_delay(self, links: Sequence[int]) -> float:
+        """Summed queueing delay of ``links`` as last solved, s (a handshake's SYN or SYN-ACK)."""
+        return sum(self._links[i].delay for i in links)
+
+    def send(self, fid: int, window: float) -> RoundTrip:
+        """Flow ``fid`` starts a round with ``window`` wire bytes in flight: the round trip it sees
+        (base + the queues of its forward and reverse paths), what it sends (``window / rtt``, less
+        what the full buffer drops) and the fraction of its round's packets the buffer drops (0
+        unless its queue overflows)."""
+        m = self._members[fid]
+        self._take(m)
+        self._put(m, float(window))
+        if m.at >= 0:
+            self._gather(m.at)
+        self._stale.pop(fid, None)
+        rtt, loss, fwd = self._price(m)
+        return RoundTrip(rtt, m.rate, loss, m.at >= 0, fwd)
+
+    def _put(self, m: _Member, window: float, at: int | None = None) -> None:
+        """Add a flow's window to its links' sums, queued at ``at`` (None: its tightest link)."""
+        links = self._links
+        m.window = window
+        for i, k in zip(m.links, m.mults, strict=True):
+            links[i].demand += k * window / m.rtt
+            links[i].crossing[m.fid] = None
+        m.at = self._tightest(m) if at is None else at
+        if m.at >= 0:
+            q = links[m.at]
+            q.queued[m.rtt] = q.queued.get(m.rtt, 0.0) + self._mult(m, m.at) * window
+            q.members[m.fid] = None
+            self._solve(q)
+        m.rate = 0.0
+        self._price(m)
+
+    def _gather(self, link: int) -> None:
+        """Flows crossing ``link`` but queued at a looser link move their queue here: a flow that
+        joins downstream of another's queue makes this link the tighter one (the other would see
+        it at its next round; until then this link would count it as arriving at full speed)."""
+        q = self._links[link]
+        ratio = q.demand / q.capacity if q.capacity > 0 else math.inf
+        for fid in list(q.crossing):
+            m = self._members[fid]
+            if m.at == link or m.window <= 0:
+                continue
+            old = self._links[m.at] if m.at >= 0 else None
+            if old is None or old.demand / old.capacity < ratio * (1.0 - 1e-12):
+                window = m.window
+                self._take(m)
+                self._put(m, window, link)
+                self._stale[fid] = None
+
+    def stale(self) -> list[int]:
+        """The queued flows whose rate moved (by more than ``REPRICE`` of their round trip) since
+        it was last read, because their queue's delay did (a window came, went or changed); each
+        is repriced (:meth:`rate`) and listed once."""
+        out = list(self._stale)
+        self._stale.clear()
+        return out
+
+    def rate(self, fid: int) -> float:
+        """Flow ``fid``'s rate at its queue's delay as last solved, bytes/s (``window / rtt``,
+        less what a full buffer drops)."""
+        self._price(self._members[fid])
+        return self._members[fid].rate
+
+    def _price(self, m: _Member) -> tuple[float, float, float]:
+        """Set a flow's rate from the queues of its paths; (rtt s, loss fraction, forward delay s)."""
+        links = self._links
+        for i, k in zip(m.links, m.mults, strict=True):
+            if i != m.at:
+                links[i].elsewhere = max(links[i].elsewhere - k * m.rate, 0.0)
+        fwd = sum(links[i].delay * k for i, k in zip(m.links, m.mults, strict=True))
+        rtt = m.rtt + fwd + sum(links[i].delay for i in m.reverse)
+        loss = links[m.at].loss if m.at >= 0 else 0.0
+        m.rate = m.window / rtt * (1.0 - loss) if rtt > 0 else math.inf
+        for i, k in zip(m.links, m.mults, strict=True):
+            if i != m.at:
+                links[i].elsewhere += k * m.rate
+        return rtt, loss, fwd
+
+    # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _mult(m: _Member, link: int) -> float:
+        return m.mults[m.links.index(link)]
+
+    def _take(self, m: _Member) -> None:
+        """Withdraw a flow's current window from its links' sums."""
+        if m.window <= 0:
+            return
+        links = self._links
+        for i, k in zip(m.links, m.mults, strict=True):
+            q = links[i]
+            q.crossing.pop(m.fid, None)
+            q.demand = max(q.demand - k * m.window / m.rtt, 0.0)
+            if i != m.at:
+                q.elsewhere = max(q.elsewhere - k * m.rate, 0.0)
+        if m.at >= 0:
+            q = links[m.at]
+            q.members.pop(m.fid, None)
+            left = q.queued.get(m.rtt, 0.0) - self._mult(m, m.at) * m.window
+            if left > 1e-9 * m.window:
+                q.queued[m.rtt] = left
+            else:
+                q.queued.pop(m.rtt, None)
+            self._solve(q)
+        m.window, m.rate, m.at = 0.0, 0.0, -1
+
+    def _tightest(self, m: _Member) -> int:
+        """The congested link of the flow's path with the largest demand / capacity (the first of
+        equals), or -1 when its windows fill no link."""
+        best, at = 1.0, -1
+        for i in m.links:
+            q = self._links[i]
+            ratio = q.demand / q.capacity if q.capacity > 0 else math.inf
+            if ratio > best * (1.0 + 1e-12):
+                best, at = ratio, i
+        return at
+
+    def _solve(self, q: _LinkQueue) -> None:
+        """Re-solve one link's queue (its delay, capped by the buffer, and loss fraction); its
+        members become stale when the delay moved by more than ``REPRICE`` of a round trip."""
+        self._settle(q)
+        moved = abs(q.delay - q.priced)
+        if moved > 0 and q.members:
+            shortest = min(q.queued) if q.queued else 0.0  # s, the smallest base RTT queued here
+            if moved > REPRICE * (shortest + q.priced) or q.loss > 0:
+                self._stale.update(q.members)
+                q.priced = q.delay
+
+    def _settle(self, q: _LinkQueue) -> None:
+        """One link's queueing delay (s, capped by its buffer) and loss fraction."""
+        room = q.capacity - q.elsewhere  # bytes/s left for the flows queued here
+        if not q.queued:
+            q.delay, q.loss = 0.0, 0.0
+            return
+        if room <= 0:
+            q.delay, q.loss = q.buffer / q.capacity if q.capacity > 0 else math.inf, 1.0
+            return
+        delay = fifo_delay(q.queued, room)
+        full = q.buffer / q.capacity  # s, the delay of a full buffer
+        if delay <= full:
+            q.delay, q.loss = delay, 0.0
+            return
+        offered = sum(w / (d + full) for d, w in q.queued.items())  # bytes/s arriving at a full buffer
+        q.delay, q.loss = full, max(0.0, 1.0 - room / offered)
+
+
+def overflow_positions(sent: int, lost: int) -> list[int]:
+    """Which of a round's ``sent`` segments (0-based) a full drop-tail buffer drops when ``lost``
+    of them do not fit: the tail of the round, every other one (in slow start and at a standing
+    queue, each ACK releases two segments while the link drains one, so once the buffer is full
+    every second arrival finds it full); contiguous when more than half must go."""
+    lost = min(max(lost, 0), sent)
+    if lost == 0:
+        return []
+    if 2 * lost <= sent:
+        return [sent - 1 - 2 * k for k in range(lost)][::-1]
+    return list(range(sent - lost, sent))

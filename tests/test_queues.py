@@ -1,0 +1,173 @@
+"""Drop-tail FIFO queues under TCP windows (aiotsim/network/queues.py), hand-computed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import simpy
+
+from aiotsim.errors import ConfigError
+from aiotsim.network import Link, Network, Topology
+from aiotsim.network.queues import QueueLinks, fifo_delay, overflow_positions
+from aiotsim.network.tcp import Connection, TcpParams, plan_round
+
+C = 1_250_000.0  # bytes/s: 10 Mbit/s
+
+
+def test_fifo_delay_one_rtt_class_is_windows_over_capacity_less_base() -> None:
+    # 60,000 bytes in flight at 1.25 MB/s take 48 ms to drain; 20 ms of it is the pipe: q = 28 ms
+    assert fifo_delay({0.02: 60_000.0}, C) == pytest.approx(0.028, rel=1e-12)
+
+
+def test_fifo_delay_zero_when_windows_do_not_fill_the_link() -> None:
+    # the windows ask 20,000 / 0.02 + 50,000 / 0.1 = 1.5 MB/s: no queue on 2.5 MB/s, one on 1.25
+    assert fifo_delay({0.02: 20_000.0, 0.1: 50_000.0}, 2 * C) == 0.0
+    assert fifo_delay({0.02: 20_000.0, 0.1: 50_000.0}, C) > 0.0
+
+
+def test_fifo_delay_two_rtt_classes_solves_the_fill_equation() -> None:
+    windows = {0.01: 50_000.0, 0.04: 50_000.0}
+    q = fifo_delay(windows, C)
+    # 50,000 / (0.01 + q) + 50,000 / (0.04 + q) = C: a quadratic, solved by hand
+    # C q^2 + (0.05 C - 100,000) q + (0.0004 C - 2,500) = 0
+    a, b, c = C, 0.05 * C - 100_000.0, 0.0004 * C - 2_500.0
+    assert q == pytest.approx((-b + math.sqrt(b * b - 4 * a * c)) / (2 * a), rel=1e-9)
+
+
+def test_two_flows_rtt_ratio_4_share_one_fifo_by_window_over_rtt() -> None:
+    """Equal windows at base RTTs of 10 and 40 ms through one FIFO: each sends W / (d + q)."""
+    queues = QueueLinks([C, 100 * C, 100 * C], [1e9, 1e9, 1e9])
+    w = 50_000.0
+    queues.join(0, (1, 0), (1.0, 1.0), (), 0.01)
+    queues.join(1, (2, 0), (1.0, 1.0), (), 0.04)
+    queues.send(0, w)
+    trip = queues.send(1, w)
+    q = fifo_delay({0.01: w, 0.04: w}, C)
+    fast, slow = queues.rate(0), queues.rate(1)
+    assert trip.queued and trip.rtt == pytest.approx(0.04 + q)
+    assert fast == pytest.approx(w / (0.01 + q)) and slow == pytest.approx(w / (0.04 + q))
+    assert fast + slow == pytest.approx(C, rel=1e-9)  # the FIFO stays full
+    assert fast / slow == pytest.approx((0.04 + q) / (0.01 + q))  # not max-min's 1:1
+
+
+def test_queueing_delay_enters_a_second_flows_round_trip() -> None:
+    """A flow joining a loaded link waits behind its queue: its round trip is base + q."""
+    queues = QueueLinks([C, 100 * C, 100 * C], [1e9, 1e9, 1e9])
+    queues.join(0, (1, 0), (1.0, 1.0), (), 0.02)
+    queues.send(0, 100_000.0)  # 100 KB in flight over a 25 KB pipe: 60 ms of queue
+    assert queues.links_delay((0,)) == pytest.approx(100_000.0 / C - 0.02)
+    queues.join(1, (2, 0), (1.0, 1.0), (), 0.02)
+    trip = queues.send(1, 15_000.0)  # its initial window
+    assert trip.rtt == pytest.approx(0.02 + (115_000.0 / C - 0.02))  # both windows queue now
+    assert trip.rtt > 4 * 0.02
+
+
+def test_queue_on_the_reverse_path_delays_the_acks() -> None:
+    """A download whose ACKs cross a loaded uplink waits that uplink's queue too."""
+    up, down = 250_000.0, 2_500_000.0  # 2 / 20 Mbit/s
+    queues = QueueLinks([up, down], [1e9, 1e9])
+    queues.join(0, (0,), (1.0,), (1,), 0.1)  # the upload; its ACKs go down
+    queues.send(0, 100_000.0)
+    q_up = 100_000.0 / up - 0.1
+    queues.join(1, (1,), (1.0,), (0,), 0.1)  # the download; its ACKs go up
+    trip = queues.send(1, 15_000.0)
+    assert not trip.queued  # the downlink is not full
+    assert trip.rtt == pytest.approx(0.1 + q_up)
+
+
+def test_only_the_first_of_two_equal_links_queues() -> None:
+    """Behind two equal links the queue stands at the first: the second receives at its rate."""
+    queues = QueueLinks([C, C], [1e9, 1e9])
+    queues.join(0, (0, 1), (1.0, 1.0), (), 0.02)
+    trip = queues.send(0, 60_000.0)
+    assert trip.rtt == pytest.approx(60_000.0 / C)  # base + one queue, not two
+    assert queues.links_delay((1,)) == 0.0
+
+
+def test_a_buffer_that_holds_the_burst_drops_nothing_and_one_it_overflows_drops_the_excess() -> None:
+    base = 0.1  # s
+    cap = 125_000.0  # 1 Mbit/s
+    seg = 1514.0
+    holds = QueueLinks([cap], [20 * seg])
+    holds.join(0, (0,), (1.0,), (), base)
+    trip = holds.send(0, 20 * seg)  # 20 segments over a 8.3-segment pipe: 11.7 queued <= 20
+    assert trip.loss == 0.0 and trip.rtt == pytest.approx(20 * seg / cap)
+    small = QueueLinks([cap], [5 * seg])
+    small.join(0, (0,), (1.0,), (), base)
+    trip = small.send(0, 20 * seg)
+    full = 5 * seg / cap  # s, a full buffer's delay
+    offered = 20 * seg / (base + full)  # bytes/s the window sends at a full buffer
+    assert trip.rtt == pytest.approx(base + full)
+    assert trip.loss == pytest.approx(1.0 - cap / offered)
+    assert trip.rate == pytest.approx(cap)  # what is not dropped is what the link carries
+
+
+def test_overflow_positions_are_every_other_segment_at_the_tail() -> None:
+    assert overflow_positions(20, 3) == [15, 17, 19]
+    assert overflow_positions(10, 0) == []
+    assert overflow_positions(6, 4) == [2, 3, 4, 5]  # more than half: the contiguous tail
+    assert overflow_positions(4, 9) == [0, 1, 2, 3]
+
+
+def test_an_overflowing_round_is_recovered_by_sack_and_cuts_the_window() -> None:
+    """Slow start overshoots: 2 of 20 segments dropped mid-transfer cost one recovery round trip
+    and a CUBIC cut (x 0.7); the same drops in the transfer's last round are found by a timeout."""
+    params = TcpParams()
+    conn = Connection(cwnd=20.0)
+    rd = plan_round(conn, params, 0.0, 200.0, 0.1, 50.0, 1e9, lambda n: None, math.inf, 0.1, 0.0)
+    assert not rd.final and rd.duration_s == pytest.approx(0.1)  # SACK recovery: one RTT
+    assert conn.cwnd == pytest.approx(14.0)  # 0.7 x 20
+    last = Connection(cwnd=20.0)
+    rd = plan_round(last, params, 0.0, 20.0, 0.1, 50.0, 1e9, lambda n: None, math.inf, 0.1, 0.0)
+    assert rd.final and rd.extra_delay_s >= params.loss_rto(0.1, 0.0)  # the tail: a timeout
+    clean = Connection(cwnd=20.0)
+    rd = plan_round(clean, params, 0.0, 200.0, 0.1, 50.0, 1e9, lambda n: None, math.inf, 0.0, 0.0)
+    assert clean.cwnd == 40.0  # no drop: slow start doubles
+
+
+def _two_rtt_star(sharing: str, queue: int = 1000) -> list[float]:
+    """Two 1 MB uploads at one-way 5 and 20 ms through a 10 Mbit/s server link: completion times."""
+    topo = Topology("two")
+    topo.add_node("server", "server")
+    topo.add_node("hub", "relay")
+    topo.add_link("hub", "server", Link("core", 10e6, 0.0, queue_packets=queue))
+    for i, ms in enumerate((5.0, 20.0)):
+        topo.add_node(f"n{i}", "node")
+        topo.add_link(f"n{i}", "hub", Link(f"n{i}.up", 100e6, ms * 1e-3, queue_packets=queue))
+        topo.add_link("hub", f"n{i}", Link(f"n{i}.down", 100e6, ms * 1e-3, queue_packets=queue))
+    topo.add_link("server", "hub", Link("core.out", 10e6, 0.0, queue_packets=queue))
+    env = simpy.Environment()
+    net = Network(env, topo, transport="tcp", sharing=sharing)
+    done = [0.0, 0.0]
+
+    def up(i: int):  # type: ignore[no-untyped-def]
+        t = yield net.send(f"n{i}", "server", 1_000_000)
+        done[i] = t.end_s
+
+    env.process(up(0))
+    env.process(up(1))
+    env.run()
+    return done
+
+
+def test_fifo_favours_the_short_rtt_flow_and_fair_does_not() -> None:
+    fair = _two_rtt_star("fair")
+    fifo = _two_rtt_star("fifo")
+    # max-min: equal shares, both end together (the short flow a little sooner: its rounds are shorter)
+    assert abs(fair[0] - fair[1]) / fair[1] < 0.1
+    # FIFO: the 5 ms flow's rounds are shorter, it sends more per second and ends clearly first
+    assert fifo[0] < 0.85 * fifo[1]
+    # both respect the link: 2 MB plus headers need >= 1.6 s at 10 Mbit/s
+    assert min(max(fair), max(fifo)) >= 2e6 * 8 / 10e6
+
+
+def test_sharing_is_checked() -> None:
+    with pytest.raises(ConfigError, match="sharing"):
+        Network(simpy.Environment(), Topology.star(2, 1e6, 1e6, 0.01, 1e7), transport="tcp", sharing="lifo")
+
+
+def test_link_queue_packets_is_checked() -> None:
+    with pytest.raises(ConfigError, match="queue_packets"):
+        Link("x", 1e6, queue_packets=0)
+    assert Link("x", 1e6, mtu=1500, framing_bytes=14, queue_packets=10).buffer_bytes == 15_140.0
