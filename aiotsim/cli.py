@@ -357,10 +357,12 @@ def validate(
     """Check a scenario file and report every problem, one per line (exit 2 if any).
 
     A scenario that validates runs: validate checks what `aiotsim run` would refuse, including the
-    memory the simulated world would take (printed). It takes run's overrides, so
+    memory the simulated world would take (printed), and the network's queues (how deep each kind of
+    link's drop-tail buffer is, in packets and in ms at its rate). It takes run's overrides, so
     `aiotsim validate FILE -c topk` checks what `aiotsim run FILE -c topk` would run, and
     `--show` prints that scenario, resolved (nothing is printed on stdout when it is invalid).
     """
+    from aiotsim.network_summary import network_summary
     from aiotsim.validate import load_validated, work_summary, world_size
 
     sc = load_validated(scenario, set_ or [], compressor=compressor, iterations=iterations)
@@ -375,6 +377,7 @@ def validate(
     estimate = size.describe() if size is not None else "known once the image files are read"
     report.print(f"memory estimate: {estimate}", highlight=False, soft_wrap=True)
     report.print(f"work estimate: {work_summary(sc)}", highlight=False, soft_wrap=True)
+    report.print(f"network: {network_summary(sc)}", highlight=False, soft_wrap=True)
     if show:
         from aiotsim._version import __version__
 

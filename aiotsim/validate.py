@@ -278,7 +278,7 @@ def work_summary(s: Scenario) -> str:
     """The run's size in node-iterations, with the shipped fleet's measured wall time per
     node-iteration for scale (the wall time grows with both; a 10,000-node run takes minutes)."""
     per, total = node_iterations(s)
-    lo, hi = (_seconds(total * x) for x in REFERENCE_S_PER_NODE_ITERATION)
+    lo, hi = (short_figure(total * x) for x in REFERENCE_S_PER_NODE_ITERATION)
     return (
         f"{total:,} node-iterations ({per:,} at work per iteration x {s.scenario.iterations:,}); at iot10k.toml's "
         f"measured {REFERENCE_S_PER_NODE_ITERATION[0] * 1e3:.1f}-{REFERENCE_S_PER_NODE_ITERATION[1] * 1e3:.1f} ms "
@@ -287,8 +287,9 @@ def work_summary(s: Scenario) -> str:
     )
 
 
-def _seconds(x: float) -> str:
-    """``0.029``, ``4.2``, ``1,260``: two significant digits below 10 s, whole seconds above."""
+def short_figure(x: float) -> str:
+    """``0.029``, ``4.2``, ``1,260``: two significant digits below 10, whole units above (seconds,
+    milliseconds)."""
     return f"{x:,.0f}" if x >= 10 else f"{x:.2g}"
 
 

@@ -108,7 +108,7 @@ class Topology(Graph):
         topo = cls("star")
         topo.add_node("server", "server")
         topo.add_node("switch", "relay")
-        _server_links(topo, "switch", server_bps, mtu, header_bytes, _or(server_queue_packets, queue_packets))
+        _server_links(topo, "switch", server_bps, mtu, header_bytes, tier_packets(server_queue_packets, queue_packets))
         for i, s in enumerate(settings):
             topo._add_node_pair(f"node{i}", "switch", s, aggregator="server")
         return topo
@@ -165,10 +165,10 @@ class Topology(Graph):
         settings = _per_node_settings(sum(groups), base, per_node)
         topo = cls("hierarchical")
         topo.add_node("server", "server")
-        hub = topo._core(server_bps, mtu, header_bytes, _or(server_queue_packets, queue_packets))
+        hub = topo._core(server_bps, mtu, header_bytes, tier_packets(server_queue_packets, queue_packets))
         backhaul = dict(uplink_bps=backhaul_up_bps, downlink_bps=backhaul_down_bps, latency_s=backhaul_latency_s,
                         loss=backhaul_loss, jitter_s=0.0, mtu=mtu, header_bytes=header_bytes,
-                        queue_packets=_or(backhaul_queue_packets, queue_packets))  # fmt: skip
+                        queue_packets=tier_packets(backhaul_queue_packets, queue_packets))  # fmt: skip
         first = 0
         for k, count in enumerate(groups):
             topo._add_gateway(f"gw{k}", hub, backhaul, settings, range(first, first + count))
@@ -286,7 +286,7 @@ class Topology(Graph):
         topo.add_node("server", "server")
         topo.add_node("ap", "relay")
         backbone = channel_bps * 1000.0 if server_bps is None else server_bps
-        _server_links(topo, "ap", backbone, mtu, header_bytes, _or(server_queue_packets, queue_packets))
+        _server_links(topo, "ap", backbone, mtu, header_bytes, tier_packets(server_queue_packets, queue_packets))
         channel = Link(
             "channel", channel_bps, latency_s, mtu, header_bytes, loss, jitter_s,
             acks_per_packet=acks_per_packet, loss_model=loss_model, queue_packets=queue_packets,
@@ -413,8 +413,9 @@ def _server_links(topo: Topology, hub: str, server_bps: float, mtu: int, header:
     topo.add_link("server", hub, Link("server.out", server_bps, 0.0, mtu, header, queue_packets=queue_packets))
 
 
-def _or(queue_packets: int | None, default: int) -> int:
-    """A tier's own drop-tail buffer, packets, or (None) the builder's ``queue_packets``."""
+def tier_packets(queue_packets: int | None, default: int) -> int:
+    """A tier's own drop-tail buffer (server links, backhaul), packets, or (None) the builder's
+    ``queue_packets``, ``default``."""
     return default if queue_packets is None else queue_packets
 
 

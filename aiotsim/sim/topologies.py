@@ -106,10 +106,22 @@ def straggler_set(n: int, fraction: float, seed: int) -> set[int]:
     return {int(i) for i in rng.choice(n, size=k, replace=False)}
 
 
+def node_groups(s: Scenario) -> list[NodeGroup]:
+    """The scenario's node groups: its ``[[nodes.group]]`` blocks, else one group of every node."""
+    return s.nodes.group or [NodeGroup(count=s.nodes.count)]
+
+
+def group_spec(s: Scenario, k: int) -> NodeSpec:
+    """The settings group ``k``'s nodes share: its first node's, as a node that is no straggler."""
+    groups = node_groups(s)
+    first = sum(g.count for g in groups[:k])
+    return _with_time_varying(_node_spec(first, k, groups[k], s, False, False, False), groups[k], s)
+
+
 def node_layout(s: Scenario) -> list[NodeSpec]:
     """Every node's settings, groups and fixed stragglers applied."""
     nd = s.nodes
-    groups: list[NodeGroup] = nd.group or [NodeGroup(count=nd.count)]
+    groups = node_groups(s)
     fixed = straggler_set(nd.count, nd.straggler_fraction, s.scenario.seed) if nd.straggler_mode == "fixed" else set()
     slow_compute = nd.straggler_kind in ("compute", "both")
     slow_link = nd.straggler_kind in ("link", "both")
