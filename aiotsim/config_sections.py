@@ -472,8 +472,10 @@ class NetworkSection:
         f"0 = same as queue_packets, 0..{MAX_QUEUE_PACKETS:,}", between(0, MAX_QUEUE_PACKETS),
     )  # fmt: skip
     sharing: str = opt(
-        "fifo", "how flows share a bottleneck: 'fifo' = one drop-tail FIFO (TCP flows share by window and "
-        "round trip: short-RTT flows get more), 'fair' = a per-flow fair queue (fq_codel-like: max-min fair)",
+        "fair", "transport = 'tcp': how flows share a bottleneck: 'fair' = a per-flow fair queue (fq_codel-like: "
+        "max-min fair, no shared backlog; the model checked against ns-3), 'fifo' = one drop-tail FIFO per link of "
+        "queue_packets (windows queue, round trips include the queueing delay, flows share by window and round "
+        "trip, a full buffer drops; experimental: see docs/CALIBRATION.md)",
         choices=SHARINGS,
     )  # fmt: skip
     gateways: int = opt(

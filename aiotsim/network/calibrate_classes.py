@@ -21,15 +21,17 @@ assumption at a time:
 
 Both sides are set up as in :mod:`~aiotsim.network.calibrate_ns3` (CUBIC, initial window 10,
 1,448-byte segments, SACK, Linux's timers, a handshake per transfer) and carry no random loss, so
-one ns-3 run per case is exact. The model has no buffer (issue 38): it never drops a packet and
-queues add nothing to its RTTs, so every queue size gives it the same times; the classes measure
-how far that carries. ns-3 runs in a subprocess (``python -m aiotsim.network.calibrate_classes``),
+one ns-3 run per case is exact. The model runs under both sharings: ``fair`` (the default) has no
+shared buffer, so every queue size gives it the same times; ``fifo`` gives every link the case's
+drop-tail queue (:mod:`aiotsim.network.queues`: queueing delay in the round trips, sharing by
+window and RTT, overflow losses). ns-3 runs in a subprocess (``python -m aiotsim.network.calibrate_classes``),
 like the star's calibration.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -95,17 +97,24 @@ class ClassCase:
 
 @dataclass(frozen=True)
 class FlowRow:
-    """One flow of one case: its completion time in ns-3 and in the model, s."""
+    """One flow of one case: its completion time in ns-3 and in the model (``sharing = "fair"``,
+    the default, and ``"fifo"``: drop-tail queues of the case's size), s."""
 
     case: ClassCase
     flow: int
     ns3_s: float
     model_s: float
+    fifo_s: float = math.nan
 
     @property
     def error(self) -> float:
         """Relative error of the model, (model - ns3) / ns3."""
         return (self.model_s - self.ns3_s) / self.ns3_s
+
+    @property
+    def fifo_error(self) -> float:
+        """Relative error of the model under FIFO sharing, (fifo - ns3) / ns3."""
+        return (self.fifo_s - self.ns3_s) / self.ns3_s
 
 
 def grid() -> list[ClassCase]:
@@ -145,11 +154,12 @@ def grid() -> list[ClassCase]:
     return cases
 
 
-def model_times(case: ClassCase, seed: int = 1) -> list[float]:
+def model_times(case: ClassCase, seed: int = 1, sharing: str = "fair") -> list[float]:
     """Each transfer's completion time (s, from its own start) in aiotsim's TCP flow model: one per
     flow, or for an alternating case each client's upload, download, upload ... in turn, over one
     connection per direction that is opened once and does not restart slow start when idle (ns-3's
-    TCP does not; ``network.tcp_idle_restart = false``)."""
+    TCP does not; ``network.tcp_idle_restart = false``). Every link's drop-tail queue holds the
+    case's ``queue_packets`` (read by ``sharing = "fifo"``)."""
     per_node = [{"latency_s": f.latency_ms * 1e-3, "framing_bytes": P2P_FRAMING} for f in case.flows]
     up = case.edge_mbps * 1e6
     down = (case.down_mbps or case.edge_mbps) * 1e6
@@ -157,16 +167,17 @@ def model_times(case: ClassCase, seed: int = 1) -> list[float]:
         topo = Topology.hierarchical(
             list(case.groups), up, down, 0.0, case.backhaul_mbps * 1e6, case.backhaul_mbps * 1e6,
             case.backhaul_latency_ms * 1e-3, server_bps=case.core_mbps * 1e6, mtu=1500,
-            header_bytes=HEADER_BYTES, per_node=per_node,
+            header_bytes=HEADER_BYTES, per_node=per_node, queue_packets=case.queue_packets,
         )  # fmt: skip
     else:
         topo = Topology.star(len(case.flows), up, down, 0.0, case.core_mbps * 1e6, mtu=1500,
-                             header_bytes=HEADER_BYTES, per_node=per_node)  # fmt: skip
+                             header_bytes=HEADER_BYTES, per_node=per_node,
+                             queue_packets=case.queue_packets)  # fmt: skip
     env = simpy.Environment()
     tcp = (
         TcpParams(connection="reuse", idle_restart=False) if case.alternating else TcpParams(connection="per-transfer")
     )
-    net = Network(env, topo, seed=seed, transport="tcp", tcp=tcp)
+    net = Network(env, topo, seed=seed, transport="tcp", tcp=tcp, sharing=sharing)
     per = 2 * case.rounds if case.alternating else 1
     done = [0.0] * (len(case.flows) * per)
 
@@ -198,12 +209,14 @@ def run_ns3(cases: Sequence[ClassCase]) -> list[list[float]]:
 
 
 def compare(cases: Sequence[ClassCase]) -> list[FlowRow]:
-    """ns-3 against the model, one row per flow of every case (flows ns-3 did not finish left out)."""
+    """ns-3 against the model under both sharings, one row per flow of every case (flows ns-3 did
+    not finish left out)."""
     rows = []
     for case, measured in zip(cases, run_ns3(cases), strict=True):
-        for i, (ns3_s, model_s) in enumerate(zip(measured, model_times(case), strict=True)):
+        fair, fifo = model_times(case), model_times(case, sharing="fifo")
+        for i, (ns3_s, model_s, fifo_s) in enumerate(zip(measured, fair, fifo, strict=True)):
             if ns3_s > 0:
-                rows.append(FlowRow(case, i, ns3_s, model_s))
+                rows.append(FlowRow(case, i, ns3_s, model_s, fifo_s))
     return rows
 
 
@@ -220,11 +233,11 @@ class ClassStats:
     bias: float
 
 
-def class_stats(rows: Sequence[FlowRow]) -> list[ClassStats]:
-    """:class:`ClassStats` per class, in :data:`CLASSES` order."""
+def class_stats(rows: Sequence[FlowRow], sharing: str = "fair") -> list[ClassStats]:
+    """:class:`ClassStats` per class, in :data:`CLASSES` order, of the model under ``sharing``."""
     out = []
     for klass in CLASSES:
-        errs = [r.error for r in rows if r.case.klass == klass]
+        errs = [r.error if sharing == "fair" else r.fifo_error for r in rows if r.case.klass == klass]
         if errs:
             mags = [abs(e) for e in errs]
             p90 = float(np.percentile(mags, 90))  # linear between order statistics
@@ -233,17 +246,21 @@ def class_stats(rows: Sequence[FlowRow]) -> list[ClassStats]:
 
 
 def format_table(rows: Sequence[FlowRow]) -> str:
-    """Every flow, then the per-class summary."""
+    """Every flow (the model under ``fair`` and ``fifo``), then the per-class summary of each."""
     width = max((len(r.case.label) for r in rows), default=4)
-    lines = [f"{'class':<16} {'case':<{width}} {'flow':>4} {'ns-3 s':>9} {'model s':>9} {'error':>8}"]
+    models = f"{'fair s':>9} {'error':>8} {'fifo s':>9} {'error':>8}"
+    lines = [f"{'class':<16} {'case':<{width}} {'flow':>4} {'ns-3 s':>9} {models}"]
     for r in rows:
         lines.append(
-            f"{r.case.klass:<16} {r.case.label:<{width}} {r.flow:>4} {r.ns3_s:>9.3f} {r.model_s:>9.3f} {r.error:>+8.1%}"
+            f"{r.case.klass:<16} {r.case.label:<{width}} {r.flow:>4} {r.ns3_s:>9.3f} {r.model_s:>9.3f} "
+            f"{r.error:>+8.1%} {r.fifo_s:>9.3f} {r.fifo_error:>+8.1%}"
         )
-    lines.append("")
-    lines.append(f"{'class':<16} {'flows':>5} {'median':>8} {'p90':>8} {'worst':>8} {'mean signed':>12}")
-    for s in class_stats(rows):
-        lines.append(f"{s.klass:<16} {s.n:>5} {s.median:>8.1%} {s.p90:>8.1%} {s.worst:>8.1%} {s.bias:>+12.1%}")
+    for sharing in ("fair", "fifo"):
+        lines.append("")
+        lines.append(f"sharing = {sharing}")
+        lines.append(f"{'class':<16} {'flows':>5} {'median':>8} {'p90':>8} {'worst':>8} {'mean signed':>12}")
+        for s in class_stats(rows, sharing):
+            lines.append(f"{s.klass:<16} {s.n:>5} {s.median:>8.1%} {s.p90:>8.1%} {s.worst:>8.1%} {s.bias:>+12.1%}")
     return "\n".join(lines)
 
 

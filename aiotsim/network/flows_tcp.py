@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
-from aiotsim.network.queues import QueueLinks
+from aiotsim.network.queues import QueueLinks, RoundTrip
 from aiotsim.network.rates import RateClasses
 from aiotsim.network.tcp import (
     Connection,
@@ -60,6 +60,7 @@ class _TcpFlow:
     round_end: float = math.inf  # s, next round boundary of a window-limited flow (inf: none)
     cap: float = math.inf  # bytes/s, window cap (inf: none; 0: waiting out a handshake or timeout)
     queued: bool = False  # its last round's window stands in a link's queue (sharing = "fifo")
+    started: bool = False  # its first round has begun (sharing = "fifo": the first window bursts)
 
 
 class TcpRounds:
@@ -155,6 +156,7 @@ class TcpRounds:
             if self._round_valid(entry):
                 due.add(entry[1])
         slots = sorted(due)
+        trips = self._offer_rounds(slots, now) if self._queues is not None else {}
         for slot in slots:
             t = self._tcp_flows[slot]
             assert t is not None
@@ -166,8 +168,7 @@ class TcpRounds:
             left = self._rates.remaining(slot, now)  # wire bytes
             rtt, dropped, fifo_cap = t.rtt, 0.0, np.inf
             if self._queues is not None:  # the round trip through the queues, its share and its drops
-                _, sent = round_segments(t.conn, left / t.seg_wire, t.max_window)
-                trip = self._queues.send(slot, sent * t.seg_wire)
+                trip = trips[slot]
                 rtt, dropped, share = trip.rtt, trip.loss, np.inf
                 fifo_cap = trip.rate if trip.queued else np.inf
                 t.queued = trip.queued
@@ -183,6 +184,28 @@ class TcpRounds:
                 t.budget, t.rem0 = rd.segments * t.seg_wire, left
                 self._set_round(slot, t, now + rd.duration_s, rd.segments * t.seg_wire / rd.duration_s, now)
         return slots
+
+    def _offer_rounds(self, slots: list[int], now: float) -> dict[int, RoundTrip]:
+        """Under FIFO sharing: the windows of the rounds starting now go into the queues together
+        (they burst together), each with the rate it is emitted at: a transfer's first window at
+        the sender's line rate, a slow-start round at twice its last round's rate, a round in
+        congestion avoidance paced by its ACKs (0: no burst)."""
+        queues = self._queues
+        assert queues is not None
+        for slot in slots:
+            t = self._tcp_flows[slot]
+            f = self._flows[slot]
+            assert t is not None and f is not None
+            _, sent = round_segments(t.conn, self._rates.remaining(slot, now) / t.seg_wire, t.max_window)
+            if not t.started:
+                burst = f.path.links[0].capacity_Bps  # the first window leaves at line rate
+            elif t.conn.cwnd < t.conn.ssthresh and math.isfinite(t.cap):
+                burst = 2.0 * t.cap  # slow start: two segments per ACK
+            else:
+                burst = 0.0
+            t.started = True
+            queues.offer(slot, sent * t.seg_wire, burst)
+        return queues.trips()
 
     def _reprice(self, now: float) -> None:
         """Under FIFO sharing: the flows whose queue's delay moved take their new rate (window /

@@ -142,6 +142,7 @@ class QueueLinks:
         self._links = [_LinkQueue(float(c), float(b)) for c, b in zip(capacity, buffer, strict=True)]
         self._members: dict[int, _Member] = {}
         self._stale: dict[int, None] = {}  # flows whose rate moved with their queue's delay
+        self._offered: dict[int, tuple[float, float]] = {}  # fid -> (window bytes, burst bytes/s) not yet priced
 
     def set_capacity(self, link: int, capacity: float) -> None:
         """A traced link's capacity changed (bytes/s): read at the next solve of its queue."""
@@ -172,26 +173,100 @@ class QueueLinks:
         """Summed queueing delay of ``links`` as last solved, s (a handshake's SYN or SYN-ACK)."""
         return sum(self._links[i].delay for i in links)
 
-    def send(self, fid: int, window: float) -> RoundTrip:
-        """Flow ``fid`` starts a round with ``window`` wire bytes in flight: the round trip it sees
-        (base + the queues of its forward and reverse paths), what it sends (``window / rtt``, less
-        what the full buffer drops) and the fraction of its round's packets the buffer drops (0
-        unless its queue overflows)."""
+    def send(self, fid: int, window: float, burst: float = 0.0) -> RoundTrip:
+        """Flow ``fid`` starts a round with ``window`` wire bytes in flight, sent at ``burst``
+        bytes/s (0: paced by its ACKs, no burst): :meth:`offer` then :meth:`trips` for it alone."""
+        self.offer(fid, window, burst)
+        return self.trips()[fid]
+
+    def offer(self, fid: int, window: float, burst: float = 0.0) -> None:
+        """Flow ``fid`` starts a round with ``window`` wire bytes in flight, emitted at ``burst``
+        bytes/s: an initial window leaves at the sender's line rate, a slow-start round at twice
+        the rate its ACKs come back (two segments per ACK); 0 for a round paced by its ACKs. The
+        rounds offered at one instant burst together; :meth:`trips` prices them."""
         m = self._members[fid]
         self._take(m)
-        self._put(m, float(window))
-        if m.at >= 0:
-            self._gather(m.at)
-        self._stale.pop(fid, None)
-        rtt, loss, fwd = self._price(m)
-        return RoundTrip(rtt, m.rate, loss, m.at >= 0, fwd)
+        self._offered[fid] = (float(window), float(burst))
 
-    def _put(self, m: _Member, window: float, at: int | None = None) -> None:
-        """Add a flow's window to its links' sums, queued at ``at`` (None: its tightest link)."""
+    def trips(self) -> dict[int, RoundTrip]:
+        """What each round offered since the last call meets: the round trip it sees (base + the
+        queues of its forward and reverse paths), what it sends (``window / rtt``, less what a full
+        buffer drops) and the fraction of its segments the buffer drops: the standing queue's
+        overflow, or the burst's when the rounds offered together arrive faster than the link
+        drains them and pile up beyond its buffer (slow start overshooting a shallow buffer)."""
+        offered, self._offered = self._offered, {}
+        links = self._links
+        standing = {}  # link -> bytes queued by the flows not offered now (before their windows come)
+        for fid in offered:
+            for i in self._members[fid].links:
+                standing[i] = links[i].delay * links[i].capacity
+        for fid, (window, _) in offered.items():  # every window asks first: then each finds its tightest link
+            m = self._members[fid]
+            m.window = window
+            for i, k in zip(m.links, m.mults, strict=True):
+                links[i].demand += k * window / m.rtt
+        for fid, (window, _) in offered.items():
+            self._put(self._members[fid], window, counted=True)
+        for fid in offered:
+            m = self._members[fid]
+            if m.at >= 0:
+                self._gather(m.at)
+        burst_loss = self._bursts(offered, standing)  # fid -> fraction
+        out = {}
+        for fid in offered:
+            m = self._members[fid]
+            self._stale.pop(fid, None)
+            rtt, loss, fwd = self._price(m)
+            loss = max(loss, burst_loss.get(fid, 0.0))
+            out[fid] = RoundTrip(rtt, m.window / rtt * (1.0 - loss) if rtt > 0 else m.rate, loss, m.at >= 0, fwd)
+        return out
+
+    def _bursts(self, offered: dict[int, tuple[float, float]], standing: dict[int, float]) -> dict[int, float]:
+        """Per flow offered now, the fraction of its window a buffer drops in the burst: the
+        bursting windows reach each link of their paths at their emission rate (no faster than
+        the links before it on their own path), and queue at the first link of a path where they
+        and the other flows through it arrive faster than it drains; there they arrive for
+        ``sum W / sum rate`` s, and whatever rises above the buffer on top of the standing queue
+        is dropped, spread over the burst's bytes."""
+        links = self._links
+        arriving: dict[int, list[float]] = {}  # link -> [bytes, bytes/s] of the bursts reaching it
+        reach: dict[int, list[tuple[int, float, float]]] = {}  # fid -> (link, bytes, bytes/s) in path order
+        for fid, (window, burst) in offered.items():
+            if burst <= 0:
+                continue
+            m = self._members[fid]
+            rate = burst
+            hops = reach[fid] = []
+            for i, k in zip(m.links, m.mults, strict=True):
+                acc = arriving.setdefault(i, [0.0, 0.0])
+                acc[0] += k * window
+                acc[1] += k * rate
+                hops.append((i, k * window, k * rate))
+                rate = min(rate, links[i].capacity / k)  # what leaves this link of it
+        drop: dict[int, float] = {}  # link -> fraction of the bursts queued there that it drops
+        for i, (nbytes, rate) in arriving.items():
+            q = links[i]
+            others = sum(self._members[f].rate for f in q.crossing if f not in offered)  # bytes/s
+            grow = rate + min(others, q.capacity) - q.capacity  # bytes/s the queue rises while it lasts
+            if grow > 0:
+                peak = standing.get(i, 0.0) + grow * nbytes / rate  # bytes
+                drop[i] = min(max(peak - q.buffer, 0.0) / nbytes, 1.0)
+        out = {}
+        for fid, hops in reach.items():
+            for i, _, _ in hops:
+                if i in drop:  # the first link that queues the burst
+                    out[fid] = drop[i]
+                    break
+        return out
+
+    def _put(self, m: _Member, window: float, at: int | None = None, counted: bool = False) -> None:
+        """Add a flow's window to its links' sums (``counted``: its demand already is), queued at
+        ``at`` (None: its tightest link)."""
         links = self._links
         m.window = window
         for i, k in zip(m.links, m.mults, strict=True):
-            links[i].demand += k * window / m.rtt
+            if not counted:
+                links[i].demand += k * window / m.rtt
             links[i].crossing[m.fid] = None
         m.at = self._tightest(m) if at is None else at
         if m.at >= 0:

@@ -396,10 +396,11 @@ def _losses(segments: int, lose: Callable[[int], int | None]) -> list[int]:
 
 
 def transport_options(network: Any) -> dict[str, Any]:
-    """``transport=`` and ``tcp=`` keyword arguments of :class:`~aiotsim.network.flows.Network`
+    """``transport=``, ``sharing=`` and ``tcp=`` keyword arguments of :class:`~aiotsim.network.flows.Network`
     from a scenario's ``[network]`` section (:class:`aiotsim.config.NetworkSection`)."""
     return {
         "transport": network.transport,
+        "sharing": network.sharing,
         "tcp": TcpParams(
             initial_window=int(network.tcp_initial_window),
             buffer_bytes=float(network.tcp_buffer_bytes),
