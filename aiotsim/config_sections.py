@@ -50,8 +50,7 @@ MAX_NAME = 100
 MAX_LOCAL_STEPS = 100_000
 MAX_LOCAL_EPOCHS = 1_000.0
 MAX_OVERCOMMIT = 10.0
-# Drop-tail buffers, packets of a link's MTU: the default is aiotsim.network.link.DEFAULT_QUEUE_PACKETS (ns-3's
-# DropTailQueue and Linux's txqueuelen); 100,000 full frames (150 MB) is far beyond any real device's queue
+# Drop-tail buffers, packets of a link's MTU (default network.link.DEFAULT_QUEUE_PACKETS; the most: 150 MB of frames)
 QUEUE_PACKETS = 1000
 MAX_QUEUE_PACKETS = 100_000
 SHARINGS = ("fifo", "fair")  # the flow engine's sharings (aiotsim.network.flows.SHARINGS)
@@ -464,13 +463,13 @@ class NetworkSection:
     jitter_ms: float = opt(0.0, f"scale of the seeded latency jitter, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
     queue_packets: int = opt(
         QUEUE_PACKETS, "drop-tail capacity of every link direction, in packets of the link's MTU: what TCP windows "
-        f"may queue before it drops; {QUEUE_PACKETS} = ns-3/Linux txqueuelen default (deep), 1..{MAX_QUEUE_PACKETS:,}. "
-        "Groups, custom links, radio presets (link_defaults = 'radio') override it", between(1, MAX_QUEUE_PACKETS),
+        f"may queue before it drops (sharing = 'fifo'); {QUEUE_PACKETS} = ns-3/Linux txqueuelen default (deep), "
+        f"1..{MAX_QUEUE_PACKETS:,}. Groups, custom links, radio presets (link_defaults = 'radio') override it",
+        between(1, MAX_QUEUE_PACKETS),
     )  # fmt: skip
-    server_queue_packets: int = opt(
-        0, "drop-tail capacity of the server's shared links (star, hierarchical, shared-medium), packets; "
-        f"0 = same as queue_packets, 0..{MAX_QUEUE_PACKETS:,}", between(0, MAX_QUEUE_PACKETS),
-    )  # fmt: skip
+    server_queue_packets: int = opt(0, "drop-tail capacity of the server's shared links (star, hierarchical, "
+                                    f"shared-medium), packets; 0 = same as queue_packets, 0..{MAX_QUEUE_PACKETS:,}",
+                                    between(0, MAX_QUEUE_PACKETS))  # fmt: skip
     sharing: str = opt(
         "fair", "transport = 'tcp': how flows share a bottleneck: 'fair' = a per-flow fair queue (fq_codel-like: "
         "max-min fair, no shared backlog; the model checked against ns-3), 'fifo' = one drop-tail FIFO per link of "
@@ -490,10 +489,9 @@ class NetworkSection:
     backhaul_latency_ms: float = opt(
         20.0, f"hierarchical: one-way latency of the backhaul, ms, 0..{MAX_MS:g}", between(0, MAX_MS)
     )
-    backhaul_queue_packets: int = opt(
-        0, "hierarchical: drop-tail capacity of each gateway's backhaul links, packets; 0 = same as "
-        f"queue_packets, 0..{MAX_QUEUE_PACKETS:,}", between(0, MAX_QUEUE_PACKETS),
-    )  # fmt: skip
+    backhaul_queue_packets: int = opt(0, "hierarchical: drop-tail capacity of each gateway's backhaul links, "
+                                      f"packets; 0 = same as queue_packets, 0..{MAX_QUEUE_PACKETS:,}",
+                                      between(0, MAX_QUEUE_PACKETS))  # fmt: skip
     gateway_mode: str = opt(
         "reencode",
         "hierarchical: a gateway sends its nodes' summed gradient 're-encode'd with the codec or 'dense' fp32",
