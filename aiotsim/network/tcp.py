@@ -60,10 +60,11 @@ CUBIC_C = 0.4  # segments / s^3 (RFC 9438)
 CUBIC_BETA = 0.7  # window kept after a loss (RFC 9438)
 RENO_BETA = 0.5
 HYSTART_LOW_WINDOW = 16  # segments: HyStart is active from this window up (Linux, ns-3)
-# s: HyStart's delay test leaves slow start once the round trip has grown by its base / 8, clamped
-# to [4 ms, 16 ms] (Linux's HYSTART_DELAY_MIN / MAX, tcp_cubic.c)
-HYSTART_DELAY_MIN_S = 0.004
-HYSTART_DELAY_MAX_S = 0.016
+# HyStart's delay test leaves slow start once a round trip exceeds the smallest one seen by
+# clamp(smallest / divisor, 4 ms, max): Linux (tcp_cubic.c) divides by 8 and clamps at 16 ms;
+# ns-3.44's TcpCubic does not divide and clamps at 1 s (HyStartDelayMin / HyStartDelayMax)
+HYSTART_DELAY_MIN_S = 0.004  # s
+HYSTART_DELAY = {"linux": (8.0, 0.016), "ns3": (1.0, 1.0)}  # stack -> (divisor, max s)
 FAST_RETRANSMIT_DUPACKS = 3
 SYN_RTO_S = 1.0  # s, first SYN retransmission timeout (RFC 6298 sec. 2.1, Linux, ns-3 ConnTimeout set so)
 SYN_RETRIES = 6  # SYN retransmissions before giving up (Linux tcp_syn_retries, ns-3 ConnCount)
@@ -95,6 +96,10 @@ class TcpParams:
         Floor of the retransmission timeout, s (Linux: 0.2).
     hystart : bool
         End slow start at half the bandwidth-delay product (Linux's and ns-3's CUBIC default).
+    hystart_delay : str
+        Whose HyStart delay test (:data:`HYSTART_DELAY`): ``"linux"`` (default) or ``"ns3"`` (the
+        calibration against ns-3). It only fires where round trips include queueing
+        (``sharing = "fifo"``).
     """
 
     initial_window: int = 10
@@ -104,6 +109,7 @@ class TcpParams:
     connection: str = "reuse"
     min_rto_s: float = 0.2
     hystart: bool = True
+    hystart_delay: str = "linux"
 
     @property
     def beta(self) -> float:
@@ -161,6 +167,7 @@ class Connection:
     last_active_s: float = 0.0  # when its last transfer was drained, s
     acked: float = 0.0  # segments acknowledged so far (RTT samples for the RTO), segments
     busy: bool = False
+    min_rtt_s: float = math.inf  # the smallest round trip seen (HyStart's delay test), s
 
 
 @dataclass
@@ -255,14 +262,18 @@ def grow(
     bdp_segments : float
         The path's bandwidth-delay product in segments (HyStart's ACK-train yardstick).
     queue_s : float
-        Queueing delay in this round's ``rtt_s``, s (HyStart's delay test: a round trip grown by
-        ``clamp(base / 8, 4 ms, 16 ms)`` over its base ends slow start).
+        Queueing delay in this round's ``rtt_s``, s: where it is > 0, HyStart's delay test ends
+        slow start once ``rtt_s`` exceeds the smallest round trip seen by its threshold
+        (:data:`HYSTART_DELAY`).
     """
     cwnd = conn.cwnd
+    conn.min_rtt_s = min(conn.min_rtt_s, rtt_s)
     if cwnd < conn.ssthresh:
-        base = rtt_s - queue_s
-        delayed = queue_s > 0 and queue_s >= min(max(base / 8.0, HYSTART_DELAY_MIN_S), HYSTART_DELAY_MAX_S)
-        if params.hystart and cwnd >= HYSTART_LOW_WINDOW and (cwnd >= 0.5 * bdp_segments or delayed):
+        divisor, most = HYSTART_DELAY[params.hystart_delay]
+        low = conn.min_rtt_s
+        delayed = queue_s > 0 and rtt_s >= low + min(max(low / divisor, HYSTART_DELAY_MIN_S), most)
+        train = cwnd >= 0.5 * bdp_segments  # the ACK-train test
+        if params.hystart and cwnd >= HYSTART_LOW_WINDOW and (train or delayed):
             conn.ssthresh = cwnd  # HyStart: leave slow start, CUBIC from here (epoch now, K = 0)
             conn.w_max, conn.epoch_s, conn.k_s = cwnd, now_s, 0.0
         else:
