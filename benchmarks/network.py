@@ -14,7 +14,8 @@ server (no shared link); ``hier``, gateways of 100 nodes each (a 20 Mbit/s backh
   (``scenarios/iot10k.toml`` with ``none``: N equal flows start together, twice a round).
 
 Measured: :class:`aiotsim.network.Network` under ``transport = "ideal"`` and ``"tcp"`` (windows,
-rounds, slow start), against ``simpy``: the same processes with each "flow" one bare
+rounds, slow start), and ``tcp-fifo`` (TCP with ``sharing = "fifo"``: drop-tail queues, every flow
+stepped round by round), against ``simpy``: the same processes with each "flow" one bare
 ``env.timeout``. ``--collector run`` runs both sides under the simulator's garbage-collector
 policy (:func:`aiotsim.sim.runner.quiet_collector`, as ``aiotsim run`` does) instead of Python's
 default.
@@ -27,7 +28,7 @@ machine's noise (and a process's first run pays its warm-up: a star of 1,000 nod
 case's the best of ``--repeats``: both sides measured alike.
 
 Run: ``python benchmarks/network.py [--nodes 1000 10000] [--rounds 3] [--topologies star own hier]
-[--transports ideal tcp] [--workload uploads|sync] [--collector default|run] [--ref-repeats 5]
+[--transports ideal tcp tcp-fifo] [--workload uploads|sync] [--collector default|run] [--ref-repeats 5]
 [--repeats 3]``
 """
 
@@ -51,6 +52,7 @@ LATENCY_S = 0.01  # s, one way
 MODEL_BYTES = 61_706 * 4  # LeNet-5's fp32 parameters: the sync workload's download and upload
 COMPUTE_S = 0.05  # s, a node's compute between its download and its upload (sync workload)
 WORKLOADS = ("uploads", "sync")
+TRANSPORTS = ("ideal", "tcp", "tcp-fifo")  # tcp-fifo: TCP through drop-tail FIFO queues (sharing = "fifo")
 
 
 def own_links(n_nodes: int) -> Topology:
@@ -92,6 +94,14 @@ def timed_run(env: simpy.Environment, policy: str) -> tuple[float, float]:
         return time.perf_counter() - t0, time.process_time() - c0
 
 
+def make_network(env: simpy.Environment, topo: Topology, seed: int, transport: str) -> Network:
+    """The network of a case: ``tcp-fifo`` is TCP through drop-tail FIFO queues (default
+    1,000-packet buffers, ``sharing = "fifo"``), ``tcp`` and ``ideal`` the default sharing."""
+    if transport == "tcp-fifo":
+        return Network(env, topo, seed=seed, transport="tcp", sharing="fifo")
+    return Network(env, topo, seed=seed, transport=transport)
+
+
 def network_setup(
     n_nodes: int, rounds: int, kind: str, transport: str, seed: int = 0, workload: str = "uploads"
 ) -> tuple[simpy.Environment, Network]:
@@ -102,7 +112,7 @@ def network_setup(
     sizes = rng.integers(50_000, 150_001, size=(n_nodes, rounds))  # bytes
     env = simpy.Environment()
     topo = make_topology(kind, n_nodes)
-    net = Network(env, topo, seed=seed, transport=transport)
+    net = make_network(env, topo, seed, transport)
     nodes = list(topo.nodes)[:n_nodes]
 
     def node(i: int):  # type: ignore[no-untyped-def]
@@ -121,7 +131,7 @@ def sync_setup(
     a compute, and a gradient of the same size back; not yet run."""
     env = simpy.Environment()
     topo = make_topology(kind, n_nodes)
-    net = Network(env, topo, seed=seed, transport=transport)
+    net = make_network(env, topo, seed, transport)
     nodes = list(topo.nodes)[:n_nodes]
 
     def node(name: str, r: int):  # type: ignore[no-untyped-def]
@@ -206,7 +216,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--topologies", nargs="+", default=["star", "own", "hier"], choices=["star", "own", "hier"])
-    parser.add_argument("--transports", nargs="+", default=["ideal", "tcp"], choices=["ideal", "tcp"])
+    parser.add_argument("--transports", nargs="+", default=["ideal", "tcp"], choices=TRANSPORTS)
     parser.add_argument("--workload", default="uploads", choices=WORKLOADS, help="the traffic (module docstring)")
     parser.add_argument("--collector", default="default", choices=("default", "run"), help="garbage-collector policy")
     parser.add_argument("--ref-repeats", type=int, default=5, help="runs of the SimPy loop (its best is kept)")

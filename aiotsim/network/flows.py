@@ -63,7 +63,8 @@ import simpy
 from simpy.events import NORMAL
 
 from aiotsim.errors import ConfigError
-from aiotsim.network.flows_tcp import TcpRounds, _TcpFlow
+from aiotsim.network.flow_records import Flight, PathCost, TcpFlight
+from aiotsim.network.flows_tcp import TcpRounds
 from aiotsim.network.link import Link
 from aiotsim.network.maxmin import max_min_rates, progressive_filling
 from aiotsim.network.overhead import (
@@ -164,47 +165,6 @@ class FlowState:
     remaining_bytes: float
 
 
-@dataclass(slots=True)
-class _Path:
-    """What a (src, dst) pair costs, computed once per pair (not changed after)."""
-
-    links: list[Link]
-    names: list[str]  # link names crossed, in order
-    nodes: list[str]  # vertices, both ends included
-    fmt: PathFormat
-    bottleneck_Bps: float  # smallest nominal capacity / times crossed along the path, bytes/s (TCP's BDP)
-    inv_cap_sum: float  # s/byte: sum over the path's hops of 1 / capacity (store and forward)
-    bursty: tuple[GilbertElliott, ...] = ()  # loss models sampled per transfer (empty: expected loss)
-    traced: bool = False  # a link of the path has a bandwidth trace that varies
-    links_t: tuple[int, ...] = ()  # the distinct link indices, as a tuple
-    mults_t: tuple[float, ...] = ()  # times each is crossed
-    jitters: tuple[float, ...] = ()  # s, jitter scale of each link with jitter, in path order (one draw each)
-    traced_t: tuple[int, ...] = ()  # the distinct link indices that have a capacity trace
-    # overhead.wire_bytes' terms, computed once (send repeats its float operations in its order)
-    seg: int = 0  # payload bytes per packet, mtu - header (0: a format wire_bytes refuses)
-    per_packet: int = 0  # header + framing bytes per packet
-    ack_factor: float = 1.0  # 1 + ACK packets per data packet
-    keep: float = 1.0  # 1 - end-to-end loss
-    # TCP: (rtt s, segment wire bytes, bdp segments, max window segments, s/byte of store and
-    # forward on the non-bottleneck hops), computed at the path's first TCP flow (None: not yet)
-    tcp: tuple[float, float, float, float, float] | None = None
-
-
-@dataclass(slots=True)
-class _Flow:
-    """Bookkeeping of one flow in flight; its remaining bytes and rate live in the rate classes."""
-
-    src: str
-    dst: str
-    tag: str
-    nbytes: int
-    wire: float  # bytes
-    start: float  # s
-    delay: float  # s, latency + loss recovery + jitter after the last byte is drained
-    path: _Path
-    event: simpy.Event
-
-
 class Network(TcpRounds):
     """A topology's links shared max-min fairly by the transfers in flight.
 
@@ -292,15 +252,15 @@ class Network(TcpRounds):
         self._carried_mv = memoryview(self._carried)  # the same buffer: Python float adds, no numpy scalars
         self.transfers: list[Transfer] = []
         self._keep = keep_records
-        self._paths: dict[tuple[str, str], _Path] = {}
-        self._flows: list[_Flow | None] = []  # by slot
+        self._paths: dict[tuple[str, str], PathCost] = {}
+        self._flows: list[Flight | None] = []  # by slot
         self._free: list[int] = []
-        self._tcp_flows: list[_TcpFlow | None] = []  # by slot
-        self._rounds: list[tuple[float, int, int, _TcpFlow]] = []  # (round end s, slot, seq, flow)
+        self._tcp_flows: list[TcpFlight | None] = []  # by slot
+        self._rounds: list[tuple[float, int, int, TcpFlight]] = []  # (round end s, slot, seq, flow)
         self._seq = 0
         # (round end s, slot, 0, flow) of first rounds due now (a reused connection): heap entries
         # that need no heap, all due at the next step
-        self._starting: list[tuple[float, int, int, _TcpFlow]] = []
+        self._starting: list[tuple[float, int, int, TcpFlight]] = []
         self._paced: dict[int, None] = {}  # slots of TCP flows on traced paths
         self._timer: simpy.Event | None = None  # the pending controller timer (others in the queue are stale)
         self._spare: list[simpy.Event] = []  # fired timers, re-armed instead of new ones
@@ -358,7 +318,7 @@ class Network(TcpRounds):
         for jitter in path.jitters:  # one draw per link with jitter, in path order
             delay += float(self._rng.exponential(jitter))
         slot = self._free.pop() if self._free else self._slot()
-        self._flows[slot] = _Flow(src, dst, tag, nbytes, wire, now, delay, path, event)
+        self._flows[slot] = Flight(src, dst, tag, nbytes, wire, now, delay, path, event)
         self._rates.add_exact(slot, path.links_t, path.mults_t, wire, math.inf, now)
         for i in path.traced_t:  # a traced link's capacity is read again when it carries a flow
             if self._rates.users[i] == 1:
@@ -497,7 +457,7 @@ class Network(TcpRounds):
         return out
 
     # ------------------------------------------------------------------ controller
-    def _path(self, src: str, dst: str) -> _Path:
+    def _path(self, src: str, dst: str) -> PathCost:
         """The path of a (src, dst) pair and what it costs, computed once per pair (plain loops,
         not generators: a 10,000-node fleet builds 20,000 of them)."""
         links, nodes = self.topology.route_with_nodes(src, dst)
@@ -515,7 +475,7 @@ class Network(TcpRounds):
             bottleneck = min(bottleneck, cap[i] / c)
         fmt = path_format(links) if links else PathFormat(1, 0, 0, 0.0, 0.0, 0.0)
         valid = fmt.mtu > fmt.header_bytes and 0.0 <= fmt.loss < 1.0  # else wire_bytes raises at send
-        path = _Path(
+        path = PathCost(
             links, names, nodes, fmt, bottleneck, sum([1.0 / link.capacity_Bps for link in links]),
             links_t=tuple(index),
             mults_t=tuple(mults),
@@ -533,7 +493,7 @@ class Network(TcpRounds):
         return path
 
     @staticmethod
-    def _wire(path: _Path, nbytes: int) -> float:
+    def _wire(path: PathCost, nbytes: int) -> float:
         """Wire bytes of ``nbytes`` payload on ``path``: :func:`overhead.wire_bytes` on the path's
         constants (its checks passed once, at the path), or wire_bytes itself where they failed
         (it says why)."""
@@ -688,12 +648,12 @@ class Network(TcpRounds):
                 self._queues.set_capacity(i, float(self._cap[i]))
             heapq.heappush(self._due_heap, (float(self._due[i]), i))
 
-    def _take_sampled_loss(self, src: str, dst: str, path: _Path, nbytes: int) -> tuple[float, float]:
+    def _take_sampled_loss(self, src: str, dst: str, path: PathCost, nbytes: int) -> tuple[float, float]:
         """The losses :meth:`wire_bytes_for` sampled for this transfer, else a fresh sample."""
         queue = self._presampled.get((src, dst, nbytes))
         return queue.popleft() if queue else self._sampled_loss(path, nbytes)
 
-    def _sampled_loss(self, path: _Path, nbytes: int) -> tuple[float, float]:
+    def _sampled_loss(self, path: PathCost, nbytes: int) -> tuple[float, float]:
         """Wire bytes and delay (s) of one transfer with its lost packets sampled: every packet of
         the lossless wire size, plus one more packet's worth per loss; one RTT of delay per loss.
         Bernoulli links on the same path are sampled too (a chain whose states lose alike)."""

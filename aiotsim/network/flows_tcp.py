@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
+from aiotsim.network.flow_records import Flight, PathCost, TcpFlight
 from aiotsim.network.queues import QueueLinks, RoundTrip
 from aiotsim.network.rates import RateClasses
 from aiotsim.network.tcp import (
@@ -31,36 +31,12 @@ from aiotsim.network.tcp import (
 )
 from aiotsim.network.traces import GilbertElliott
 
-if TYPE_CHECKING:
-    from aiotsim.network.flows import _Flow, _Path
-
 ROUND_EPS_S = 1e-9  # s; a round boundary this close to now is due (float rounding of timers)
 
 
 def _never_lost(_segments: int) -> None:
     """The loss draw of a loss-free path (``Network._lose`` with no loss draws nothing): no loss."""
     return None
-
-
-@dataclass(slots=True)
-class _TcpFlow:
-    """TCP state of one flow in flight (see :mod:`aiotsim.network.tcp`)."""
-
-    conn: Connection
-    rtt: float  # s, twice the path's one-way latency
-    seg_wire: float  # wire bytes of one full segment (MTU + framing + its ACK charge)
-    bdp: float  # segments, bottleneck rate x RTT
-    max_window: float  # segments, the socket buffer
-    loss: float  # end-to-end packet loss probability
-    extra_delay: float = 0.0  # s, loss recovery of the last round
-    bursty: tuple[GilbertElliott, ...] = ()  # Gilbert-Elliott links of the path (their losses too)
-    traced: bool = False  # on a traced path the window is a byte budget per round (see _pace_traced)
-    budget: float = 0.0  # wire bytes the window allows in the current round
-    rem0: float = 0.0  # wire bytes left when the current round began
-    round_end: float = math.inf  # s, next round boundary of a window-limited flow (inf: none)
-    cap: float = math.inf  # bytes/s, window cap (inf: none; 0: waiting out a handshake or timeout)
-    queued: bool = False  # its last round's window stands in a link's queue (sharing = "fifo")
-    started: bool = False  # its first round has begun (sharing = "fifo": the first window bursts)
 
 
 class TcpRounds:
@@ -72,11 +48,11 @@ class TcpRounds:
     _rates: RateClasses
     _queues: QueueLinks | None
     _conns: dict[tuple[str, str], Connection]
-    _paths: dict[tuple[str, str], _Path]
-    _flows: list[_Flow | None]
-    _tcp_flows: list[_TcpFlow | None]
-    _rounds: list[tuple[float, int, int, _TcpFlow]]
-    _starting: list[tuple[float, int, int, _TcpFlow]]
+    _paths: dict[tuple[str, str], PathCost]
+    _flows: list[Flight | None]
+    _tcp_flows: list[TcpFlight | None]
+    _rounds: list[tuple[float, int, int, TcpFlight]]
+    _starting: list[tuple[float, int, int, TcpFlight]]
     _paced: dict[int, None]
     _seq: int
     _loss: LossSampler
@@ -84,9 +60,9 @@ class TcpRounds:
 
     if TYPE_CHECKING:
 
-        def _path(self, src: str, dst: str) -> _Path: ...  # the network's
+        def _path(self, src: str, dst: str) -> PathCost: ...  # the network's
 
-    def _tcp_start(self, slot: int, src: str, dst: str, path: _Path, wire: float, now: float) -> None:
+    def _tcp_start(self, slot: int, src: str, dst: str, path: PathCost, wire: float, now: float) -> None:
         """Attach TCP state to a new flow: its connection (fresh or reused, idle restart), and a
         handshake round trip when the connection is new."""
         p, fmt = self.tcp, path.fmt
@@ -106,7 +82,7 @@ class TcpRounds:
         # store and forward: the last packet is also serialized on every hop but the bottleneck,
         # whose time the fluid drain already counts (s)
         pipeline = min(seg_wire, wire) * hop_s  # s; min(...): the last packet's wire bytes
-        t = _TcpFlow(conn, rtt, seg_wire, bdp, max_window, fmt.loss, max(pipeline, 0.0), path.bursty, path.traced)
+        t = TcpFlight(conn, rtt, seg_wire, bdp, max_window, fmt.loss, max(pipeline, 0.0), path.bursty, path.traced)
         self._tcp_flows[slot] = t
         if path.traced:
             self._paced[slot] = None
@@ -122,8 +98,8 @@ class TcpRounds:
             t.round_end = now
             self._starting.append((now, slot, 0, t))
 
-    def _tcp_path(self, path: _Path) -> tuple[float, float, float, float, float]:
-        """A path's TCP constants (:attr:`_Path.tcp`), computed once."""
+    def _tcp_path(self, path: PathCost) -> tuple[float, float, float, float, float]:
+        """A path's TCP constants (:attr:`PathCost.tcp`), computed once."""
         fmt = path.fmt
         rtt = 2.0 * fmt.latency_s  # s
         seg_wire = fmt.mtu + fmt.framing_bytes + (fmt.header_bytes + fmt.framing_bytes) * fmt.acks_per_packet
@@ -132,7 +108,7 @@ class TcpRounds:
         path.tcp = (rtt, seg_wire, bdp, max_window, path.inv_cap_sum - 1.0 / path.bottleneck_Bps)
         return path.tcp
 
-    def _set_round(self, slot: int, t: _TcpFlow, end: float, cap: float, now: float) -> None:
+    def _set_round(self, slot: int, t: TcpFlight, end: float, cap: float, now: float) -> None:
         """Set a TCP flow's next round boundary (s; inf: none) and window cap (bytes/s)."""
         t.round_end, t.cap = end, cap
         if math.isfinite(end):
@@ -140,7 +116,7 @@ class TcpRounds:
             heapq.heappush(self._rounds, (end, slot, self._seq, t))
         self._rates.set_tcap(slot, cap, now)
 
-    def _round_valid(self, entry: tuple[float, int, int, _TcpFlow]) -> bool:
+    def _round_valid(self, entry: tuple[float, int, int, TcpFlight]) -> bool:
         end, slot, _, t = entry
         return self._tcp_flows[slot] is t and t.round_end == end
 

@@ -324,18 +324,12 @@ def plan_round(
 
     Parameters
     ----------
-    conn : Connection
-        The flow's connection; its window is updated for the next round.
-    params : TcpParams
-        TCP settings.
-    now_s : float
-        Start of the round, s.
-    left_segments : float
-        Segments of the transfer not yet sent.
-    rtt_s : float
-        Round trip of the path, s.
-    bdp_segments : float
-        Bandwidth-delay product of the path, segments.
+    conn, params : Connection, TcpParams
+        The flow's connection (its window is updated for the next round) and TCP settings.
+    now_s, rtt_s : float
+        Start of the round and round trip of the path, s.
+    left_segments, bdp_segments : float
+        Segments of the transfer not yet sent; bandwidth-delay product of the path, segments.
     max_window : float
         The socket buffer in segments: the window never exceeds it.
     lose : callable
@@ -344,9 +338,7 @@ def plan_round(
         Segments per RTT of the fair share that limited the flow last (else inf): a larger window
         queues, the round stretches to ``sent / share_segments`` RTTs (losses drawn per segment).
     dropped : float
-        Fraction of this round's segments a full drop-tail buffer drops
-        (:class:`aiotsim.network.queues.QueueLinks`): at least one when > 0, at the round's tail
-        (:func:`~aiotsim.network.queues.overflow_positions`), besides the path's random losses.
+        Fraction of the round a full drop-tail buffer drops, besides random losses (:func:`_losses`).
     queue_s : float
         Queueing delay included in ``rtt_s``, s (HyStart's delay test, :func:`grow`).
 
@@ -358,10 +350,7 @@ def plan_round(
     final = left_segments <= window * (1.0 + FINAL_TOL)
     span = rtt_s * max(1.0, sent / share_segments)  # s, this round's RTT with its queueing
     acked = conn.acked  # segments acknowledged before this round (the RTO's samples)
-    lost = _losses(math.ceil(sent), lose)
-    if dropped > 0:
-        n = math.ceil(sent)
-        lost = sorted(set(lost).union(overflow_positions(n, math.ceil(dropped * n - 1e-9))))
+    lost = _losses(math.ceil(sent), lose, dropped)
     conn.acked += sent
     if not lost:
         if not final:
@@ -392,9 +381,11 @@ def _recovery(
     return span, False  # SACK recovery: every hole resent in one round trip
 
 
-def _losses(segments: int, lose: Callable[[int], int | None]) -> list[int]:
+def _losses(segments: int, lose: Callable[[int], int | None], dropped: float = 0.0) -> list[int]:
     """Indices of the lost segments among ``segments`` sent back to back: the first loss, then
-    the next one behind it, and so on (independent losses: each gap is one geometric draw)."""
+    the next one behind it, and so on (independent losses: each gap is one geometric draw); and,
+    where a full drop-tail buffer drops the fraction ``dropped`` (> 0: at least one segment), the
+    round's tail (:func:`~aiotsim.network.queues.overflow_positions`)."""
     lost: list[int] = []
     start = 0
     while start < segments:
@@ -403,6 +394,9 @@ def _losses(segments: int, lose: Callable[[int], int | None]) -> list[int]:
             break
         lost.append(start + nxt)
         start += nxt + 1
+    if dropped > 0:
+        tail = overflow_positions(segments, math.ceil(dropped * segments - 1e-9))
+        return sorted(set(lost).union(tail))
     return lost
 
 
