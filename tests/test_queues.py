@@ -171,3 +171,53 @@ def test_link_queue_packets_is_checked() -> None:
     with pytest.raises(ConfigError, match="queue_packets"):
         Link("x", 1e6, queue_packets=0)
     assert Link("x", 1e6, mtu=1500, framing_bytes=14, queue_packets=10).buffer_bytes == 15_140.0
+
+
+def test_initial_windows_bursting_together_overflow_a_shallow_buffer() -> None:
+    """Eight initial windows of 10 segments leave at the 10 Mbit/s line rate at once toward a
+    10 Mbit/s link with a 10-packet buffer: they arrive at 80 Mbit/s for 12 ms, the link drains an
+    eighth of it, so 7/8 of the 80 segments pile up and all but the buffer's 10 are dropped:
+    (0.875 x 80 - 10) / 80 = 75% of each window, though the windows fit the pipe as a fluid."""
+    seg = 1514.0
+    n = 8
+    queues = QueueLinks([C] * (n + 1), [10 * seg] * (n + 1))
+    for i in range(n):
+        queues.join(i, (i + 1, 0), (1.0, 1.0), (), 0.1)
+        queues.offer(i, 10 * seg, C)  # its first window, at line rate
+    trips = queues.trips()
+    assert all(t.loss == pytest.approx(0.75) for t in trips.values())
+    assert not any(t.queued for t in trips.values())  # as a fluid: 8 x 15 KB / 0.1 s < 1.25 MB/s
+    deep = QueueLinks([C] * (n + 1), [1000 * seg] * (n + 1))
+    for i in range(n):
+        deep.join(i, (i + 1, 0), (1.0, 1.0), (), 0.1)
+        deep.offer(i, 10 * seg, C)
+    assert all(t.loss == 0.0 for t in deep.trips().values())  # 70 packets fit 1,000
+
+
+def test_a_paced_round_does_not_burst() -> None:
+    queues = QueueLinks([C, C], [10 * 1514.0, 10 * 1514.0])
+    queues.join(0, (1, 0), (1.0, 1.0), (), 0.1)
+    queues.offer(0, 100 * 1514.0, 0.0)  # ACK-paced: no burst, only the fluid queue counts
+    (trip,) = queues.trips().values()
+    full = 10 * 1514.0 / C
+    assert trip.loss == pytest.approx(1.0 - C / (100 * 1514.0 / (0.1 + full)))
+
+
+@pytest.mark.parametrize(("stack", "exits_at"), [("linux", 0.1 + 0.0125), ("ns3", 0.1 + 0.1)])
+def test_hystart_delay_test_of_each_stack(stack: str, exits_at: float) -> None:
+    """Slow start ends once a round trip exceeds the smallest seen (100 ms) by clamp(min / 8,
+    4 ms, 16 ms) = 12.5 ms in Linux, by clamp(min, 4 ms, 1 s) = 100 ms in ns-3; not below."""
+    from aiotsim.network.tcp import grow
+
+    params = TcpParams(hystart_delay=stack)
+    for rtt, leaves in ((exits_at - 1e-4, False), (exits_at + 1e-4, True)):
+        conn = Connection(cwnd=20.0, min_rtt_s=0.1)
+        grow(conn, params, 1.0, rtt, 1e6, rtt - 0.1)
+        assert (conn.ssthresh == 20.0) is leaves, (rtt, conn)
+        assert conn.cwnd < 21.0 if leaves else conn.cwnd == 40.0  # CUBIC's first step, or doubled
+
+
+def test_fair_sharing_ignores_the_buffers() -> None:
+    """A per-flow fair queue holds no shared backlog: every buffer size gives the same times."""
+    assert _two_rtt_star("fair", queue=10) == _two_rtt_star("fair", queue=1000)
+    assert _two_rtt_star("fifo", queue=10) != _two_rtt_star("fifo", queue=1000)

@@ -146,7 +146,7 @@ class TcpRounds:
             if self._queues is not None:  # the round trip through the queues, its share and its drops
                 trip = trips[slot]
                 rtt, dropped, share = trip.rtt, trip.loss, np.inf
-                fifo_cap = trip.rate if trip.queued else np.inf
+                fifo_cap = trip.rate if trip.queued and trip.rate > 0 else np.inf
                 t.queued = trip.queued
             rd = plan_round(
                 t.conn, self.tcp, now, left / t.seg_wire, rtt, t.bdp, t.max_window,
@@ -193,8 +193,10 @@ class TcpRounds:
                 continue  # gone, or waiting out a handshake or a timeout
             if math.isinf(t.cap) and math.isinf(t.round_end) and not t.queued:
                 continue  # a last window that left in one burst (no queue when it did)
-            t.cap = self._queues.rate(slot)  # type: ignore[union-attr]
-            self._rates.set_tcap(slot, t.cap, now)
+            rate = self._queues.rate(slot)  # type: ignore[union-attr]
+            if rate > 0:
+                t.cap = rate
+                self._rates.set_tcap(slot, t.cap, now)
 
     def _pace_traced(self, now: float) -> None:
         """On a traced path the window is what it is in TCP: a byte budget per round trip, not a
