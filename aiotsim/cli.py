@@ -501,6 +501,7 @@ def calibrate(
             "mixed RTTs, staggered starts, low-rate links, a hierarchy; about a minute)"
         ),
     ] = False,
+    markdown: Annotated[bool, typer.Option(help="with --classes: Markdown tables (docs/CALIBRATION.md)")] = False,
 ) -> None:
     """Validate the network model against real TCP through a tc-shaped loopback (needs root),
     or against ns-3's packet-level TCP (`--against ns3`, needs `pip install aiotsim\\[ns3]`).
@@ -517,11 +518,14 @@ def calibrate(
         raise ConfigError(f"--against(={against!r}) must be 'real' or 'ns3'")
     if classes and against != "ns3":
         raise ConfigError("--classes compares with ns-3: add --against ns3")
+    if markdown and not classes:
+        raise ConfigError("--markdown formats the classes' tables: add --against ns3 --classes")
     if classes:
         from aiotsim.network import calibrate_classes
 
-        table = calibrate_classes.format_table(calibrate_classes.compare(calibrate_classes.grid()))
-        out.print(table, highlight=False, soft_wrap=True)  # long case labels: no wrapping at 80 columns
+        rows = calibrate_classes.compare(calibrate_classes.grid())
+        table = calibrate_classes.markdown_report(rows) if markdown else calibrate_classes.format_table(rows)
+        out.print(table, highlight=False, soft_wrap=True, markup=False)  # long labels: no wrapping at 80 columns
         return
     if against == "ns3":
         from aiotsim.network import calibrate_ns3

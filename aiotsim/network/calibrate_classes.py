@@ -263,6 +263,26 @@ def format_table(rows: Sequence[FlowRow]) -> str:
     return "\n".join(lines)
 
 
+def markdown_report(rows: Sequence[FlowRow]) -> str:
+    """The per-class summaries (``fair``, then ``fifo``) and every flow, as Markdown tables (the
+    body of ``docs/CALIBRATION.md``)."""
+    lines = []
+    for sharing in ("fair", "fifo"):
+        lines += [f'`sharing = "{sharing}"`:', "", "| class | flows | median | 90th percentile | worst | mean signed |"]
+        lines.append("|---|---:|---:|---:|---:|---:|")
+        for s in class_stats(rows, sharing):
+            lines.append(f"| {s.klass} | {s.n} | {s.median:.1%} | {s.p90:.1%} | {s.worst:.1%} | {s.bias:+.1%} |")
+        lines.append("")
+    lines += ["Every flow:", "", "| class | case | transfer | ns-3 s | fair s | error | fifo s | error |"]
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        lines.append(
+            f"| {r.case.klass} | {r.case.label} | {r.flow} | {r.ns3_s:.3f} | {r.model_s:.3f} | {r.error:+.1%} "
+            f"| {r.fifo_s:.3f} | {r.fifo_error:+.1%} |"
+        )
+    return "\n".join(lines)
+
+
 NS3_SOURCE = (
     NS3_PRELUDE
     + r"""
