@@ -40,11 +40,34 @@ def test_model_side_by_hand_counts_from_the_flows_start() -> None:
         assert cc.model_times(case) == [pytest.approx(want, rel=1e-9)]
 
 
-def test_model_ignores_the_buffer_today() -> None:
-    # the flow model has no queue (issue 38): its times do not depend on queue_packets
+def test_fair_model_ignores_the_buffer_and_fifo_feels_it() -> None:
+    # a per-flow fair queue holds no shared backlog: queue_packets changes nothing; one drop-tail
+    # FIFO of 10 packets makes 8 slow starts overflow it: the last flow finishes later than with 1,000
     flows = (cc.Flow(250_000, 50.0),) * 8
-    deep = cc.model_times(cc.ClassCase("deep buffer", "d", flows, queue_packets=1000))
-    assert cc.model_times(cc.ClassCase("shallow buffer", "s", flows, queue_packets=10)) == deep
+    deep_case = cc.ClassCase("deep buffer", "d", flows, queue_packets=1000)
+    shallow_case = cc.ClassCase("shallow buffer", "s", flows, queue_packets=10)
+    assert cc.model_times(shallow_case) == cc.model_times(deep_case)
+    assert max(cc.model_times(shallow_case, sharing="fifo")) > max(cc.model_times(deep_case, sharing="fifo"))
+
+
+def test_markdown_report_lays_out_both_sharings() -> None:
+    case = cc.ClassCase("mixed RTT", "x", (cc.Flow(1, 1.0),) * 2)
+    rows = [cc.FlowRow(case, 0, 2.0, 3.0, 1.0), cc.FlowRow(case, 1, 4.0, 4.0, 5.0)]
+    text = cc.markdown_report(rows)
+    # fair: |errors| 0.5 and 0 (median 25%); fifo: 0.5 and 0.25 (median 37.5%, signed mean -12.5%)
+    assert "| mixed RTT | 2 | 25.0% | 45.0% | 50.0% | +25.0% |" in text
+    assert "| mixed RTT | 2 | 37.5% | 47.5% | 50.0% | -12.5% |" in text
+    assert text.index('`sharing = "fair"`') < text.index('`sharing = "fifo"`')
+    assert "| mixed RTT | x | 1 | 4.000 | 4.000 | +0.0% | 5.000 | +25.0% |" in text
+
+
+def test_markdown_needs_the_classes() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiotsim.cli", "calibrate", "--against", "ns3", "--markdown"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "--markdown" in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow
