@@ -504,7 +504,9 @@ def main() -> None:
     ) + (f" {'GPU MB':>7}" if args.device == "cuda" else "")
     print(header)
     print("-" * len(header))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    # this checkout first, then whatever the caller had (tools/gpu_checks.sh puts simpy's wheels there)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     for topo in args.topologies:
         for n in args.nodes:
             for codec in args.codecs:

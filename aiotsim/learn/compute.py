@@ -212,6 +212,18 @@ def resolve_device(name: str) -> torch.device:
     raise ConfigError(f"unknown device {name!r}; valid: auto, cpu, cuda, cuda:N")
 
 
+def full_fp32_on_cuda() -> None:
+    """Compute in full fp32 on CUDA, as on the CPU: no TF32. cuDNN uses TF32 for convolutions by
+    default on Ampere and later GPUs (``torch.backends.cudnn.allow_tf32``), rounding their inputs
+    to 10 mantissa bits (about 1e-3 relative per product); through ResNet-20's 20 convolutions and
+    batch norms a node's gradients then moved by up to 4% from the CPU's (H100, issue 45's checks).
+    aiotsim's gradients are the experiment's data, so every node's must be the model's own, on any
+    device. Process-wide (torch has no per-module switch); matmuls' TF32 is off by default and
+    stays off."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -314,6 +326,8 @@ class GradientComputer:
     def __init__(self, model: nn.Module, device: torch.device, loss_fn: LossFn = F.cross_entropy) -> None:
         self.model = model
         self.device = torch.device(device)
+        if self.device.type == "cuda":
+            full_fp32_on_cuda()
         self.loss_fn = loss_fn
         self.names: list[str] = [n for n, _ in model.named_parameters()]
         # the model's own parameters, listed once rather than by a module walk per gradient (6.6 us
