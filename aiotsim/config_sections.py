@@ -561,9 +561,9 @@ class NetworkSection:
     tcp_idle_restart: bool = opt(True, "tcp: restart slow start after an idle RTO (Linux's default)")
     tcp_connection: str = opt(
         "reuse",
-        "tcp: 'reuse' one connection per node pair (one handshake), or 'per-transfer' (a handshake "
-        "and a fresh window for every transfer)",
-        choices=("reuse", "per-transfer"),
+        "tcp: 'reuse' one connection per direction of a node pair (one handshake each), 'duplex' one "
+        "that both directions share (one handshake), or 'per-transfer' (a handshake and a fresh window each time)",
+        choices=("reuse", "duplex", "per-transfer"),
     )
     tcp_min_rto_ms: float = opt(200.0, "tcp: floor of the retransmission timeout, ms, 1..60000", between(1, 60_000))
 

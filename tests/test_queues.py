@@ -212,7 +212,7 @@ def test_hystart_delay_test_of_each_stack(stack: str, exits_at: float) -> None:
     params = TcpParams(hystart_delay=stack)
     for rtt, leaves in ((exits_at - 1e-4, False), (exits_at + 1e-4, True)):
         conn = Connection(cwnd=20.0, min_rtt_s=0.1)
-        grow(conn, params, 1.0, rtt, 1e6, rtt - 0.1)
+        grow(conn, params, 1.0, rtt, 1e6, rtt)  # HyStart samples this round trip
         assert (conn.ssthresh == 20.0) is leaves, (rtt, conn)
         assert conn.cwnd < 21.0 if leaves else conn.cwnd == 40.0  # CUBIC's first step, or doubled
 
@@ -221,3 +221,24 @@ def test_fair_sharing_ignores_the_buffers() -> None:
     """A per-flow fair queue holds no shared backlog: every buffer size gives the same times."""
     assert _two_rtt_star("fair", queue=10) == _two_rtt_star("fair", queue=1000)
     assert _two_rtt_star("fifo", queue=10) != _two_rtt_star("fifo", queue=1000)
+
+
+@pytest.mark.parametrize(("connection", "handshakes"), [("reuse", 1), ("duplex", 0)])
+def test_a_duplex_connection_carries_the_reply_without_a_handshake(connection: str, handshakes: int) -> None:
+    """After an upload opened the pair's connection, the download pays one more round trip of
+    handshake under 'reuse' (a connection per direction) and none under 'duplex' (one shared)."""
+    topo = Topology.star(1, 10e6, 10e6, 0.05, 100e6)
+    env = simpy.Environment()
+    net = Network(env, topo, transport="tcp", tcp=TcpParams(connection=connection))
+    took: list[float] = []
+
+    def client():  # type: ignore[no-untyped-def]
+        yield net.send("node0", "server", 10_000)
+        t = yield net.send("server", "node0", 10_000)
+        took.append(t.end_s - t.start_s)
+
+    env.process(client())
+    env.run()
+    rtt = 2 * 0.05  # s; 10 KB fit the initial window: one burst, then one one-way latency
+    burst = (10_000 + 7 * 40) * 8 / 10e6  # 7 packets' headers; s at the 10 Mbit/s downlink
+    assert took[0] == pytest.approx(handshakes * rtt + burst + 0.05, abs=2e-3)

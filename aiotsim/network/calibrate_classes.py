@@ -16,8 +16,10 @@ assumption at a time:
 * ``hierarchy``: 8 nodes behind 2 gateways whose backhauls share the server's link;
 * ``asymmetric reuse``: clients on 2 Mbit/s up / 20 Mbit/s down links that alternate a 250 KB
   upload and a 250 KB download over one connection, 3 times (what a synchronous round does with a
-  reused connection); every transfer is compared. The model restarts no window after idle here,
-  as ns-3 does not (``network.tcp_idle_restart = false``; Linux and the model's default do).
+  reused connection); every transfer is compared. The model shares one connection between the
+  directions (``network.tcp_connection = "duplex"``: one handshake) and restarts no window after
+  idle here, as ns-3 does not (``network.tcp_idle_restart = false``; Linux and the model's
+  default do).
 
 Both sides are set up as in :mod:`~aiotsim.network.calibrate_ns3` (CUBIC, initial window 10,
 1,448-byte segments, SACK, Linux's timers, a handshake per transfer) and carry no random loss, so
@@ -157,9 +159,10 @@ def grid() -> list[ClassCase]:
 def model_times(case: ClassCase, seed: int = 1, sharing: str = "fair") -> list[float]:
     """Each transfer's completion time (s, from its own start) in aiotsim's TCP flow model: one per
     flow, or for an alternating case each client's upload, download, upload ... in turn, over one
-    connection per direction that is opened once and does not restart slow start when idle (ns-3's
-    TCP does not; ``network.tcp_idle_restart = false``). Every link's drop-tail queue holds the
-    case's ``queue_packets`` (read by ``sharing = "fifo"``)."""
+    connection that both directions share, opened once (``network.tcp_connection = "duplex"``, as
+    ns-3's socket pair), that does not restart slow start when idle (ns-3's TCP does not;
+    ``network.tcp_idle_restart = false``) and with ns-3's HyStart delay test. Every link's
+    drop-tail queue holds the case's ``queue_packets`` (read by ``sharing = "fifo"``)."""
     per_node = [{"latency_s": f.latency_ms * 1e-3, "framing_bytes": P2P_FRAMING} for f in case.flows]
     up = case.edge_mbps * 1e6
     down = (case.down_mbps or case.edge_mbps) * 1e6
@@ -175,7 +178,9 @@ def model_times(case: ClassCase, seed: int = 1, sharing: str = "fair") -> list[f
                              queue_packets=case.queue_packets)  # fmt: skip
     env = simpy.Environment()
     # as ns-3: no restart after idle, its HyStart delay test (which only queueing can trigger)
-    tcp = TcpParams(connection="reuse" if case.alternating else "per-transfer", idle_restart=False, hystart_delay="ns3")
+    tcp = TcpParams(
+        connection="duplex" if case.alternating else "per-transfer", idle_restart=False, hystart_delay="ns3"
+    )
     net = Network(env, topo, seed=seed, transport="tcp", tcp=tcp, sharing=sharing)
     per = 2 * case.rounds if case.alternating else 1
     done = [0.0] * (len(case.flows) * per)

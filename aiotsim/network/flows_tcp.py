@@ -71,6 +71,9 @@ class TcpRounds:
         rtt, seg_wire, bdp, max_window, hop_s = path.tcp or self._tcp_path(path)
         conn = self._conns.get((src, dst))
         fresh = conn is None or conn.busy or p.connection == "per-transfer"
+        # duplex: the pair's first connection, opened in the other direction, carries this one too
+        # (its own window from the initial one, no handshake of its own)
+        opened = fresh and conn is None and p.connection == "duplex" and (dst, src) in self._conns
         if fresh:
             conn = Connection(cwnd=float(p.initial_window), last_active_s=now)
             if (src, dst) not in self._conns or p.connection == "per-transfer":
@@ -91,7 +94,7 @@ class TcpRounds:
             back = self._paths.get((dst, src)) or self._path(dst, src)
             self._queues.join(slot, path.links_t, path.mults_t, back.links_t, rtt)
             queued = self._queues.links_delay(path.links_t) + self._queues.links_delay(back.links_t)
-        if fresh:  # SYN, SYN-ACK before the first data (+ 1 s, 2 s, ... per lost SYN)
+        if fresh and not opened:  # SYN, SYN-ACK before the first data (+ 1 s, 2 s, ... per lost SYN)
             end = now + handshake_s(rtt + queued, lambda n: self._lose(fmt.loss, n, path.bursty))
             self._set_round(slot, t, end, 0.0, now)
         else:  # its first round is due now (its cap is already none); no heap entry needed
@@ -142,16 +145,20 @@ class TcpRounds:
             held = lossy and 0 < rate < t.cap * (1 - 1e-9)
             share = rate * t.rtt / t.seg_wire if held else np.inf  # segments per round trip
             left = self._rates.remaining(slot, now)  # wire bytes
-            rtt, dropped, fifo_cap = t.rtt, 0.0, np.inf
+            rtt, dropped, fifo_cap, sample = t.rtt, 0.0, np.inf, 0.0
             if self._queues is not None:  # the round trip through the queues, its share and its drops
                 trip = trips[slot]
                 rtt, dropped, share = trip.rtt, trip.loss, np.inf
+                # HyStart samples the queue standing as the round begins: the last round's, or on a
+                # first round what others left (its own first window has not queued yet)
+                sample = t.rtt + (t.standing if t.standing >= 0 else trip.rtt - t.rtt)
+                t.standing = trip.rtt - t.rtt
                 fifo_cap = trip.rate if trip.queued and trip.rate > 0 else np.inf
                 t.queued = trip.queued
             rd = plan_round(
                 t.conn, self.tcp, now, left / t.seg_wire, rtt, t.bdp, t.max_window,
                 (lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty)) if lossy else _never_lost,
-                share, dropped, rtt - t.rtt,
+                share, dropped, sample,
             )  # fmt: skip
             if rd.final:  # the last window leaves in one burst, at the fair share (its FIFO share if queued)
                 t.extra_delay += rd.extra_delay_s

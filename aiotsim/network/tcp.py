@@ -37,8 +37,11 @@ Per round trip (one :func:`plan_round` per window-limited flow and round):
   for longer than one RTO halves its window per RTO idle, down to the initial window
   (:func:`restart_window`, Linux's ``tcp_cwnd_restart``);
 * **connections**: ``reuse`` keeps one connection per (src, dst) pair (one handshake, the first
-  time; the window carries over), ``per-transfer`` opens a fresh one per transfer: one round trip
-  of handshake (SYN, SYN-ACK; the data leaves with the ACK) and the initial window every time.
+  time; the window carries over), ``duplex`` one per node pair that both directions share (one
+  handshake for the pair, by whichever sends first; each direction's sender has its own window,
+  the other's starting at the initial window: a gRPC or HTTP/2 stream), ``per-transfer`` opens a
+  fresh one per transfer: one round trip of handshake (SYN, SYN-ACK; the data leaves with the
+  ACK) and the initial window every time.
 
 A flow whose capped rate is above its fair share (the window already covers its share of the
 bottleneck) and whose path is lossless is left to the fluid model: no per-RTT events until its
@@ -91,7 +94,8 @@ class TcpParams:
     idle_restart : bool
         Restart slow start after an idle period longer than one RTO (Linux's default).
     connection : str
-        ``"reuse"`` (one connection per pair) or ``"per-transfer"`` (a handshake every time).
+        ``"reuse"`` (one connection per (src, dst) pair), ``"duplex"`` (one per node pair, both
+        directions) or ``"per-transfer"`` (a handshake every time).
     min_rto_s : float
         Floor of the retransmission timeout, s (Linux: 0.2).
     hystart : bool
@@ -245,7 +249,7 @@ def restart_window(conn: Connection, idle_s: float, rto_s: float, initial_window
 
 
 def grow(
-    conn: Connection, params: TcpParams, now_s: float, rtt_s: float, bdp_segments: float, queue_s: float = 0.0
+    conn: Connection, params: TcpParams, now_s: float, rtt_s: float, bdp_segments: float, sample_s: float = 0.0
 ) -> None:
     """The window after one loss-free round trip (slow start, HyStart, CUBIC or Reno), in place.
 
@@ -261,17 +265,19 @@ def grow(
         Round trip, s.
     bdp_segments : float
         The path's bandwidth-delay product in segments (HyStart's ACK-train yardstick).
-    queue_s : float
-        Queueing delay in this round's ``rtt_s``, s: where it is > 0, HyStart's delay test ends
-        slow start once ``rtt_s`` exceeds the smallest round trip seen by its threshold
-        (:data:`HYSTART_DELAY`).
+    sample_s : float
+        The round trip HyStart's first samples of the round measured, s: the base plus the queue
+        standing when the round began (its own burst has not built up yet; Linux and ns-3 take
+        the least of the round's first 8 samples). Where it is > 0 (round trips carry a modelled
+        queue), the delay test ends slow start once it exceeds the smallest seen by its
+        threshold (:data:`HYSTART_DELAY`).
     """
     cwnd = conn.cwnd
-    conn.min_rtt_s = min(conn.min_rtt_s, rtt_s)
+    conn.min_rtt_s = min(conn.min_rtt_s, sample_s if sample_s > 0 else rtt_s)
     if cwnd < conn.ssthresh:
         divisor, most = HYSTART_DELAY[params.hystart_delay]
         low = conn.min_rtt_s
-        delayed = queue_s > 0 and rtt_s >= low + min(max(low / divisor, HYSTART_DELAY_MIN_S), most)
+        delayed = sample_s > 0 and sample_s >= low + min(max(low / divisor, HYSTART_DELAY_MIN_S), most)
         train = cwnd >= 0.5 * bdp_segments  # the ACK-train test
         if params.hystart and cwnd >= HYSTART_LOW_WINDOW and (train or delayed):
             conn.ssthresh = cwnd  # HyStart: leave slow start, CUBIC from here (epoch now, K = 0)
@@ -318,7 +324,7 @@ def plan_round(
     lose: Callable[[int], int | None],
     share_segments: float = math.inf,
     dropped: float = 0.0,
-    queue_s: float = 0.0,
+    sample_s: float = 0.0,
 ) -> Round:
     """One round trip of a window-limited flow: what it sends, how long it takes, the new window.
 
@@ -339,8 +345,8 @@ def plan_round(
         queues, the round stretches to ``sent / share_segments`` RTTs (losses drawn per segment).
     dropped : float
         Fraction of the round a full drop-tail buffer drops, besides random losses (:func:`_losses`).
-    queue_s : float
-        Queueing delay included in ``rtt_s``, s (HyStart's delay test, :func:`grow`).
+    sample_s : float
+        What HyStart's samples of the round measure, s (0: no modelled queue; :func:`grow`).
 
     Returns
     -------
@@ -354,7 +360,7 @@ def plan_round(
     conn.acked += sent
     if not lost:
         if not final:
-            grow(conn, params, now_s + span, span, bdp_segments, queue_s)
+            grow(conn, params, now_s + span, span, bdp_segments, sample_s)
         return Round(sent, span, final)
     rto = params.loss_rto(span, acked)
     # segments behind a loss that can raise duplicate ACKs / SACKs: the rest of this round and, if
