@@ -152,7 +152,7 @@ def _model_names() -> list[str]:
 
 
 def _profile_names() -> list[str]:
-    from aiotsim.learn.compute import PROFILES
+    from aiotsim.learn.devices import PROFILES
 
     return sorted(PROFILES)
 

@@ -22,7 +22,7 @@ import torch
 
 from aiotsim.config import scenario_from_dict
 from aiotsim.errors import ConfigError
-from aiotsim.learn.compute import get_profile
+from aiotsim.learn.devices import get_profile
 from aiotsim.results.store import RunWriter
 from aiotsim.sim.energy import RADIOS
 from aiotsim.sim.runner import run_cluster

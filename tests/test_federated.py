@@ -23,7 +23,7 @@ import torch
 from aiotsim.config import Scenario, scenario_from_dict
 from aiotsim.config_checks import per_round_count
 from aiotsim.errors import ConfigError
-from aiotsim.learn.compute import get_profile
+from aiotsim.learn.devices import get_profile
 from aiotsim.learn.partition import SampledShards, node_shards, partition
 from aiotsim.sim.availability import AvailabilityTrace
 from aiotsim.sim.fleet import NodeTable

@@ -9,17 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from aiotsim.errors import ConfigError, DataError
-from aiotsim.learn.compute import (
-    HOST_TRAIN_FLOPS,
-    PROFILES,
-    BatchStream,
-    ComputeModel,
-    DeviceProfile,
-    GradientComputer,
-    draw_batches,
-    get_profile,
-    resolve_device,
-)
+from aiotsim.learn.compute import BatchStream, ComputeModel, GradientComputer, draw_batches
+from aiotsim.learn.devices import HOST_TRAIN_FLOPS, PROFILES, DeviceProfile, get_profile, resolve_device
 from aiotsim.learn.models import build_model
 
 CPU = torch.device("cpu")

@@ -23,7 +23,7 @@ import pytest
 
 from aiotsim.config import Scenario, scenario_from_dict
 from aiotsim.errors import ConfigError
-from aiotsim.learn.compute import get_profile
+from aiotsim.learn.devices import get_profile
 from aiotsim.records import METRIC_FIELDS, SUMMARY_FIELDS
 from aiotsim.sim.runner import run_cluster
 from aiotsim.sim.strategies import STRATEGIES, get_strategy, strategy_name

@@ -4,17 +4,9 @@ Nothing in this package imports simpy: it knows tensors, FLOPs and seconds of co
 engine (``aiotsim.sim``) turns those seconds into simulated time.
 """
 
-from aiotsim.learn.compute import (
-    PROFILES,
-    BatchStream,
-    ComputeModel,
-    DeviceProfile,
-    GradientComputer,
-    GradResult,
-    get_profile,
-    resolve_device,
-)
+from aiotsim.learn.compute import BatchStream, ComputeModel, GradientComputer, GradResult
 from aiotsim.learn.datasets import DATASETS, Dataset, SyntheticSpec, load_dataset
+from aiotsim.learn.devices import PROFILES, DeviceProfile, get_profile, resolve_device
 from aiotsim.learn.models import MODELS, build_model, layer_infos
 from aiotsim.learn.partition import SCHEMES, partition
 

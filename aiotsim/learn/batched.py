@@ -56,6 +56,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from aiotsim.errors import ConfigError
 from aiotsim.learn.compute import GradientComputer, GradResult, batch_stats_only
+from aiotsim.learn.devices import sync
 
 if TYPE_CHECKING:
     from aiotsim.config import NodesSection
@@ -448,11 +449,11 @@ class BatchedGradients:
         device = self.computer.device
         calls: list[nn.Module] = []  # BN modules in call order (the same for every traced call)
         with self._recording(calls) as loss_fn:
-            _sync(device)
+            sync(device)
             t0 = time.perf_counter()
             grads, (loss, stats) = _mapped(loss_fn)(pdict, xs, ys)
             losses = loss.tolist()  # the pass's one host sync, [n] floats
-            _sync(device)
+            sync(device)
             wall = (time.perf_counter() - t0) / n
         per_name = [grads[name] for name in self.computer.names]  # [n, *shape] each
         rows = [g.unbind(0) for g in per_name]  # per parameter, each node's row (views; one call, not n)
@@ -510,11 +511,6 @@ def _mapped(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
             ) from e
 
     return call
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 __all__ = [

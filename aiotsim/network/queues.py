@@ -17,7 +17,7 @@ ns-3's point-to-point devices and most IoT gateways are:
   with the same window gets ~the ratio of their RTTs, not max-min's equal shares.
 * **Queueing delay.** Every round trip a flow sees includes ``q`` of the links on its forward path
   and of the links its ACKs cross on the way back (the reverse route): its windows' rounds, its
-  timers, its handshake (:meth:`QueueLinks.path_delay`), and its last byte's arrival.
+  timers and its handshake (:meth:`QueueLinks.links_delay`).
 * **Overflow.** A buffer holds ``B`` bytes, so ``q <= B / C``. Windows that ask more than a full
   buffer drains lose the excess: the fraction ``p = 1 - (C - A) / sum W_i / (d_i + B / C)`` of what
   arrives is dropped, per flow, at the tail of its round (drop-tail drops arrivals once full). TCP
@@ -97,7 +97,6 @@ class RoundTrip(NamedTuple):
     rate: float  # bytes/s, window / rtt, less what a full buffer drops
     loss: float  # fraction of the round's segments a full buffer drops
     queued: bool  # its window stands in a congested link's queue
-    forward_s: float  # s, the queueing delay of its forward path (what its last byte waits)
 
 
 @dataclass(slots=True)
@@ -165,17 +164,12 @@ class QueueLinks:
             self._take(m, reprice=True)
         self._stale.pop(fid, None)
 
-    def path_delay(self, fid: int) -> tuple[float, float]:
-        """Queueing delay of flow ``fid``'s forward path and of its ACKs' reverse path, s, as last
-        solved (what its next round trip and its last byte wait)."""
-        m = self._members[fid]
-        links = self._links
-        fwd = sum(links[i].delay * k for i, k in zip(m.links, m.mults, strict=True))
-        return fwd, sum(links[i].delay for i in m.reverse)
-
-    def links_delay(self, links: Sequence[int]) -> float:
-        """Summed queueing delay of ``links`` as last solved, s (a handshake's SYN or SYN-ACK)."""
-        return sum(self._links[i].delay for i in links)
+    def links_delay(self, links: Sequence[int], mults: Sequence[float] | None = None) -> float:
+        """Summed queueing delay of ``links`` (each crossed ``mults`` times, default once) as last
+        solved, s: what a packet along them waits (a handshake's SYN, a round's data or ACKs)."""
+        if mults is None:
+            return sum(self._links[i].delay for i in links)
+        return sum(self._links[i].delay * k for i, k in zip(links, mults, strict=True))
 
     def send(self, fid: int, window: float, burst: float = 0.0) -> RoundTrip:
         """Flow ``fid`` starts a round with ``window`` wire bytes in flight, sent at ``burst``
@@ -220,9 +214,9 @@ class QueueLinks:
         for fid in offered:
             m = self._members[fid]
             self._stale.pop(fid, None)
-            rtt, loss, fwd = self._price(m)
+            rtt, loss = self._price(m)
             loss = max(loss, burst_loss.get(fid, 0.0))
-            out[fid] = RoundTrip(rtt, m.window / rtt * (1.0 - loss) if rtt > 0 else m.rate, loss, m.at >= 0, fwd)
+            out[fid] = RoundTrip(rtt, m.window / rtt * (1.0 - loss) if rtt > 0 else m.rate, loss, m.at >= 0)
         return out
 
     def _bursts(self, offered: dict[int, tuple[float, float]], standing: dict[int, float]) -> dict[int, float]:
@@ -319,15 +313,14 @@ class QueueLinks:
         self._price(self._members[fid])
         return self._members[fid].rate
 
-    def _price(self, m: _Member) -> tuple[float, float, float]:
-        """Set a flow's rate from the queues of its paths; (rtt s, loss fraction, forward delay s)."""
+    def _price(self, m: _Member) -> tuple[float, float]:
+        """Set a flow's rate from the queues of its paths; (rtt s, loss fraction)."""
         links = self._links
-        fwd = sum(links[i].delay * k for i, k in zip(m.links, m.mults, strict=True))
-        rtt = m.rtt + fwd + sum(links[i].delay for i in m.reverse)
+        rtt = m.rtt + self.links_delay(m.links, m.mults) + self.links_delay(m.reverse)
         loss = links[m.at].loss if m.at >= 0 else 0.0
         old, m.rate = m.rate, m.window / rtt * (1.0 - loss) if rtt > 0 else math.inf
         self._count(m, m.rate - old)
-        return rtt, loss, fwd
+        return rtt, loss
 
     def _count(self, m: _Member, change: float) -> None:
         """A flow's rate changed by ``change`` bytes/s: its links' sums of rates follow."""

@@ -273,11 +273,12 @@ def grow(
         threshold (:data:`HYSTART_DELAY`).
     """
     cwnd = conn.cwnd
-    conn.min_rtt_s = min(conn.min_rtt_s, sample_s if sample_s > 0 else rtt_s)
-    if cwnd < conn.ssthresh:
+    delayed = False
+    if sample_s > 0:  # only a modelled queue moves a round trip (the fair model's path: skipped)
+        low = conn.min_rtt_s = min(conn.min_rtt_s, sample_s)
         divisor, most = HYSTART_DELAY[params.hystart_delay]
-        low = conn.min_rtt_s
-        delayed = sample_s > 0 and sample_s >= low + min(max(low / divisor, HYSTART_DELAY_MIN_S), most)
+        delayed = sample_s >= low + min(max(low / divisor, HYSTART_DELAY_MIN_S), most)
+    if cwnd < conn.ssthresh:
         train = cwnd >= 0.5 * bdp_segments  # the ACK-train test
         if params.hystart and cwnd >= HYSTART_LOW_WINDOW and (train or delayed):
             conn.ssthresh = cwnd  # HyStart: leave slow start, CUBIC from here (epoch now, K = 0)

@@ -29,8 +29,9 @@ import torch
 
 from aiotsim.compress.base import CodecState
 from aiotsim.config import Scenario
-from aiotsim.learn.compute import ComputeModel, get_profile, resolve_device
+from aiotsim.learn.compute import ComputeModel
 from aiotsim.learn.datasets import Dataset
+from aiotsim.learn.devices import get_profile, resolve_device
 from aiotsim.network.flows import Network, transport_options
 from aiotsim.records import EvalRow, MetricsRow, Progress, RunSummary
 from aiotsim.sim.accounting import RunFacts, RunSink, Totals, Window, mean, summarize
