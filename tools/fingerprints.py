@@ -68,6 +68,8 @@ SCENARIOS = {
     "scenarios/hetero_async.toml": 8,
     "tests/tiny.toml": 4,
     "scenarios/cellular.toml": 3,
+    # sharing = "fifo": drop-tail queues, a 20-packet gateway buffer, mixed RTTs (issue 38)
+    "scenarios/shallow_gateway.toml": 3,
 }
 SUBSET = ("none", "2bit", "topk", "agg-aware", "powersgd", "variance")
 # partial mode and late uploads are exercised on iot10 with a straggler (not a shipped file)
@@ -82,6 +84,8 @@ EXTRA = {
     # the fluid model without TCP windows: its fingerprints are those iot10 had before the TCP
     # transport became the default
     "iot10-ideal": ("scenarios/iot10.toml", 3, ["network.transport=ideal"]),
+    # one connection per node pair for both directions: the uploads pay no handshake
+    "iot10-duplex": ("scenarios/iot10.toml", 3, ["network.tcp_connection=duplex"]),
     "iot10-partial": (
         "scenarios/iot10.toml",
         6,
