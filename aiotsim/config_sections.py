@@ -1,6 +1,7 @@
 """The scenario's schema: its bounds, its sections and blocks as frozen dataclasses.
 
-Every key is declared once here, with its default, type, one-line help and range check
+Every key is declared once here (the ``[network]`` section in :mod:`aiotsim.config_network`, the
+bounds in :mod:`aiotsim.config_bounds`), with its default, type, one-line help and range check
 (:func:`aiotsim.schema.opt`); :mod:`aiotsim.config` loads, overrides and validates scenario files
 against it, and re-exports every name here (``from aiotsim.config import NetworkSection`` keeps
 working). Split out of ``config.py`` along this seam: the declarations here; the whole
@@ -10,10 +11,41 @@ working). Split out of ``config.py`` along this seam: the declarations here; the
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from aiotsim.config_bounds import (
+    MAX_ALPHA,
+    MAX_BATCH,
+    MAX_CLASSES,
+    MAX_FACTOR,
+    MAX_ITERATIONS,
+    MAX_LOCAL_EPOCHS,
+    MAX_LOCAL_STEPS,
+    MAX_LR,
+    MAX_MS,
+    MAX_MTU,
+    MAX_NAME,
+    MAX_NODES,
+    MAX_NOISE,
+    MAX_OVERCOMMIT,
+    MAX_QUEUE_PACKETS,
+    MAX_SAMPLES,
+    MAX_SEED,
+    MAX_SHAPE_SIDE,
+    MAX_WEIGHT_DECAY,
+    MIN_RESOLUTION_MS,
+    MIN_RETRY_S,
+    QUEUE_PACKETS,
+    RATE,
+    SHARINGS,
+    auto_or_bool,
+    link_rate,
+    path_safe_name,
+    shape_sides,
+    trace_nodes_range,
+)
+from aiotsim.config_network import LinkSpec, NetworkSection, VertexSpec
 from aiotsim.schema import (
     MAX_MBPS,
     MAX_SECONDS,
@@ -24,86 +56,42 @@ from aiotsim.schema import (
     opt,
     positive_at_most,
     unit_interval,
-    zero_or_between,
 )
 
-# ---- bounds: the most a run is meant to handle (stated in the help texts) -------------------------
-MAX_SEED = 2**32 - 1  # numpy's and torch's seeds both take it
-MAX_ITERATIONS = 1_000_000
-MAX_NODES = 100_000
-MAX_BATCH = 65_536
-MAX_SAMPLES = 1_000_000  # synthetic train/test sizes, eval_samples
-MAX_CLASSES = 1_000
-MAX_SHAPE_SIDE = 1_024  # synthetic C, H and W
-MAX_LR = 1_000.0
-MAX_WEIGHT_DECAY = 1.0
-MAX_NOISE = 1_000.0
-MIN_RETRY_S = 1e-3
-MAX_MS = 1e6  # 1000 s of latency, jitter
-# The finest trace window, ms (1 us): a thousand times the engine's 1 ns time snapping (traces.SNAP_S), so a
-# window is never snapped away; 5e-324 ms underflowed to a 0 s grid and divided by zero in the stagger.
-MIN_RESOLUTION_MS = 1e-3
-MAX_MTU = 65_535
-MAX_FACTOR = 1e6  # straggler factor, group slowdown and share
-MAX_ALPHA = 1e6
-MAX_NAME = 100
-MAX_LOCAL_STEPS = 100_000
-MAX_LOCAL_EPOCHS = 1_000.0
-MAX_OVERCOMMIT = 10.0
-# Drop-tail buffers, packets of a link's MTU (default network.link.DEFAULT_QUEUE_PACKETS; the most: 150 MB of frames)
-QUEUE_PACKETS = 1000
-MAX_QUEUE_PACKETS = 100_000
-SHARINGS = ("fifo", "fair")  # the flow engine's sharings (aiotsim.network.flows.SHARINGS)
-
-
-def link_rate(v: Any) -> str | None:
-    """Range check of a link rate in Mbit/s: MIN_MBPS..MAX_MBPS."""
-    if v <= 0:
-        return f"must be > 0, got {v!r}"
-    if v < MIN_MBPS:
-        return f"must be >= {MIN_MBPS:g} Mbit/s (slower links overflow the simulated time), got {v!r}"
-    return None if v <= MAX_MBPS else f"must be <= {MAX_MBPS:g} (a sane upper bound), got {v!r}"
-
-
-RATE = link_rate  # every link rate, Mbit/s
-
-
-def auto_or_bool(v: Any) -> str | None:
-    """Range check: ``"auto"``, ``true`` or ``false``."""
-    return None if v is True or v is False or v == "auto" else f"must be 'auto', true or false, got {v!r}"
-
-
-def path_safe_name(v: Any) -> str | None:
-    """A name that is also a directory name: no path separators, control characters or leading dot."""
-    if not v or len(v) > MAX_NAME:
-        return f"must be 1..{MAX_NAME} characters, got {v!r}"
-    if v[0] == "." or any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in v):
-        return (
-            "must be a plain name usable as a directory name (no '/', '\\', leading '.' or "
-            f"control characters), got {v!r}"
-        )
-    return None
-
-
-def shape_sides(v: Any) -> str | None:
-    """Range check of a ``[C, H, W]`` list: three sizes in 1..MAX_SHAPE_SIDE."""
-    if len(v) != 3 or any(not 1 <= d <= MAX_SHAPE_SIDE for d in v):
-        return f"must be [C, H, W] with every size in 1..{MAX_SHAPE_SIDE}, got {v!r}"
-    return None
-
-
-def trace_nodes_range(v: int | list[int]) -> str | None:
-    """``scenario.trace_nodes``: a count in -1..MAX_NODES, or distinct node indices (each below
-    nodes.count: checked with the node count, :func:`_timeline_problems`)."""
-    if isinstance(v, int):
-        return between(-1, MAX_NODES)(v)
-    bad = next((i for i in v if not 0 <= i < MAX_NODES), None)
-    if bad is not None:
-        return f"node indices must be in [0, {MAX_NODES - 1}], got {bad!r}"
-    twice = next((i for i, times in Counter(v).items() if times > 1), None)
-    if twice is not None:
-        return f"node {twice} is listed twice; name each node once"
-    return None
+__all__ = [
+    "MAX_SEED",
+    "MAX_ITERATIONS",
+    "MAX_NODES",
+    "MAX_BATCH",
+    "MAX_SAMPLES",
+    "MAX_CLASSES",
+    "MAX_SHAPE_SIDE",
+    "MAX_LR",
+    "MAX_WEIGHT_DECAY",
+    "MAX_NOISE",
+    "MIN_RETRY_S",
+    "MAX_MS",
+    "MIN_RESOLUTION_MS",
+    "MAX_MTU",
+    "MAX_FACTOR",
+    "MAX_ALPHA",
+    "MAX_NAME",
+    "MAX_LOCAL_STEPS",
+    "MAX_LOCAL_EPOCHS",
+    "MAX_OVERCOMMIT",
+    "QUEUE_PACKETS",
+    "MAX_QUEUE_PACKETS",
+    "SHARINGS",
+    "link_rate",
+    "RATE",
+    "auto_or_bool",
+    "path_safe_name",
+    "shape_sides",
+    "trace_nodes_range",
+    "LinkSpec",
+    "NetworkSection",
+    "VertexSpec",
+]
 
 
 @dataclass(frozen=True)
@@ -408,164 +396,6 @@ class NodesSection:
         0, f"nodes per batched gradient pass; 0: as many as a memory budget holds, 0..{MAX_NODES}",
         between(0, MAX_NODES),
     )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class VertexSpec:
-    """``[[network.vertex]]``: a named vertex of a custom topology."""
-
-    name: str = opt("", "vertex name (required)")
-    role: str = opt("node", "what the vertex is", choices=("node", "server", "gateway", "relay"))
-    aggregator: str | None = opt(None, "vertex that aggregates this one's gradients (default: nearest server)")
-
-
-@dataclass(frozen=True)
-class LinkSpec:
-    """``[[network.link]]``: a link of a custom topology (``from`` is spelled ``from_`` in Python)."""
-
-    from_: str = opt("", "source vertex (required)")
-    to: str = opt("", "destination vertex (required)")
-    mbps: float = opt(0.0, f"link rate, Mbit/s (required), {MIN_MBPS:g}..{MAX_MBPS:g}", RATE)
-    latency_ms: float = opt(0.0, f"one-way latency, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
-    name: str | None = opt(None, "link name (default FROM->TO)")
-    loss: float = opt(0.0, "packet loss probability, [0, 1)", fraction)
-    jitter_ms: float = opt(0.0, f"scale of the seeded latency jitter, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
-    mtu: int = opt(1500, f"maximum transmission unit, bytes, 100..{MAX_MTU}", between(100, MAX_MTU))
-    header_bytes: int = opt(40, "header bytes per packet (< mtu)", between(0, MAX_MTU))
-    framing_bytes: int = opt(0, "link-layer framing bytes per packet", between(0, MAX_MTU))
-    acks_per_packet: float = opt(0.0, "ACK packets per data packet charged to this link, 0..100", between(0, 100))
-    queue_packets: int | None = opt(None, f"the link's drop-tail capacity (each direction), packets of its mtu, "
-                                    f"1..{MAX_QUEUE_PACKETS:,}; unset: network.queue_packets",
-                                    between(1, MAX_QUEUE_PACKETS))  # fmt: skip
-    directed: bool = opt(False, "one direction only (default: two links, a->b and b->a)")
-    trace: str = opt("", "bandwidth trace file replacing mbps (see network.uplink_trace); '' = constant mbps")
-    trace_offset_s: float = opt(
-        0.0, f"the trace's start offset, s, 0..{MAX_SECONDS:g} (plus the seeded stagger, see network.trace_stagger)",
-        between(0, MAX_SECONDS),
-    )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class NetworkSection:
-    """``[network]``: topology and link settings (Mbit/s = 1e6 bits/s)."""
-
-    topology: str = opt("star", "network topology", choices=("star", "hierarchical", "ring", "shared-medium", "custom"))
-    uplink_mbps: float = opt(10.0, f"node -> server link rate, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}", RATE)
-    downlink_mbps: float = opt(10.0, f"server -> node link rate, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}", RATE)
-    latency_ms: float = opt(5.0, f"one-way latency of a node's link, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
-    server_mbps: float = opt(
-        100.0, f"server link rate shared by all flows (each direction), Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}",
-        RATE,
-    )  # fmt: skip
-    mtu: int = opt(1500, f"maximum transmission unit, bytes, 100..{MAX_MTU}", between(100, MAX_MTU))
-    header_bytes: int = opt(40, "TCP/IP header bytes per packet, 0..mtu-1", between(0, MAX_MTU))
-    loss: float = opt(0.0, "packet loss probability, [0, 1)", fraction)
-    jitter_ms: float = opt(0.0, f"scale of the seeded latency jitter, ms, 0..{MAX_MS:g}", between(0, MAX_MS))
-    queue_packets: int = opt(
-        QUEUE_PACKETS, "drop-tail capacity of every link direction, in packets of the link's MTU: what TCP windows "
-        f"may queue before it drops (sharing = 'fifo'); {QUEUE_PACKETS} = ns-3/Linux txqueuelen default (deep), "
-        f"1..{MAX_QUEUE_PACKETS:,}. Groups, custom links, radio presets (link_defaults = 'radio') override it",
-        between(1, MAX_QUEUE_PACKETS),
-    )  # fmt: skip
-    server_queue_packets: int = opt(0, "drop-tail capacity of the server's shared links (star, hierarchical, "
-                                    f"shared-medium), packets; 0 = same as queue_packets, 0..{MAX_QUEUE_PACKETS:,}",
-                                    between(0, MAX_QUEUE_PACKETS))  # fmt: skip
-    sharing: str = opt(
-        "fair", "transport = 'tcp': how flows share a bottleneck: 'fair' = a per-flow fair queue (fq_codel-like: "
-        "max-min fair, no shared backlog; the model checked against ns-3), 'fifo' = one drop-tail FIFO per link of "
-        "queue_packets (windows queue, round trips include the queueing delay, flows share by window and round "
-        "trip, a full buffer drops; experimental: see docs/CALIBRATION.md)",
-        choices=SHARINGS,
-    )  # fmt: skip
-    gateways: int = opt(
-        2, "hierarchical: edge gateways (nodes are split evenly across them), 1..nodes.count", between(1, MAX_NODES)
-    )
-    backhaul_up_mbps: float = opt(
-        50.0, f"hierarchical: gateway -> server link rate, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}", RATE
-    )
-    backhaul_down_mbps: float = opt(
-        50.0, f"hierarchical: server -> gateway link rate, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}", RATE
-    )
-    backhaul_latency_ms: float = opt(
-        20.0, f"hierarchical: one-way latency of the backhaul, ms, 0..{MAX_MS:g}", between(0, MAX_MS)
-    )
-    backhaul_queue_packets: int = opt(0, "hierarchical: drop-tail capacity of each gateway's backhaul links, "
-                                      f"packets; 0 = same as queue_packets, 0..{MAX_QUEUE_PACKETS:,}",
-                                      between(0, MAX_QUEUE_PACKETS))  # fmt: skip
-    gateway_mode: str = opt(
-        "reencode",
-        "hierarchical: a gateway sends its nodes' summed gradient 're-encode'd with the codec or 'dense' fp32",
-        choices=("reencode", "dense"),
-    )
-    channel_mbps: float = opt(
-        10.0, f"shared-medium: capacity of the one channel all nodes share, Mbit/s, {MIN_MBPS:g}..{MAX_MBPS:g}",
-        RATE,
-    )  # fmt: skip
-    uplink_trace: str = opt(
-        "",
-        "bandwidth trace of every node's uplink instead of uplink_mbps (star, hierarchical sensor tier, "
-        "ring): a Mahimahi file (one line per 1,500-byte delivery opportunity, in ms; loops with the last "
-        "timestamp as period) or a .csv of 'time_s, mbps' rows (piecewise constant, loops); relative to the "
-        "scenario file (given with --set: to the working directory); '' = constant",
-    )
-    downlink_trace: str = opt("", "bandwidth trace of every node's downlink instead of downlink_mbps (as uplink_trace)")
-    trace_offset_s: float = opt(
-        0.0, f"where in its trace every node starts at time 0, s, 0..{MAX_SECONDS:g}", between(0, MAX_SECONDS)
-    )
-    trace_stagger: str = opt(
-        "random",
-        "'random': each node (each traced custom link) also starts at a seeded uniform offset in [0, period) "
-        "so nodes do not move in lockstep; 'none': all start at trace_offset_s",
-        choices=("random", "none"),
-    )
-    trace_resolution_ms: float = opt(
-        0.0,
-        f"average every trace over windows of this many ms: 0 (as written: 1 ms for Mahimahi) or "
-        f"{MIN_RESOLUTION_MS:g}..{MAX_MS:g}; each window keeps its bytes, the engine wakes at most once per "
-        "window and traced link",
-        zero_or_between(MIN_RESOLUTION_MS, MAX_MS),
-    )
-    loss_model: str = opt(
-        "bernoulli",
-        "packet loss of the node links (every link of a custom topology): 'bernoulli' (independent, the "
-        "expected cost of `loss`) or 'gilbert-elliott' (bursty two-state chain of the ge_* keys, lost "
-        "packets sampled per transfer, seeded; then every loss key must be 0)",
-        choices=("bernoulli", "gilbert-elliott"),
-    )
-    ge_p_good_bad: float = opt(0.01, "gilbert-elliott: chance per packet of going good -> bad, (0, 1]", unit_interval)
-    ge_p_bad_good: float = opt(0.3, "gilbert-elliott: chance per packet of going bad -> good, (0, 1]", unit_interval)
-    ge_loss_good: float = opt(0.0, "gilbert-elliott: loss probability in the good state, [0, 1)", fraction)
-    ge_loss_bad: float = opt(0.5, "gilbert-elliott: loss probability in the bad state, [0, 1)", fraction)
-    link: list[LinkSpec] = opt(
-        [], "custom: [[network.link]] from, to, mbps, latency_ms (+ loss, jitter_ms, mtu, directed, trace)"
-    )
-    vertex: list[VertexSpec] = opt([], "custom: [[network.vertex]] name, role (server/gateway/relay/node), aggregator")
-    transport: str = opt(
-        "tcp",
-        "'tcp': congestion windows (slow start, loss response, idle restart) on top of max-min fair "
-        "sharing; 'ideal': the fluid model alone (each flow gets its fair share at once)",
-        choices=("tcp", "ideal"),
-    )
-    link_defaults: str = opt(
-        "network",
-        "where a node's link rate/latency/loss come from when its group does not set them: the "
-        "'network' keys above, or its 'radio' preset (see aiotsim/sim/energy.py)",
-        choices=("network", "radio"),
-    )
-    tcp_initial_window: int = opt(10, "tcp: initial congestion window, segments, 1..1000", between(1, 1000))
-    tcp_buffer_bytes: int = opt(
-        4_194_304, "tcp: socket buffer (largest window), bytes, 1500..1e9", between(1500, 1_000_000_000)
-    )
-    tcp_congestion: str = opt("cubic", "tcp: congestion avoidance, 'cubic' or 'reno'", choices=("cubic", "reno"))
-    tcp_hystart: bool = opt(True, "tcp: HyStart ends slow start at half the bandwidth-delay product")
-    tcp_idle_restart: bool = opt(True, "tcp: restart slow start after an idle RTO (Linux's default)")
-    tcp_connection: str = opt(
-        "reuse",
-        "tcp: 'reuse' one connection per direction of a node pair (one handshake each), 'duplex' one "
-        "that both directions share (one handshake), or 'per-transfer' (a handshake and a fresh window each time)",
-        choices=("reuse", "duplex", "per-transfer"),
-    )
-    tcp_min_rto_ms: float = opt(200.0, "tcp: floor of the retransmission timeout, ms, 1..60000", between(1, 60_000))
 
 
 @dataclass(frozen=True)
