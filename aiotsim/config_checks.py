@@ -38,6 +38,7 @@ def cross_checks(s: Scenario) -> list[str]:
         *_trace_problems(s),
         *_tcp_loss_problems(s),
         *_timeline_problems(s),
+        *engine_problems(s),
     ]
 
 
@@ -142,6 +143,38 @@ def _network_problems(s: Scenario) -> list[str]:
     for k, link in enumerate(s.network.link):
         if link.header_bytes >= link.mtu:
             out.append(f"network.link[{k}].header_bytes: must be < its mtu (={link.mtu}), got {link.header_bytes}")
+    return out
+
+
+def engine_problems(s: Scenario) -> list[str]:
+    """What ``network.engine = 'ns3'`` cannot run (each with its fix); nothing for the flow engine.
+    :func:`aiotsim.network.ns3_spec.world_spec` checks the built topology again."""
+    nw = s.network
+    if nw.engine != "ns3":
+        return []
+    import importlib.util
+
+    flow = "or engine = 'flow'"
+    out = []
+    if importlib.util.find_spec("ns") is None or importlib.util.find_spec("cppyy") is None:
+        out.append(f"network.engine: 'ns3' needs ns-3's Python bindings: pip install 'aiotsim[ns3]' (ns-3.44), {flow}")
+    if nw.transport != "tcp":
+        out.append(f"network.transport: {nw.transport!r} has no packet-level counterpart; ns-3 runs TCP: "
+                   "set transport = 'tcp'")  # fmt: skip
+    jitter = [("network.jitter_ms", nw.jitter_ms)]
+    jitter += [(f"nodes.group[{k}].jitter_ms", g.jitter_ms) for k, g in enumerate(s.nodes.group)]
+    jitter += [(f"network.link[{k}].jitter_ms", link.jitter_ms) for k, link in enumerate(nw.link)]
+    out += [f"{key}: jitter has no ns-3 counterpart (a point-to-point channel has one fixed delay): set it to 0, "
+            f"{flow}" for key, v in jitter if v]  # fmt: skip
+    out += [f"{key}: bandwidth traces are not supported by the ns-3 engine yet: a constant rate, {flow}"
+            for key, _ in trace_paths(s)]  # fmt: skip
+    if nw.loss_model != "bernoulli":
+        out.append(f"network.loss_model: {nw.loss_model!r} is not supported by the ns-3 engine: 'bernoulli', {flow}")
+    both = f"the ns-3 engine needs both directions of a link (TCP's ACKs ride the reverse link): drop it, {flow}"
+    out += [f"network.link[{k}].directed: {both}" for k, link in enumerate(nw.link) if link.directed]
+    if nw.topology == "shared-medium" and nw.loss > 0:
+        out.append("network.loss: the ns-3 engine's Wi-Fi cell loses what its channel loses (distance, collisions): "
+                   f"set it to 0, {flow}")  # fmt: skip
     return out
 
 

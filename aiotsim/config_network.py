@@ -20,6 +20,12 @@ from aiotsim.config_bounds import (
 )
 from aiotsim.schema import MAX_MBPS, MAX_SECONDS, MIN_MBPS, between, fraction, opt, unit_interval, zero_or_between
 
+# the ns-3 engine's choices (checked again by aiotsim.network.ns3_spec, which the configuration does not
+# import: loading a scenario stays free of simpy and numpy)
+ENGINES = ("flow", "ns3")
+WIFI_STANDARDS = ("802.11n", "802.11ac", "802.11ax", "802.11g", "802.11a", "802.11b")
+WIFI_MANAGERS = ("minstrel-ht", "ideal", "constant")
+
 
 @dataclass(frozen=True)
 class VertexSpec:
@@ -151,6 +157,25 @@ class NetworkSection:
         [], "custom: [[network.link]] from, to, mbps, latency_ms (+ loss, jitter_ms, mtu, directed, trace)"
     )
     vertex: list[VertexSpec] = opt([], "custom: [[network.vertex]] name, role (server/gateway/relay/node), aggregator")
+    engine: str = opt(
+        "flow",
+        "how messages cross the network: 'flow' = aiotsim's fluid TCP model (fast; checked against ns-3, "
+        "docs/CALIBRATION.md); 'ns3' = packet by packet in ns-3.44 (pip install 'aiotsim[ns3]'): point-to-point "
+        "links with drop-tail queues of queue_packets, shared-medium as an 802.11 cell (docs/NS3_ENGINE.md)",
+        choices=ENGINES,
+    )
+    wifi_standard: str = opt("802.11n", "engine = 'ns3', shared-medium: the 802.11 standard of the cell",
+                             choices=WIFI_STANDARDS)  # fmt: skip
+    wifi_width_mhz: int = opt(20, "engine = 'ns3', shared-medium: channel width, MHz (20, 40, 80, 160)",
+                              choices=(20, 40, 80, 160))  # fmt: skip
+    wifi_manager: str = opt(
+        "minstrel-ht", "engine = 'ns3', shared-medium: rate control, 'minstrel-ht' (Linux's), 'ideal' (best rate for "
+        "the SNR) or 'constant' (the standard's default rate)", choices=WIFI_MANAGERS,
+    )  # fmt: skip
+    wifi_radius_m: float = opt(
+        10.0, "engine = 'ns3', shared-medium: stations sit uniformly (seeded) within this many metres of the "
+        "access point, 0 < r <= 1000", between(1e-3, 1000.0),
+    )  # fmt: skip
     transport: str = opt(
         "tcp",
         "'tcp': congestion windows (slow start, loss response, idle restart) on top of max-min fair "

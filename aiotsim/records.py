@@ -117,12 +117,16 @@ class RunSummary:
     aiotsim_version: str
     torch_version: str
     device: str
+    # engine = "ns3": what ns-3 measured (per link wire bytes, most packets queued, drops;
+    # retransmissions), left out of the JSON for the flow engine
+    ns3: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """Field name -> value in field order, ``reason`` left out when there is none."""
+        """Field name -> value in field order, ``reason`` and ``ns3`` left out when there is none."""
         out = _as_dict(self)
-        if out["reason"] is None:
-            del out["reason"]
+        for optional in ("reason", "ns3"):
+            if out[optional] is None:
+                del out[optional]
         return out
 
     @classmethod

@@ -123,6 +123,11 @@ class Graph:
         """Every link resource by name."""
         return dict(self._links)
 
+    @property
+    def edges(self) -> dict[tuple[str, str], Link]:
+        """Every directed edge ``(src, dst)`` and its link, in the order they were added."""
+        return {(a, b): link for a, out in self._out.items() for b, link in out.items()}
+
     def role(self, name: str) -> str:
         """Role of vertex ``name``."""
         self._check_known(name)

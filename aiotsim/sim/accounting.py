@@ -92,6 +92,7 @@ class RunFacts:
     device: str
     model: str | None = None  # model name reported (None: the scenario's model.name)
     dataset: str | None = None  # data set name reported (None: the scenario's data.dataset)
+    ns3: dict[str, Any] | None = None  # the ns-3 engine's measurements (Ns3Network.facts)
 
 
 def energy_breakdown(meters: list[EnergyMeter]) -> dict[str, float]:
@@ -162,6 +163,7 @@ def summarize(s: Scenario, t: Totals, facts: RunFacts, status: str, reason: str 
         aiotsim_version=__version__,
         torch_version=torch.__version__,
         device=facts.device,
+        ns3=facts.ns3,
     )
 
 

@@ -66,6 +66,11 @@ def check_resumable(cluster: Cluster) -> None:
             f"checkpoints need a quiescent point between iterations; strategy {name!r} has none "
             f"(nodes are always in flight). Checkpointing supports: {', '.join(RESUMABLE_MODES)}"
         )
+    if sc.network.engine == "ns3":
+        raise ConfigError(
+            "runs on network.engine = 'ns3' do not checkpoint: TCP's connections live in ns-3, which cannot save "
+            "them; run without --checkpoint-every, or on engine = 'flow'"
+        )
 
 
 def attach(cluster: Cluster, path: str | Path, every: int) -> None:

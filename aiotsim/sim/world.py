@@ -32,7 +32,7 @@ from aiotsim.config import Scenario
 from aiotsim.learn.compute import ComputeModel
 from aiotsim.learn.datasets import Dataset
 from aiotsim.learn.devices import get_profile, resolve_device
-from aiotsim.network.flows import Network, transport_options
+from aiotsim.network.engines import build_network, finish_network
 from aiotsim.records import EvalRow, MetricsRow, Progress, RunSummary
 from aiotsim.sim.accounting import RunFacts, RunSink, Totals, Window, mean, summarize
 from aiotsim.sim.aggregate import Aggregation
@@ -128,8 +128,7 @@ class Cluster:
         """A fresh SimPy environment starting at ``now`` (s), with its network and mailboxes;
         nothing may be in flight (a new cluster, or a resumed one at a quiescent point)."""
         self.env = simpy.Environment(initial_time=now)
-        opts = transport_options(self.sc.network)  # no list of records: the trace keeps those it shows
-        self.net = Network(self.env, self.topology, seed=self.sc.scenario.seed, keep_records=False, **opts)
+        self.net = build_network(self.env, self.topology, self.sc.network, self.sc.scenario.seed)
         self.mailbox: dict[str, simpy.Store] = {v: simpy.Store(self.env) for v in [SERVER, *self.gateways]}
 
     def _node_state(self, spec: NodeSpec) -> NodeState:
@@ -322,6 +321,7 @@ class Cluster:
             device=str(self.device),
             model=self.model_name,
             dataset=self.dataset_name,
+            ns3=finish_network(self.net),
         )
         return summarize(self.sc, self.totals, facts, status, reason)
 

@@ -1,0 +1,379 @@
+"""The C++ side of the ns-3 engine: one ns-3 world that carries aiotsim's messages packet by packet.
+
+Compiled by cppyy in the ns-3 worker process (:mod:`aiotsim.network.ns3_worker`) after the
+calibration's prelude (:data:`~aiotsim.network.calibrate_ns3.NS3_PRELUDE`: TCP set up as the
+calibration validates it, point-to-point links with drop-tail queues), so the engine and the
+standalone calibration driver build the same ns-3. The world:
+
+* **vertices** are ns-3 nodes with the internet stack, in aiotsim's vertex order;
+* **wired links** (``AddWire``): one point-to-point link per vertex pair, each direction with its own
+  data rate, drop-tail queue (packets) and packet loss (a ``RateErrorModel`` on the receiving
+  device), one propagation delay, the link's MTU; no queue disc, so the device queue is the only
+  buffer;
+* **Wi-Fi** (``AddWifi``): an 802.11 infrastructure cell, one access point and one station per
+  node, placed at given positions (m), with a standard, a channel width and a rate manager;
+* **streams**: a message from ``src`` to ``dst`` rides a TCP stream. ``reuse``: one connection per
+  ordered pair, kept open; ``per-transfer``: a new connection per message, closed once sent;
+  ``duplex``: one connection per unordered pair that both directions share. Each vertex listens on
+  one port; the receiver knows a stream by the sender's (address, port). A message is done when its
+  stream has received the bytes up to its end; the receiver records (id, time) and stops the
+  simulator, so the caller regains control at every completion;
+* ``RunUntil(t)`` runs to absolute time ``t`` (ns) or the first completion, whichever is first.
+
+Units: times in ns (int64, ns-3's resolution) at the interface, rates in bit/s, sizes in bytes.
+"""
+
+from __future__ import annotations
+
+ENGINE_SOURCE = r"""
+#include "ns3/wifi-module.h"
+#include "ns3/mobility-module.h"
+#include <deque>
+#include <set>
+
+namespace aiotsim_engine {
+using namespace ns3;
+
+const uint16_t PORT = 9000;
+
+struct Message { int64_t id; uint64_t end; uint32_t retx_at_start; };
+
+// One direction of traffic from src to dst: what the sender has queued and pushed into its
+// socket, and what the receiver has read; messages end at cumulative byte offsets.
+struct Stream {
+  int src = -1, dst = -1;
+  Ptr<Socket> tx, rx;
+  uint64_t queued = 0, pushed = 0, received = 0;
+  std::deque<Message> msgs;
+  bool open = false;       // tx can send (connected, or the accepted side of a duplex pair)
+  bool dead = false;       // cancelled: its bytes are ignored, it is never reused
+  bool close_when_sent = false;
+  uint32_t retx = 0;       // retransmitted segments on tx
+};
+
+class World {
+ public:
+  NodeContainer nodes;
+  std::vector<Ipv4Address> address;   // per vertex: its first interface's address
+  std::string connection = "reuse";   // reuse | per-transfer | duplex
+  uint32_t segment = 1448;            // bytes of TCP payload per segment
+  std::vector<Stream> streams;
+  std::map<std::pair<int, int>, int> live;              // (src, dst) -> stream (reuse, duplex)
+  std::map<std::pair<int, uint16_t>, int> by_peer;      // sender (vertex, port) -> stream
+  std::map<uint32_t, int> vertex_of;                    // interface address -> vertex
+  std::map<Socket*, int> rx_of, tx_of;                  // socket -> the stream it receives / sends
+  std::vector<int64_t> done_id;
+  std::vector<int64_t> done_ns;
+  std::vector<uint32_t> done_retx;
+  std::vector<Ptr<NetDevice>> devices;  // every device, in creation order (for counters)
+  std::vector<uint32_t> max_queue;      // per device: most packets seen in its queue
+  std::vector<uint64_t> drops, tx_bytes;
+  int subnet = 0;
+  int64_t last_progress_ns = 0;
+
+  // The run's random stream and TCP: the calibration's set-up (aiotsim_common::set_up_tcp), then
+  // the scenario's keys; called before Build (a stack reads the defaults when it is installed).
+  void Configure(uint32_t run, std::string congestion, uint32_t iw, uint32_t segment_bytes, uint32_t buffer,
+                 double min_rto_s, bool hystart, std::string conn) {
+    aiotsim_common::set_up_tcp(run);
+    Config::SetDefault("ns3::TcpL4Protocol::SocketType", StringValue(congestion));
+    Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(iw));
+    Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(segment_bytes));
+    Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(buffer));
+    Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(buffer));
+    Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(min_rto_s)));
+    Config::SetDefault("ns3::TcpCubic::HyStart", BooleanValue(hystart));
+    segment = segment_bytes;
+    connection = conn;
+  }
+
+  void Build(int n) {
+    nodes.Create(n);
+    InternetStackHelper stack;
+    stack.Install(nodes);
+    address.assign(n, Ipv4Address());
+  }
+
+  void track(Ptr<NetDevice> d) {
+    int k = devices.size();
+    devices.push_back(d);
+    max_queue.push_back(0); drops.push_back(0); tx_bytes.push_back(0);
+    Ptr<PointToPointNetDevice> p = DynamicCast<PointToPointNetDevice>(d);
+    if (p) {
+      Ptr<Queue<Packet>> q = p->GetQueue();
+      q->TraceConnectWithoutContext("PacketsInQueue", MakeBoundCallback(&World::OnQueue, this, k));
+      q->TraceConnectWithoutContext("Drop", MakeBoundCallback(&World::OnDrop, this, k));
+    }
+    Ptr<WifiNetDevice> w = DynamicCast<WifiNetDevice>(d);
+    if (w) {  // a Wi-Fi device: its PHY sends, its best-effort queue holds what waits for the air
+      w->GetPhy()->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&World::OnAirTx, this, k));
+      Ptr<WifiMacQueue> q = w->GetMac()->GetTxopQueue(AC_BE);
+      q->TraceConnectWithoutContext("PacketsInQueue", MakeBoundCallback(&World::OnQueue, this, k));
+      q->TraceConnectWithoutContext("Drop", MakeBoundCallback(&World::OnAirDrop, this, k));
+    } else {
+      d->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&World::OnTx, this, k));
+    }
+  }
+  static void OnAirTx(World* w, int k, Ptr<const Packet> p, double) { w->tx_bytes[k] += p->GetSize(); }
+  static void OnAirDrop(World* w, int k, Ptr<const WifiMpdu>) { w->drops[k]++; }
+  static void OnQueue(World* w, int k, uint32_t, uint32_t now) { if (now > w->max_queue[k]) w->max_queue[k] = now; }
+  static void OnDrop(World* w, int k, Ptr<const Packet>) { w->drops[k]++; }
+  static void OnTx(World* w, int k, Ptr<const Packet> p) { w->tx_bytes[k] += p->GetSize(); }
+
+  // Addresses for the devices `d` of vertices `owners` (one each) on a subnet of their own.
+  void assign(NetDeviceContainer d, std::vector<int> owners) {
+    Ipv4AddressHelper addr;
+    std::string base = "10." + std::to_string(1 + subnet / 256) + "." + std::to_string(subnet % 256) + ".0";
+    ++subnet;
+    addr.SetBase(base.c_str(), "255.255.255.0");
+    Ipv4InterfaceContainer ifs = addr.Assign(d);
+    for (size_t i = 0; i < owners.size(); ++i) {
+      Ipv4Address a = ifs.GetAddress(i);
+      vertex_of[a.Get()] = owners[i];
+      if (address[owners[i]] == Ipv4Address()) address[owners[i]] = a;
+    }
+  }
+
+  // Point-to-point a <-> b: each direction's rate (bit/s), queue (packets) and loss (packets lost
+  // at the receiving device), one delay (s), the MTU (bytes). Returns the two device indices.
+  void AddWire(int a, int b, double bps_ab, double bps_ba, double delay_s, int queue_ab, int queue_ba,
+               double loss_ab, double loss_ba, int mtu) {
+    PointToPointHelper p2p;
+    p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_ab))));
+    p2p.SetDeviceAttribute("Mtu", UintegerValue(mtu));
+    p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay_s)));
+    p2p.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(std::to_string(queue_ab) + "p"));
+    NetDeviceContainer d = p2p.Install(nodes.Get(a), nodes.Get(b));
+    d.Get(1)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_ba))));
+    DynamicCast<PointToPointNetDevice>(d.Get(1))->GetQueue()->SetAttribute(
+        "MaxSize", QueueSizeValue(QueueSize(std::to_string(queue_ba) + "p")));
+    double losses[2] = {loss_ab, loss_ba};
+    for (int side = 0; side < 2; ++side) {
+      if (losses[side] > 0) {  // a -> b is lost at b's device, b -> a at a's
+        Ptr<RateErrorModel> em = CreateObject<RateErrorModel>();
+        em->SetAttribute("ErrorRate", DoubleValue(losses[side]));
+        em->SetAttribute("ErrorUnit", StringValue("ERROR_UNIT_PACKET"));
+        em->AssignStreams(1000 + devices.size() + side);
+        d.Get(1 - side)->SetAttribute("ReceiveErrorModel", PointerValue(em));
+      }
+    }
+    assign(d, {a, b});
+    TrafficControlHelper().Uninstall(d);
+    track(d.Get(0)); track(d.Get(1));
+  }
+
+  // An 802.11 cell: access point `ap` and stations `stas` at (x, y) metres (the ap at the origin),
+  // `standard` (e.g. "802.11n"), `width_mhz`, `manager` (a WifiRemoteStationManager type),
+  // `queue` packets of Wi-Fi MAC queue.
+  void AddWifi(int ap, std::vector<int> stas, std::vector<double> xs, std::vector<double> ys,
+               std::string standard, int width_mhz, std::string manager, int queue) {
+    NodeContainer sta;
+    for (int s : stas) sta.Add(nodes.Get(s));
+    YansWifiChannelHelper channel = YansWifiChannelHelper::Default();
+    YansWifiPhyHelper phy;
+    phy.SetChannel(channel.Create());
+    std::string band = (standard == "802.11ac" || standard == "802.11a") ? "5GHZ" : "2_4GHZ";
+    phy.Set("ChannelSettings", StringValue("{0, " + std::to_string(width_mhz) + ", BAND_" + band + ", 0}"));
+    WifiHelper wifi;
+    wifi.SetStandard(standard == "802.11n" ? WIFI_STANDARD_80211n
+                     : standard == "802.11ac" ? WIFI_STANDARD_80211ac
+                     : standard == "802.11ax" ? WIFI_STANDARD_80211ax
+                     : standard == "802.11g" ? WIFI_STANDARD_80211g
+                     : standard == "802.11a" ? WIFI_STANDARD_80211a
+                                             : WIFI_STANDARD_80211b);
+    wifi.SetRemoteStationManager(manager);
+    WifiMacHelper mac;
+    Ssid ssid = Ssid("aiotsim");
+    mac.SetType("ns3::StaWifiMac", "Ssid", SsidValue(ssid), "ActiveProbing", BooleanValue(false));
+    NetDeviceContainer sd = wifi.Install(phy, mac, sta);
+    mac.SetType("ns3::ApWifiMac", "Ssid", SsidValue(ssid));
+    NetDeviceContainer ad = wifi.Install(phy, mac, nodes.Get(ap));
+    MobilityHelper mobility;
+    Ptr<ListPositionAllocator> pos = CreateObject<ListPositionAllocator>();
+    pos->Add(Vector(0.0, 0.0, 0.0));
+    for (size_t i = 0; i < xs.size(); ++i) pos->Add(Vector(xs[i], ys[i], 0.0));
+    mobility.SetPositionAllocator(pos);
+    mobility.SetMobilityModel("ns3::ConstantPositionMobilityModel");
+    NodeContainer all(nodes.Get(ap));
+    all.Add(sta);
+    mobility.Install(all);
+    NetDeviceContainer d(ad);
+    d.Add(sd);
+    Config::Set("/NodeList/*/DeviceList/*/$ns3::WifiNetDevice/Mac/*/Queue/MaxSize",
+                QueueSizeValue(QueueSize(std::to_string(queue) + "p")));
+    std::vector<int> owners{ap};
+    owners.insert(owners.end(), stas.begin(), stas.end());
+    assign(d, owners);
+    for (size_t i = 0; i < d.GetN(); ++i) track(d.Get(i));
+  }
+
+  void Finish() {
+    Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+    for (uint32_t v = 0; v < nodes.GetN(); ++v) {
+      Ptr<Socket> s = Socket::CreateSocket(nodes.Get(v), TcpSocketFactory::GetTypeId());
+      s->Bind(InetSocketAddress(Ipv4Address::GetAny(), PORT));
+      s->Listen();
+      s->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
+                           MakeCallback(&World::OnAccept, this));
+    }
+  }
+
+  // ---- messages
+  int open_stream(int src, int dst) {
+    int k = streams.size();
+    streams.emplace_back();
+    Stream& s = streams.back();
+    s.src = src; s.dst = dst;
+    s.tx = Socket::CreateSocket(nodes.Get(src), TcpSocketFactory::GetTypeId());
+    s.tx->Bind();
+    Address local;
+    s.tx->GetSockName(local);
+    by_peer[{src, InetSocketAddress::ConvertFrom(local).GetPort()}] = k;
+    tx_of[PeekPointer(s.tx)] = k;
+    s.tx->SetConnectCallback(MakeCallback(&World::OnConnected, this), MakeCallback(&World::OnFailed, this));
+    s.tx->SetSendCallback(MakeCallback(&World::OnSendSpace, this));
+    s.tx->TraceConnectWithoutContext("Retransmission", MakeBoundCallback(&World::OnRetx, this, k));
+    s.tx->Connect(InetSocketAddress(address[dst], PORT));
+    return k;
+  }
+
+  static void OnRetx(World* w, int k, Ptr<const Packet>, const TcpHeader&, const Address&, const Address&,
+                     Ptr<const TcpSocketBase>) { w->streams[k].retx++; }
+
+  // The stream a message from src to dst rides; opens one where none is live.
+  int stream_for(int src, int dst) {
+    if (connection == "per-transfer") {
+      int k = open_stream(src, dst);
+      streams[k].close_when_sent = true;
+      return k;
+    }
+    auto it = live.find({src, dst});
+    if (it != live.end() && !streams[it->second].dead) return it->second;
+    int k = open_stream(src, dst);
+    live[{src, dst}] = k;
+    if (connection == "duplex") {  // the reverse direction rides the same connection
+      int r = streams.size();
+      streams.emplace_back();
+      streams[r].src = dst; streams[r].dst = src;
+      streams[r].rx = streams[k].tx;
+      rx_of[PeekPointer(streams[k].tx)] = r;
+      streams[k].tx->SetRecvCallback(MakeCallback(&World::OnRecv, this));
+      live[{dst, src}] = r;
+    }
+    return k;
+  }
+
+  // Message `id`: `bytes` (>= 1) from src to dst, handed to TCP at absolute time `at_ns`.
+  void Send(int64_t id, int src, int dst, uint64_t bytes, int64_t at_ns) {
+    Simulator::Schedule(NanoSeconds(at_ns) - Simulator::Now(), &World::DoSend, this, id, src, dst, bytes);
+  }
+  void DoSend(int64_t id, int src, int dst, uint64_t bytes) {
+    int k = stream_for(src, dst);
+    Stream& s = streams[k];
+    s.queued += bytes;
+    s.msgs.push_back({id, s.queued, s.retx});
+    if (s.open) Push(k);
+  }
+
+  void Push(int k) {
+    Stream& s = streams[k];
+    while (s.pushed < s.queued && !s.dead) {
+      uint32_t room = s.tx->GetTxAvailable();
+      if (room == 0) return;
+      uint64_t n = std::min<uint64_t>({uint64_t(room), s.queued - s.pushed, uint64_t(65536)});
+      int sent = s.tx->Send(ns3::Create<Packet>(uint32_t(n)));
+      if (sent <= 0) return;
+      s.pushed += sent;
+    }
+    if (s.close_when_sent && s.pushed == s.queued) s.tx->Close();  // closes once the buffer drains
+  }
+
+  // Stop carrying message `id`'s stream (its sender is gone): no more bytes are pushed, what is
+  // already in the socket's buffer still drains, and nothing more is delivered from it.
+  void Cancel(int64_t id) {
+    for (size_t k = 0; k < streams.size(); ++k) {
+      Stream& s = streams[k];
+      for (const Message& m : s.msgs) {
+        if (m.id != id) continue;
+        s.dead = true;
+        s.msgs.clear();
+        if (s.tx) s.tx->Close();
+        live.erase({s.src, s.dst});
+        if (connection == "duplex") live.erase({s.dst, s.src});
+        return;
+      }
+    }
+  }
+
+  void OnConnected(Ptr<Socket> sock) {
+    int k = tx_of[PeekPointer(sock)];
+    streams[k].open = true;
+    Push(k);
+  }
+  void OnFailed(Ptr<Socket> sock) { streams[tx_of[PeekPointer(sock)]].dead = true; }
+  void OnSendSpace(Ptr<Socket> sock, uint32_t) {
+    auto it = tx_of.find(PeekPointer(sock));
+    if (it != tx_of.end() && streams[it->second].open) Push(it->second);
+  }
+
+  void OnAccept(Ptr<Socket> sock, const Address& from) {
+    InetSocketAddress peer = InetSocketAddress::ConvertFrom(from);
+    auto v = vertex_of.find(peer.GetIpv4().Get());
+    if (v == vertex_of.end()) return;
+    auto it = by_peer.find({v->second, peer.GetPort()});
+    if (it == by_peer.end()) return;
+    int k = it->second;
+    streams[k].rx = sock;
+    rx_of[PeekPointer(sock)] = k;
+    sock->SetRecvCallback(MakeCallback(&World::OnRecv, this));
+    if (connection == "duplex") {  // the accepting side sends its messages back on this socket
+      auto r = live.find({streams[k].dst, streams[k].src});
+      if (r != live.end()) {
+        Stream& back = streams[r->second];
+        back.tx = sock;
+        back.open = true;
+        tx_of[PeekPointer(sock)] = r->second;
+        sock->SetSendCallback(MakeCallback(&World::OnSendSpace, this));
+        sock->TraceConnectWithoutContext("Retransmission", MakeBoundCallback(&World::OnRetx, this, r->second));
+        Push(r->second);
+      }
+    }
+  }
+
+  void OnRecv(Ptr<Socket> sock) {
+    auto it = rx_of.find(PeekPointer(sock));
+    Ptr<Packet> p;
+    while ((p = sock->Recv())) {
+      if (it == rx_of.end()) continue;
+      Stream& s = streams[it->second];
+      if (s.dead) continue;
+      s.received += p->GetSize();
+      last_progress_ns = Simulator::Now().GetNanoSeconds();
+      while (!s.msgs.empty() && s.msgs.front().end <= s.received) {
+        done_id.push_back(s.msgs.front().id);
+        done_ns.push_back(Simulator::Now().GetNanoSeconds());
+        done_retx.push_back(s.retx - s.msgs.front().retx_at_start);
+        s.msgs.pop_front();
+        Simulator::Stop();  // hand control back at every completion
+      }
+    }
+  }
+
+  // Run to absolute time `until_ns` or the first completion; returns ns-3's clock (ns), or -1 when
+  // ns-3 has no event left before `until_ns` (nothing in flight can ever arrive).
+  int64_t RunUntil(int64_t until_ns) {
+    done_id.clear(); done_ns.clear(); done_retx.clear();
+    int64_t now = Simulator::Now().GetNanoSeconds();
+    EventId stop = Simulator::Stop(NanoSeconds(until_ns - now));
+    Simulator::Run();
+    bool stopped_at_limit = !stop.IsPending();
+    if (!stopped_at_limit) Simulator::Cancel(stop);
+    if (done_id.empty() && !stopped_at_limit) return -1;  // Run returned: no event left
+    return Simulator::Now().GetNanoSeconds();
+  }
+
+  int64_t Now() { return Simulator::Now().GetNanoSeconds(); }
+  void Destroy() { Simulator::Destroy(); }
+};
+}  // namespace aiotsim_engine
+"""

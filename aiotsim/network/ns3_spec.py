@@ -1,0 +1,219 @@
+"""What the ns-3 engine builds from a :class:`~aiotsim.network.topology.Topology`, or why it cannot.
+
+:func:`world_spec` turns a topology and the scenario's TCP settings into the worker's ``build``
+message (:mod:`aiotsim.network.ns3_worker`):
+
+* every pair of opposite edges ``a -> b`` / ``b -> a`` becomes one point-to-point link: each
+  direction keeps its link's rate, drop-tail queue (``Link.queue_packets``) and loss (a
+  ``RateErrorModel`` at the receiving device, packets); the channel has one propagation delay (the
+  links' latency, which must agree both ways) and the smallest MTU of the two;
+* ``topology = "shared-medium"`` (the one ``Link`` named ``channel`` on every node's edges) becomes
+  an 802.11 cell: the ``ap`` vertex is the access point, every node a station, placed uniformly at
+  random (seeded) in a disc of ``wifi_radius_m`` around it;
+* TCP: the scenario's congestion control, initial window, socket buffers, RTO floor, HyStart and
+  connection policy; ns-3's own headers (20 IP + 20 TCP + 12 timestamp bytes: ``Link.header_bytes``
+  and ``framing_bytes`` are the flow model's accounting and are not used, so the packet engine checks
+  them instead of reusing them) give segments of the smallest MTU - 52 bytes.
+
+What ns-3 has no counterpart for here is refused with a :class:`~aiotsim.errors.ConfigError`
+naming the key and the fix: jitter (a point-to-point channel has one fixed delay), bandwidth traces,
+Gilbert-Elliott loss, a link one way only, different latencies each way, and any other shared link.
+ns-3 does not restart a window after idle (Linux does; ``tcp_idle_restart`` is the flow model's).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aiotsim.errors import ConfigError
+from aiotsim.network.link import Link
+from aiotsim.network.tcp import TcpParams
+from aiotsim.network.topology import Topology
+
+NS3_HEADER_BYTES = 52  # bytes: IPv4 20 + TCP 20 + the timestamp option 12 (ns-3's default, as Linux's)
+WIFI_STANDARDS = ("802.11n", "802.11ac", "802.11ax", "802.11g", "802.11a", "802.11b")
+WIFI_MANAGERS = {
+    "minstrel-ht": "ns3::MinstrelHtWifiManager",  # Linux's rate control for 802.11n and later
+    "ideal": "ns3::IdealWifiManager",  # picks the best rate from the received SNR
+    "constant": "ns3::ConstantRateWifiManager",  # one rate, the standard's default mode
+}
+SHARED_CHANNEL = "channel"  # the shared-medium builder's link name
+
+
+@dataclass(frozen=True)
+class WifiOptions:
+    """The 802.11 cell of ``topology = "shared-medium"`` under the ns-3 engine.
+
+    Defaults: 802.11n on 2.4 GHz with 20 MHz channels and Minstrel-HT, the single-band Wi-Fi of
+    ESP32-class sensor boards (Espressif's ESP32 datasheet: 802.11 b/g/n, 2.4 GHz, HT20/HT40), and
+    stations within 10 m of the access point (one room or a small hall).
+    """
+
+    standard: str = "802.11n"
+    width_mhz: int = 20
+    manager: str = "minstrel-ht"
+    radius_m: float = 10.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.standard not in WIFI_STANDARDS:
+            problems.append(f"network.wifi_standard(={self.standard!r}) must be one of {', '.join(WIFI_STANDARDS)}")
+        if self.width_mhz not in (20, 40, 80, 160):
+            problems.append(f"network.wifi_width_mhz(={self.width_mhz!r}) must be 20, 40, 80 or 160")
+        if self.manager not in WIFI_MANAGERS:
+            problems.append(f"network.wifi_manager(={self.manager!r}) must be one of {', '.join(WIFI_MANAGERS)}")
+        if not (isinstance(self.radius_m, (int, float)) and 0 < self.radius_m <= 1000):
+            problems.append(f"network.wifi_radius_m(={self.radius_m!r}) must be in (0, 1000]")
+        if problems:
+            raise ConfigError(problems)
+
+
+def wifi_options(network: Any) -> WifiOptions:
+    """The cell of a scenario's ``[network]`` section (:class:`aiotsim.config.NetworkSection`)."""
+    return WifiOptions(network.wifi_standard, int(network.wifi_width_mhz), network.wifi_manager,
+                       float(network.wifi_radius_m))  # fmt: skip
+
+
+def wifi_positions(n: int, radius_m: float, seed: int) -> tuple[list[float], list[float]]:
+    """``n`` stations uniform over a disc of ``radius_m`` around the access point (m), seeded."""
+    rng = np.random.default_rng([seed, 0x3F1])
+    r = radius_m * np.sqrt(rng.random(n))
+    angle = 2.0 * math.pi * rng.random(n)
+    return (r * np.cos(angle)).tolist(), (r * np.sin(angle)).tolist()
+
+
+def _link_problems(link: Link) -> list[str]:
+    out = []
+    if link.jitter_s > 0:
+        out.append(
+            f"link {link.name!r}: jitter has no ns-3 counterpart (a point-to-point channel has one "
+            "fixed delay); set network.jitter_ms (or the group's / link's) to 0, or use engine = 'flow'"
+        )
+    if link.trace is not None:
+        out.append(f"link {link.name!r}: bandwidth traces are not supported by the ns-3 engine yet; "
+                   "use a constant rate or engine = 'flow'")  # fmt: skip
+    if link.loss_model is not None:
+        out.append(f"link {link.name!r}: Gilbert-Elliott loss is not supported by the ns-3 engine; "
+                   "use loss_model = 'bernoulli' or engine = 'flow'")  # fmt: skip
+    return out
+
+
+class _Parts:
+    """What the topology's edges become: wire rows, (link name, sender) per device, MTUs, problems."""
+
+    def __init__(self) -> None:
+        self.wires: list[list[Any]] = []
+        self.devices: list[tuple[str, str]] = []
+        self.mtus: list[int] = []
+        self.problems: list[str] = []
+
+
+def _wires(topology: Topology, index: dict[str, int], parts: _Parts) -> None:
+    """Every pair of opposite edges as one point-to-point link (the shared-medium channel left out)."""
+    edges = topology.edges
+    uses: dict[str, int] = {}
+    for link in edges.values():
+        uses[link.name] = uses.get(link.name, 0) + 1
+    cell = topology.kind == "shared_medium"
+    seen: set[tuple[str, str]] = set()
+    for (a, b), link in edges.items():
+        if (a, b) in seen or (cell and link.name == SHARED_CHANNEL):
+            continue
+        back = edges.get((b, a))
+        if uses[link.name] > 1:
+            parts.problems.append(
+                f"link {link.name!r} is shared by {uses[link.name]} edges (one channel): the ns-3 "
+                "engine runs a shared channel only as topology = 'shared-medium' (802.11)"
+            )
+            continue
+        if back is None:
+            parts.problems.append(
+                f"link {link.name!r} ({a} -> {b}) has no link back: the ns-3 engine needs both "
+                "directions (TCP's ACKs ride the reverse link); drop directed = true"
+            )
+            continue
+        if back.latency_s != link.latency_s:
+            parts.problems.append(
+                f"links {link.name!r} and {back.name!r} have different latencies "
+                f"({link.latency_s * 1e3:g} and {back.latency_s * 1e3:g} ms): an ns-3 "
+                "point-to-point channel has one delay"
+            )
+        seen.update({(a, b), (b, a)})
+        mtu = min(link.mtu, back.mtu)
+        parts.mtus.append(mtu)
+        parts.wires.append(
+            [
+                index[a],
+                index[b],
+                link.bandwidth_bps,
+                back.bandwidth_bps,
+                link.latency_s,
+                link.queue_packets,
+                back.queue_packets,
+                link.loss,
+                back.loss,
+                mtu,
+            ]
+        )
+        parts.devices += [(link.name, a), (back.name, b)]
+
+
+def _cell(topology: Topology, index: dict[str, int], wifi: WifiOptions, seed: int, parts: _Parts) -> dict[str, Any]:
+    """The shared-medium channel as an 802.11 cell: the ``ap`` vertex and a station per node."""
+    channel = topology.links[SHARED_CHANNEL]
+    stations = topology.nodes
+    xs, ys = wifi_positions(len(stations), wifi.radius_m, seed)
+    parts.mtus.append(min(channel.mtu, 1500))  # 802.11's IP MTU is 2,296 bytes; Ethernet's 1,500 at most
+    parts.devices += [(SHARED_CHANNEL, "ap")] + [(SHARED_CHANNEL, s) for s in stations]
+    if channel.loss > 0:
+        parts.problems.append(
+            "network.loss on a shared medium: the ns-3 engine's Wi-Fi loses what its channel "
+            "loses (distance, collisions); set the loss to 0"
+        )
+    return {
+        "ap": index["ap"], "stations": [index[s] for s in stations], "x": xs, "y": ys,
+        "standard": wifi.standard, "width_mhz": wifi.width_mhz, "manager": WIFI_MANAGERS[wifi.manager],
+        "queue_packets": channel.queue_packets,
+    }  # fmt: skip
+
+
+def world_spec(
+    topology: Topology, tcp: TcpParams, seed: int, wifi: WifiOptions | None = None
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The worker's ``build`` message for ``topology``, and the (link name, sender vertex) of every
+    ns-3 device in creation order (what its counters are reported under).
+
+    Raises
+    ------
+    ConfigError
+        Listing every part of the topology ns-3 cannot carry here, each with its fix.
+    """
+    index = {v: i for i, v in enumerate(topology.vertices)}
+    parts = _Parts()
+    for link in topology.links.values():
+        parts.problems += _link_problems(link)
+    _wires(topology, index, parts)
+    cell = _cell(topology, index, wifi or WifiOptions(), seed, parts) if topology.kind == "shared_medium" else None
+    if parts.problems:
+        raise ConfigError([f"engine = 'ns3': {p}" for p in parts.problems])
+    spec = {
+        "op": "build",
+        "run": seed + 1,  # ns-3's RngRun counts from 1
+        "vertices": len(index),
+        "wires": parts.wires,
+        "wifi": cell,
+        "tcp": {
+            "congestion": tcp.congestion,
+            "initial_window": tcp.initial_window,
+            "segment_bytes": min(parts.mtus, default=1500) - NS3_HEADER_BYTES,
+            "buffer_bytes": int(tcp.buffer_bytes),
+            "min_rto_s": tcp.min_rto_s,
+            "hystart": tcp.hystart,
+            "connection": tcp.connection,
+        },  # fmt: skip
+    }
+    return spec, parts.devices
