@@ -42,6 +42,8 @@ def network_summary(s: Scenario) -> str:
     """One line for ``aiotsim validate``: the sharing and every kind of link's buffer (which the
     flow engine uses under ``transport = 'tcp'`` with ``sharing = 'fifo'`` only)."""
     nw = s.network
+    if nw.engine == "ns3":
+        return f"{ns3_head(s)}; drop-tail buffers: " + "; ".join(buffer_lines(s))
     if nw.transport == "tcp":
         head = f"sharing {nw.sharing!r} ({SHARING_WORDS[nw.sharing]})"
     else:
@@ -50,6 +52,17 @@ def network_summary(s: Scenario) -> str:
         "" if (nw.transport, nw.sharing) == ("tcp", "fifo") else " (used only by transport 'tcp' with sharing 'fifo')"
     )
     return f"{head}; drop-tail buffers{used}: " + "; ".join(buffer_lines(s))
+
+
+def ns3_head(s: Scenario) -> str:
+    """What the ns-3 engine runs: packets through drop-tail FIFOs (``sharing`` is the flow model's),
+    and a shared medium's 802.11 cell."""
+    nw = s.network
+    head = "engine 'ns3' (packet by packet in ns-3.44: every link a drop-tail FIFO; sharing is the flow engine's)"
+    if nw.topology == "shared-medium":
+        head += (f"; the channel is an {nw.wifi_standard} cell ({nw.wifi_width_mhz} MHz, {nw.wifi_manager} rate "
+                 f"control, stations within {nw.wifi_radius_m:g} m of the access point)")  # fmt: skip
+    return head
 
 
 def buffer_lines(s: Scenario) -> list[str]:

@@ -1,0 +1,186 @@
+"""The ns-3 engine (network.engine = "ns3"): times by hand on a point-to-point link, the
+co-simulation's ordering, Wi-Fi airtime sharing, cancelling, and the refusals (skips only where the
+ns-3 bindings cannot be imported; CI installs them).
+
+Packet sizes on ns-3's point-to-point link, from its headers (PPP 2 B; IPv4 20 B; TCP 20 B plus
+options padded to 4 B): a SYN and a SYN-ACK carry window scale (3), SACK-permitted (2) and a
+timestamp (10): 2 + 20 + 20 + 16 = 58 B; a pure ACK carries the timestamp: 2 + 20 + 20 + 12 = 54 B;
+a data segment of n bytes 2 + 52 + n. At 10 Mbit/s a byte takes 0.8 us.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import simpy
+
+from aiotsim.errors import ConfigError
+from aiotsim.network.calibrate_ns3 import ns3_available
+from aiotsim.network.link import Link
+from aiotsim.network.ns3_engine import Ns3Network
+from aiotsim.network.ns3_spec import world_spec
+from aiotsim.network.tcp import TcpParams
+from aiotsim.network.topology import Topology
+
+needs_ns3 = pytest.mark.skipif(not ns3_available(), reason="ns-3's Python bindings (aiotsim[ns3]) are not installed")
+BYTE_S = 8 / 10e6  # s per byte at 10 Mbit/s
+SYN, ACK, DATA_HEADER = 58, 54, 54  # bytes on the wire (see the module docstring)
+NS = 1e-9
+
+
+def pair(delay_s: float = 0.01, rate_bps: float = 10e6, **link: object) -> Topology:
+    """``node0`` <-> ``server`` over one point-to-point link each way."""
+    topo = Topology("custom")
+    topo.add_node("server", "server")
+    topo.add_node("node0", "node", aggregator="server")
+    topo.add_link("node0", "server", Link("up", rate_bps, delay_s, header_bytes=52, **link))  # type: ignore[arg-type]
+    topo.add_link("server", "node0", Link("down", rate_bps, delay_s, header_bytes=52, **link))  # type: ignore[arg-type]
+    return topo
+
+
+@needs_ns3
+def test_times_on_a_point_to_point_link_by_hand_and_the_clocks_agree() -> None:
+    env = simpy.Environment()
+    net = Ns3Network(env, pair(), seed=1, tcp=TcpParams(connection="reuse"))
+    seen: dict[str, tuple[float, float, float]] = {}  # tag -> (start, end, SimPy's clock at the event)
+    try:
+
+        def sender(tag: str, at: float, src: str, dst: str, nbytes: int):  # type: ignore[no-untyped-def]
+            yield env.timeout(at)
+            t = yield net.send(src, dst, nbytes, tag=tag)
+            seen[tag] = (t.start_s, t.end_s, env.now)
+            if tag == "first":  # sent the instant the first one arrives: starts at its arrival
+                t2 = yield net.send(src, dst, 1000, tag="chained")
+                seen["chained"] = (t2.start_s, t2.end_s, env.now)
+
+        ticks: list[float] = []
+
+        def clock():  # type: ignore[no-untyped-def]
+            for at in (0.005, 0.015, 0.0301):  # SimPy events while ns-3 carries the first message
+                yield env.timeout(at - env.now)
+                ticks.append(env.now)
+
+        env.process(sender("first", 0.0, "node0", "server", 1000))
+        env.process(sender("later", 0.2, "node0", "server", 1000))
+        env.process(sender("back", 0.02, "server", "node0", 1000))
+        env.process(clock())
+        env.run()
+    finally:
+        net.close()
+    # a new connection: SYN, SYN-ACK, then the ACK and the data back to back: three one-way delays
+    handshake = 0.03 + (SYN + SYN + ACK + DATA_HEADER + 1000) * BYTE_S
+    assert seen["first"][1] == pytest.approx(handshake, abs=2 * NS)
+    # the reused connection: one segment and one delay, from whenever it is sent
+    for tag, start in (("chained", seen["first"][1]), ("later", 0.2)):
+        assert seen[tag][0] == pytest.approx(start, abs=NS)
+        assert seen[tag][1] == pytest.approx(start + (DATA_HEADER + 1000) * BYTE_S + 0.01, abs=2 * NS)
+    # the other direction opens its own connection (reuse: one per direction) at its own start
+    assert seen["back"][0] == 0.02
+    assert seen["back"][1] == pytest.approx(0.02 + handshake, abs=2 * NS)
+    for start, end, now in seen.values():  # SimPy sees each arrival at ns-3's arrival time
+        assert now == pytest.approx(end, abs=NS)
+    assert ticks == pytest.approx([0.005, 0.015, 0.0301], abs=1e-15)
+
+
+@needs_ns3
+def test_a_wifi_cell_shares_its_airtime_and_a_cancelled_message_never_arrives() -> None:
+    size = 500_000  # bytes per upload
+    times: dict[str, list[float]] = {"alone": [], "together": []}
+    env = simpy.Environment()
+    net = Ns3Network(env, Topology.shared_medium(3, 10e6, 0.001), seed=3, tcp=TcpParams(connection="reuse"))
+    cancelled: list[bool] = []
+    try:
+
+        def upload(node: str, at: float, key: str):  # type: ignore[no-untyped-def]
+            yield env.timeout(at - env.now)
+            t = yield net.send(node, "server", size)
+            times[key].append(t.end_s - t.start_s)
+
+        def dropout():  # type: ignore[no-untyped-def]
+            yield env.timeout(30.0)
+            event = net.send("node2", "server", 50_000_000)  # would take seconds of airtime
+            yield env.timeout(0.05)
+            part = net.cancel(event)
+            cancelled.append(part is not None and not event.triggered)
+            yield env.timeout(5.0)
+            cancelled.append(not event.triggered)
+            t = yield net.send("node2", "server", 1000)  # the pair's next message gets through
+            cancelled.append(t.end_s > t.start_s)
+
+        env.process(upload("node0", 0.5, "alone"))  # warm: the stations have associated by then
+        env.process(upload("node0", 10.0, "alone"))
+        env.process(upload("node0", 20.0, "together"))
+        env.process(upload("node1", 20.0, "together"))
+        env.process(dropout())
+        env.run()
+        facts = net.facts()
+    finally:
+        net.close()
+    alone = times["alone"][-1]  # the second: the connection is open and its window grown
+    assert len(times["together"]) == 2
+    slow, fast = max(times["together"]), min(times["together"])
+    # one channel: two uploads at once each take about twice as long as one alone, and neither
+    # starves the other
+    assert 1.5 * alone < slow < 2.6 * alone
+    assert fast > 0.6 * slow
+    assert cancelled == [True, True, True]
+    channel = facts["links"]["channel"]
+    assert channel["wire_bytes"] > 4 * size  # four uploads crossed the air, with 802.11 framing
+
+
+def test_what_ns3_cannot_carry_is_refused_with_the_fix() -> None:
+    tcp = TcpParams()
+    with pytest.raises(ConfigError, match="jitter has no ns-3 counterpart"):
+        world_spec(pair(jitter_s=0.001), tcp, 0)
+    one_way = Topology("custom")
+    one_way.add_node("server", "server")
+    one_way.add_node("node0", "node", aggregator="server")
+    one_way.add_link("node0", "server", Link("up", 1e6))
+    with pytest.raises(ConfigError, match="no link back"):
+        world_spec(one_way, tcp, 0)
+    shared = Topology("custom")  # one channel on several edges, outside a shared-medium cell
+    for v, role in (("server", "server"), ("a", "node"), ("b", "node")):
+        shared.add_node(v, role, aggregator=None if role == "server" else "server")
+    air = Link("air", 1e6)
+    for v in ("a", "b"):
+        shared.add_link(v, "server", air)
+        shared.add_link("server", v, air)
+    with pytest.raises(ConfigError, match="shared by 4 edges"):
+        world_spec(shared, tcp, 0)
+
+
+def test_the_spec_keeps_each_directions_rate_queue_and_loss_and_ns3s_segment() -> None:
+    topo = Topology.star(2, 2e6, 20e6, 0.05, 100e6, mtu=1280, loss=0.01, queue_packets=30, server_queue_packets=7)
+    spec, devices = world_spec(topo, TcpParams(initial_window=4, congestion="reno", connection="duplex"), seed=6)
+    index = {v: i for i, v in enumerate(topo.vertices)}
+    def between(x: str, y: str) -> list[object]:
+        """x -> y's rate, y -> x's, the delay, x -> y's queue, y -> x's, the losses so, the MTU."""
+        for a, b, ab, ba, delay, qab, qba, lab, lba, mtu in spec["wires"]:
+            if (a, b) == (index[x], index[y]):
+                return [ab, ba, delay, qab, qba, lab, lba, mtu]
+            if (a, b) == (index[y], index[x]):
+                return [ba, ab, delay, qba, qab, lba, lab, mtu]
+        raise AssertionError(f"no wire {x} -- {y}")
+
+    assert between("node0", "switch") == [2e6, 20e6, 0.05, 30, 30, 0.01, 0.01, 1280]
+    assert between("switch", "server") == [100e6, 100e6, 0.0, 7, 7, 0.0, 0.0, 1280]
+    assert spec["tcp"]["segment_bytes"] == 1280 - 52  # ns-3's headers, not header_bytes
+    assert (spec["tcp"]["initial_window"], spec["tcp"]["congestion"], spec["tcp"]["connection"]) == (4, "reno", "duplex")
+    assert spec["run"] == 7
+    assert len(devices) == 2 * len(spec["wires"]) and ("node1.up", "node1") in devices
+
+
+@needs_ns3
+def test_a_message_that_cannot_arrive_is_an_error_not_a_hang() -> None:
+    # the only link loses every packet but one in 10^6 (a loss of 1 is refused by Link): TCP gives
+    # up; the pump reports the message once ns-3 has nothing left to do
+    env = simpy.Environment()
+    net = Ns3Network(env, pair(loss=0.999999), seed=1)
+    try:
+        env.process((lambda: (yield net.send("node0", "server", 10_000)))())
+        with pytest.raises(Exception, match="cannot deliver 1 message"):
+            env.run()
+    finally:
+        net.close()
+    assert math.isfinite(env.now)
