@@ -13,8 +13,10 @@ messages sent so far with their send times, and runs ns-3 to the horizon or to t
 completion, whichever is first. It then sleeps in SimPy until that instant and fires the completed
 messages' events. A message therefore enters ns-3 at its exact simulated start, with its real
 payload size, and SimPy sees its arrival at ns-3's arrival time: both clocks agree to ns-3's
-resolution (1 ns). With nothing in flight the pump waits for the next send; ns-3's clock then lags
-SimPy's, and catches up (in order) when the next message is handed over at its start time.
+resolution (1 ns; a Wi-Fi cell's ns-3 clock runs :data:`WIFI_WARMUP_S` ahead, the time its
+stations had to associate before the simulation's time 0; ns-3's counters start after it). With
+nothing in flight the pump waits for the next send; ns-3's clock then lags SimPy's, and catches up
+(in order) when the next message is handed over at its start time.
 
 **Bytes.** ns-3 sends the payload with its own headers (see :mod:`aiotsim.network.ns3_spec`). The
 wire bytes a run *accounts* at dispatch are the flow model's estimate (``wire_bytes_for``, used by
@@ -36,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Generator
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -49,6 +51,10 @@ from aiotsim.network.tcp import TcpParams
 from aiotsim.network.topology import Topology
 
 NS_PER_S = 1_000_000_000
+# s of ns-3 time a Wi-Fi cell runs before the simulation's time 0: its stations find the access point
+# (a beacon every 102.4 ms) and associate, as a deployed sensor's radio has before training starts;
+# without it the first uploads' SYNs are lost and resent a second later
+WIFI_WARMUP_S = 1.0
 # s: how long ns-3 may run without any SimPy event due and with no message completing before the
 # run is declared stuck (a connection that gave up, a station out of range)
 STUCK_S = 3600.0
@@ -63,6 +69,17 @@ def _ns(t_s: float) -> int:
     return round(t_s * NS_PER_S)
 
 
+def worker_error(stderr: str) -> str:
+    """What a dead worker said that explains its end: ns-3's assertion or fatal error, or Python's
+    last exception line, without cppyy's stack dump of the abort (lines of frames and registers)."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and "materialize symbols" not in ln]
+    said = [ln for ln in lines if ln.startswith(("NS_ASSERT", "NS_FATAL", "msg=", "assert failed"))]
+    if said:
+        return " ".join(said)[:2000]
+    plain = [ln for ln in lines if not ln.startswith(("#", "Thread ", "***")) and "entry=" not in ln]
+    return " ".join(plain[-3:])[:2000] or "no message"
+
+
 class Ns3Worker:
     """The child process running one ns-3 world (JSON lines over its stdin and stdout)."""
 
@@ -73,7 +90,7 @@ class Ns3Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True, bufsize=1,
         )  # fmt: skip
         self._read()  # {"ready": true}: ns-3 loaded and the program compiled
-        self.call(spec)
+        self.built = self.call(spec)
 
     def _read(self) -> dict[str, Any]:
         assert self._proc.stdout is not None
@@ -84,8 +101,7 @@ class Ns3Worker:
                     raise Ns3Error(f"ns-3: {reply['error']}")
                 return reply
         self._err.seek(0)
-        tail = "\n".join(ln for ln in self._err.read().splitlines() if "materialize symbols" not in ln)[-2000:]
-        raise Ns3Error(f"the ns-3 worker stopped (exit {self._proc.wait()}): {tail.strip() or 'no message'}")
+        raise Ns3Error(f"the ns-3 worker stopped (exit {self._proc.wait()}): {worker_error(self._err.read())}")
 
     def call(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Send one request, return its reply (Ns3Error when the worker reports an error)."""
@@ -107,6 +123,23 @@ class Ns3Worker:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
         self._err.close()
+
+
+class Ns3Transfer(NamedTuple):
+    """A :class:`~aiotsim.network.flows.Transfer` carried by ns-3, with what ns-3 saw of it (the
+    same fields in the same order, then ``retransmissions``: TCP segments its stream retransmitted
+    while it was in flight). A run's trace shows them beside the transfer's bytes."""
+
+    src: str
+    dst: str
+    tag: str
+    nbytes: int
+    wire_bytes: float
+    start_s: float
+    end_s: float
+    path: list[str]
+    nodes: list[str]
+    retransmissions: int = 0
 
 
 class _Message:
@@ -160,15 +193,24 @@ class Ns3Network:
         self.tcp = tcp or TcpParams()
         spec, self._devices = world_spec(topology, self.tcp, seed, wifi)
         self._index = {v: i for i, v in enumerate(topology.vertices)}
+        # ns-3's clock = SimPy's + the warm-up (ns)
+        self._offset_ns = _ns(WIFI_WARMUP_S) if spec["wifi"] else 0
+        spec["warmup_ns"] = self._offset_ns
         self._worker = Ns3Worker(spec)
-        self.transfers: list[Transfer] = []
+        lost = self._worker.built["unassociated"]
+        if lost:
+            self._worker.close()
+            raise Ns3Error(f"{len(lost)} Wi-Fi station(s) did not associate with the access point within "
+                           f"{WIFI_WARMUP_S:g} s (node{lost[0]}, ...): too far? see network.wifi_radius_m")  # fmt: skip
+        self.transfers: list[Transfer | Ns3Transfer] = []
         self.retransmissions: list[int] = []
+        self._retx = 0  # retransmitted segments of every completed transfer
         self._keep = keep_records
         self._messages: dict[int, _Message] = {}  # in flight, by id
         self._next_id = 0
         self._sends: list[list[int]] = []  # handed to ns-3 with the pump's next run
         self._wake: simpy.Event | None = None
-        self._ns3_ns = 0  # ns-3's clock, ns
+        self._ns3_ns = self._offset_ns  # ns-3's clock, ns
         self._link_names = list(topology.links)
         self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link (the model's estimate)
         self._link_index = {name: i for i, name in enumerate(self._link_names)}
@@ -197,7 +239,7 @@ class Ns3Network:
         k = self._next_id
         self._next_id += 1
         self._messages[k] = _Message(src, dst, tag, nbytes, wire, now, event)
-        at = max(_ns(now), self._ns3_ns)
+        at = max(_ns(now) + self._offset_ns, self._ns3_ns)
         self._sends.append([k, self._index[src], self._index[dst], max(nbytes, 1), at])
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
@@ -232,15 +274,23 @@ class Ns3Network:
 
     def facts(self) -> dict[str, Any]:
         """What ns-3 measured so far: per link, wire bytes sent (with ns-3's headers and framing),
-        the most packets its queue held and its drops; retransmitted segments in all."""
+        the most packets its queue held and its drops; retransmitted segments in all; on a Wi-Fi cell
+        (``"radio"``) each station's energy on ns-3's Wi-Fi radio energy model (J, idle included:
+        its default currents, 3 V) and the seconds its radio sent and received."""
         rows = self._worker.call({"op": "stats"})["devices"]
         links: dict[str, dict[str, int]] = {}
-        for (name, _sender), (queued, drops, sent) in zip(self._devices, rows, strict=True):
+        radios: dict[str, dict[str, float]] = {}
+        for (name, sender), (queued, drops, sent, tx_ns, rx_ns, joules) in zip(self._devices, rows, strict=True):
             row = links.setdefault(name, {"wire_bytes": 0, "max_queue_packets": 0, "drops": 0})
             row["wire_bytes"] += sent
             row["max_queue_packets"] = max(row["max_queue_packets"], queued)
             row["drops"] += drops
-        return {"engine": "ns3", "links": links, "retransmissions": int(sum(self.retransmissions))}
+            if joules >= 0:  # a station on ns-3's Wi-Fi radio energy model
+                radios[sender] = {"energy_j": joules, "tx_s": tx_ns / NS_PER_S, "rx_s": rx_ns / NS_PER_S}
+        out: dict[str, Any] = {"engine": "ns3", "links": links, "retransmissions": self._retx}
+        if radios:
+            out["radio"] = radios
+        return out
 
     def close(self) -> None:
         """End the ns-3 worker."""
@@ -259,7 +309,8 @@ class Ns3Network:
             self._paths[(src, dst)] = cached
         return cached
 
-    def _arrived(self, record: Transfer, retransmissions: int) -> None:
+    def _arrived(self, record: Transfer | Ns3Transfer, retransmissions: int) -> None:
+        self._retx += retransmissions
         for name in record.path:
             self._carried[self._link_index[name]] += record.wire_bytes
         if self._keep:
@@ -278,8 +329,9 @@ class Ns3Network:
             if horizon <= env.now:  # others are due now and may send: let them go first
                 yield env.timeout(0.0)
                 continue
-            now_ns = _ns(env.now)
-            until = _ns(horizon) if math.isfinite(horizon) else max(now_ns, self._ns3_ns) + _ns(STUCK_S)
+            now_ns = _ns(env.now) + self._offset_ns  # in ns-3's time
+            stuck = max(now_ns, self._ns3_ns) + _ns(STUCK_S)
+            until = _ns(horizon) + self._offset_ns if math.isfinite(horizon) else stuck
             reply = self._worker.call({"op": "run", "sends": self._sends, "until": max(until, self._ns3_ns)})
             self._sends = []
             t_ns, done = int(reply["now"]), reply["done"]
@@ -292,7 +344,7 @@ class Ns3Network:
                                "or a station cannot reach its access point)")  # fmt: skip
             self._ns3_ns = t_ns
             # SimPy follows ns-3 to the completion, else to the horizon ns-3 has run to
-            target = t_ns / NS_PER_S if done or not math.isfinite(horizon) else horizon
+            target = (t_ns - self._offset_ns) / NS_PER_S if done or not math.isfinite(horizon) else horizon
             if target > env.now:
                 yield env.timeout(target - env.now)
             for k, end_ns, retx in done:
@@ -300,6 +352,7 @@ class Ns3Network:
                 if m is None:
                     continue  # cancelled after ns-3 had delivered it
                 names, nodes, _ = self._path(m.src, m.dst)
-                record = Transfer(m.src, m.dst, m.tag, m.nbytes, m.wire, m.start, end_ns / NS_PER_S, names, nodes)
+                end = (end_ns - self._offset_ns) / NS_PER_S
+                record = Ns3Transfer(m.src, m.dst, m.tag, m.nbytes, m.wire, m.start, end, names, nodes, retx)
                 self._arrived(record, retx)
                 m.event.succeed(record)

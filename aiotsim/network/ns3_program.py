@@ -28,6 +28,7 @@ from __future__ import annotations
 ENGINE_SOURCE = r"""
 #include "ns3/wifi-module.h"
 #include "ns3/mobility-module.h"
+#include "ns3/energy-module.h"
 #include <deque>
 #include <set>
 
@@ -68,6 +69,10 @@ class World {
   std::vector<Ptr<NetDevice>> devices;  // every device, in creation order (for counters)
   std::vector<uint32_t> max_queue;      // per device: most packets seen in its queue
   std::vector<uint64_t> drops, tx_bytes;
+  std::vector<int64_t> tx_ns, rx_ns;                    // per device: time its radio sent / received
+  std::vector<Ptr<energy::DeviceEnergyModel>> radio;    // per device: its radio energy model, if any
+  std::vector<Ptr<WifiNetDevice>> stations;             // Wi-Fi stations, in node order
+  std::vector<double> energy_at_start;                  // per device: J its radio drew in the warm-up
   int subnet = 0;
   int64_t last_progress_ns = 0;
 
@@ -98,6 +103,7 @@ class World {
     int k = devices.size();
     devices.push_back(d);
     max_queue.push_back(0); drops.push_back(0); tx_bytes.push_back(0);
+    tx_ns.push_back(0); rx_ns.push_back(0); radio.push_back(nullptr); energy_at_start.push_back(0.0);
     Ptr<PointToPointNetDevice> p = DynamicCast<PointToPointNetDevice>(d);
     if (p) {
       Ptr<Queue<Packet>> q = p->GetQueue();
@@ -110,12 +116,18 @@ class World {
       Ptr<WifiMacQueue> q = w->GetMac()->GetTxopQueue(AC_BE);
       q->TraceConnectWithoutContext("PacketsInQueue", MakeBoundCallback(&World::OnQueue, this, k));
       q->TraceConnectWithoutContext("Drop", MakeBoundCallback(&World::OnAirDrop, this, k));
+      w->GetPhy()->GetState()->TraceConnectWithoutContext("State", MakeBoundCallback(&World::OnPhyState, this, k));
     } else {
       d->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&World::OnTx, this, k));
     }
   }
   static void OnAirTx(World* w, int k, Ptr<const Packet> p, double) { w->tx_bytes[k] += p->GetSize(); }
   static void OnAirDrop(World* w, int k, Ptr<const WifiMpdu>) { w->drops[k]++; }
+  static void OnPhyState(World* w, int k, Time, Time duration, WifiPhyState state) {
+    if (state == WifiPhyState::TX) w->tx_ns[k] += duration.GetNanoSeconds();
+    if (state == WifiPhyState::RX) w->rx_ns[k] += duration.GetNanoSeconds();
+  }
+  double EnergyJ(int k) { return radio[k] ? radio[k]->GetTotalEnergyConsumption() - energy_at_start[k] : -1.0; }
   static void OnQueue(World* w, int k, uint32_t, uint32_t now) { if (now > w->max_queue[k]) w->max_queue[k] = now; }
   static void OnDrop(World* w, int k, Ptr<const Packet>) { w->drops[k]++; }
   static void OnTx(World* w, int k, Ptr<const Packet> p) { w->tx_bytes[k] += p->GetSize(); }
@@ -204,7 +216,16 @@ class World {
     std::vector<int> owners{ap};
     owners.insert(owners.end(), stas.begin(), stas.end());
     assign(d, owners);
+    size_t first = devices.size();
     for (size_t i = 0; i < d.GetN(); ++i) track(d.Get(i));
+    // each station's radio on ns-3's Wi-Fi radio energy model (its default currents, a 3 V source
+    // that never runs out): the energy its states (TX, RX, idle, CCA busy) draw over the run
+    BasicEnergySourceHelper battery;
+    battery.Set("BasicEnergySourceInitialEnergyJ", DoubleValue(1e8));  // 1e12 overflows its depletion time
+    energy::EnergySourceContainer sources = battery.Install(sta);
+    energy::DeviceEnergyModelContainer models = WifiRadioEnergyModelHelper().Install(sd, sources);
+    for (size_t i = 0; i < models.GetN(); ++i) radio[first + 1 + i] = models.Get(i);
+    for (size_t i = 0; i < sd.GetN(); ++i) stations.push_back(DynamicCast<WifiNetDevice>(sd.Get(i)));
   }
 
   void Finish() {
@@ -373,6 +394,21 @@ class World {
   }
 
   int64_t Now() { return Simulator::Now().GetNanoSeconds(); }
+
+  // Run the world alone until `until_ns` (stations scan for and join their access point); the
+  // stations not associated by then, in node order.
+  std::vector<int> WarmUp(int64_t until_ns) {
+    RunUntil(until_ns);
+    for (size_t k = 0; k < devices.size(); ++k) {  // the counters count the run, not the warm-up
+      max_queue[k] = drops[k] = tx_bytes[k] = 0;
+      tx_ns[k] = rx_ns[k] = 0;
+      energy_at_start[k] = radio[k] ? radio[k]->GetTotalEnergyConsumption() : 0.0;
+    }
+    std::vector<int> lost;
+    for (size_t i = 0; i < stations.size(); ++i)
+      if (!DynamicCast<StaWifiMac>(stations[i]->GetMac())->IsAssociated()) lost.push_back(i);
+    return lost;
+  }
   void Destroy() { Simulator::Destroy(); }
 };
 }  // namespace aiotsim_engine

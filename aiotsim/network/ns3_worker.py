@@ -11,13 +11,15 @@ microseconds) against the milliseconds ns-3 spends on its packets.
 Protocol: one JSON object per line each way; every reply line starts with ``@@`` (anything else on
 stdout is ns-3 or cppyy talking, and is skipped by the reader).
 
-* ``{"op": "build", ...}``: :func:`build`'s spec; reply ``{"ok": true}``.
+* ``{"op": "build", ..., "warmup_ns": ns}``: :func:`build`'s spec, then the world runs alone to
+  ``warmup_ns``; reply ``{"unassociated": [stations not associated with their access point]}``.
 * ``{"op": "run", "sends": [[id, src, dst, bytes, at_ns], ...], "until": ns}``: hand the messages to
   TCP at their times, run to ``until`` or the first completion; reply ``{"now": ns, "done": [[id,
   ns, retransmissions], ...], "progress": ns}`` (``now`` = -1: no ns-3 event left, nothing in
   flight can arrive; ``progress``: when a message's byte last arrived).
 * ``{"op": "cancel", "id": id}``: stop a message's stream; reply ``{"ok": true}``.
-* ``{"op": "stats"}``: per device ``[max packets queued, drops, bytes sent]``; reply ``{"devices": ...}``.
+* ``{"op": "stats"}``: per device ``[max packets queued, drops, bytes sent, ns sending, ns receiving,
+  radio energy J (-1: no energy model)]``; reply ``{"devices": ...}``.
 
 An error becomes ``{"error": "..."}`` and the worker goes on reading (the parent decides).
 """
@@ -81,7 +83,7 @@ def main() -> None:  # pragma: no cover - runs in the child process (tests drive
             op = msg["op"]
             if op == "build":
                 build(world, msg)
-                _reply({"ok": True})
+                _reply({"unassociated": [int(i) for i in world.WarmUp(int(msg["warmup_ns"]))]})
             elif op == "run":
                 for k, src, dst, nbytes, at_ns in msg["sends"]:
                     world.Send(k, src, dst, nbytes, at_ns)
@@ -92,8 +94,9 @@ def main() -> None:  # pragma: no cover - runs in the child process (tests drive
                 world.Cancel(int(msg["id"]))
                 _reply({"ok": True})
             elif op == "stats":
-                rows = zip(world.max_queue, world.drops, world.tx_bytes)
-                _reply({"devices": [[int(q), int(d), int(b)] for q, d, b in rows]})
+                rows = zip(world.max_queue, world.drops, world.tx_bytes, world.tx_ns, world.rx_ns)
+                _reply({"devices": [[int(q), int(d), int(b), int(tx), int(rx), float(world.EnergyJ(k))]
+                                    for k, (q, d, b, tx, rx) in enumerate(rows)]})  # fmt: skip
             else:
                 _reply({"error": f"unknown op {op!r}"})
         except Exception as exc:  # reported to the parent, which raises it there

@@ -137,6 +137,9 @@ def _event(e: tuple[Any, ...] | dict[str, Any]) -> dict[str, Any]:
     if pid == PID_NETWORK:  # a transfer: times and bytes from its record
         ts, dur_us, cat = start.start_s * US, (start.end_s - start.start_s) * US, "network"
         args = {"bytes": start.nbytes, "wire_bytes": start.wire_bytes, **args}
+        retransmissions = getattr(start, "retransmissions", None)  # the ns-3 engine's transfers
+        if retransmissions is not None:
+            args["retransmissions"] = retransmissions
     else:
         ts, dur_us, cat = start * US, dur * US, "compute"
     return {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur_us, "pid": pid, "tid": tid, "args": args}
