@@ -176,6 +176,11 @@ class NetworkSection:
         10.0, "engine = 'ns3', shared-medium: stations sit uniformly (seeded) within this many metres of the "
         "access point, 0 < r <= 1000", between(1e-3, 1000.0),
     )  # fmt: skip
+    lte_resource_blocks: int = opt(
+        25, "engine = 'ns3', a star whose nodes are all on radio '4g' (one LTE cell): resource blocks each way, "
+        "6, 15, 25, 50, 75 or 100 (1.4 to 20 MHz; 25 = ns-3's default, about 16 Mbit/s for the whole cell)",
+        choices=(6, 15, 25, 50, 75, 100),
+    )  # fmt: skip
     transport: str = opt(
         "tcp",
         "'tcp': congestion windows (slow start, loss response, idle restart) on top of max-min fair "

@@ -62,6 +62,10 @@ def ns3_head(s: Scenario) -> str:
     if nw.topology == "shared-medium":
         head += (f"; the channel is an {nw.wifi_standard} cell ({nw.wifi_width_mhz} MHz, {nw.wifi_manager} rate "
                  f"control, stations within {nw.wifi_radius_m:g} m of the access point)")  # fmt: skip
+    radios = {g.radio or s.nodes.radio for g in s.nodes.group} if s.nodes.group else {s.nodes.radio}
+    if nw.topology == "star" and radios == {"4g"}:
+        head += (f"; the nodes' radio '4g' is one LTE cell ({nw.lte_resource_blocks} resource blocks each way, "
+                 "RLC buffers of the node links' queue_packets x 1,500 B, the server behind its EPC)")  # fmt: skip
     return head
 
 

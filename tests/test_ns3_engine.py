@@ -184,3 +184,42 @@ def test_a_message_that_cannot_arrive_is_an_error_not_a_hang() -> None:
     finally:
         net.close()
     assert math.isfinite(env.now)
+
+
+def test_a_star_on_4g_is_one_lte_cell_and_mixed_radios_are_refused() -> None:
+    per_node = [{"uplink_bps": 8e6, "downlink_bps": 20e6, "latency_s": 0.025, "queue_packets": 7}] * 2
+    topo = Topology.star(2, 8e6, 20e6, 0.025, 1e9, per_node=per_node, server_queue_packets=1000)
+    spec, devices = world_spec(topo, TcpParams(), 0, radios={"node0": "4g", "node1": "4g"})
+    lte = spec["lte"]
+    assert spec["wires"] == []  # the node links and the switch give way to the cell and its EPC
+    assert (lte["rb"], lte["rlc_bytes"], lte["delay_s"], lte["bps_up"]) == (25, 7 * 1500, 0.025, 1e9)
+    assert devices == [("server.in", "pgw"), ("server.out", "server")]
+    with pytest.raises(ConfigError, match="one LTE cell, for a star whose nodes are all on it"):
+        world_spec(topo, TcpParams(), 0, radios={"node0": "4g", "node1": "wifi"})
+
+
+@needs_ns3
+def test_lte_uplinks_share_the_cell() -> None:
+    per_node = [{"latency_s": 0.01, "queue_packets": 700}] * 2  # a 1 MB RLC buffer: no RLC drops
+    topo = Topology.star(2, 8e6, 20e6, 0.01, 1e9, per_node=per_node)
+    env = simpy.Environment()
+    net = Ns3Network(env, topo, seed=1, radios={"node0": "4g", "node1": "4g"})
+    took: dict[str, list[float]] = {"alone": [], "together": []}
+    try:
+
+        def upload(node: str, at: float, key: str):  # type: ignore[no-untyped-def]
+            yield env.timeout(at - env.now)
+            t = yield net.send(node, "server", 500_000)
+            took[key].append(t.end_s - t.start_s)
+
+        env.process(upload("node0", 0.0, "alone"))  # opens the connection
+        env.process(upload("node0", 5.0, "alone"))
+        env.process(upload("node0", 10.0, "together"))
+        env.process(upload("node1", 10.0, "together"))
+        env.run()
+    finally:
+        net.close()
+    alone = took["alone"][-1]
+    # 500 KB at the cell's ~8 Mbit/s uplink (5 MHz) takes about half a second; two at once share it
+    assert 0.2 < alone < 2.0
+    assert 1.5 * alone < max(took["together"]) < 3.0 * alone

@@ -15,18 +15,22 @@ import simpy
 from aiotsim.errors import AiotsimError
 from aiotsim.network.flows import Network, transport_options
 from aiotsim.network.ns3_engine import Ns3Network
-from aiotsim.network.ns3_spec import wifi_options
+from aiotsim.network.ns3_spec import radio_options
 from aiotsim.network.topology import Topology
 
 AnyNetwork = Network | Ns3Network
 
 
-def build_network(env: simpy.Environment, topology: Topology, network: Any, seed: int) -> AnyNetwork:
+def build_network(
+    env: simpy.Environment, topology: Topology, network: Any, seed: int, radios: dict[str, str] | None = None
+) -> AnyNetwork:
     """The engine ``network`` (a scenario's ``[network]`` section) names, over ``topology``, keeping
-    no list of transfer records (a run's trace keeps those it shows)."""
+    no list of transfer records (a run's trace keeps those it shows); ``radios``: each node's radio
+    preset (the ns-3 engine runs a star all on 4G as an LTE cell)."""
     opts = transport_options(network)
     if network.engine == "ns3":
-        return Ns3Network(env, topology, seed, opts["tcp"], keep_records=False, wifi=wifi_options(network))
+        cells = radio_options(network)
+        return Ns3Network(env, topology, seed, opts["tcp"], keep_records=False, options=cells, radios=radios)
     return Network(env, topology, seed=seed, keep_records=False, **opts)
 
 

@@ -13,7 +13,7 @@ messages sent so far with their send times, and runs ns-3 to the horizon or to t
 completion, whichever is first. It then sleeps in SimPy until that instant and fires the completed
 messages' events. A message therefore enters ns-3 at its exact simulated start, with its real
 payload size, and SimPy sees its arrival at ns-3's arrival time: both clocks agree to ns-3's
-resolution (1 ns; a Wi-Fi cell's ns-3 clock runs :data:`WIFI_WARMUP_S` ahead, the time its
+resolution (1 ns; a Wi-Fi cell's ns-3 clock runs :data:`WARMUP_S` ahead, the time its
 stations had to associate before the simulation's time 0; ns-3's counters start after it). With
 nothing in flight the pump waits for the next send; ns-3's clock then lags SimPy's, and catches up
 (in order) when the next message is handed over at its start time.
@@ -45,16 +45,16 @@ import simpy
 
 from aiotsim.errors import AiotsimError
 from aiotsim.network.flows import Transfer, _checked_bytes
-from aiotsim.network.ns3_spec import WifiOptions, world_spec
+from aiotsim.network.ns3_spec import RadioOptions, world_spec
 from aiotsim.network.overhead import path_format, wire_total
 from aiotsim.network.tcp import TcpParams
 from aiotsim.network.topology import Topology
 
 NS_PER_S = 1_000_000_000
-# s of ns-3 time a Wi-Fi cell runs before the simulation's time 0: its stations find the access point
-# (a beacon every 102.4 ms) and associate, as a deployed sensor's radio has before training starts;
-# without it the first uploads' SYNs are lost and resent a second later
-WIFI_WARMUP_S = 1.0
+# s of ns-3 time a radio cell runs before the simulation's time 0: Wi-Fi stations find the access
+# point (a beacon every 102.4 ms) and associate, LTE UEs attach (tens of ms), as a deployed sensor's
+# radio has before training starts; without it the first uploads' SYNs are lost, resent 1 s later
+WARMUP_S = 1.0
 # s: how long ns-3 may run without any SimPy event due and with no message completing before the
 # run is declared stuck (a connection that gave up, a station out of range)
 STUCK_S = 3600.0
@@ -167,8 +167,10 @@ class Ns3Network:
         The scenario's TCP settings.
     keep_records : bool
         Keep every transfer in :attr:`transfers`.
-    wifi : WifiOptions, optional
-        The 802.11 cell of a shared-medium topology.
+    options : RadioOptions, optional
+        The 802.11 cell of a shared-medium topology, the LTE cell of a star on 4G.
+    radios : dict of str to str, optional
+        Each node's radio preset: a star all on ``"4g"`` runs as one LTE cell.
 
     Attributes
     ----------
@@ -186,22 +188,24 @@ class Ns3Network:
         seed: int = 0,
         tcp: TcpParams | None = None,
         keep_records: bool = True,
-        wifi: WifiOptions | None = None,
+        options: RadioOptions | None = None,
+        radios: dict[str, str] | None = None,
     ) -> None:
         self.env = env
         self.topology = topology
         self.tcp = tcp or TcpParams()
-        spec, self._devices = world_spec(topology, self.tcp, seed, wifi)
+        spec, self._devices = world_spec(topology, self.tcp, seed, options, radios)
         self._index = {v: i for i, v in enumerate(topology.vertices)}
         # ns-3's clock = SimPy's + the warm-up (ns)
-        self._offset_ns = _ns(WIFI_WARMUP_S) if spec["wifi"] else 0
+        self._offset_ns = _ns(WARMUP_S) if spec["wifi"] or spec["lte"] else 0
         spec["warmup_ns"] = self._offset_ns
         self._worker = Ns3Worker(spec)
         lost = self._worker.built["unassociated"]
         if lost:
             self._worker.close()
-            raise Ns3Error(f"{len(lost)} Wi-Fi station(s) did not associate with the access point within "
-                           f"{WIFI_WARMUP_S:g} s (node{lost[0]}, ...): too far? see network.wifi_radius_m")  # fmt: skip
+            what = "LTE UE(s) did not attach to the eNB" if spec["lte"] else "Wi-Fi station(s) did not associate"
+            raise Ns3Error(f"{len(lost)} {what} within {WARMUP_S:g} s (node{lost[0]}, ...): too far? "
+                           "see network.wifi_radius_m")  # fmt: skip
         self.transfers: list[Transfer | Ns3Transfer] = []
         self.retransmissions: list[int] = []
         self._retx = 0  # retransmitted segments of every completed transfer

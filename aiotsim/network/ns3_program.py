@@ -29,6 +29,7 @@ ENGINE_SOURCE = r"""
 #include "ns3/wifi-module.h"
 #include "ns3/mobility-module.h"
 #include "ns3/energy-module.h"
+#include "ns3/lte-module.h"
 #include <deque>
 #include <set>
 
@@ -228,8 +229,69 @@ class World {
     for (size_t i = 0; i < sd.GetN(); ++i) stations.push_back(DynamicCast<WifiNetDevice>(sd.Get(i)));
   }
 
+  // An LTE cell: UEs `ues` at (x, y) m around one eNB (ns-3's default proportional-fair scheduler,
+  // `rb` resource blocks each way, RLC UM with `rlc_bytes` of buffer per bearer), its EPC
+  // (PointToPointEpcHelper: SGW/PGW), and the PGW -- `server` point-to-point link (each direction's
+  // rate, queue; one delay). Routes are static: the UEs' default route is the EPC's gateway, the
+  // server reaches the UEs' 7.0.0.0/8 through the PGW (ns-3's lena-simple-epc example).
+  void AddLte(std::vector<int> ues, std::vector<double> xs, std::vector<double> ys, int server, double bps_up,
+              double bps_down, double delay_s, int queue_up, int queue_down, int rb, uint32_t rlc_bytes) {
+    Config::SetDefault("ns3::LteRlcUm::MaxTxBufferSize", UintegerValue(rlc_bytes));
+    Config::SetDefault("ns3::LteEnbNetDevice::UlBandwidth", UintegerValue(rb));
+    Config::SetDefault("ns3::LteEnbNetDevice::DlBandwidth", UintegerValue(rb));
+    lte = CreateObject<LteHelper>();
+    Ptr<PointToPointEpcHelper> epc = CreateObject<PointToPointEpcHelper>();
+    lte->SetEpcHelper(epc);
+    Ptr<Node> pgw = epc->GetPgwNode();
+    PointToPointHelper p2p;
+    p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_up))));
+    p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay_s)));
+    p2p.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(std::to_string(queue_up) + "p"));
+    NetDeviceContainer d = p2p.Install(pgw, nodes.Get(server));
+    d.Get(1)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_down))));
+    DynamicCast<PointToPointNetDevice>(d.Get(1))->GetQueue()->SetAttribute(
+        "MaxSize", QueueSizeValue(QueueSize(std::to_string(queue_down) + "p")));
+    Ipv4AddressHelper addr;
+    addr.SetBase("1.0.0.0", "255.0.0.0");
+    Ipv4InterfaceContainer ifs = addr.Assign(d);
+    TrafficControlHelper().Uninstall(d);
+    address[server] = ifs.GetAddress(1);
+    vertex_of[ifs.GetAddress(1).Get()] = server;
+    track(d.Get(0)); track(d.Get(1));
+    Ipv4StaticRoutingHelper routes;
+    Ptr<Ipv4> sip = nodes.Get(server)->GetObject<Ipv4>();
+    routes.GetStaticRouting(sip)->AddNetworkRouteTo(Ipv4Address("7.0.0.0"), Ipv4Mask("255.0.0.0"),
+                                                    sip->GetInterfaceForDevice(d.Get(1)));
+    NodeContainer enb;
+    enb.Create(1);
+    NodeContainer ue;
+    for (int u : ues) ue.Add(nodes.Get(u));
+    MobilityHelper mobility;
+    Ptr<ListPositionAllocator> pos = CreateObject<ListPositionAllocator>();
+    pos->Add(Vector(0.0, 0.0, 0.0));
+    for (size_t i = 0; i < xs.size(); ++i) pos->Add(Vector(xs[i], ys[i], 0.0));
+    mobility.SetPositionAllocator(pos);
+    mobility.SetMobilityModel("ns3::ConstantPositionMobilityModel");
+    NodeContainer placed(enb);
+    placed.Add(ue);
+    mobility.Install(placed);
+    NetDeviceContainer enb_dev = lte->InstallEnbDevice(enb);
+    ue_devices = lte->InstallUeDevice(ue);
+    Ipv4InterfaceContainer ue_ifs = epc->AssignUeIpv4Address(ue_devices);
+    for (size_t i = 0; i < ues.size(); ++i) {
+      address[ues[i]] = ue_ifs.GetAddress(i);
+      vertex_of[ue_ifs.GetAddress(i).Get()] = ues[i];
+      Ptr<Ipv4> ip = nodes.Get(ues[i])->GetObject<Ipv4>();
+      routes.GetStaticRouting(ip)->SetDefaultRoute(epc->GetUeDefaultGatewayAddress(),
+                                                   ip->GetInterfaceForDevice(ue_devices.Get(i)));
+    }
+    lte->Attach(ue_devices, enb_dev.Get(0));
+  }
+  Ptr<LteHelper> lte;
+  NetDeviceContainer ue_devices;
+
   void Finish() {
-    Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+    if (!lte) Ipv4GlobalRoutingHelper::PopulateRoutingTables();  // an LTE world routes statically
     for (uint32_t v = 0; v < nodes.GetN(); ++v) {
       Ptr<Socket> s = Socket::CreateSocket(nodes.Get(v), TcpSocketFactory::GetTypeId());
       s->Bind(InetSocketAddress(Ipv4Address::GetAny(), PORT));
@@ -407,6 +469,9 @@ class World {
     std::vector<int> lost;
     for (size_t i = 0; i < stations.size(); ++i)
       if (!DynamicCast<StaWifiMac>(stations[i]->GetMac())->IsAssociated()) lost.push_back(i);
+    for (size_t i = 0; i < ue_devices.GetN(); ++i)
+      if (DynamicCast<LteUeNetDevice>(ue_devices.Get(i))->GetRrc()->GetState() != LteUeRrc::CONNECTED_NORMALLY)
+        lost.push_back(i);
     return lost;
   }
   void Destroy() { Simulator::Destroy(); }

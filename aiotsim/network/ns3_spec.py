@@ -42,21 +42,28 @@ WIFI_MANAGERS = {
     "constant": "ns3::ConstantRateWifiManager",  # one rate, the standard's default mode
 }
 SHARED_CHANNEL = "channel"  # the shared-medium builder's link name
+LTE_RADIOS = ("4g",)  # radio presets the engine runs as an LTE cell (lte-m, nb-iot and 5g stay links)
+LTE_RB = 25  # resource blocks each way: 5 MHz, ns-3's default (about 16 Mbit/s for the whole cell)
+LTE_RBS = (6, 15, 25, 50, 75, 100)  # LTE's channel widths: 1.4, 3, 5, 10, 15, 20 MHz
+LTE_RADIUS_M = 500.0  # m: UEs uniformly (seeded) within this of the eNB
 
 
 @dataclass(frozen=True)
-class WifiOptions:
-    """The 802.11 cell of ``topology = "shared-medium"`` under the ns-3 engine.
+class RadioOptions:
+    """The radio cells of the ns-3 engine: the 802.11 cell of ``topology = "shared-medium"`` and
+    the LTE cell of a star on 4G.
 
-    Defaults: 802.11n on 2.4 GHz with 20 MHz channels and Minstrel-HT, the single-band Wi-Fi of
-    ESP32-class sensor boards (Espressif's ESP32 datasheet: 802.11 b/g/n, 2.4 GHz, HT20/HT40), and
-    stations within 10 m of the access point (one room or a small hall).
+    Wi-Fi defaults: 802.11n on 2.4 GHz with 20 MHz channels and Minstrel-HT, the single-band Wi-Fi
+    of ESP32-class sensor boards (Espressif's ESP32 datasheet: 802.11 b/g/n, 2.4 GHz, HT20/HT40),
+    and stations within 10 m of the access point (one room or a small hall). LTE: ns-3's default
+    25 resource blocks each way (5 MHz; 100 is a 20 MHz Cat-4 cell).
     """
 
     standard: str = "802.11n"
     width_mhz: int = 20
     manager: str = "minstrel-ht"
     radius_m: float = 10.0
+    lte_resource_blocks: int = LTE_RB
 
     def __post_init__(self) -> None:
         problems = []
@@ -68,14 +75,16 @@ class WifiOptions:
             problems.append(f"network.wifi_manager(={self.manager!r}) must be one of {', '.join(WIFI_MANAGERS)}")
         if not (isinstance(self.radius_m, (int, float)) and 0 < self.radius_m <= 1000):
             problems.append(f"network.wifi_radius_m(={self.radius_m!r}) must be in (0, 1000]")
+        if self.lte_resource_blocks not in LTE_RBS:
+            problems.append(f"network.lte_resource_blocks(={self.lte_resource_blocks!r}) must be one of {LTE_RBS}")
         if problems:
             raise ConfigError(problems)
 
 
-def wifi_options(network: Any) -> WifiOptions:
-    """The cell of a scenario's ``[network]`` section (:class:`aiotsim.config.NetworkSection`)."""
-    return WifiOptions(network.wifi_standard, int(network.wifi_width_mhz), network.wifi_manager,
-                       float(network.wifi_radius_m))  # fmt: skip
+def radio_options(network: Any) -> RadioOptions:
+    """The cells of a scenario's ``[network]`` section (:class:`aiotsim.config.NetworkSection`)."""
+    return RadioOptions(network.wifi_standard, int(network.wifi_width_mhz), network.wifi_manager,
+                        float(network.wifi_radius_m), int(network.lte_resource_blocks))  # fmt: skip
 
 
 def wifi_positions(n: int, radius_m: float, seed: int) -> tuple[list[float], list[float]]:
@@ -162,7 +171,31 @@ def _wires(topology: Topology, index: dict[str, int], parts: _Parts) -> None:
         parts.devices += [(link.name, a), (back.name, b)]
 
 
-def _cell(topology: Topology, index: dict[str, int], wifi: WifiOptions, seed: int, parts: _Parts) -> dict[str, Any]:
+def _lte(
+    topology: Topology, index: dict[str, int], radios: dict[str, str], rb: int, seed: int, parts: _Parts
+) -> dict[str, Any]:
+    """A star whose nodes are all on an LTE radio as one LTE cell: its UEs, the server behind the EPC
+    over the star's server links (delay: the nodes' one-way latency, the core network's share of the
+    preset's round trip), each UE's RLC buffer its link's ``queue_packets`` x 1,500 B."""
+    nodes = topology.nodes
+    if topology.kind != "star" or any(radios.get(v) not in LTE_RADIOS for v in nodes):
+        parts.problems.append(f"radio {LTE_RADIOS[0]!r} runs as one LTE cell, for a star whose nodes are all on it; "
+                              "give every node the radio (nodes.radio), or use engine = 'flow'")  # fmt: skip
+        return {}
+    up, down = topology.links["server.in"], topology.links["server.out"]
+    first = topology.links[f"{nodes[0]}.up"]
+    xs, ys = wifi_positions(len(nodes), LTE_RADIUS_M, seed)
+    parts.mtus.append(1500)
+    parts.devices += [("server.in", "pgw"), ("server.out", "server")]
+    return {
+        "ues": [index[v] for v in nodes], "x": xs, "y": ys, "server": index["server"],
+        "bps_up": up.bandwidth_bps, "bps_down": down.bandwidth_bps, "delay_s": first.latency_s,
+        "queue_up": up.queue_packets, "queue_down": down.queue_packets, "rb": rb,
+        "rlc_bytes": first.queue_packets * 1500,
+    }  # fmt: skip
+
+
+def _cell(topology: Topology, index: dict[str, int], wifi: RadioOptions, seed: int, parts: _Parts) -> dict[str, Any]:
     """The shared-medium channel as an 802.11 cell: the ``ap`` vertex and a station per node."""
     channel = topology.links[SHARED_CHANNEL]
     stations = topology.nodes
@@ -182,10 +215,15 @@ def _cell(topology: Topology, index: dict[str, int], wifi: WifiOptions, seed: in
 
 
 def world_spec(
-    topology: Topology, tcp: TcpParams, seed: int, wifi: WifiOptions | None = None
+    topology: Topology,
+    tcp: TcpParams,
+    seed: int,
+    options: RadioOptions | None = None,
+    radios: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The worker's ``build`` message for ``topology``, and the (link name, sender vertex) of every
-    ns-3 device in creation order (what its counters are reported under).
+    ns-3 device in creation order (what its counters are reported under). ``radios``: each node's
+    radio preset; a star all on ``"4g"`` is an LTE cell (:data:`LTE_RADIOS`).
 
     Raises
     ------
@@ -196,8 +234,13 @@ def world_spec(
     parts = _Parts()
     for link in topology.links.values():
         parts.problems += _link_problems(link)
-    _wires(topology, index, parts)
-    cell = _cell(topology, index, wifi or WifiOptions(), seed, parts) if topology.kind == "shared_medium" else None
+    radios = radios or {}
+    lte = None
+    if any(radios.get(v) in LTE_RADIOS for v in topology.nodes):
+        lte = _lte(topology, index, radios, (options or RadioOptions()).lte_resource_blocks, seed, parts)
+    else:
+        _wires(topology, index, parts)
+    cell = _cell(topology, index, options or RadioOptions(), seed, parts) if topology.kind == "shared_medium" else None
     if parts.problems:
         raise ConfigError([f"engine = 'ns3': {p}" for p in parts.problems])
     spec = {
@@ -206,6 +249,7 @@ def world_spec(
         "vertices": len(index),
         "wires": parts.wires,
         "wifi": cell,
+        "lte": lte,
         "tcp": {
             "congestion": tcp.congestion,
             "initial_window": tcp.initial_window,

@@ -38,7 +38,8 @@ def build(engine: Any, spec: dict[str, Any]) -> None:
 
     ``spec``: ``run`` (ns-3's RngRun), ``tcp`` (congestion, initial_window, segment_bytes,
     buffer_bytes, min_rto_s, hystart, connection), ``vertices`` (count), ``wires`` (rows of
-    :meth:`World::AddWire`'s arguments), ``wifi`` (None or AddWifi's arguments as a dict).
+    :meth:`World::AddWire`'s arguments), ``wifi`` and ``lte`` (None or AddWifi's / AddLte's
+    arguments as a dict).
     """
     import cppyy
 
@@ -56,6 +57,13 @@ def build(engine: Any, spec: dict[str, Any]) -> None:
         engine.AddWifi(
             wifi["ap"], ints(wifi["stations"]), floats(wifi["x"]), floats(wifi["y"]), wifi["standard"],
             wifi["width_mhz"], wifi["manager"], wifi["queue_packets"],
+        )  # fmt: skip
+    lte = spec.get("lte")
+    if lte:
+        ints, floats = cppyy.gbl.std.vector[int], cppyy.gbl.std.vector[float]
+        engine.AddLte(
+            ints(lte["ues"]), floats(lte["x"]), floats(lte["y"]), lte["server"], lte["bps_up"], lte["bps_down"],
+            lte["delay_s"], lte["queue_up"], lte["queue_down"], lte["rb"], lte["rlc_bytes"],
         )  # fmt: skip
     engine.Finish()
 

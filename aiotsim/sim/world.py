@@ -128,7 +128,8 @@ class Cluster:
         """A fresh SimPy environment starting at ``now`` (s), with its network and mailboxes;
         nothing may be in flight (a new cluster, or a resumed one at a quiescent point)."""
         self.env = simpy.Environment(initial_time=now)
-        self.net = build_network(self.env, self.topology, self.sc.network, self.sc.scenario.seed)
+        radios = {node_name(spec.index): spec.radio for spec in self.layout}
+        self.net = build_network(self.env, self.topology, self.sc.network, self.sc.scenario.seed, radios)
         self.mailbox: dict[str, simpy.Store] = {v: simpy.Store(self.env) for v in [SERVER, *self.gateways]}
 
     def _node_state(self, spec: NodeSpec) -> NodeState:
