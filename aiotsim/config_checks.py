@@ -173,9 +173,10 @@ def engine_problems(s: Scenario) -> list[str]:
     both = f"the ns-3 engine needs both directions of a link (TCP's ACKs ride the reverse link): drop it, {flow}"
     out += [f"network.link[{k}].directed: {both}" for k, link in enumerate(nw.link) if link.directed]
     radios = {g.radio or s.nodes.radio for g in s.nodes.group} if s.nodes.group else {s.nodes.radio}
-    if "4g" in radios and (nw.topology != "star" or radios != {"4g"}):
-        out.append(f"nodes.radio: the ns-3 engine runs radio '4g' as one LTE cell, for a star whose nodes are all "
-                   f"on it (here: {nw.topology}, radios {', '.join(sorted(radios))}); {flow}")  # fmt: skip
+    for radio, cell in (("4g", "LTE cell"), ("802.15.4", "802.15.4 PAN")):
+        if radio in radios and (nw.topology != "star" or radios != {radio}):
+            out.append(f"nodes.radio: the ns-3 engine runs radio {radio!r} as one {cell}, for a star whose nodes are "
+                       f"all on it (here: {nw.topology}, radios {', '.join(sorted(radios))}); {flow}")  # fmt: skip
     if nw.topology == "shared-medium" and nw.loss > 0:
         out.append("network.loss: the ns-3 engine's Wi-Fi cell loses what its channel loses (distance, collisions): "
                    f"set it to 0, {flow}")  # fmt: skip

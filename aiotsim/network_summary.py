@@ -66,6 +66,9 @@ def ns3_head(s: Scenario) -> str:
     if nw.topology == "star" and radios == {"4g"}:
         head += (f"; the nodes' radio '4g' is one LTE cell ({nw.lte_resource_blocks} resource blocks each way, "
                  "RLC buffers of the node links' queue_packets x 1,500 B, the server behind its EPC)")  # fmt: skip
+    if nw.topology == "star" and radios == {"802.15.4"}:
+        head += ("; the nodes' radio '802.15.4' is one single-hop PAN (6LoWPAN over 2.4 GHz O-QPSK, 250 kbit/s, "
+                 "unslotted CSMA/CA; the star's switch is its sink; node links' rates and buffers unused)")  # fmt: skip
     return head
 
 

@@ -30,6 +30,11 @@ ENGINE_SOURCE = r"""
 #include "ns3/mobility-module.h"
 #include "ns3/energy-module.h"
 #include "ns3/lte-module.h"
+#include "ns3/lr-wpan-module.h"
+#include "ns3/sixlowpan-module.h"
+#include "ns3/spectrum-module.h"
+#include "ns3/propagation-module.h"
+#include <sstream>
 #include <deque>
 #include <set>
 
@@ -63,6 +68,9 @@ class World {
   std::map<std::pair<int, int>, int> live;              // (src, dst) -> stream (reuse, duplex)
   std::map<std::pair<int, uint16_t>, int> by_peer;      // sender (vertex, port) -> stream
   std::map<uint32_t, int> vertex_of;                    // interface address -> vertex
+  bool v6 = false;                                      // an IPv6 world (6LoWPAN): the addresses below
+  std::vector<Ipv6Address> address6;                    // per vertex, for TCP
+  std::map<std::string, int> vertex_of6;                // IPv6 address (text) -> vertex
   std::map<Socket*, int> rx_of, tx_of;                  // socket -> the stream it receives / sends
   std::vector<int64_t> done_id;
   std::vector<int64_t> done_ns;
@@ -105,6 +113,7 @@ class World {
     devices.push_back(d);
     max_queue.push_back(0); drops.push_back(0); tx_bytes.push_back(0);
     tx_ns.push_back(0); rx_ns.push_back(0); radio.push_back(nullptr); energy_at_start.push_back(0.0);
+    mac_queue.push_back(0);
     Ptr<PointToPointNetDevice> p = DynamicCast<PointToPointNetDevice>(d);
     if (p) {
       Ptr<Queue<Packet>> q = p->GetQueue();
@@ -290,11 +299,106 @@ class World {
   Ptr<LteHelper> lte;
   NetDeviceContainer ue_devices;
 
+  // ---- 802.15.4 with 6LoWPAN: IPv6 only (6LoWPAN carries no IPv4), static routes
+  LrWpanHelper lowpan;  // a member: its destructor disposes the channel (found in the prototype)
+
+  static std::string text(Ipv6Address a) { std::ostringstream o; o << a; return o.str(); }
+
+  // One PAN: `sink` its coordinator (the 6LoWPAN border router) at the origin, `sensors` at (x, y)
+  // m, all single-hop on one 2.4 GHz O-QPSK channel (250 kbit/s, unslotted CSMA/CA, MAC ACKs and
+  // retries at 802.15.4's defaults); the sink reaches `server` over point-to-point (each
+  // direction's rate and queue, one delay). TCP segments of `segment` bytes, timestamps off, and
+  // 6LoWPAN contexts for both prefixes: one segment per 127-byte frame, no fragmentation.
+  void AddLowPan(int sink, std::vector<int> sensors, std::vector<double> xs, std::vector<double> ys, int server,
+                 double bps_up, double bps_down, double delay_s, int queue_up, int queue_down, uint32_t seg) {
+    v6 = true;
+    address6.assign(nodes.GetN(), Ipv6Address());
+    Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(seg));
+    Config::SetDefault("ns3::TcpSocketBase::Timestamp", BooleanValue(false));
+    segment = seg;
+    NodeContainer pan(nodes.Get(sink));
+    for (int v : sensors) pan.Add(nodes.Get(v));
+    MobilityHelper mobility;
+    Ptr<ListPositionAllocator> pos = CreateObject<ListPositionAllocator>();
+    pos->Add(Vector(0.0, 0.0, 0.0));
+    for (size_t i = 0; i < xs.size(); ++i) pos->Add(Vector(xs[i], ys[i], 0.0));
+    mobility.SetPositionAllocator(pos);
+    mobility.SetMobilityModel("ns3::ConstantPositionMobilityModel");
+    mobility.Install(pan);
+    lowpan.AddPropagationLossModel("ns3::LogDistancePropagationLossModel");
+    lowpan.SetPropagationDelayModel("ns3::ConstantSpeedPropagationDelayModel");
+    NetDeviceContainer lr = lowpan.Install(pan);
+    lowpan.CreateAssociatedPan(lr, 0xbeef);  // the first device is the coordinator
+    lowpan.AssignStreams(lr, 100);
+    for (uint32_t i = 0; i < lr.GetN(); ++i) {
+      Ptr<lrwpan::LrWpanNetDevice> d = DynamicCast<lrwpan::LrWpanNetDevice>(lr.Get(i));
+      lowpan.AddMobility(d->GetPhy(), pan.Get(i)->GetObject<MobilityModel>());
+      track_lowpan(d);
+    }
+    SixLowPanHelper six_helper;
+    NetDeviceContainer six = six_helper.Install(lr);
+    six_helper.AddContext(six, 0, Ipv6Prefix("2001:1::", 64), Time(Seconds(1e6)));
+    six_helper.AddContext(six, 1, Ipv6Prefix("2001:2::", 64), Time(Seconds(1e6)));
+    PointToPointHelper p2p;
+    p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_up))));
+    p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay_s)));
+    p2p.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(std::to_string(queue_up) + "p"));
+    NetDeviceContainer wire = p2p.Install(nodes.Get(sink), nodes.Get(server));
+    wire.Get(1)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_down))));
+    DynamicCast<PointToPointNetDevice>(wire.Get(1))->GetQueue()->SetAttribute(
+        "MaxSize", QueueSizeValue(QueueSize(std::to_string(queue_down) + "p")));
+    track(wire.Get(0)); track(wire.Get(1));
+    Ipv6AddressHelper ip6;  // 2001:db8::/32 would be dropped when forwarded (documentation class)
+    ip6.SetBase(Ipv6Address("2001:1::"), Ipv6Prefix(64));
+    Ipv6InterfaceContainer pan_ifs = ip6.Assign(six);
+    ip6.SetBase(Ipv6Address("2001:2::"), Ipv6Prefix(64));
+    Ipv6InterfaceContainer wire_ifs = ip6.Assign(wire);
+    TrafficControlHelper().Uninstall(wire);  // after the addresses, as AddWire: no queue disc
+    pan_ifs.SetForwarding(0, true);
+    wire_ifs.SetForwarding(0, true);
+    Ipv6Address sink_pan = pan_ifs.GetAddress(0, 1), sink_wire = wire_ifs.GetAddress(0, 1);
+    address6[sink] = sink_pan;
+    address6[server] = wire_ifs.GetAddress(1, 1);
+    vertex_of6[text(sink_pan)] = sink; vertex_of6[text(sink_wire)] = sink;
+    vertex_of6[text(address6[server])] = server;
+    Ipv6StaticRoutingHelper routes;
+    for (size_t i = 0; i < sensors.size(); ++i) {
+      Ptr<Ipv6> ip = nodes.Get(sensors[i])->GetObject<Ipv6>();
+      routes.GetStaticRouting(ip)->SetDefaultRoute(sink_pan, ip->GetInterfaceForDevice(six.Get(i + 1)));
+      address6[sensors[i]] = pan_ifs.GetAddress(i + 1, 1);
+      vertex_of6[text(address6[sensors[i]])] = sensors[i];
+    }
+    Ptr<Ipv6> sip = nodes.Get(server)->GetObject<Ipv6>();
+    routes.GetStaticRouting(sip)->AddNetworkRouteTo(Ipv6Address("2001:1::"), Ipv6Prefix(64), sink_wire,
+                                                    sip->GetInterfaceForDevice(wire.Get(1)));
+  }
+
+  // An 802.15.4 device's counters: frames its PHY sends (bytes), its MAC queue, frames its MAC
+  // drops after its retries.
+  void track_lowpan(Ptr<lrwpan::LrWpanNetDevice> d) {
+    int k = devices.size();
+    devices.push_back(d);
+    max_queue.push_back(0); drops.push_back(0); tx_bytes.push_back(0);
+    tx_ns.push_back(0); rx_ns.push_back(0); radio.push_back(nullptr); energy_at_start.push_back(0.0);
+    mac_queue.push_back(0);
+    d->GetPhy()->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&World::OnTx, this, k));
+    d->GetMac()->TraceConnectWithoutContext("MacTxEnqueue", MakeBoundCallback(&World::OnMacIn, this, k));
+    d->GetMac()->TraceConnectWithoutContext("MacTxDequeue", MakeBoundCallback(&World::OnMacOut, this, k));
+    d->GetMac()->TraceConnectWithoutContext("MacTxDrop", MakeBoundCallback(&World::OnDrop, this, k));
+  }
+  std::vector<uint32_t> mac_queue;
+  static void OnMacIn(World* w, int k, Ptr<const Packet>) {
+    uint32_t q = ++w->mac_queue[k];
+    if (q > w->max_queue[k]) w->max_queue[k] = q;
+  }
+  static void OnMacOut(World* w, int k, Ptr<const Packet>) { if (w->mac_queue[k]) --w->mac_queue[k]; }
+
   void Finish() {
-    if (!lte) Ipv4GlobalRoutingHelper::PopulateRoutingTables();  // an LTE world routes statically
+    if (!lte && !v6) Ipv4GlobalRoutingHelper::PopulateRoutingTables();  // LTE and 6LoWPAN route statically
     for (uint32_t v = 0; v < nodes.GetN(); ++v) {
       Ptr<Socket> s = Socket::CreateSocket(nodes.Get(v), TcpSocketFactory::GetTypeId());
-      s->Bind(InetSocketAddress(Ipv4Address::GetAny(), PORT));
+      if (v6) s->Bind(Inet6SocketAddress(Ipv6Address::GetAny(), PORT));
+      else s->Bind(InetSocketAddress(Ipv4Address::GetAny(), PORT));
       s->Listen();
       s->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
                            MakeCallback(&World::OnAccept, this));
@@ -308,15 +412,22 @@ class World {
     Stream& s = streams.back();
     s.src = src; s.dst = dst;
     s.tx = Socket::CreateSocket(nodes.Get(src), TcpSocketFactory::GetTypeId());
-    s.tx->Bind();
     Address local;
-    s.tx->GetSockName(local);
-    by_peer[{src, InetSocketAddress::ConvertFrom(local).GetPort()}] = k;
+    if (v6) {
+      s.tx->Bind6();
+      s.tx->GetSockName(local);
+      by_peer[{src, Inet6SocketAddress::ConvertFrom(local).GetPort()}] = k;
+    } else {
+      s.tx->Bind();
+      s.tx->GetSockName(local);
+      by_peer[{src, InetSocketAddress::ConvertFrom(local).GetPort()}] = k;
+    }
     tx_of[PeekPointer(s.tx)] = k;
     s.tx->SetConnectCallback(MakeCallback(&World::OnConnected, this), MakeCallback(&World::OnFailed, this));
     s.tx->SetSendCallback(MakeCallback(&World::OnSendSpace, this));
     s.tx->TraceConnectWithoutContext("Retransmission", MakeBoundCallback(&World::OnRetx, this, k));
-    s.tx->Connect(InetSocketAddress(address[dst], PORT));
+    if (v6) s.tx->Connect(Inet6SocketAddress(address6[dst], PORT));
+    else s.tx->Connect(InetSocketAddress(address[dst], PORT));
     return k;
   }
 
@@ -400,10 +511,21 @@ class World {
   }
 
   void OnAccept(Ptr<Socket> sock, const Address& from) {
-    InetSocketAddress peer = InetSocketAddress::ConvertFrom(from);
-    auto v = vertex_of.find(peer.GetIpv4().Get());
-    if (v == vertex_of.end()) return;
-    auto it = by_peer.find({v->second, peer.GetPort()});
+    int vertex = -1;
+    uint16_t port = 0;
+    if (Inet6SocketAddress::IsMatchingType(from)) {
+      Inet6SocketAddress peer = Inet6SocketAddress::ConvertFrom(from);
+      auto v = vertex_of6.find(text(peer.GetIpv6()));
+      if (v != vertex_of6.end()) vertex = v->second;
+      port = peer.GetPort();
+    } else {
+      InetSocketAddress peer = InetSocketAddress::ConvertFrom(from);
+      auto v = vertex_of.find(peer.GetIpv4().Get());
+      if (v != vertex_of.end()) vertex = v->second;
+      port = peer.GetPort();
+    }
+    if (vertex < 0) return;
+    auto it = by_peer.find({vertex, port});
     if (it == by_peer.end()) return;
     int k = it->second;
     streams[k].rx = sock;

@@ -46,6 +46,12 @@ LTE_RADIOS = ("4g",)  # radio presets the engine runs as an LTE cell (lte-m, nb-
 LTE_RB = 25  # resource blocks each way: 5 MHz, ns-3's default (about 16 Mbit/s for the whole cell)
 LTE_RBS = (6, 15, 25, 50, 75, 100)  # LTE's channel widths: 1.4, 3, 5, 10, 15, 20 MHz
 LTE_RADIUS_M = 500.0  # m: UEs uniformly (seeded) within this of the eNB
+LOWPAN_RADIOS = ("802.15.4",)  # radio presets the engine runs as one 802.15.4 PAN with 6LoWPAN
+LOWPAN_RADIUS_M = 15.0  # m: sensors uniformly (seeded) within this of the sink: single hop, in range
+# bytes of TCP payload per segment on 6LoWPAN: the most that fits one 127-byte 802.15.4 frame with
+# compressed headers (contexts, no timestamps): measured in ns-3.44, 80 B already needs 2 frames; a
+# fragmented segment is lost whole with any of its ~10 frames, and TCP gave up on 2 of 10 uplinks
+LOWPAN_SEGMENT = 76
 
 
 @dataclass(frozen=True)
@@ -178,9 +184,7 @@ def _lte(
     over the star's server links (delay: the nodes' one-way latency, the core network's share of the
     preset's round trip), each UE's RLC buffer its link's ``queue_packets`` x 1,500 B."""
     nodes = topology.nodes
-    if topology.kind != "star" or any(radios.get(v) not in LTE_RADIOS for v in nodes):
-        parts.problems.append(f"radio {LTE_RADIOS[0]!r} runs as one LTE cell, for a star whose nodes are all on it; "
-                              "give every node the radio (nodes.radio), or use engine = 'flow'")  # fmt: skip
+    if not _radio_star(topology, radios, LTE_RADIOS, "LTE cell", parts):
         return {}
     up, down = topology.links["server.in"], topology.links["server.out"]
     first = topology.links[f"{nodes[0]}.up"]
@@ -192,6 +196,36 @@ def _lte(
         "bps_up": up.bandwidth_bps, "bps_down": down.bandwidth_bps, "delay_s": first.latency_s,
         "queue_up": up.queue_packets, "queue_down": down.queue_packets, "rb": rb,
         "rlc_bytes": first.queue_packets * 1500,
+    }  # fmt: skip
+
+
+def _radio_star(topology: Topology, radios: dict[str, str], names: tuple[str, ...], what: str, parts: _Parts) -> bool:
+    """Whether ``topology`` is a star whose nodes are all on one of ``names`` (else a problem)."""
+    if topology.kind == "star" and all(radios.get(v) in names for v in topology.nodes):
+        return True
+    parts.problems.append(f"radio {names[0]!r} runs as one {what}, for a star whose nodes are all on it; "
+                          "give every node the radio (nodes.radio), or use engine = 'flow'")  # fmt: skip
+    return False
+
+
+def _lowpan(
+    topology: Topology, index: dict[str, int], radios: dict[str, str], seed: int, parts: _Parts
+) -> dict[str, Any]:
+    """A star whose nodes are all on 802.15.4 as one single-hop PAN: the star's switch is its sink
+    (coordinator and 6LoWPAN border router), which reaches the server over the star's server links."""
+    if not _radio_star(topology, radios, LOWPAN_RADIOS, "802.15.4 PAN", parts):
+        return {}
+    nodes = topology.nodes
+    up, down = topology.links["server.in"], topology.links["server.out"]
+    xs, ys = wifi_positions(len(nodes), LOWPAN_RADIUS_M, seed)
+    parts.mtus.append(LOWPAN_SEGMENT + NS3_HEADER_BYTES)
+    parts.devices += (
+        [("pan", "switch")] + [("pan", v) for v in nodes] + [("server.in", "switch"), ("server.out", "server")]
+    )
+    return {
+        "sink": index["switch"], "sensors": [index[v] for v in nodes], "x": xs, "y": ys, "server": index["server"],
+        "bps_up": up.bandwidth_bps, "bps_down": down.bandwidth_bps, "delay_s": up.latency_s,
+        "queue_up": up.queue_packets, "queue_down": down.queue_packets, "segment_bytes": LOWPAN_SEGMENT,
     }  # fmt: skip
 
 
@@ -223,7 +257,8 @@ def world_spec(
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The worker's ``build`` message for ``topology``, and the (link name, sender vertex) of every
     ns-3 device in creation order (what its counters are reported under). ``radios``: each node's
-    radio preset; a star all on ``"4g"`` is an LTE cell (:data:`LTE_RADIOS`).
+    radio preset; a star all on ``"4g"`` is an LTE cell (:data:`LTE_RADIOS`), all on ``"802.15.4"``
+    one 6LoWPAN PAN (:data:`LOWPAN_RADIOS`).
 
     Raises
     ------
@@ -235,9 +270,12 @@ def world_spec(
     for link in topology.links.values():
         parts.problems += _link_problems(link)
     radios = radios or {}
-    lte = None
-    if any(radios.get(v) in LTE_RADIOS for v in topology.nodes):
+    lte = lowpan = None
+    on = {radios.get(v) for v in topology.nodes}
+    if on & set(LTE_RADIOS):
         lte = _lte(topology, index, radios, (options or RadioOptions()).lte_resource_blocks, seed, parts)
+    elif on & set(LOWPAN_RADIOS):
+        lowpan = _lowpan(topology, index, radios, seed, parts)
     else:
         _wires(topology, index, parts)
     cell = _cell(topology, index, options or RadioOptions(), seed, parts) if topology.kind == "shared_medium" else None
@@ -250,6 +288,7 @@ def world_spec(
         "wires": parts.wires,
         "wifi": cell,
         "lte": lte,
+        "lowpan": lowpan,
         "tcp": {
             "congestion": tcp.congestion,
             "initial_window": tcp.initial_window,

@@ -38,8 +38,8 @@ def build(engine: Any, spec: dict[str, Any]) -> None:
 
     ``spec``: ``run`` (ns-3's RngRun), ``tcp`` (congestion, initial_window, segment_bytes,
     buffer_bytes, min_rto_s, hystart, connection), ``vertices`` (count), ``wires`` (rows of
-    :meth:`World::AddWire`'s arguments), ``wifi`` and ``lte`` (None or AddWifi's / AddLte's
-    arguments as a dict).
+    :meth:`World::AddWire`'s arguments), ``wifi``, ``lte`` and ``lowpan`` (None or AddWifi's /
+    AddLte's / AddLowPan's arguments as a dict).
     """
     import cppyy
 
@@ -64,6 +64,14 @@ def build(engine: Any, spec: dict[str, Any]) -> None:
         engine.AddLte(
             ints(lte["ues"]), floats(lte["x"]), floats(lte["y"]), lte["server"], lte["bps_up"], lte["bps_down"],
             lte["delay_s"], lte["queue_up"], lte["queue_down"], lte["rb"], lte["rlc_bytes"],
+        )  # fmt: skip
+    lowpan = spec.get("lowpan")
+    if lowpan:
+        ints, floats = cppyy.gbl.std.vector[int], cppyy.gbl.std.vector[float]
+        engine.AddLowPan(
+            lowpan["sink"], ints(lowpan["sensors"]), floats(lowpan["x"]), floats(lowpan["y"]), lowpan["server"],
+            lowpan["bps_up"], lowpan["bps_down"], lowpan["delay_s"], lowpan["queue_up"], lowpan["queue_down"],
+            lowpan["segment_bytes"],
         )  # fmt: skip
     engine.Finish()
 
