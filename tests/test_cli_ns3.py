@@ -35,11 +35,15 @@ def _invoke(*args: str):  # type: ignore[no-untyped-def]
         ("network.loss_model=gilbert-elliott", "network.loss_model: 'gilbert-elliott' is not supported by the ns-3"),
         ("network.engine=packets", "network.engine: unknown value 'packets'"),
         ("network.wifi_width_mhz=30", "network.wifi_width_mhz"),
+        ("network.lte_resource_blocks=7", "network.lte_resource_blocks"),
+        ("nodes.radio=4g network.topology=ring", "runs radio '4g' as one LTE cell, for a star"),
+        ("nodes.radio=802.15.4 network.topology=hierarchical", "runs radio '802.15.4' as one 802.15.4 PAN"),
     ],
 )
 def test_what_the_ns3_engine_cannot_run_is_exit_2_with_the_fix(override: str, message: str) -> None:
+    sets = [x for o in override.split() for x in ("--set", o)]
     for command in ("validate", "run"):  # run refuses before it builds anything
-        res = _invoke(command, str(TINY), "--set", NS3, "--set", override)
+        res = _invoke(command, str(TINY), "--set", NS3, *sets)
         assert res.exit_code == 2, res.output
         assert message in res.output
 

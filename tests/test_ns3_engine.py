@@ -223,3 +223,30 @@ def test_lte_uplinks_share_the_cell() -> None:
     # 500 KB at the cell's ~8 Mbit/s uplink (5 MHz) takes about half a second; two at once share it
     assert 0.2 < alone < 2.0
     assert 1.5 * alone < max(took["together"]) < 3.0 * alone
+
+
+@needs_ns3
+def test_an_802_15_4_pan_carries_tcp_over_6lowpan_no_faster_than_its_250_kbits() -> None:
+    topo = Topology.star(2, 0.1e6, 0.1e6, 0.01, 100e6)
+    spec, _ = world_spec(topo, TcpParams(), 0, radios={"node0": "802.15.4", "node1": "802.15.4"})
+    assert spec["wires"] == [] and spec["tcp"]["segment_bytes"] == 76 and spec["lowpan"]["sink"] == 1
+    env = simpy.Environment()
+    net = Ns3Network(env, topo, seed=2, radios={"node0": "802.15.4", "node1": "802.15.4"})
+    took: list[float] = []
+    try:
+
+        def both_ways(node: str):  # type: ignore[no-untyped-def]
+            for src, dst in ((node, "server"), ("server", node)):
+                t = yield net.send(src, dst, 2000)
+                took.append(t.end_s - t.start_s)
+
+        env.process(both_ways("node0"))
+        env.process(both_ways("node1"))
+        env.run()
+        facts = net.facts()
+    finally:
+        net.close()
+    assert len(took) == 4
+    # 2,000 B in 27 frames of 76 B plus headers cannot cross a 250 kbit/s channel in under 64 ms
+    assert min(took) > 2000 * 8 / 250e3
+    assert facts["links"]["pan"]["wire_bytes"] > 2 * 2 * 2000  # every byte crossed the air, with headers
