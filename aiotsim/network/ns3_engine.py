@@ -55,6 +55,7 @@ NS_PER_S = 1_000_000_000
 # point (a beacon every 102.4 ms) and associate, LTE UEs attach (tens of ms), as a deployed sensor's
 # radio has before training starts; without it the first uploads' SYNs are lost, resent 1 s later
 WARMUP_S = 1.0
+WARMUP_MAX_S = 30.0  # s: a crowded cell gets more, in steps of WARMUP_S, until every radio has joined
 # s: how long ns-3 may run without any SimPy event due and with no message completing before the
 # run is declared stuck (a connection that gave up, a station out of range)
 STUCK_S = 3600.0
@@ -197,15 +198,17 @@ class Ns3Network:
         spec, self._devices = world_spec(topology, self.tcp, seed, options, radios)
         self._index = {v: i for i, v in enumerate(topology.vertices)}
         # ns-3's clock = SimPy's + the warm-up (ns)
-        self._offset_ns = _ns(WARMUP_S) if spec["wifi"] or spec["lte"] else 0
-        spec["warmup_ns"] = self._offset_ns
+        cells = bool(spec["wifi"] or spec["lte"])
+        spec["warmup_ns"] = _ns(WARMUP_S) if cells else 0
+        spec["warmup_max_ns"] = _ns(WARMUP_MAX_S) if cells else 0
         self._worker = Ns3Worker(spec)
+        self._offset_ns = int(self._worker.built["warmup_ns"])
         lost = self._worker.built["unassociated"]
         if lost:
             self._worker.close()
             what = "LTE UE(s) did not attach to the eNB" if spec["lte"] else "Wi-Fi station(s) did not associate"
-            raise Ns3Error(f"{len(lost)} {what} within {WARMUP_S:g} s (node{lost[0]}, ...): too far? "
-                           "see network.wifi_radius_m")  # fmt: skip
+            raise Ns3Error(f"{len(lost)} {what} within {WARMUP_MAX_S:g} s (node{lost[0]}, ...): the cell is too "
+                           "crowded or too large (network.wifi_radius_m)")  # fmt: skip
         self.transfers: list[Transfer | Ns3Transfer] = []
         self.retransmissions: list[int] = []
         self._retx = 0  # retransmitted segments of every completed transfer
@@ -313,6 +316,21 @@ class Ns3Network:
             self._paths[(src, dst)] = cached
         return cached
 
+    def _listed(self, messages: dict[int, _Message]) -> str:
+        """``3 message(s): a -> b (1,000 B, sent at 0.5 s), ...`` (the first five)."""
+        shown = ", ".join(f"{m.src} -> {m.dst} ({m.nbytes:,} B, sent at {m.start:.6f} s)"
+                          for m in list(messages.values())[:5])  # fmt: skip
+        return f"{len(messages)} message(s): {shown}"
+
+    def _gave_up(self, ids: list[int], t_ns: int) -> None:
+        """Raise for the messages whose TCP connection was aborted (DataRetries spent, or it could
+        not open)."""
+        lost = {k: self._messages[k] for k in ids if k in self._messages}
+        raise Ns3Error(
+            f"TCP gave up on {self._listed(lost)} at {(t_ns - self._offset_ns) / NS_PER_S:.6f} s: "
+            "its connection could not open, or was aborted after 15 retransmissions of a segment"
+        )
+
     def _arrived(self, record: Transfer | Ns3Transfer, retransmissions: int) -> None:
         self._retx += retransmissions
         for name in record.path:
@@ -339,13 +357,12 @@ class Ns3Network:
             reply = self._worker.call({"op": "run", "sends": self._sends, "until": max(until, self._ns3_ns)})
             self._sends = []
             t_ns, done = int(reply["now"]), reply["done"]
+            if reply["failed"]:
+                self._gave_up(reply["failed"], t_ns)
             stalled = not done and not math.isfinite(horizon) and int(reply["progress"]) <= now_ns
             if t_ns < 0 or stalled:
-                stuck = ", ".join(f"{m.src} -> {m.dst} ({m.nbytes:,} B, sent at {m.start:.6f} s)"
-                                  for m in list(self._messages.values())[:5])  # fmt: skip
-                raise Ns3Error(f"ns-3 cannot deliver {len(self._messages)} message(s) in flight: {stuck} "
-                               f"(no byte arrived in {STUCK_S:g} s of simulated time: a connection gave up, "
-                               "or a station cannot reach its access point)")  # fmt: skip
+                why = "ns-3 has no event left" if t_ns < 0 else f"no byte arrived in {STUCK_S:g} s of simulated time"
+                raise Ns3Error(f"ns-3 cannot deliver {self._listed(self._messages)} ({why})")
             self._ns3_ns = t_ns
             # SimPy follows ns-3 to the completion, else to the horizon ns-3 has run to
             target = (t_ns - self._offset_ns) / NS_PER_S if done or not math.isfinite(horizon) else horizon

@@ -11,12 +11,14 @@ microseconds) against the milliseconds ns-3 spends on its packets.
 Protocol: one JSON object per line each way; every reply line starts with ``@@`` (anything else on
 stdout is ns-3 or cppyy talking, and is skipped by the reader).
 
-* ``{"op": "build", ..., "warmup_ns": ns}``: :func:`build`'s spec, then the world runs alone to
-  ``warmup_ns``; reply ``{"unassociated": [stations not associated with their access point]}``.
+* ``{"op": "build", ..., "warmup_ns": ns, "warmup_max_ns": ns}``: :func:`build`'s spec, then the
+  world runs alone until its radios have joined their cells (:func:`warm_up`); reply
+  ``{"warmup_ns": ns, "unassociated": [radios that have not]}``.
 * ``{"op": "run", "sends": [[id, src, dst, bytes, at_ns], ...], "until": ns}``: hand the messages to
   TCP at their times, run to ``until`` or the first completion; reply ``{"now": ns, "done": [[id,
-  ns, retransmissions], ...], "progress": ns}`` (``now`` = -1: no ns-3 event left, nothing in
-  flight can arrive; ``progress``: when a message's byte last arrived).
+  ns, retransmissions], ...], "failed": [id, ...], "progress": ns}`` (``now`` = -1: no ns-3 event
+  left, nothing in flight can arrive; ``failed``: messages whose connection TCP gave up on;
+  ``progress``: when a message's byte last arrived).
 * ``{"op": "cancel", "id": id}``: stop a message's stream; reply ``{"ok": true}``.
 * ``{"op": "stats"}``: per device ``[max packets queued, drops, bytes sent, ns sending, ns receiving,
   radio energy J (-1: no energy model)]``; reply ``{"devices": ...}``.
@@ -76,6 +78,21 @@ def build(engine: Any, spec: dict[str, Any]) -> None:
     engine.Finish()
 
 
+def warm_up(engine: Any, at_least_ns: int, at_most_ns: int) -> dict[str, Any]:
+    """Run the new world alone until every radio has joined its cell, in steps of ``at_least_ns``
+    (ns of ns-3 time), at most ``at_most_ns``: stations that contend to associate take longer in a
+    crowded cell (20 stations: 7 not associated after 1 s). The reply: ``warmup_ns`` (when the
+    simulation's time 0 is, in ns-3's time) and the radios still out then."""
+    lost: list[int] = []
+    t = 0
+    while t < at_most_ns or t == 0:
+        t = min(t + at_least_ns, at_most_ns) if at_least_ns else 0
+        lost = [int(i) for i in engine.WarmUp(t)]
+        if not lost or at_least_ns == 0:
+            break
+    return {"warmup_ns": t, "unassociated": lost}
+
+
 def _reply(obj: dict[str, Any]) -> None:
     sys.stdout.write("@@" + json.dumps(obj) + "\n")
     sys.stdout.flush()
@@ -99,13 +116,14 @@ def main() -> None:  # pragma: no cover - runs in the child process (tests drive
             op = msg["op"]
             if op == "build":
                 build(world, msg)
-                _reply({"unassociated": [int(i) for i in world.WarmUp(int(msg["warmup_ns"]))]})
+                _reply(warm_up(world, int(msg["warmup_ns"]), int(msg.get("warmup_max_ns", msg["warmup_ns"]))))
             elif op == "run":
                 for k, src, dst, nbytes, at_ns in msg["sends"]:
                     world.Send(k, src, dst, nbytes, at_ns)
                 now = int(world.RunUntil(int(msg["until"])))
                 done = [[int(k), int(t), int(r)] for k, t, r in zip(world.done_id, world.done_ns, world.done_retx)]
-                _reply({"now": now, "done": done, "progress": int(world.last_progress_ns)})
+                failed = [int(k) for k in world.failed_id]
+                _reply({"now": now, "done": done, "failed": failed, "progress": int(world.last_progress_ns)})
             elif op == "cancel":
                 world.Cancel(int(msg["id"]))
                 _reply({"ok": True})
