@@ -32,9 +32,7 @@ from typing import Any
 
 import tomli_w
 
-from aiotsim.config_checks import cross_checks, group_problems
-from aiotsim.config_sections import (
-    BLOCKS,
+from aiotsim.config_bounds import (
     MAX_ALPHA,
     MAX_BATCH,
     MAX_CLASSES,
@@ -56,25 +54,27 @@ from aiotsim.config_sections import (
     MIN_RESOLUTION_MS,
     MIN_RETRY_S,
     RATE,
+    auto_or_bool,
+    link_rate,
+    path_safe_name,
+    shape_sides,
+    trace_nodes_range,
+)
+from aiotsim.config_checks import cross_checks, group_problems
+from aiotsim.config_network import LinkSpec, NetworkSection, VertexSpec
+from aiotsim.config_sections import (
+    BLOCKS,
     REQUIRED,
     SECTIONS,
     CompressorSection,
     DataSection,
     EnergySection,
-    LinkSpec,
     ModelSection,
-    NetworkSection,
     NodeGroup,
     NodesSection,
     ScenarioSection,
     TrainingSection,
-    VertexSpec,
-    auto_or_bool,
     block_to_dict,
-    link_rate,
-    path_safe_name,
-    shape_sides,
-    trace_nodes_range,
 )
 from aiotsim.errors import ConfigError
 from aiotsim.schema import (

@@ -3,8 +3,8 @@
 Every key is declared once here (the ``[network]`` section in :mod:`aiotsim.config_network`, the
 bounds in :mod:`aiotsim.config_bounds`), with its default, type, one-line help and range check
 (:func:`aiotsim.schema.opt`); :mod:`aiotsim.config` loads, overrides and validates scenario files
-against it, and re-exports every name here (``from aiotsim.config import NetworkSection`` keeps
-working). Split out of ``config.py`` along this seam: the declarations here; the whole
+against it, and re-exports the names of all three modules (``from aiotsim.config import
+NetworkSection`` keeps working). Split out of ``config.py`` along this seam: the declarations here; the whole
 :class:`~aiotsim.config.Scenario`, loading, overrides and validation there.
 """
 
@@ -24,8 +24,6 @@ from aiotsim.config_bounds import (
     MAX_LOCAL_STEPS,
     MAX_LR,
     MAX_MS,
-    MAX_MTU,
-    MAX_NAME,
     MAX_NODES,
     MAX_NOISE,
     MAX_OVERCOMMIT,
@@ -34,13 +32,9 @@ from aiotsim.config_bounds import (
     MAX_SEED,
     MAX_SHAPE_SIDE,
     MAX_WEIGHT_DECAY,
-    MIN_RESOLUTION_MS,
     MIN_RETRY_S,
-    QUEUE_PACKETS,
     RATE,
-    SHARINGS,
     auto_or_bool,
-    link_rate,
     path_safe_name,
     shape_sides,
     trace_nodes_range,
@@ -57,41 +51,6 @@ from aiotsim.schema import (
     positive_at_most,
     unit_interval,
 )
-
-__all__ = [
-    "MAX_SEED",
-    "MAX_ITERATIONS",
-    "MAX_NODES",
-    "MAX_BATCH",
-    "MAX_SAMPLES",
-    "MAX_CLASSES",
-    "MAX_SHAPE_SIDE",
-    "MAX_LR",
-    "MAX_WEIGHT_DECAY",
-    "MAX_NOISE",
-    "MIN_RETRY_S",
-    "MAX_MS",
-    "MIN_RESOLUTION_MS",
-    "MAX_MTU",
-    "MAX_FACTOR",
-    "MAX_ALPHA",
-    "MAX_NAME",
-    "MAX_LOCAL_STEPS",
-    "MAX_LOCAL_EPOCHS",
-    "MAX_OVERCOMMIT",
-    "QUEUE_PACKETS",
-    "MAX_QUEUE_PACKETS",
-    "SHARINGS",
-    "link_rate",
-    "RATE",
-    "auto_or_bool",
-    "path_safe_name",
-    "shape_sides",
-    "trace_nodes_range",
-    "LinkSpec",
-    "NetworkSection",
-    "VertexSpec",
-]
 
 
 @dataclass(frozen=True)

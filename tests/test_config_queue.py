@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 from aiotsim.config import Scenario, load_scenario
-from aiotsim.config_sections import MAX_QUEUE_PACKETS, QUEUE_PACKETS, SHARINGS
+from aiotsim.config_bounds import MAX_QUEUE_PACKETS, QUEUE_PACKETS, SHARINGS
 from aiotsim.errors import ConfigError
 from aiotsim.network.link import DEFAULT_QUEUE_PACKETS
 from aiotsim.network.topology import Topology

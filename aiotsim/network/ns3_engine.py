@@ -126,21 +126,10 @@ class Ns3Worker:
         self._err.close()
 
 
-class Ns3Transfer(NamedTuple):
-    """A :class:`~aiotsim.network.flows.Transfer` carried by ns-3, with what ns-3 saw of it (the
-    same fields in the same order, then ``retransmissions``: TCP segments its stream retransmitted
-    while it was in flight). A run's trace shows them beside the transfer's bytes."""
-
-    src: str
-    dst: str
-    tag: str
-    nbytes: int
-    wire_bytes: float
-    start_s: float
-    end_s: float
-    path: list[str]
-    nodes: list[str]
-    retransmissions: int = 0
+# A :class:`~aiotsim.network.flows.Transfer` carried by ns-3: the same fields in the same order, then
+# ``retransmissions``, the TCP segments its stream retransmitted while it was in flight (a run's
+# trace shows them beside the transfer's bytes). Built from Transfer's fields, so they stay one list.
+Ns3Transfer = NamedTuple("Ns3Transfer", [*Transfer.__annotations__.items(), ("retransmissions", int)])  # type: ignore[misc]
 
 
 class _Message:

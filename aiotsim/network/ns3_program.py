@@ -146,6 +146,34 @@ class World {
   static void OnDrop(World* w, int k, Ptr<const Packet>) { w->drops[k]++; }
   static void OnTx(World* w, int k, Ptr<const Packet> p) { w->tx_bytes[k] += p->GetSize(); }
 
+  // Point-to-point a <-> b: a -> b at `bps_ab` (bit/s) with a drop-tail queue of `queue_ab`
+  // packets, b -> a likewise, one propagation delay (s); device 0 is a's, device 1 b's.
+  static NetDeviceContainer p2p_pair(Ptr<Node> a, Ptr<Node> b, double bps_ab, double bps_ba, double delay_s,
+                                     int queue_ab, int queue_ba) {
+    PointToPointHelper p2p;
+    p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_ab))));
+    p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay_s)));
+    p2p.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(std::to_string(queue_ab) + "p"));
+    NetDeviceContainer d = p2p.Install(a, b);
+    d.Get(1)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_ba))));
+    DynamicCast<PointToPointNetDevice>(d.Get(1))->GetQueue()->SetAttribute(
+        "MaxSize", QueueSizeValue(QueueSize(std::to_string(queue_ba) + "p")));
+    return d;
+  }
+
+  // `center` at the origin and `around` at (x, y) metres, standing still.
+  static void place(Ptr<Node> center, NodeContainer around, std::vector<double> xs, std::vector<double> ys) {
+    MobilityHelper mobility;
+    Ptr<ListPositionAllocator> pos = CreateObject<ListPositionAllocator>();
+    pos->Add(Vector(0.0, 0.0, 0.0));
+    for (size_t i = 0; i < xs.size(); ++i) pos->Add(Vector(xs[i], ys[i], 0.0));
+    mobility.SetPositionAllocator(pos);
+    mobility.SetMobilityModel("ns3::ConstantPositionMobilityModel");
+    NodeContainer all(center);
+    all.Add(around);
+    mobility.Install(all);
+  }
+
   // Addresses for the devices `d` of vertices `owners` (one each) on a subnet of their own.
   // A /30 of 10.0.0.0/8 per point-to-point link (4 million of them), a cell's /16 of 172.16.0.0/12.
   void assign(NetDeviceContainer d, std::vector<int> owners, bool cell = false) {
@@ -167,15 +195,9 @@ class World {
   // at the receiving device), one delay (s), the MTU (bytes). Returns the two device indices.
   void AddWire(int a, int b, double bps_ab, double bps_ba, double delay_s, int queue_ab, int queue_ba,
                double loss_ab, double loss_ba, int mtu) {
-    PointToPointHelper p2p;
-    p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_ab))));
-    p2p.SetDeviceAttribute("Mtu", UintegerValue(mtu));
-    p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay_s)));
-    p2p.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(std::to_string(queue_ab) + "p"));
-    NetDeviceContainer d = p2p.Install(nodes.Get(a), nodes.Get(b));
-    d.Get(1)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_ba))));
-    DynamicCast<PointToPointNetDevice>(d.Get(1))->GetQueue()->SetAttribute(
-        "MaxSize", QueueSizeValue(QueueSize(std::to_string(queue_ba) + "p")));
+    NetDeviceContainer d = p2p_pair(nodes.Get(a), nodes.Get(b), bps_ab, bps_ba, delay_s, queue_ab, queue_ba);
+    d.Get(0)->SetMtu(mtu);
+    d.Get(1)->SetMtu(mtu);
     double losses[2] = {loss_ab, loss_ba};
     for (int side = 0; side < 2; ++side) {
       if (losses[side] > 0) {  // a -> b is lost at b's device, b -> a at a's
@@ -217,15 +239,7 @@ class World {
     NetDeviceContainer sd = wifi.Install(phy, mac, sta);
     mac.SetType("ns3::ApWifiMac", "Ssid", SsidValue(ssid));
     NetDeviceContainer ad = wifi.Install(phy, mac, nodes.Get(ap));
-    MobilityHelper mobility;
-    Ptr<ListPositionAllocator> pos = CreateObject<ListPositionAllocator>();
-    pos->Add(Vector(0.0, 0.0, 0.0));
-    for (size_t i = 0; i < xs.size(); ++i) pos->Add(Vector(xs[i], ys[i], 0.0));
-    mobility.SetPositionAllocator(pos);
-    mobility.SetMobilityModel("ns3::ConstantPositionMobilityModel");
-    NodeContainer all(nodes.Get(ap));
-    all.Add(sta);
-    mobility.Install(all);
+    place(nodes.Get(ap), sta, xs, ys);
     NetDeviceContainer d(ad);
     d.Add(sd);
     Config::Set("/NodeList/*/DeviceList/*/$ns3::WifiNetDevice/Mac/*/Queue/MaxSize",
@@ -259,14 +273,7 @@ class World {
     Ptr<PointToPointEpcHelper> epc = CreateObject<PointToPointEpcHelper>();
     lte->SetEpcHelper(epc);
     Ptr<Node> pgw = epc->GetPgwNode();
-    PointToPointHelper p2p;
-    p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_up))));
-    p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay_s)));
-    p2p.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(std::to_string(queue_up) + "p"));
-    NetDeviceContainer d = p2p.Install(pgw, nodes.Get(server));
-    d.Get(1)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_down))));
-    DynamicCast<PointToPointNetDevice>(d.Get(1))->GetQueue()->SetAttribute(
-        "MaxSize", QueueSizeValue(QueueSize(std::to_string(queue_down) + "p")));
+    NetDeviceContainer d = p2p_pair(pgw, nodes.Get(server), bps_up, bps_down, delay_s, queue_up, queue_down);
     Ipv4AddressHelper addr;
     addr.SetBase("1.0.0.0", "255.0.0.0");
     Ipv4InterfaceContainer ifs = addr.Assign(d);
@@ -282,15 +289,7 @@ class World {
     enb.Create(1);
     NodeContainer ue;
     for (int u : ues) ue.Add(nodes.Get(u));
-    MobilityHelper mobility;
-    Ptr<ListPositionAllocator> pos = CreateObject<ListPositionAllocator>();
-    pos->Add(Vector(0.0, 0.0, 0.0));
-    for (size_t i = 0; i < xs.size(); ++i) pos->Add(Vector(xs[i], ys[i], 0.0));
-    mobility.SetPositionAllocator(pos);
-    mobility.SetMobilityModel("ns3::ConstantPositionMobilityModel");
-    NodeContainer placed(enb);
-    placed.Add(ue);
-    mobility.Install(placed);
+    place(enb.Get(0), ue, xs, ys);
     NetDeviceContainer enb_dev = lte->InstallEnbDevice(enb);
     ue_devices = lte->InstallUeDevice(ue);
     Ipv4InterfaceContainer ue_ifs = epc->AssignUeIpv4Address(ue_devices);
@@ -323,15 +322,11 @@ class World {
     Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(seg));
     Config::SetDefault("ns3::TcpSocketBase::Timestamp", BooleanValue(false));
     segment = seg;
+    NodeContainer around;
+    for (int v : sensors) around.Add(nodes.Get(v));
+    place(nodes.Get(sink), around, xs, ys);
     NodeContainer pan(nodes.Get(sink));
-    for (int v : sensors) pan.Add(nodes.Get(v));
-    MobilityHelper mobility;
-    Ptr<ListPositionAllocator> pos = CreateObject<ListPositionAllocator>();
-    pos->Add(Vector(0.0, 0.0, 0.0));
-    for (size_t i = 0; i < xs.size(); ++i) pos->Add(Vector(xs[i], ys[i], 0.0));
-    mobility.SetPositionAllocator(pos);
-    mobility.SetMobilityModel("ns3::ConstantPositionMobilityModel");
-    mobility.Install(pan);
+    pan.Add(around);
     lowpan.AddPropagationLossModel("ns3::LogDistancePropagationLossModel");
     lowpan.SetPropagationDelayModel("ns3::ConstantSpeedPropagationDelayModel");
     NetDeviceContainer lr = lowpan.Install(pan);
@@ -346,14 +341,8 @@ class World {
     NetDeviceContainer six = six_helper.Install(lr);
     six_helper.AddContext(six, 0, Ipv6Prefix("2001:1::", 64), Time(Seconds(1e6)));
     six_helper.AddContext(six, 1, Ipv6Prefix("2001:2::", 64), Time(Seconds(1e6)));
-    PointToPointHelper p2p;
-    p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_up))));
-    p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay_s)));
-    p2p.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue(std::to_string(queue_up) + "p"));
-    NetDeviceContainer wire = p2p.Install(nodes.Get(sink), nodes.Get(server));
-    wire.Get(1)->SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(bps_down))));
-    DynamicCast<PointToPointNetDevice>(wire.Get(1))->GetQueue()->SetAttribute(
-        "MaxSize", QueueSizeValue(QueueSize(std::to_string(queue_down) + "p")));
+    NetDeviceContainer wire =
+        p2p_pair(nodes.Get(sink), nodes.Get(server), bps_up, bps_down, delay_s, queue_up, queue_down);
     track(wire.Get(0)); track(wire.Get(1));
     Ipv6AddressHelper ip6;  // 2001:db8::/32 would be dropped when forwarded (documentation class)
     ip6.SetBase(Ipv6Address("2001:1::"), Ipv6Prefix(64));
