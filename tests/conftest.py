@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from click.testing import Result
 from hypothesis import settings
 
 TESTS = Path(__file__).parent
@@ -110,3 +111,16 @@ def wide_cli(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for console in (common.out, common.err):
         monkeypatch.setattr(console, "_width", 250)
+
+
+def invoke_cli(*args: str) -> Result:
+    """``aiotsim *args`` in-process; fails the test on a traceback (an exception other than the
+    exit a command chooses)."""
+    from typer.testing import CliRunner
+
+    from aiotsim.cli import app
+
+    res = CliRunner().invoke(app, list(args))
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert "Traceback" not in res.output
+    return res

@@ -8,23 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TESTS
-from typer.testing import CliRunner
+from conftest import TESTS, invoke_cli
 
-from aiotsim.cli import app
 from aiotsim.network.calibrate_ns3 import ns3_available
 
-runner = CliRunner()
 TINY = TESTS / "tiny.toml"
 NS3 = "network.engine=ns3"
 needs_ns3 = pytest.mark.skipif(not ns3_available(), reason="ns-3's Python bindings (aiotsim[ns3]) are not installed")
-
-
-def _invoke(*args: str):  # type: ignore[no-untyped-def]
-    res = runner.invoke(app, list(args))
-    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
-    assert "Traceback" not in res.output
-    return res
 
 
 @pytest.mark.parametrize(
@@ -43,13 +33,13 @@ def _invoke(*args: str):  # type: ignore[no-untyped-def]
 def test_what_the_ns3_engine_cannot_run_is_exit_2_with_the_fix(override: str, message: str) -> None:
     sets = [x for o in override.split() for x in ("--set", o)]
     for command in ("validate", "run"):  # run refuses before it builds anything
-        res = _invoke(command, str(TINY), "--set", NS3, *sets)
+        res = invoke_cli(command, str(TINY), "--set", NS3, *sets)
         assert res.exit_code == 2, res.output
         assert message in res.output
 
 
 def test_validate_says_what_the_ns3_engine_runs() -> None:
-    res = _invoke("validate", str(TINY), "--set", NS3, "--set", "network.topology=shared-medium")
+    res = invoke_cli("validate", str(TINY), "--set", NS3, "--set", "network.topology=shared-medium")
     assert res.exit_code == 0, res.output
     assert "engine 'ns3' (packet by packet in ns-3.44: every link a drop-tail FIFO" in res.output
     assert "an 802.11n cell (20 MHz, minstrel-ht rate control, stations within 10 m" in res.output
@@ -57,7 +47,7 @@ def test_validate_says_what_the_ns3_engine_runs() -> None:
 
 @needs_ns3
 def test_a_run_and_a_comparison_on_ns3_write_the_flow_engines_files_and_ns3s_counts(tmp_path: Path) -> None:
-    res = _invoke("compare", str(TINY), "-c", "none,topk", "--set", NS3, "--jobs", "2", "-o", str(tmp_path), "-q")
+    res = invoke_cli("compare", str(TINY), "-c", "none,topk", "--set", NS3, "--jobs", "2", "-o", str(tmp_path), "-q")
     assert res.exit_code == 0, res.output
     summaries = sorted(tmp_path.rglob("summary.json"))
     assert len(summaries) == 2
@@ -70,11 +60,11 @@ def test_a_run_and_a_comparison_on_ns3_write_the_flow_engines_files_and_ns3s_cou
         assert links["node0.up"]["wire_bytes"] + links["node1.up"]["wire_bytes"] >= d["bytes_up"]
         for name in ("metrics.csv", "evals.csv", "trace.json"):
             assert (path.parent / name).stat().st_size > 0
-    ck = _invoke("run", str(TINY), "--set", NS3, "--checkpoint-every", "1", "-o", str(tmp_path / "ck"))
+    ck = invoke_cli("run", str(TINY), "--set", NS3, "--checkpoint-every", "1", "-o", str(tmp_path / "ck"))
     assert ck.exit_code == 2 and "do not checkpoint: TCP's connections live in ns-3" in ck.output
 
 
 def test_a_flow_engine_summary_has_no_ns3_counts(tmp_path: Path) -> None:
-    res = _invoke("run", str(TINY), "-o", str(tmp_path), "-q")
+    res = invoke_cli("run", str(TINY), "-o", str(tmp_path), "-q")
     assert res.exit_code == 0, res.output
     assert "ns3" not in json.loads((tmp_path / "summary.json").read_text())

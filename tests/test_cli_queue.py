@@ -7,23 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import TESTS
+from conftest import TESTS, invoke_cli
 from typer.testing import CliRunner
-
-from aiotsim.cli import app
 
 runner = CliRunner()
 TINY = TESTS / "tiny.toml"
 
 
-def _validate(path: Path, *sets: str):
-    args = ["validate", str(path)]
-    for s in sets:
-        args += ["--set", s]
-    res = runner.invoke(app, args)
-    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
-    assert "Traceback" not in res.output
-    return res
+def _validate(path: Path, *sets: str):  # type: ignore[no-untyped-def]
+    return invoke_cli("validate", str(path), *[x for s in sets for x in ("--set", s)])
 
 
 @pytest.mark.parametrize(
