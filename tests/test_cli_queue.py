@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TESTS, invoke_cli
-from typer.testing import CliRunner
 
-runner = CliRunner()
 TINY = TESTS / "tiny.toml"
 
 
