@@ -10,13 +10,16 @@ a data segment of n bytes 2 + 52 + n. At 10 Mbit/s a byte takes 0.8 us.
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 import simpy
 
 from aiotsim.errors import ConfigError
 from aiotsim.network.calibrate_ns3 import ns3_available
 from aiotsim.network.link import Link
-from aiotsim.network.ns3_engine import Ns3Error, Ns3Network
+from aiotsim.network.ns3_engine import Ns3Error, Ns3Network, Ns3Worker
 from aiotsim.network.ns3_spec import world_spec
 from aiotsim.network.tcp import TcpParams
 from aiotsim.network.topology import Topology
@@ -253,3 +256,11 @@ def test_an_802_15_4_pan_carries_tcp_over_6lowpan_no_faster_than_its_250_kbits()
     # 2,000 B in 27 frames of 76 B plus headers cannot cross a 250 kbit/s channel in under 64 ms
     assert min(took) > 2000 * 8 / 250e3
     assert facts["links"]["pan"]["wire_bytes"] > 2 * 2 * 2000  # every byte crossed the air, with headers
+
+
+@needs_ns3
+def test_a_world_that_cannot_be_built_leaves_no_worker_behind() -> None:
+    with pytest.raises(Ns3Error):
+        Ns3Worker({"op": "build"})  # no spec: the worker answers with an error
+    mine = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "aiotsim.network.ns3_worker"], capture_output=True)
+    assert mine.returncode == 1, mine.stdout  # pgrep: 1 = no such process

@@ -2,15 +2,17 @@
 
     python tools/engine_table.py [--iterations 150] [--jobs 2] [--only iot10,wifi10] [--no-write]
 
-Runs each scenario (iot10, hierarchical, wifi10, cellular) with the codecs ``none`` and ``topk``
+Runs each scenario (iot10, hierarchical, wifi10, cellular: LTE under ns-3, sensors_154: 802.15.4)
+with the codecs ``none`` and ``topk``
 three ways: the flow engine as shipped (``sharing = "fair"``), the flow engine with one drop-tail
 FIFO per link (``sharing = "fifo"``), and ``network.engine = "ns3"``, all at the same iterations,
 seed and training (synchronous learning does not depend on the network, so every way trains the
 same model; only time differs). For each it reports the mean simulated time of an iteration, its
 communication part (``comm_share`` x the iteration), the simulated time to the scenario's target
 accuracy, and each flow-engine row's error against ns-3: (flow - ns3) / ns3. Every number is read
-from the run's ``summary.json`` under ``runs/engines/``; the table is written between markers in
-docs/NS3_ENGINE.md with this command beside it.
+from the run's ``summary.json`` under ``runs/engines/DIGEST/`` (DIGEST: of the aiotsim sources and
+the scenarios, so a complete run there is reused only by the same code); the table is written
+between markers in docs/NS3_ENGINE.md with this command and the digest beside it.
 """
 
 from __future__ import annotations
@@ -25,12 +27,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from aiotsim.results.provenance import inputs_digest  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "NS3_ENGINE.md"
 BEGIN = "<!-- engine table: written by python tools/engine_table.py -->"
 END = "<!-- end of the engine table -->"
-SCENARIOS = ("iot10", "hierarchical", "wifi10", "cellular")
+SCENARIOS = ("iot10", "hierarchical", "wifi10", "cellular", "sensors_154")
 CODECS = ("none", "topk")
+# sensors_154 dense: 86 KB each way per node and round over one 250 kbit/s channel, hours of ns-3
+ONLY_CODECS = {"sensors_154": ("topk",)}
 WAYS = {  # label -> overrides
     "flow fair": ["network.engine=flow", "network.sharing=fair"],
     "flow fifo": ["network.engine=flow", "network.sharing=fifo"],
@@ -39,8 +46,12 @@ WAYS = {  # label -> overrides
 
 
 def run_one(scenario: str, codec: str, way: str, iterations: int, out: Path) -> dict[str, Any]:
-    """One run through the CLI (its own process, as a user runs it); its summary."""
-    d = out / f"{scenario}-{codec}-{way.replace(' ', '-')}"
+    """One run through the CLI (its own process, as a user runs it); its summary. ``out`` is named
+    by the code's digest: a complete run already there was made by this code and is reused."""
+    d = out / f"{scenario}-{codec}-{way.replace(' ', '-')}-{iterations}"
+    done = d / "summary.json"
+    if done.exists() and json.loads(done.read_text()).get("status") == "complete":
+        return dict(json.loads(done.read_text()))
     sets = [f"scenario.iterations={iterations}", *WAYS[way]]
     cmd = [sys.executable, "-m", "aiotsim.cli", "run", f"scenarios/{scenario}.toml", "-c", codec, "-o", str(d), "-q"]
     for s in sets:
@@ -76,7 +87,7 @@ def table(results: dict[tuple[str, str, str], dict[str, Any]], iterations: int) 
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for scenario in SCENARIOS:
-        for codec in CODECS:
+        for codec in ONLY_CODECS.get(scenario, CODECS):
             if (scenario, codec, "ns3") not in results:
                 continue
             ref = row_values(results[(scenario, codec, "ns3")])
@@ -88,14 +99,15 @@ def table(results: dict[tuple[str, str, str], dict[str, Any]], iterations: int) 
     return lines
 
 
-def write(lines: Sequence[str], command: str) -> None:
+def write(lines: Sequence[str], command: str, digest: str) -> None:
     """Replace the text between the markers of docs/NS3_ENGINE.md."""
     text = DOC.read_text()
     if text.count(BEGIN) != 1 or text.count(END) != 1:
         raise SystemExit(f"{DOC} needs one line {BEGIN!r} and one line {END!r}")
     head, rest = text.split(BEGIN + "\n")
     tail = rest.split(END, 1)[1]
-    DOC.write_text(head + BEGIN + "\n" + f"Made by `{command}`.\n\n" + "\n".join(lines) + "\n" + END + tail)
+    made = f"Made by `{command}` (aiotsim sources and scenarios digest {digest}; runs in runs/engines/{digest}/).\n\n"
+    DOC.write_text(head + BEGIN + "\n" + made + "\n".join(lines) + "\n" + END + tail)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,8 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(only) - set(SCENARIOS))
     if unknown or args.iterations < 1 or args.jobs < 1:
         ap.error(f"unknown scenarios {unknown}" if unknown else "--iterations and --jobs must be >= 1")
-    out = ROOT / "runs" / "engines"
-    cases = [(s, c, w) for s in only for c in CODECS for w in WAYS]
+    scenarios = [f"scenarios/{s}.toml" for s in SCENARIOS]
+    digest = inputs_digest(ROOT, scenarios)[:12]  # the aiotsim sources and the scenarios
+    out = ROOT / "runs" / "engines" / digest
+    cases = [(s, c, w) for s in only for c in ONLY_CODECS.get(s, CODECS) for w in WAYS]
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.jobs) as pool:  # each run is its own process
         done = pool.map(lambda k: (k, run_one(*k, args.iterations, out)), sorted(cases, key=lambda k: k[2] != "ns3"))
@@ -119,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(lines))
     print(f"{len(cases)} runs in {time.perf_counter() - t0:.0f} s")
     if not args.no_write and set(only) == set(SCENARIOS):
-        write(lines, f"python tools/engine_table.py --iterations {args.iterations}")
+        write(lines, f"python tools/engine_table.py --iterations {args.iterations}", digest)
     return 0
 
 

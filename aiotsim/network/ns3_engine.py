@@ -90,8 +90,12 @@ class Ns3Worker:
             [sys.executable, "-m", "aiotsim.network.ns3_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True, bufsize=1,
         )  # fmt: skip
-        self._read()  # {"ready": true}: ns-3 loaded and the program compiled
-        self.built = self.call(spec)
+        try:
+            self._read()  # {"ready": true}: ns-3 loaded and the program compiled
+            self.built = self.call(spec)
+        except BaseException:  # else the worker (~700 MB) lives on until this process ends
+            self.close()
+            raise
 
     def _read(self) -> dict[str, Any]:
         assert self._proc.stdout is not None

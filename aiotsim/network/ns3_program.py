@@ -396,6 +396,10 @@ class World {
       if (v6) s->Bind(Inet6SocketAddress(Ipv6Address::GetAny(), PORT));
       else s->Bind(InetSocketAddress(Ipv4Address::GetAny(), PORT));
       s->Listen();
+      // a receiver sends nothing back on its connection (except under duplex): shut its sending
+      // side, so that the sender's close is answered by a FIN, as ns-3's PacketSink (the
+      // calibration's receiver) does; the half-open socket left the FIN's ACKs off the wire
+      if (connection != "duplex") s->ShutdownSend();
       s->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
                            MakeCallback(&World::OnAccept, this));
     }
