@@ -35,17 +35,12 @@ max-wall / 10); so is a case whose smaller N was not feasible. An ns-3 case stil
 it got, and so is a case where ns-3 fails to build or to deliver (the engine's ``Ns3Error``): the
 benchmark does not crash. ``build s`` is not guarded.
 
-How far it scales (2 shared cores, at commit 0b487cd, the engine then under active change): the
-flow engine runs every case, 1,000 nodes in 0.2 s (0.03 to 0.06 ms per message). The ns-3 star
-runs 10 to 500 nodes, 200 to 750 times slower than the flow engine, its cost per simulated MB
-growing with N (about 0.05 to 0.1 s/MB up to 200 nodes, 0.15 s/MB at 500: 73 s for 2,000
-messages); at 1,000 nodes it fails after about 2.5 minutes: 13 of the first round's downloads never
-arrive (ns-3's TCP aborts their connections after 6 retransmissions of one segment, its
-``DataRetries`` default, under the synchronized start's drop-tail losses). The ns-3 Wi-Fi cell
-costs about 0.24 s/MB (about 1,700 times the flow engine) and reaches about 10 stations: with 20 or
-more, stations fail to associate within the engine's 1 s warm-up (at seed 0 already one of 10), and
-254 or more cannot be built (the cell is one /24 subnet); 1,000 stations on one access point are
-not feasible.
+How far it scales (2 cores shared with two other aiotsim jobs, 2026-11-28, docs/SCALE.md): the
+flow engine runs every case, 1,000 nodes in 0.5 s (0.07 to 0.14 ms per message). The ns-3 star
+runs 10 and 100 nodes at 0.2 to 0.4 wall s per simulated MB, 470 to 1,300 times the flow engine;
+1,000 nodes reached 43 s of simulated time (half the messages) in the 400 s allowed. The ns-3 Wi-Fi
+cell costs 0.6 s/MB at 10 stations and 2.9 s/MB at 100 (contention: more frames, collisions and
+retries per delivered byte): 1,000 stations on one access point are not feasible here.
 
 Run: ``python benchmarks/ns3_engine.py [--nodes 10 100 1000] [--rounds 2] [--bytes 246824]
 [--topologies star wifi] [--engines flow ns3] [--seed 1] [--max-wall 600]``
