@@ -177,6 +177,9 @@ def engine_problems(s: Scenario) -> list[str]:
         if radio in radios and (nw.topology != "star" or radios != {radio}):
             out.append(f"nodes.radio: the ns-3 engine runs radio {radio!r} as one {cell}, for a star whose nodes are "
                        f"all on it (here: {nw.topology}, radios {', '.join(sorted(radios))}); {flow}")  # fmt: skip
+    if nw.wifi_positions and len(nw.wifi_positions) != s.nodes.count:
+        out.append(f"network.wifi_positions: {len(nw.wifi_positions)} positions for {s.nodes.count} nodes: give "
+                   "one [x, y] per node, or [] for seeded ones")  # fmt: skip
     if nw.topology == "shared-medium" and nw.loss > 0:
         out.append("network.loss: the ns-3 engine's Wi-Fi cell loses what its channel loses (distance, collisions): "
                    f"set it to 0, {flow}")  # fmt: skip

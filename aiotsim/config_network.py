@@ -7,6 +7,7 @@ short: the network has the most keys of any section.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from aiotsim.config_bounds import (
     MAX_MS,
@@ -25,6 +26,14 @@ from aiotsim.schema import MAX_MBPS, MAX_SECONDS, MIN_MBPS, between, fraction, o
 ENGINES = ("flow", "ns3")
 WIFI_STANDARDS = ("802.11n", "802.11ac", "802.11ax", "802.11g", "802.11a", "802.11b")
 WIFI_MANAGERS = ("minstrel-ht", "ideal", "constant")
+
+
+def positions(v: Any) -> str | None:
+    """Range check of station positions: ``[x, y]`` pairs, each coordinate within 1000 m."""
+    for k, p in enumerate(v):
+        if len(p) != 2 or any(abs(c) > 1000 for c in p):
+            return f"entry {k} must be [x, y] with |x|, |y| <= 1000 m, got {p!r}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -175,6 +184,11 @@ class NetworkSection:
     wifi_radius_m: float = opt(
         10.0, "engine = 'ns3', shared-medium: stations sit uniformly (seeded) within this many metres of the "
         "access point, 0 < r <= 1000", between(1e-3, 1000.0),
+    )  # fmt: skip
+    wifi_positions: list[list[float]] = opt(
+        [], "engine = 'ns3', shared-medium: each station's [x, y], metres from the access point, one per node in "
+        "node order (e.g. [[3.0, 4.0], [-2.5, 1.0]], coordinates within 1000 m); [] = seeded, uniform within "
+        "wifi_radius_m", positions,
     )  # fmt: skip
     lte_resource_blocks: int = opt(
         25, "engine = 'ns3', a star whose nodes are all on radio '4g' (one LTE cell): resource blocks each way, "

@@ -60,8 +60,9 @@ def ns3_head(s: Scenario) -> str:
     nw = s.network
     head = "engine 'ns3' (packet by packet in ns-3.44: every link a drop-tail FIFO; sharing is the flow engine's)"
     if nw.topology == "shared-medium":
+        where = "at the given positions" if nw.wifi_positions else f"within {nw.wifi_radius_m:g} m of the access point"
         head += (f"; the channel is an {nw.wifi_standard} cell ({nw.wifi_width_mhz} MHz, {nw.wifi_manager} rate "
-                 f"control, stations within {nw.wifi_radius_m:g} m of the access point)")  # fmt: skip
+                 f"control, stations {where})")  # fmt: skip
     radios = {g.radio or s.nodes.radio for g in s.nodes.group} if s.nodes.group else {s.nodes.radio}
     if nw.topology == "star" and radios == {"4g"}:
         head += (f"; the nodes' radio '4g' is one LTE cell ({nw.lte_resource_blocks} resource blocks each way, "

@@ -26,6 +26,8 @@ needs_ns3 = pytest.mark.skipif(not ns3_available(), reason="ns-3's Python bindin
         ("network.engine=packets", "network.engine: unknown value 'packets'"),
         ("network.wifi_width_mhz=30", "network.wifi_width_mhz"),
         ("network.lte_resource_blocks=7", "network.lte_resource_blocks"),
+        ("network.wifi_positions=[[1,2]]", "network.wifi_positions: 1 positions for 2 nodes"),
+        ("network.wifi_positions=[[1,2,3],[0,0]]", "network.wifi_positions: entry 0 must be [x, y]"),
         ("nodes.radio=4g network.topology=ring", "runs radio '4g' as one LTE cell, for a star"),
         ("nodes.radio=802.15.4 network.topology=hierarchical", "runs radio '802.15.4' as one 802.15.4 PAN"),
     ],

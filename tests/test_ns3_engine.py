@@ -20,7 +20,7 @@ from aiotsim.errors import ConfigError
 from aiotsim.network.calibrate_ns3 import ns3_available
 from aiotsim.network.link import Link
 from aiotsim.network.ns3_engine import Ns3Error, Ns3Network, Ns3Worker
-from aiotsim.network.ns3_spec import world_spec
+from aiotsim.network.ns3_spec import RadioOptions, world_spec
 from aiotsim.network.tcp import TcpParams
 from aiotsim.network.topology import Topology
 
@@ -149,6 +149,17 @@ def test_what_ns3_cannot_carry_is_refused_with_the_fix() -> None:
         shared.add_link("server", v, air)
     with pytest.raises(ConfigError, match="shared by 4 edges"):
         world_spec(shared, tcp, 0)
+
+
+def test_wifi_stations_stand_where_the_scenario_puts_them_or_at_seeded_spots() -> None:
+    topo = Topology.shared_medium(2, 50e6, 0.001)
+    placed, _ = world_spec(topo, TcpParams(), 0, RadioOptions(positions=((3.0, 4.0), (-2.5, 1.0))))
+    assert (placed["wifi"]["x"], placed["wifi"]["y"]) == ([3.0, -2.5], [4.0, 1.0])
+    seeded, _ = world_spec(topo, TcpParams(), 0, RadioOptions(radius_m=10.0))
+    assert all(x * x + y * y <= 100.0 for x, y in zip(seeded["wifi"]["x"], seeded["wifi"]["y"], strict=True))
+    assert seeded["wifi"] == world_spec(topo, TcpParams(), 0, RadioOptions(radius_m=10.0))[0]["wifi"]  # seeded
+    with pytest.raises(ConfigError, match="3 positions for 2 stations"):
+        world_spec(topo, TcpParams(), 0, RadioOptions(positions=((0.0, 1.0),) * 3))
 
 
 def test_the_spec_keeps_each_directions_rate_queue_and_loss_and_ns3s_segment() -> None:

@@ -70,6 +70,7 @@ class RadioOptions:
     manager: str = "minstrel-ht"
     radius_m: float = 10.0
     lte_resource_blocks: int = LTE_RB
+    positions: tuple[tuple[float, float], ...] = ()  # each station's (x, y), m; () = seeded within radius_m
 
     def __post_init__(self) -> None:
         problems = []
@@ -81,6 +82,8 @@ class RadioOptions:
             problems.append(f"network.wifi_manager(={self.manager!r}) must be one of {', '.join(WIFI_MANAGERS)}")
         if not (isinstance(self.radius_m, (int, float)) and 0 < self.radius_m <= 1000):
             problems.append(f"network.wifi_radius_m(={self.radius_m!r}) must be in (0, 1000]")
+        if any(len(p) != 2 for p in self.positions):
+            problems.append("network.wifi_positions must be [x, y] pairs")
         if self.lte_resource_blocks not in LTE_RBS:
             problems.append(f"network.lte_resource_blocks(={self.lte_resource_blocks!r}) must be one of {LTE_RBS}")
         if problems:
@@ -90,7 +93,8 @@ class RadioOptions:
 def radio_options(network: Any) -> RadioOptions:
     """The cells of a scenario's ``[network]`` section (:class:`aiotsim.config.NetworkSection`)."""
     return RadioOptions(network.wifi_standard, int(network.wifi_width_mhz), network.wifi_manager,
-                        float(network.wifi_radius_m), int(network.lte_resource_blocks))  # fmt: skip
+                        float(network.wifi_radius_m), int(network.lte_resource_blocks),
+                        tuple((float(x), float(y)) for x, y in network.wifi_positions))  # fmt: skip
 
 
 def wifi_positions(n: int, radius_m: float, seed: int) -> tuple[list[float], list[float]]:
@@ -234,6 +238,11 @@ def _cell(topology: Topology, index: dict[str, int], wifi: RadioOptions, seed: i
     channel = topology.links[SHARED_CHANNEL]
     stations = topology.nodes
     xs, ys = wifi_positions(len(stations), wifi.radius_m, seed)
+    if wifi.positions:  # the user's layout
+        if len(wifi.positions) != len(stations):
+            parts.problems.append(f"network.wifi_positions: {len(wifi.positions)} positions for {len(stations)} "
+                                  "stations: give one [x, y] per node")  # fmt: skip
+        xs, ys = [p[0] for p in wifi.positions], [p[1] for p in wifi.positions]
     parts.mtus.append(min(channel.mtu, 1500))  # 802.11's IP MTU is 2,296 bytes; Ethernet's 1,500 at most
     parts.devices += [(SHARED_CHANNEL, "ap")] + [(SHARED_CHANNEL, s) for s in stations]
     if channel.loss > 0:
