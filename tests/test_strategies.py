@@ -218,7 +218,8 @@ def test_divergence_stops_the_run_and_keeps_the_rows(lr: float, sections: dict[s
     assert summary["status"] == "diverged" and summary["complete"] is False
     assert summary["iterations"] == len(sink.rows) < 20  # stopped early, every row before it kept
     assert summary["reason"].startswith(f"iteration {len(sink.rows)}: ")
-    assert list(summary) == list(SUMMARY_FIELDS)  # reason in its place
+    # reason in its place; ns3 (what the ns-3 engine measured) is there only on that engine
+    assert list(summary) == [f for f in SUMMARY_FIELDS if f != "ns3"]
 
 
 def test_no_node_online_stalls_the_run() -> None:
