@@ -61,7 +61,10 @@ def type_label(annotation: Any) -> str:
         (item,) = typing.get_args(annotation) or (Any,)
         if typing.get_origin(item) is dict or item is dict:
             return "a list of tables ([[...]] blocks)"
-        return f"a list of {type_label(item).removeprefix('a ').removeprefix('an ')}s"
+        inner = type_label(item)
+        if inner.startswith("a list of "):  # list[list[float]]: "a list of lists of numbers"
+            return "a list of lists of " + inner.removeprefix("a list of ")
+        return f"a list of {inner.removeprefix('a ').removeprefix('an ')}s"
     names = {float: "a number", int: "an integer", bool: "true or false", str: "a string", type(None): "none"}
     return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
 

@@ -32,6 +32,7 @@ checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import subprocess
@@ -111,11 +112,9 @@ class Ns3Worker:
     def call(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Send one request, return its reply (Ns3Error when the worker reports an error)."""
         assert self._proc.stdin is not None
-        try:
+        with contextlib.suppress(BrokenPipeError):  # a dead worker: _read reports its own error
             self._proc.stdin.write(json.dumps(msg) + "\n")
             self._proc.stdin.flush()
-        except BrokenPipeError:
-            pass  # the worker is gone: _read says why
         return self._read()
 
     def close(self) -> None:

@@ -105,9 +105,11 @@ def main() -> None:  # pragma: no cover - runs in the child process (tests drive
 
     from aiotsim.network.calibrate_ns3 import NS3_PRELUDE
     from aiotsim.network.ns3_program import ENGINE_SOURCE
+    from aiotsim.network.ns3_radios import RADIO_SOURCE
 
     cppyy.cppdef(NS3_PRELUDE)
     cppyy.cppdef(ENGINE_SOURCE)
+    cppyy.cppdef(RADIO_SOURCE)
     world = cppyy.gbl.aiotsim_engine.World()
     _reply({"ready": True})
     for line in sys.stdin:
