@@ -212,7 +212,7 @@ class NetworkSection:
         4_194_304, "tcp: socket buffer (largest window), bytes, 1500..1e9", between(1500, 1_000_000_000)
     )
     tcp_congestion: str = opt("cubic", "tcp: congestion avoidance, 'cubic' or 'reno'", choices=("cubic", "reno"))
-    tcp_hystart: bool = opt(True, "tcp: HyStart ends slow start at half the bandwidth-delay product")
+    tcp_hystart: bool = opt(True, "tcp: HyStart ends slow start (ACK train from 12 Mbit/s; queueing delay under fifo)")
     tcp_idle_restart: bool = opt(True, "tcp: restart slow start after an idle RTO (Linux's default)")
     tcp_connection: str = opt(
         "reuse",

@@ -474,6 +474,7 @@ class Network:
             rd = plan_round(
                 t.conn, self.tcp, now, self._remaining[slot] / t.seg_wire, t.rtt, t.bdp, t.max_window,
                 lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty), share,
+                segment_s=t.rtt / t.bdp,  # the TCP model's HyStart ACK spacing, as the engine passes it
             )  # fmt: skip
             if rd.final:  # the last window leaves in one burst, at the fair share
                 self._flow_cap[slot], self._round_end[slot] = np.inf, np.inf

@@ -206,15 +206,17 @@ def test_a_paced_round_does_not_burst() -> None:
 @pytest.mark.parametrize(("stack", "exits_at"), [("linux", 0.1 + 0.0125), ("ns3", 0.1 + 0.1)])
 def test_hystart_delay_test_of_each_stack(stack: str, exits_at: float) -> None:
     """Slow start ends once a round trip exceeds the smallest seen (100 ms) by clamp(min / 8,
-    4 ms, 16 ms) = 12.5 ms in Linux, by clamp(min, 4 ms, 1 s) = 100 ms in ns-3; not below."""
+    4 ms, 16 ms) = 12.5 ms in Linux, by clamp(min, 4 ms, 1 s) = 100 ms in ns-3; not below. The
+    test decides after 8 samples (ACKs of 2 segments) of the round: the window leaves at
+    20 + 16 = 36."""
     from aiotsim.network.tcp import grow
 
-    params = TcpParams(hystart_delay=stack)
+    params = TcpParams(stack=stack)
     for rtt, leaves in ((exits_at - 1e-4, False), (exits_at + 1e-4, True)):
         conn = Connection(cwnd=20.0, min_rtt_s=0.1)
         grow(conn, params, 1.0, rtt, 1e6, rtt)  # HyStart samples this round trip
-        assert (conn.ssthresh == 20.0) is leaves, (rtt, conn)
-        assert conn.cwnd < 21.0 if leaves else conn.cwnd == 40.0  # CUBIC's first step, or doubled
+        assert (conn.ssthresh == 36.0) is leaves, (rtt, conn)
+        assert conn.cwnd == (36.0 if leaves else 40.0)  # grown by 16 segments, or doubled
 
 
 def test_fair_sharing_ignores_the_buffers() -> None:

@@ -213,10 +213,17 @@ def test_several_losses_in_one_window_are_one_sack_recovery() -> None:
     conn = Connection(cwnd=40.0, ssthresh=40.0)
     rd = plan_round(conn, TcpParams(), 0.0, 1000, RTT, 1e4, 1e4, scripted(5, 6, 17, None, 1, None))
     assert rd.duration_s == pytest.approx(0.8) and conn.cwnd == 1.0
-    # the transfer's last round (30 segments): losses at 10 and 29: nothing behind 29 reveals it
-    # (no SACK above it) -> the tail costs an RTO (0.6 s) on top of the last byte's time
+    # the transfer's last round (30 segments): losses at 10 and 29. The 19 behind 10 start SACK
+    # recovery; nothing behind 29 marks it lost, yet recovery resends it: Linux's RACK once a
+    # retransmission sent after it is SACKed (one more RTT: 0.4 s on top of the last byte's
+    # time), ns-3's NextSeg rule 3 in the same round trip (0.2 s); one cut, no timeout
+    for stack, extra in (("linux", 2 * RTT), ("ns3", RTT)):
+        conn = Connection(cwnd=40.0)
+        rd = plan_round(conn, TcpParams(stack=stack), 0.0, 30, RTT, 1e4, 1e4, scripted(10, 18, None))
+        assert rd.final and rd.extra_delay_s == pytest.approx(extra) and conn.cwnd == pytest.approx(28.0)
+    # only the tail lost (29: nothing behind it, no recovery to resend it): the RTO (0.6 s)
     conn = Connection(cwnd=40.0)
-    rd = plan_round(conn, TcpParams(), 0.0, 30, RTT, 1e4, 1e4, scripted(10, 18, None))
+    rd = plan_round(conn, TcpParams(), 0.0, 30, RTT, 1e4, 1e4, scripted(29, None))
     assert rd.final and rd.extra_delay_s == pytest.approx(0.6) and conn.cwnd == 1.0
 
 
@@ -245,12 +252,32 @@ def test_cubic_returns_to_w_max_after_k_seconds() -> None:
 
 
 def test_hystart_leaves_slow_start_at_half_the_bdp() -> None:
+    # Linux's ACK train: a round of 32 >= 16 segments whose ACKs span half the smallest RTT
+    # (32 >= 60 / 2) ends slow start there, mid-round, after the train's 30 segments were acked:
+    # the window leaves at 32 + 30 = 62 (ns-3, same rule with the whole RTT: 20 Mbit/s at 10 ms
+    # leaves a round of 40 at 71 = 40 + 33)
     conn = Connection(cwnd=32.0)
-    grow(conn, TcpParams(), 1.0, RTT, bdp_segments=60.0)  # 32 >= 16 and >= 30: leave slow start
-    assert conn.ssthresh == 32.0 and conn.cwnd < 64.0
+    grow(conn, TcpParams(), 1.0, RTT, bdp_segments=60.0)
+    assert conn.ssthresh == 62.0 and conn.cwnd == 62.0
     conn = Connection(cwnd=32.0)
     grow(conn, TcpParams(hystart=False), 1.0, RTT, bdp_segments=60.0)
     assert conn.cwnd == 64.0
+    conn = Connection(cwnd=32.0)  # ns-3's train must span the whole smallest RTT: 32 < 60
+    grow(conn, TcpParams(stack="ns3"), 1.0, RTT, bdp_segments=60.0)
+    assert conn.cwnd == 64.0
+
+
+@pytest.mark.parametrize(("mbps", "train"), [(10.0, False), (11.0, False), (13.0, True), (100.0, True)])
+def test_hystart_ack_train_needs_acks_2_ms_apart(mbps: float, train: bool) -> None:
+    # one ACK per 2 segments of 1,500 wire bytes: 2.4 ms apart at 10 Mbit/s, 2.18 ms at 11,
+    # 1.85 ms at 13: the train test counts only ACKs at most 2 ms apart (Linux, ns-3); below
+    # 12 Mbit/s slow start ends only by the delay test or a loss (ns-3.44 with HyStartDetect =
+    # PACKET_TRAIN, 10 Mbit/s at 10 ms: no exit before a loss; 20 Mbit/s: exit at 71)
+    segment_s = 1500 * 8 / (mbps * 1e6)
+    conn = Connection(cwnd=64.0)
+    grow(conn, TcpParams(), 1.0, RTT, 60.0, segment_s=segment_s)
+    assert (conn.ssthresh < math.inf) is train
+    assert conn.cwnd == (min(64.0 + 30.0, 128.0) if train else 128.0)
 
 
 def test_socket_buffer_caps_the_window() -> None:

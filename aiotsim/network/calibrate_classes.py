@@ -179,7 +179,7 @@ def model_times(case: ClassCase, seed: int = 1, sharing: str = "fair") -> list[f
     env = simpy.Environment()
     # as ns-3: no restart after idle, its HyStart delay test (which only queueing can trigger)
     tcp = TcpParams(
-        connection="duplex" if case.alternating else "per-transfer", idle_restart=False, hystart_delay="ns3"
+        connection="duplex" if case.alternating else "per-transfer", idle_restart=False, stack="ns3"
     )
     net = Network(env, topo, seed=seed, transport="tcp", tcp=tcp, sharing=sharing)
     per = 2 * case.rounds if case.alternating else 1

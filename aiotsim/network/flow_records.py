@@ -64,7 +64,7 @@ class TcpFlight:
     cap: float = math.inf  # bytes/s, window cap (inf: none; 0: waiting out a handshake or timeout)
     queued: bool = False  # its last round's window stands in a link's queue (sharing = "fifo")
     started: bool = False  # its first round has begun (sharing = "fifo": the first window bursts)
-    standing: float = -1.0  # s, the queueing delay of its last round (sharing = "fifo"; -1: none yet)
+    standing: float = -1.0  # s, the queue its path had as its last round began (sharing = "fifo"; -1: none yet)
 
 
 @dataclass(slots=True)

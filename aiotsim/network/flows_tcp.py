@@ -135,7 +135,7 @@ class TcpRounds:
             if self._round_valid(entry):
                 due.add(entry[1])
         slots = sorted(due)
-        trips = self._offer_rounds(slots, now) if self._queues is not None else {}
+        trips, ahead = self._offer_rounds(slots, now) if self._queues is not None else ({}, {})
         for slot in slots:
             t = self._tcp_flows[slot]
             assert t is not None
@@ -149,16 +149,18 @@ class TcpRounds:
             if self._queues is not None:  # the round trip through the queues, its share and its drops
                 trip = trips[slot]
                 rtt, dropped, share = trip.rtt, trip.loss, np.inf
-                # HyStart samples the queue standing as the round begins: the last round's, or on a
-                # first round what others left (its own first window has not queued yet)
-                sample = t.rtt + (t.standing if t.standing >= 0 else trip.rtt - t.rtt)
-                t.standing = trip.rtt - t.rtt
+                # HyStart's first samples of a round are the ACKs of the previous round's first
+                # segments: they measure the queue that stood as that round began (ns-3 and Linux
+                # see the delay one round late, so slow start overshoots the test by a doubling);
+                # a first round's own first segments meet what stood before any window of now
+                sample = t.rtt + (t.standing if t.standing >= 0 else ahead[slot])
+                t.standing = ahead[slot]
                 fifo_cap = trip.rate if trip.queued and trip.rate > 0 else np.inf
                 t.queued = trip.queued
             rd = plan_round(
                 t.conn, self.tcp, now, left / t.seg_wire, rtt, t.bdp, t.max_window,
                 (lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty)) if lossy else _never_lost,
-                share, dropped, sample,
+                share, dropped, sample, t.rtt / t.bdp, t.rtt if self._queues is not None else None,
             )  # fmt: skip
             if rd.final:  # the last window leaves in one burst, at the fair share (its FIFO share if queued)
                 t.extra_delay += rd.extra_delay_s
@@ -168,13 +170,15 @@ class TcpRounds:
                 self._set_round(slot, t, now + rd.duration_s, rd.segments * t.seg_wire / rd.duration_s, now)
         return slots
 
-    def _offer_rounds(self, slots: list[int], now: float) -> dict[int, RoundTrip]:
+    def _offer_rounds(self, slots: list[int], now: float) -> tuple[dict[int, RoundTrip], dict[int, float]]:
         """Under FIFO sharing: the windows of the rounds starting now go into the queues together
         (they burst together), each with the rate it is emitted at: a transfer's first window at
         the sender's line rate, a slow-start round at twice its last round's rate, a round in
-        congestion avoidance paced by its ACKs (0: no burst)."""
+        congestion avoidance paced by its ACKs (0: no burst). Also returns, per flow, the queueing
+        delay its path had just before (s): what the round's first segments meet."""
         queues = self._queues
         assert queues is not None
+        ahead = {slot: queues.path_delay(slot) for slot in slots}  # s, before any window of now joins
         for slot in slots:
             t = self._tcp_flows[slot]
             f = self._flows[slot]
@@ -188,7 +192,7 @@ class TcpRounds:
                 burst = 0.0
             t.started = True
             queues.offer(slot, sent * t.seg_wire, burst)
-        return queues.trips()
+        return queues.trips(), ahead
 
     def _reprice(self, now: float) -> None:
         """Under FIFO sharing: the flows whose queue's delay moved take their new rate (window /

@@ -171,6 +171,12 @@ class QueueLinks:
             return sum(self._links[i].delay for i in links)
         return sum(self._links[i].delay * k for i, k in zip(links, mults, strict=True))
 
+    def path_delay(self, fid: int) -> float:
+        """The queueing delay flow ``fid``'s packets meet on its forward path and its ACKs on the
+        reverse path, as last solved, s (what an RTT sample of it measures above the base)."""
+        m = self._members[fid]
+        return self.links_delay(m.links, m.mults) + self.links_delay(m.reverse)
+
     def send(self, fid: int, window: float, burst: float = 0.0) -> RoundTrip:
         """Flow ``fid`` starts a round with ``window`` wire bytes in flight, sent at ``burst``
         bytes/s (0: paced by its ACKs, no burst): :meth:`offer` then :meth:`trips` for it alone."""
@@ -278,7 +284,7 @@ class QueueLinks:
             q = links[m.at]
             q.queued[m.rtt] = q.queued.get(m.rtt, 0.0) + self._mult(m, m.at) * window
             q.members[m.fid] = None
-            self._solve(q)
+            self._solve(q, reprice=True)
         m.rate = 0.0
         self._price(m)
 
@@ -316,7 +322,7 @@ class QueueLinks:
     def _price(self, m: _Member) -> tuple[float, float]:
         """Set a flow's rate from the queues of its paths; (rtt s, loss fraction)."""
         links = self._links
-        rtt = m.rtt + self.links_delay(m.links, m.mults) + self.links_delay(m.reverse)
+        rtt = m.rtt + self.path_delay(m.fid)
         loss = links[m.at].loss if m.at >= 0 else 0.0
         old, m.rate = m.rate, m.window / rtt * (1.0 - loss) if rtt > 0 else math.inf
         self._count(m, m.rate - old)

@@ -12,10 +12,13 @@ Per round trip (one :func:`plan_round` per window-limited flow and round):
 * **slow start** (``cwnd < ssthresh``): the window doubles every round (one segment per ACK,
   RFC 5681; Linux and ns-3 both count segments, not ACKs, so delayed ACKs still double it), from
   the initial window (RFC 6928: 10 segments). HyStart (on by default in Linux and in ns-3's
-  CUBIC) ends slow start once the window covers half the path's bandwidth-delay product
-  (its ACK-train test, from 16 segments up);
+  CUBIC, from 16 segments up) ends slow start mid-round: its ACK-train test once a round's ACKs,
+  at most 2 ms apart, span half the smallest round trip (ns-3: all of it), which a bottleneck
+  under 12 Mbit/s never allows; its delay test once the queue a round's first ACKs measured
+  (under ``sharing = "fifo"``: the one standing as the round before began) exceeds a threshold;
 * **congestion avoidance**: CUBIC (RFC 9438; Linux's and ns-3's default, C = 0.4, beta = 0.7) with
-  its Reno-friendly region, or Reno (+1 segment per round, beta = 0.5);
+  its Reno-friendly region, growing at least 5% per round until its first reduction (Linux's and
+  ns-3's clamp), or Reno (+1 segment per round, beta = 0.5);
 * **loss**: each round's segments are lost independently with the path's loss probability (seeded
   geometric draws: the position of the first loss, then of each next one behind it,
   :meth:`LossSampler.first_loss`). A first loss with >= 3 segments behind it is repaired by fast
@@ -63,11 +66,29 @@ CUBIC_C = 0.4  # segments / s^3 (RFC 9438)
 CUBIC_BETA = 0.7  # window kept after a loss (RFC 9438)
 RENO_BETA = 0.5
 HYSTART_LOW_WINDOW = 16  # segments: HyStart is active from this window up (Linux, ns-3)
+HYSTART_MIN_SAMPLES = 8  # RTT samples (ACKs) a round's delay test takes first (Linux, ns-3)
 # HyStart's delay test leaves slow start once a round trip exceeds the smallest one seen by
 # clamp(smallest / divisor, 4 ms, max): Linux (tcp_cubic.c) divides by 8 and clamps at 16 ms;
 # ns-3.44's TcpCubic does not divide and clamps at 1 s (HyStartDelayMin / HyStartDelayMax)
 HYSTART_DELAY_MIN_S = 0.004  # s
 HYSTART_DELAY = {"linux": (8.0, 0.016), "ns3": (1.0, 1.0)}  # stack -> (divisor, max s)
+# HyStart's ACK-train test counts only ACKs at most 2 ms apart (Linux hystart_ack_delta_us, ns-3
+# HyStartAckDelta): a train of them longer than the smallest round trip's half (Linux, unpaced) or
+# the whole of it (ns-3.44 TcpCubic::HystartUpdate) ends slow start. With one ACK per 2 segments,
+# a bottleneck slower than 2 x 1,500 bytes per 2 ms (12 Mbit/s) never spaces ACKs that closely:
+# there, only the delay test (a queue) or a loss ends slow start.
+HYSTART_ACK_DELTA_S = 0.002  # s
+HYSTART_TRAIN = {"linux": 0.5, "ns3": 1.0}  # stack -> the train's length / the smallest round trip
+# A loss too near a round's end for 3 SACKed segments above it (the tail) is not "lost" to RFC
+# 6675's IsLost. Once SACK recovery runs for the holes before it, ns-3.44 resends it in the same
+# round trip (TcpTxBuffer::NextSeg, rule 3: the first unSACKed segment once no hole is left);
+# Linux's RACK marks it lost when a retransmission sent after it is SACKed, a round trip later.
+# Only a loss with no 3 segments behind it at all (no recovery) waits for the RTO.
+TAIL_REPAIR_RTTS = {"linux": 1.0, "ns3": 0.0}  # stack -> round trips after the recovery's first
+# Before CUBIC's first window reduction (and after a timeout, which resets it) Linux's
+# bictcp_update and ns-3's TcpCubic::Update clamp the ACK count per increment at 20: the window
+# grows by at least 1/20 of itself per round trip ("the available bandwidth is still unknown")
+CUBIC_PROBE_CNT = 20.0
 FAST_RETRANSMIT_DUPACKS = 3
 SYN_RTO_S = 1.0  # s, first SYN retransmission timeout (RFC 6298 sec. 2.1, Linux, ns-3 ConnTimeout set so)
 SYN_RETRIES = 6  # SYN retransmissions before giving up (Linux tcp_syn_retries, ns-3 ConnCount)
@@ -99,11 +120,13 @@ class TcpParams:
     min_rto_s : float
         Floor of the retransmission timeout, s (Linux: 0.2).
     hystart : bool
-        End slow start at half the bandwidth-delay product (Linux's and ns-3's CUBIC default).
-    hystart_delay : str
-        Whose HyStart delay test (:data:`HYSTART_DELAY`): ``"linux"`` (default) or ``"ns3"`` (the
-        calibration against ns-3). It only fires where round trips include queueing
-        (``sharing = "fifo"``).
+        HyStart ends slow start (Linux's and ns-3's CUBIC default): its ACK-train test and, where
+        round trips include queueing (``sharing = "fifo"``), its delay test.
+    stack : str
+        Whose TCP where Linux's and ns-3.44's differ: ``"linux"`` (default) or ``"ns3"`` (the
+        calibration against ns-3): HyStart's delay threshold (:data:`HYSTART_DELAY`) and train
+        length (:data:`HYSTART_TRAIN`), and how a lost tail is found in SACK recovery
+        (:data:`TAIL_REPAIR_RTTS`).
     """
 
     initial_window: int = 10
@@ -113,7 +136,7 @@ class TcpParams:
     connection: str = "reuse"
     min_rto_s: float = 0.2
     hystart: bool = True
-    hystart_delay: str = "linux"
+    stack: str = "linux"
 
     @property
     def beta(self) -> float:
@@ -172,6 +195,7 @@ class Connection:
     acked: float = 0.0  # segments acknowledged so far (RTT samples for the RTO), segments
     busy: bool = False
     min_rtt_s: float = math.inf  # the smallest round trip seen (HyStart's delay test), s
+    probing: bool = True  # CUBIC has not cut the window since the connection opened or its last timeout
 
 
 @dataclass
@@ -249,7 +273,13 @@ def restart_window(conn: Connection, idle_s: float, rto_s: float, initial_window
 
 
 def grow(
-    conn: Connection, params: TcpParams, now_s: float, rtt_s: float, bdp_segments: float, sample_s: float = 0.0
+    conn: Connection,
+    params: TcpParams,
+    now_s: float,
+    rtt_s: float,
+    bdp_segments: float,
+    sample_s: float = 0.0,
+    segment_s: float = 0.0,
 ) -> None:
     """The window after one loss-free round trip (slow start, HyStart, CUBIC or Reno), in place.
 
@@ -271,35 +301,58 @@ def grow(
         the least of the round's first 8 samples). Where it is > 0 (round trips carry a modelled
         queue), the delay test ends slow start once it exceeds the smallest seen by its
         threshold (:data:`HYSTART_DELAY`).
+    segment_s : float
+        Time one segment takes at the path's bottleneck, s: a delayed ACK's two segments apart is
+        the ACK train's spacing, which must be at most :data:`HYSTART_ACK_DELTA_S` for the
+        ACK-train test to count it (0: always counted).
     """
     cwnd = conn.cwnd
     delayed = False
     if sample_s > 0:  # only a modelled queue moves a round trip (the fair model's path: skipped)
         low = conn.min_rtt_s = min(conn.min_rtt_s, sample_s)
-        divisor, most = HYSTART_DELAY[params.hystart_delay]
+        divisor, most = HYSTART_DELAY[params.stack]
         delayed = sample_s >= low + min(max(low / divisor, HYSTART_DELAY_MIN_S), most)
     if cwnd < conn.ssthresh:
-        train = cwnd >= 0.5 * bdp_segments  # the ACK-train test
+        # the ACK-train test: ACKs close enough together, for long enough (HYSTART_TRAIN)
+        train = SEGMENTS_PER_ACK * segment_s <= HYSTART_ACK_DELTA_S and cwnd >= (
+            HYSTART_TRAIN[params.stack] * bdp_segments
+        )
         if params.hystart and cwnd >= HYSTART_LOW_WINDOW and (train or delayed):
+            # HyStart finds the exit mid-round, and slow start has grown the window by the
+            # segments acked until then: the delay test decides after its first samples (8 ACKs
+            # of 2 segments), the train once its ACKs have spanned the yardstick (ns-3.44, one
+            # flow: 20 Mbit/s at 10 ms leaves a round of 40 at 71 = 40 + 33, here 73; 10 Mbit/s
+            # at 10 ms, by the delay test, at 163, here 176)
+            grown = SEGMENTS_PER_ACK * HYSTART_MIN_SAMPLES if delayed else HYSTART_TRAIN[params.stack] * bdp_segments
+            cwnd = conn.cwnd = min(cwnd + grown, 2.0 * cwnd)
             conn.ssthresh = cwnd  # HyStart: leave slow start, CUBIC from here (epoch now, K = 0)
             conn.w_max, conn.epoch_s, conn.k_s = cwnd, now_s, 0.0
+            return
         else:
             conn.cwnd = min(2.0 * cwnd, conn.ssthresh) if math.isfinite(conn.ssthresh) else 2.0 * cwnd
             return
     if params.congestion == "reno":
         conn.cwnd = cwnd + 1.0
         return
+    if conn.w_max <= 0:  # the first round since a timeout reset CUBIC: a new epoch from this window
+        conn.w_max, conn.epoch_s, conn.k_s = cwnd, now_s, 0.0
     t = now_s - conn.epoch_s  # s since the last reduction
     w_cubic = CUBIC_C * (t + rtt_s - conn.k_s) ** 3 + conn.w_max  # RFC 9438 eq. 1, one RTT ahead
     beta = CUBIC_BETA
     w_reno = conn.w_max * beta + 3.0 * (1.0 - beta) / (1.0 + beta) * t / rtt_s  # RFC 9438 eq. 4
+    floor = cwnd * (1.0 + 1.0 / CUBIC_PROBE_CNT) if conn.probing else cwnd + 1.0 / max(cwnd, 1.0)
     # Linux bounds CUBIC's growth at 1.5x per round trip (cnt >= 2)
-    conn.cwnd = min(max(w_cubic, w_reno, cwnd + 1.0 / max(cwnd, 1.0)), 1.5 * cwnd)
+    conn.cwnd = min(max(w_cubic, w_reno, floor), 1.5 * cwnd)
 
 
 def cut(conn: Connection, params: TcpParams, now_s: float, timeout: bool) -> None:
-    """The window after a loss: fast retransmit (x beta) or a timeout (1 segment), in place."""
-    conn.w_max = conn.cwnd
+    """The window after a loss: fast retransmit (x beta) or a timeout (1 segment), in place.
+
+    A timeout also resets CUBIC, as Linux (``cubictcp_state`` on TCP_CA_Loss) and ns-3
+    (``TcpCubic::CubicReset``) do: the next epoch starts from the window congestion avoidance
+    resumes at, and it probes (:data:`CUBIC_PROBE_CNT`) until the next reduction."""
+    conn.probing = timeout
+    conn.w_max = 0.0 if timeout else conn.cwnd  # 0: the epoch starts where avoidance resumes (grow)
     conn.k_s = (conn.w_max * (1.0 - params.beta) / CUBIC_C) ** (1.0 / 3.0)  # RFC 9438 eq. 2
     conn.ssthresh = max(params.beta * conn.cwnd, MIN_WINDOW)
     conn.cwnd = 1.0 if timeout else conn.ssthresh
@@ -326,6 +379,8 @@ def plan_round(
     share_segments: float = math.inf,
     dropped: float = 0.0,
     sample_s: float = 0.0,
+    segment_s: float = 0.0,
+    base_rtt_s: float | None = None,
 ) -> Round:
     """One round trip of a window-limited flow: what it sends, how long it takes, the new window.
 
@@ -348,6 +403,12 @@ def plan_round(
         Fraction of the round a full drop-tail buffer drops, besides random losses (:func:`_losses`).
     sample_s : float
         What HyStart's samples of the round measure, s (0: no modelled queue; :func:`grow`).
+    segment_s : float
+        One segment's time at the path's bottleneck, s (HyStart's ACK spacing; :func:`grow`).
+    base_rtt_s : float or None
+        The path's round trip without queueing, s: what resending a hole of the transfer's last
+        window costs after it drains, when ``rtt_s`` includes the queue its own window built
+        (None: ``rtt_s``).
 
     Returns
     -------
@@ -361,13 +422,15 @@ def plan_round(
     conn.acked += sent
     if not lost:
         if not final:
-            grow(conn, params, now_s + span, span, bdp_segments, sample_s)
+            grow(conn, params, now_s + span, span, bdp_segments, sample_s, segment_s)
         return Round(sent, span, final)
     rto = params.loss_rto(span, acked)
     # segments behind a loss that can raise duplicate ACKs / SACKs: the rest of this round and, if
     # the transfer goes on, the next round's new data
     more = 0.0 if final else min(window, left_segments - sent)
-    delay, timeout = _recovery(lost, sent + more, span, rto, lose)
+    # the last window's holes are resent as its segments drain, behind no queue of its own
+    resend_s = span if not final or base_rtt_s is None else min(base_rtt_s, span)
+    delay, timeout = _recovery(lost, sent + more, resend_s, rto, lose, TAIL_REPAIR_RTTS[params.stack])
     cut(conn, params, now_s + delay, timeout)
     if final:
         return Round(sent, rtt_s, True, extra_delay_s=delay)
@@ -375,17 +438,24 @@ def plan_round(
 
 
 def _recovery(
-    lost: list[int], behind_end: float, span: float, rto: float, lose: Callable[[int], int | None]
+    lost: list[int],
+    behind_end: float,
+    span: float,
+    rto: float,
+    lose: Callable[[int], int | None],
+    tail_rtts: float = TAIL_REPAIR_RTTS["linux"],
 ) -> tuple[float, bool]:
     """How long repairing a round's ``lost`` segments takes (s) and whether it ends in a timeout;
-    ``behind_end``: segments sent up to the end of the next round (duplicate ACKs / SACKs)."""
-    timeout = behind_end - lost[0] - 1 < FAST_RETRANSMIT_DUPACKS  # no fast retransmit at all
-    timeout = timeout or behind_end - lost[-1] - 1 < FAST_RETRANSMIT_DUPACKS  # unrevealed tail loss
-    if timeout:
+    ``behind_end``: segments sent up to the end of the next round (duplicate ACKs / SACKs);
+    ``tail_rtts``: what finding a lost tail costs once recovery runs (:data:`TAIL_REPAIR_RTTS`)."""
+    if behind_end - lost[0] - 1 < FAST_RETRANSMIT_DUPACKS:  # no fast retransmit at all
         return backed_off(rto, lose), True  # the timeout retransmission, and its backoffs if lost
     if lose(len(lost)) is not None:  # a fast retransmission lost: found by the RTO, after the recovery RTT
         return span + backed_off(rto, lose), True
-    return span, False  # SACK recovery: every hole resent in one round trip
+    # SACK recovery: every hole resent in one round trip; losses too near the end for SACKs to
+    # reveal them are resent in the same recovery, found as the stack finds them
+    tail = behind_end - lost[-1] - 1 < FAST_RETRANSMIT_DUPACKS
+    return span * (1.0 + (tail_rtts if tail else 0.0)), False
 
 
 def _losses(segments: int, lose: Callable[[int], int | None], dropped: float = 0.0) -> list[int]:
