@@ -52,13 +52,36 @@ def test_fair_model_ignores_the_buffer_and_fifo_feels_it() -> None:
 
 def test_markdown_report_lays_out_both_sharings() -> None:
     case = cc.ClassCase("mixed RTT", "x", (cc.Flow(1, 1.0),) * 2)
-    rows = [cc.FlowRow(case, 0, 2.0, 3.0, 1.0), cc.FlowRow(case, 1, 4.0, 4.0, 5.0)]
+    rows = [cc.FlowRow(case, 0, 2.0, 3.0, 1.0, 0.1), cc.FlowRow(case, 1, 4.0, 4.0, 5.0, 0.4)]
     text = cc.markdown_report(rows)
-    # fair: |errors| 0.5 and 0 (median 25%); fifo: 0.5 and 0.25 (median 37.5%, signed mean -12.5%)
-    assert "| mixed RTT | 2 | 25.0% | 45.0% | 50.0% | +25.0% |" in text
-    assert "| mixed RTT | 2 | 37.5% | 47.5% | 50.0% | -12.5% |" in text
+    # fair: |errors| 0.5 and 0 (median 25%); fifo: 0.5 and 0.25 (median 37.5%, signed mean -12.5%);
+    # ns-3's relative standard errors 0.1 / 2 and 0.4 / 4: median 7.5%
+    assert "| mixed RTT | 2 | 25.0% | 45.0% | 50.0% | +25.0% | 7.5% |" in text
+    assert "| mixed RTT | 2 | 37.5% | 47.5% | 50.0% | -12.5% | 7.5% |" in text
     assert text.index('`sharing = "fair"`') < text.index('`sharing = "fifo"`')
-    assert "| mixed RTT | x | 1 | 4.000 | 4.000 | +0.0% | 5.000 | +25.0% |" in text
+    assert "| mixed RTT | x | 1 | 4.000 | 0.400 | 4.000 | +0.0% | 5.000 | +25.0% |" in text
+
+
+def test_realisations_start_each_flow_up_to_a_millisecond_late_the_same_way_every_time() -> None:
+    case = cc.ClassCase("staggered", "s", (cc.Flow(1, 1.0, 0.0), cc.Flow(1, 1.0, 0.3)))
+    runs = cc.realisations(case, 5)
+    assert runs == cc.realisations(case, 5) and len(runs) == 5
+    late = [[f.start_s - g.start_s for f, g in zip(r.flows, case.flows, strict=True)] for r in runs]
+    assert all(0.0 <= d < cc.START_JITTER_S for row in late for d in row)
+    assert len({d for row in late for d in row}) == 10  # every flow of every realisation its own draw
+    assert all(r.label == case.label and r.queue_packets == case.queue_packets for r in runs)
+
+
+def test_compare_averages_the_realisations_and_gives_ns3s_standard_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # two flows, three realisations; ns-3 (stubbed) gives flow 0 1, 2, 3 s (mean 2, sd 1, se
+    # 1 / sqrt 3) and flow 1 4 s, -1 (unfinished), 4 s: flow 1 is left out
+    case = cc.ClassCase("deep buffer", "d", (cc.Flow(10_000, 50.0),) * 2)
+    monkeypatch.setattr(cc, "run_ns3", lambda cases: [[1.0, 4.0], [2.0, -1.0], [3.0, 4.0]][: len(cases)])
+    (row,) = cc.compare([case], runs=3)
+    assert (row.flow, row.ns3_s, row.ns3_se) == (0, pytest.approx(2.0), pytest.approx(1 / 3**0.5))
+    # the model's side is the mean of its three realisations (each within 1 ms of the exact time)
+    exact = cc.model_times(case)[0]
+    assert row.model_s == pytest.approx(exact, abs=1e-3)
 
 
 def test_markdown_needs_the_classes() -> None:

@@ -22,8 +22,15 @@ assumption at a time:
   default do).
 
 Both sides are set up as in :mod:`~aiotsim.network.calibrate_ns3` (CUBIC, initial window 10,
-1,448-byte segments, SACK, Linux's timers, a handshake per transfer) and carry no random loss, so
-one ns-3 run per case is exact. The model runs under both sharings: ``fair`` (the default) has no
+1,448-byte segments, SACK, Linux's timers, a handshake per transfer) and carry no random loss.
+Yet a drop-tail buffer makes a case lossy: which flow's slow start loses a burst, or which
+retransmission meets a full queue, turns on the order packets reach it, and a start 1 ms later
+moves one flow's completion by up to 40% in ns-3 (8 x 250 KB through 10 packets: one flow 1.03 s,
+the others 2.3-3.0 s, and which one changes with the start). So every case runs in
+:data:`REALISATIONS` realisations, each flow starting up to :data:`START_JITTER_S` later than
+written (seeded, the same draws on both sides), and each flow's time is the mean over them, with
+ns-3's standard error beside it: the model is judged against what a flow can expect, not against
+one draw of the order. The model runs under both sharings: ``fair`` (the default) has no
 shared buffer, so every queue size gives it the same times; ``fifo`` gives every link the case's
 drop-tail queue (:mod:`aiotsim.network.queues`: queueing delay in the round trips, sharing by
 window and RTT, overflow losses). ns-3 runs in a subprocess (``python -m aiotsim.network.calibrate_classes``),
@@ -38,7 +45,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import simpy
@@ -50,6 +57,8 @@ from aiotsim.network.tcp import TcpParams
 from aiotsim.network.topology import Topology
 
 CLASSES = ("deep buffer", "shallow buffer", "mixed RTT", "staggered", "low rate", "hierarchy", "asymmetric reuse")
+REALISATIONS = 8  # runs of every case, each flow's start jittered (module docstring)
+START_JITTER_S = 1e-3  # s, the most a flow starts later than its case says
 
 
 @dataclass(frozen=True)
@@ -100,13 +109,15 @@ class ClassCase:
 @dataclass(frozen=True)
 class FlowRow:
     """One flow of one case: its completion time in ns-3 and in the model (``sharing = "fair"``,
-    the default, and ``"fifo"``: drop-tail queues of the case's size), s."""
+    the default, and ``"fifo"``: drop-tail queues of the case's size), s; each the mean over the
+    case's realisations (:func:`realisations`)."""
 
     case: ClassCase
     flow: int
     ns3_s: float
     model_s: float
     fifo_s: float = math.nan
+    ns3_se: float = 0.0  # s, standard error of ns3_s (a mean over realisations)
 
     @property
     def error(self) -> float:
@@ -178,9 +189,7 @@ def model_times(case: ClassCase, seed: int = 1, sharing: str = "fair") -> list[f
                              queue_packets=case.queue_packets)  # fmt: skip
     env = simpy.Environment()
     # as ns-3: no restart after idle, its HyStart delay test (which only queueing can trigger)
-    tcp = TcpParams(
-        connection="duplex" if case.alternating else "per-transfer", idle_restart=False, stack="ns3"
-    )
+    tcp = TcpParams(connection="duplex" if case.alternating else "per-transfer", idle_restart=False, stack="ns3")
     net = Network(env, topo, seed=seed, transport="tcp", tcp=tcp, sharing=sharing)
     per = 2 * case.rounds if case.alternating else 1
     done = [0.0] * (len(case.flows) * per)
@@ -212,22 +221,42 @@ def run_ns3(cases: Sequence[ClassCase]) -> list[list[float]]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def compare(cases: Sequence[ClassCase]) -> list[FlowRow]:
-    """ns-3 against the model under both sharings, one row per flow of every case (flows ns-3 did
-    not finish left out)."""
+def realisations(case: ClassCase, runs: int = REALISATIONS) -> list[ClassCase]:
+    """``runs`` copies of ``case`` whose flows start up to :data:`START_JITTER_S` later, drawn
+    uniformly from a generator seeded by the realisation's index (the same draws every time)."""
+    out = []
+    for k in range(runs):
+        late = np.random.default_rng([0xCA5E, k]).uniform(0.0, START_JITTER_S, len(case.flows))
+        flows = tuple(replace(f, start_s=f.start_s + float(d)) for f, d in zip(case.flows, late, strict=True))
+        out.append(replace(case, flows=flows))
+    return out
+
+
+def compare(cases: Sequence[ClassCase], runs: int = REALISATIONS) -> list[FlowRow]:
+    """ns-3 against the model under both sharings, one row per flow of every case: the mean of
+    its time over ``runs`` realisations of the case (:func:`realisations`), on both sides; a flow
+    ns-3 did not finish in some realisation is left out."""
+    every = [r for case in cases for r in realisations(case, runs)]
+    measured = run_ns3(every)
     rows = []
-    for case, measured in zip(cases, run_ns3(cases), strict=True):
-        fair, fifo = model_times(case), model_times(case, sharing="fifo")
-        for i, (ns3_s, model_s, fifo_s) in enumerate(zip(measured, fair, fifo, strict=True)):
-            if ns3_s > 0:
-                rows.append(FlowRow(case, i, ns3_s, model_s, fifo_s))
+    for j, case in enumerate(cases):
+        mine = every[j * runs : (j + 1) * runs]
+        ns3 = np.array(measured[j * runs : (j + 1) * runs])  # [realisation, flow]
+        fair = np.array([model_times(c) for c in mine])
+        fifo = np.array([model_times(c, sharing="fifo") for c in mine])
+        for i in range(ns3.shape[1]):
+            if (ns3[:, i] > 0).all():
+                se = float(ns3[:, i].std(ddof=1) / math.sqrt(runs)) if runs > 1 else 0.0
+                rows.append(FlowRow(case, i, float(ns3[:, i].mean()), float(fair[:, i].mean()),
+                                    float(fifo[:, i].mean()), se))  # fmt: skip
     return rows
 
 
 @dataclass(frozen=True)
 class ClassStats:
-    """|error| of the flows of one class: median, 90th percentile, worst, how many, and the mean
-    signed error (negative: the model is too fast)."""
+    """|error| of the flows of one class: median, 90th percentile, worst, how many, the mean
+    signed error (negative: the model is too fast) and ns-3's own noise (the median standard
+    error of its means, relative)."""
 
     klass: str
     median: float
@@ -235,17 +264,21 @@ class ClassStats:
     worst: float
     n: int
     bias: float
+    noise: float = 0.0  # median relative standard error of ns-3's means (how exactly they are known)
 
 
 def class_stats(rows: Sequence[FlowRow], sharing: str = "fair") -> list[ClassStats]:
     """:class:`ClassStats` per class, in :data:`CLASSES` order, of the model under ``sharing``."""
     out = []
     for klass in CLASSES:
-        errs = [r.error if sharing == "fair" else r.fifo_error for r in rows if r.case.klass == klass]
+        mine = [r for r in rows if r.case.klass == klass]
+        errs = [r.error if sharing == "fair" else r.fifo_error for r in mine]
         if errs:
             mags = [abs(e) for e in errs]
             p90 = float(np.percentile(mags, 90))  # linear between order statistics
-            out.append(ClassStats(klass, statistics.median(mags), p90, max(mags), len(errs), statistics.fmean(errs)))
+            noise = statistics.median(r.ns3_se / r.ns3_s for r in mine)
+            out.append(ClassStats(klass, statistics.median(mags), p90, max(mags), len(errs), statistics.fmean(errs),
+                                  noise))  # fmt: skip
     return out
 
 
@@ -253,18 +286,20 @@ def format_table(rows: Sequence[FlowRow]) -> str:
     """Every flow (the model under ``fair`` and ``fifo``), then the per-class summary of each."""
     width = max((len(r.case.label) for r in rows), default=4)
     models = f"{'fair s':>9} {'error':>8} {'fifo s':>9} {'error':>8}"
-    lines = [f"{'class':<16} {'case':<{width}} {'flow':>4} {'ns-3 s':>9} {models}"]
+    lines = [f"{'class':<16} {'case':<{width}} {'flow':>4} {'ns-3 s':>9} {'± se':>7} {models}"]
     for r in rows:
         lines.append(
-            f"{r.case.klass:<16} {r.case.label:<{width}} {r.flow:>4} {r.ns3_s:>9.3f} {r.model_s:>9.3f} "
-            f"{r.error:>+8.1%} {r.fifo_s:>9.3f} {r.fifo_error:>+8.1%}"
+            f"{r.case.klass:<16} {r.case.label:<{width}} {r.flow:>4} {r.ns3_s:>9.3f} {r.ns3_se:>7.3f} "
+            f"{r.model_s:>9.3f} {r.error:>+8.1%} {r.fifo_s:>9.3f} {r.fifo_error:>+8.1%}"
         )
     for sharing in ("fair", "fifo"):
         lines.append("")
         lines.append(f"sharing = {sharing}")
-        lines.append(f"{'class':<16} {'flows':>5} {'median':>8} {'p90':>8} {'worst':>8} {'mean signed':>12}")
+        head = f"{'median':>8} {'p90':>8} {'worst':>8} {'mean signed':>12} {'ns-3 se':>8}"
+        lines.append(f"{'class':<16} {'flows':>5} {head}")
         for s in class_stats(rows, sharing):
-            lines.append(f"{s.klass:<16} {s.n:>5} {s.median:>8.1%} {s.p90:>8.1%} {s.worst:>8.1%} {s.bias:>+12.1%}")
+            stats = f"{s.median:>8.1%} {s.p90:>8.1%} {s.worst:>8.1%} {s.bias:>+12.1%} {s.noise:>8.1%}"
+            lines.append(f"{s.klass:<16} {s.n:>5} {stats}")
     return "\n".join(lines)
 
 
@@ -273,17 +308,20 @@ def markdown_report(rows: Sequence[FlowRow]) -> str:
     body of ``docs/CALIBRATION.md``)."""
     lines = []
     for sharing in ("fair", "fifo"):
-        lines += [f'`sharing = "{sharing}"`:', "", "| class | flows | median | 90th percentile | worst | mean signed |"]
-        lines.append("|---|---:|---:|---:|---:|---:|")
+        lines += [f'`sharing = "{sharing}"`:', ""]
+        lines.append("| class | flows | median | 90th percentile | worst | mean signed | ns-3 se |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|")
         for s in class_stats(rows, sharing):
-            lines.append(f"| {s.klass} | {s.n} | {s.median:.1%} | {s.p90:.1%} | {s.worst:.1%} | {s.bias:+.1%} |")
+            lines.append(
+                f"| {s.klass} | {s.n} | {s.median:.1%} | {s.p90:.1%} | {s.worst:.1%} | {s.bias:+.1%} | {s.noise:.1%} |"
+            )
         lines.append("")
-    lines += ["Every flow:", "", "| class | case | transfer | ns-3 s | fair s | error | fifo s | error |"]
-    lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    lines += ["Every flow:", "", "| class | case | transfer | ns-3 s | ± se | fair s | error | fifo s | error |"]
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         lines.append(
-            f"| {r.case.klass} | {r.case.label} | {r.flow} | {r.ns3_s:.3f} | {r.model_s:.3f} | {r.error:+.1%} "
-            f"| {r.fifo_s:.3f} | {r.fifo_error:+.1%} |"
+            f"| {r.case.klass} | {r.case.label} | {r.flow} | {r.ns3_s:.3f} | {r.ns3_se:.3f} | {r.model_s:.3f} "
+            f"| {r.error:+.1%} | {r.fifo_s:.3f} | {r.fifo_error:+.1%} |"
         )
     return "\n".join(lines)
 
@@ -375,11 +413,15 @@ struct Alternating {
   }
 };
 
+void connect_to(Ptr<Socket> s, Address to) { s->Connect(to); }
+
 // Clients on asymmetric access links (up_bps, down_bps, latency[i]) -- hub -- core link (core_bps)
-// -- server; drop-tail queues of `queue` packets. Client i alternates as above on port 9000 + i.
-// Returns every transfer's time, client by client: up, down, up, ... (-1 where not finished).
-std::vector<double> run_alternating(std::vector<double> latency, double up_bps, double down_bps, double core_bps,
-                                    int queue, uint64_t up, uint64_t down, int rounds, double stop_s) {
+// -- server; drop-tail queues of `queue` packets. Client i connects at start[i] and alternates as
+// above on port 9000 + i. Returns every transfer's time, client by client: up, down, up, ... (-1
+// where not finished).
+std::vector<double> run_alternating(std::vector<double> latency, std::vector<double> start, double up_bps,
+                                    double down_bps, double core_bps, int queue, uint64_t up, uint64_t down,
+                                    int rounds, double stop_s) {
   set_up_tcp(1);
   int n = latency.size();
   NodeContainer clients; clients.Create(n);
@@ -407,7 +449,8 @@ std::vector<double> run_alternating(std::vector<double> latency, double up_bps, 
     a->cli->SetConnectCallback(MakeCallback(&Alternating::Connected, a), MakeCallback(&Alternating::Failed, a));
     a->cli->SetRecvCallback(MakeCallback(&Alternating::Recv, a));
     a->cli->SetSendCallback(MakeCallback(&Alternating::Fill, a));
-    a->cli->Connect(InetSocketAddress(to, 9000 + i));
+    a->t0 = start[i];
+    Simulator::Schedule(Seconds(start[i]), &connect_to, a->cli, Address(InetSocketAddress(to, 9000 + i)));
     alt.push_back(a);
   }
   Simulator::Stop(Seconds(stop_s));
@@ -441,7 +484,8 @@ def _worker() -> None:  # pragma: no cover - runs in the ns-3 subprocess
         c = ClassCase(**{**raw, "flows": tuple(Flow(**f) for f in raw["flows"]), "groups": tuple(raw["groups"])})
         if c.alternating:
             done = cppyy.gbl.aiotsim_classes.run_alternating(
-                doubles([f.latency_ms * 1e-3 for f in c.flows]), c.edge_mbps * 1e6, c.down_mbps * 1e6,
+                doubles([f.latency_ms * 1e-3 for f in c.flows]), doubles([f.start_s for f in c.flows]),
+                c.edge_mbps * 1e6, c.down_mbps * 1e6,
                 c.core_mbps * 1e6, c.queue_packets, c.flows[0].size, c.down_bytes, c.rounds, c.stop_s,
             )  # fmt: skip
             out.append([float(t) for t in done])
