@@ -501,7 +501,9 @@ def calibrate(
             "mixed RTTs, staggered starts, low-rate links, a hierarchy; about a minute)"
         ),
     ] = False,
-    markdown: Annotated[bool, typer.Option(help="with --classes: Markdown tables (docs/CALIBRATION.md)")] = False,
+    markdown: Annotated[
+        bool, typer.Option(help="with --against ns3: Markdown tables (README's, or with --classes docs/CALIBRATION.md)")
+    ] = False,
 ) -> None:
     """Validate the network model against real TCP through a tc-shaped loopback (needs root),
     or against ns-3's packet-level TCP (`--against ns3`, needs `pip install aiotsim\\[ns3]`).
@@ -518,8 +520,8 @@ def calibrate(
         raise ConfigError(f"--against(={against!r}) must be 'real' or 'ns3'")
     if classes and against != "ns3":
         raise ConfigError("--classes compares with ns-3: add --against ns3")
-    if markdown and not classes:
-        raise ConfigError("--markdown formats the classes' tables: add --against ns3 --classes")
+    if markdown and against != "ns3":
+        raise ConfigError("--markdown formats the comparison with ns-3: add --against ns3")
     if classes:
         from aiotsim.network import calibrate_classes
 
@@ -530,7 +532,9 @@ def calibrate(
     if against == "ns3":
         from aiotsim.network import calibrate_ns3
 
-        out.print(calibrate_ns3.format_table(calibrate_ns3.compare(calibrate_ns3.grid(quick=quick))), highlight=False)
+        rows = calibrate_ns3.compare(calibrate_ns3.grid(quick=quick))
+        table = calibrate_ns3.markdown_report(rows) if markdown else calibrate_ns3.format_table(rows)
+        out.print(table, highlight=False, soft_wrap=True, markup=False)
         return
     from aiotsim.network.calibrate import format_table, run_calibration
 

@@ -84,13 +84,32 @@ def test_compare_averages_the_realisations_and_gives_ns3s_standard_error(monkeyp
     assert row.model_s == pytest.approx(exact, abs=1e-3)
 
 
-def test_markdown_needs_the_classes() -> None:
+def test_markdown_needs_ns3() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "aiotsim.cli", "calibrate", "--against", "ns3", "--markdown"],
+        [sys.executable, "-m", "aiotsim.cli", "calibrate", "--markdown"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 2
     assert "--markdown" in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_star_markdown_groups_by_latency_and_loss() -> None:
+    from aiotsim.network.calibrate_ns3 import Ns3Row, markdown_report
+
+    def row(lat: float, loss: float, ns3: float, model: float, ideal: float, se: float = 0.0) -> Ns3Row:
+        return Ns3Row(Ns3Case(1000, 1, lat, loss), ns3, model, ideal, se)
+
+    rows = [
+        row(1, 0, 1.0, 1.02, 0.5), row(1, 0, 2.0, 2.0, 1.0), row(1, 0, 1.0, 0.9, 1.0),  # |err| 2%, 0, 10%
+        row(10, 0.01, 1.0, 1.3, 0.8, 0.2), row(10, 0.01, 1.0, 1.5, 0.8, 0.2),  # 30% (within 2 se), 50% (not)
+    ]  # fmt: skip
+    text = markdown_report(rows)
+    assert "| 1 ms | 0% | 3 | 2.0% / 10.0% | - | 50.0% / 50.0% |" in text
+    assert "| 10 ms | 1% | 2 | 40.0% / 50.0% | 1 | 20.0% / 20.0% |" in text
+    # all five: |errors| 0, 2, 10, 30, 50%: median 10%, 2 within 5%, 3 within 15%; the fluid
+    # model's 0, 20, 20, 50, 50%: median 20%
+    assert "All 5 cases: median 10.0% (fluid model 20.0%), 2 within 5%, 3 within 15%, worst 50.0%" in text
+    assert "lossless median 2.0%, lossy median 40.0%." in text
 
 
 @pytest.mark.slow

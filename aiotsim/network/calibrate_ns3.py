@@ -233,6 +233,41 @@ def format_table(rows: Sequence[Ns3Row]) -> str:
     return "\n".join(lines)
 
 
+def markdown_report(rows: Sequence[Ns3Row]) -> str:
+    """The comparison summarised as Markdown (README's fidelity table): per one-way latency and
+    loss, how many cases, the TCP model's median and worst |error|, how many lossy cases it has
+    within two standard errors of ns-3's mean, and the fluid model's median and worst; then the
+    whole grid's median, the cases within 5% and 15%, and the worst."""
+    ok = [r for r in rows if r.ns3_s == r.ns3_s]
+
+    def ideal(r: Ns3Row) -> float:
+        return abs((r.ideal_s - r.ns3_s) / r.ns3_s)
+
+    head = "| one-way latency | loss | cases | TCP model: median / worst | within 2 se |"
+    lines = [head + " fluid model (`ideal`): median / worst |", "|---|---|---:|---:|---:|---:|"]
+    groups = sorted({(r.case.loss, r.case.latency_ms) for r in ok})
+    for loss, lat in groups:
+        mine = [r for r in ok if (r.case.loss, r.case.latency_ms) == (loss, lat)]
+        errs, fluid = [abs(r.error) for r in mine], [ideal(r) for r in mine]
+        near = sum(abs(r.model_s - r.ns3_s) <= 2.0 * r.ns3_se for r in mine if r.ns3_se > 0)
+        within = str(near) if any(r.ns3_se > 0 for r in mine) else "-"
+        lines.append(
+            f"| {lat:g} ms | {loss:.0%} | {len(mine)} | {statistics.median(errs):.1%} / {max(errs):.1%} | {within} "
+            f"| {statistics.median(fluid):.1%} / {max(fluid):.1%} |"
+        )
+    errs = [abs(r.error) for r in ok]
+    lossless = [abs(r.error) for r in ok if r.case.loss == 0]
+    lossy = [abs(r.error) for r in ok if r.case.loss > 0]
+    lines += [
+        "",
+        f"All {len(ok)} cases: median {statistics.median(errs):.1%} (fluid model "
+        f"{statistics.median([ideal(r) for r in ok]):.1%}), {sum(e <= 0.05 for e in errs)} within 5%, "
+        f"{sum(e <= 0.15 for e in errs)} within 15%, worst {max(errs):.1%}; lossless median "
+        f"{statistics.median(lossless):.1%}, lossy median {statistics.median(lossy):.1%}.",
+    ]
+    return "\n".join(lines)
+
+
 # The C++ both ns-3 programs start with (this module's star and
 # :mod:`aiotsim.network.calibrate_classes`): headers, TCP as the calibration sets it up (see the
 # module docstring), point-to-point links, bulk senders and a per-flow sink. Each program is
