@@ -122,12 +122,6 @@ def remember_rows(
     return out
 
 
-def momentum_velocity(g: torch.Tensor, previous: torch.Tensor | None, m: float) -> torch.Tensor:
-    """Momentum correction (Lin et al. 2018): the velocity ``u <- m u + g``, formed in the previous
-    velocity's storage (``g`` is copied the first time); fp32, shape of ``g``."""
-    return g.clone() if previous is None else previous.mul_(m).add_(g)
-
-
 def rows_block(rows: list[torch.Tensor]) -> torch.Tensor | None:
     """``rows`` (per-node state tensors of one layer, fp32) as one ``[len(rows), *shape]`` tensor
     when they are consecutive rows of the same memory, as a batched pass stores its nodes' state
