@@ -97,23 +97,6 @@ class VarianceState(CodecState):
         return self.scratch
 
 
-def quantize_pow2(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """4-bit sign/exponent codes of ``values`` ([k] fp32) relative to their largest magnitude:
-    :func:`quantize_pow2_rows` of one message.
-
-    Returns
-    -------
-    codes : Tensor
-        ``[k]`` uint8: bit 3 = sign (1 negative), bits 0..2 = exponent ``e``.
-    dequantized : Tensor
-        ``[k]`` fp32 values the receiver decodes, ``sign * M * 2**-e``.
-    scale : float
-        ``M``, the largest magnitude (0.0 when ``values`` is empty).
-    """
-    codes, deq, scales = quantize_pow2_rows(values.reshape(-1), [values.numel()])
-    return codes, deq, scales[0]
-
-
 def quantize_pow2_rows(values: torch.Tensor, counts: list[int]) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
     """The 4-bit codes of several messages' values laid end to end (``values``: ``[m]`` fp32,
     ``counts[i]`` of them message ``i``'s), each relative to its own message's largest magnitude
@@ -151,7 +134,7 @@ def quantize_pow2_rows(values: torch.Tensor, counts: list[int]) -> tuple[torch.T
 
 
 def dequantize_pow2(codes: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`quantize_pow2`: ``[k]`` fp32 values from 4-bit codes and ``M`` (a float,
+    """Inverse of :func:`quantize_pow2_rows`: ``[k]`` fp32 values from 4-bit codes and ``M`` (a float,
     or a one-element fp32 tensor: the same products)."""
     # 16-entry table: code -> sign * M * 2**-e; index_select with int32 is the fastest CPU gather.
     code = torch.arange(1 << (_EXP_BITS + 1), device=codes.device)
