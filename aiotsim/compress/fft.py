@@ -90,16 +90,15 @@ from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, 
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import (
     bit_width,
-    decode_indices,
     encode_index_rows,
     index_bound,
-    index_header,
     pack_bits,
     pack_uint,
     unpack_bits,
     unpack_uint,
 )
 from aiotsim.compress.registry import register
+from aiotsim.compress.sparse import payload_indices
 from aiotsim.compress.sparsify import topk_indices, topk_rows
 from aiotsim.schema import between, non_negative, opt, positive, unit_interval
 
@@ -423,8 +422,7 @@ class FFTSparsification(Codec[CodecState]):
         e_lo, exp_bits = int.from_bytes(head[:2], "little") - _EXP_BIAS, int.from_bytes(head[2:4], "little")
         chunks, length = self.chunking(n)
         bins = chunks * (length // 2 + 1)
-        index_buf = payload.buffers["indices"]
-        idx = decode_indices(index_buf, bins, index_header(index_buf, payload.heads.get("indices")))
+        idx = payload_indices(payload, bins)
         width = 1 + exp_bits + self.params.mantissa_bits
         return idx, unpack_words(payload.buffers["values"], width, 2 * int(idx.numel())), e_lo, exp_bits
 

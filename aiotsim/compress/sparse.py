@@ -172,12 +172,7 @@ class SparseDecoder:
         return self._decode_rows([payload], layer).view(layer.shape).to(layer.dtype)
 
 
-def decode_sparse(payload: Payload, layer: LayerInfo, value_dtype: str = "fp32") -> torch.Tensor:
-    """Dense gradient of ``layer`` from a :func:`sparse_payload` of exact ``value_dtype`` values."""
-    return decode_sparse_rows([payload], layer, *plain_values(value_dtype)).view(layer.shape).to(layer.dtype)
-
-
 def payload_indices(payload: Payload, n: int) -> torch.Tensor:
-    """The index set of a sparse payload (for the server's union size, seed 001's metric)."""
+    """The index set of a payload's ``indices`` buffer, of an ``n``-element tensor (FFT's kept bins)."""
     buf = payload.buffers["indices"]
     return decode_indices(buf, n, index_header(buf, payload.heads.get("indices")))
