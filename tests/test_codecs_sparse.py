@@ -29,9 +29,9 @@ from aiotsim.compress.packing import (
     pack_values,
 )
 from aiotsim.compress.registry import build_codec
-from aiotsim.compress.sparse import decode_sparse, payload_indices
+from aiotsim.compress.sparse import payload_indices
 from aiotsim.compress.sparsify import mask_indices, topk_indices
-from aiotsim.compress.variance import quantize_pow2
+from aiotsim.compress.variance import quantize_pow2_rows
 from aiotsim.errors import ConfigError
 
 CPU = torch.device("cpu")
@@ -184,7 +184,8 @@ def test_index_coding_from_mask_gives_the_same_cheapest_bytes(mask: torch.Tensor
     dense = torch.zeros(n)
     dense[idx] = values
     payload = Payload({"indices": buf, "values": pack_values(values, "fp32")})
-    assert torch.equal(decode_sparse(payload, LayerInfo("w", (n,))), dense)  # bitmap or index path
+    # decoded as a sparse codec's message (exact fp32 values): the bitmap or the index path
+    assert torch.equal(build_codec("topk").decode(payload, LayerInfo("w", (n,))), dense)
 
 
 @st.composite
@@ -465,8 +466,8 @@ def test_variance_without_sq_grad_uses_one_sample_proxy() -> None:
 
 def test_variance_pow2_codes_and_payload() -> None:
     # M = 8: exponents round(log2(8/|x|)) = 0, round(1.415) = 1, 3, round(9.64) -> clipped to 7.
-    codes, deq, scale = quantize_pow2(torch.tensor([8.0, -3.0, 1.0, 0.01]))
-    assert scale == 8.0
+    codes, deq, scales = quantize_pow2_rows(torch.tensor([8.0, -3.0, 1.0, 0.01]), [4])  # one message
+    assert scales == [8.0]
     assert codes.tolist() == [0, 8 | 1, 3, 7]
     assert deq.tolist() == [8.0, -4.0, 1.0, 0.0625]
     codec, layer, state = setup("variance", {"alpha": 1.0, "zeta": 1.0}, (6,))
@@ -661,9 +662,9 @@ def test_threshold_exact_and_strom_hand_cases() -> None:
 
 def test_sparse_payload_sorts_unsorted_indices_with_their_values() -> None:
     from aiotsim.compress.base import LayerInfo
-    from aiotsim.compress.sparse import decode_sparse, sparse_payload
+    from aiotsim.compress.sparse import sparse_payload
 
     layer = LayerInfo("w", (10,))
     p = sparse_payload(torch.tensor([7, 2, 5]), torch.tensor([70.0, 20.0, 50.0]), 10)
     assert payload_indices(p, 10).tolist() == [2, 5, 7]
-    assert decode_sparse(p, layer).tolist() == [0, 0, 20.0, 0, 0, 50.0, 0, 70.0, 0, 0]
+    assert build_codec("topk").decode(p, layer).tolist() == [0, 0, 20.0, 0, 0, 50.0, 0, 70.0, 0, 0]

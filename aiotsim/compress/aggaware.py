@@ -92,14 +92,9 @@ from aiotsim.compress.sparsify import (
     topk_rows,
     value_dtype_opt,
 )
-from aiotsim.schema import fraction, non_negative, opt, unit_interval
+from aiotsim.schema import between, fraction, non_negative, opt, unit_interval
 
 Metric = Literal["magnitude", "global", "persistence", "consensus"]
-
-
-def _closed_unit(v: float) -> str | None:
-    """Range check: ``0 <= v <= 1``."""
-    return None if 0 <= v <= 1 else f"must be in [0, 1], got {v!r}"
 
 
 @dataclass
@@ -130,7 +125,7 @@ class AggregationAware(SparseDecoder, Codec[AggAwareState]):
             1.0,
             "fraction of k chosen by the boosted score; the other slots go to the plain top |acc| "
             "first, so locally large entries are never starved (0: plain top-k, 1: all boosted)",
-            check=_closed_unit,
+            check=between(0, 1),
         )
         value_dtype: ValueDtype = value_dtype_opt()
 

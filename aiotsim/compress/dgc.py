@@ -40,7 +40,6 @@ import torch
 
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, as_float
 from aiotsim.compress.memory import SentRows
-from aiotsim.compress.packing import encode_index_ragged, pack_values
 from aiotsim.compress.registry import register
 from aiotsim.compress.rowwise import row_norms64, velocity_rows
 from aiotsim.compress.sparse import SparseDecoder, sparse_bound
@@ -49,7 +48,7 @@ from aiotsim.compress.sparsify import (
     exact_topk_mask,
     k_of,
     mask_hits,
-    round_values,
+    sparse_rows,
     topk_rows,
     value_dtype_opt,
 )
@@ -143,19 +142,11 @@ class DeepGradientCompression(SparseDecoder, Codec[DGCState]):
                 chosen = list(topk_rows(sub, k))
             for i, sel in zip(members, chosen):
                 idx[i] = sel
-        counts = [int(i.numel()) for i in idx]
-        flat = torch.cat([sel + i * n if i else sel for i, sel in enumerate(idx)])  # [c] into the [rows * n] block
-        values = round_values(acc.view(-1).index_select(0, flat), p.value_dtype)
+        payloads, sent = sparse_rows(acc, idx, p.value_dtype, mask)  # the role then keeps v <- v - sent
         for s, i in zip(states, idx):
             if s.momentum is not None:
                 s.momentum.view(-1)[i] = 0.0  # momentum factor masking
-        # the role then keeps v <- v - sent (0 where sent). pack_values copies each row's values, so
-        # a message owns its bytes and the pass's values do not live until its last one is aggregated
-        payloads = [
-            Payload({"indices": c.buf, "values": pack_values(v, p.value_dtype)}, {"indices": c.head})
-            for c, v in zip(encode_index_ragged(torch.cat(idx), counts, n, mask), values.split(counts))
-        ]
-        return payloads, ("flat", (flat, values))
+        return payloads, sent
 
     def _sampled(
         self, mag: torch.Tensor, k: int, m: int, gens: list[torch.Generator]
@@ -169,7 +160,8 @@ class DeepGradientCompression(SparseDecoder, Codec[DGCState]):
         sample = mag.gather(1, pos.to(mag.device))
         kth = torch.topk(sample, max(1, math.ceil(m * k / n)), dim=1, sorted=False).values.min(dim=1, keepdim=True)
         passed = mag >= kth.values  # [rows, n]
-        _, idx = mask_hits(passed)  # one nonzero and one host read for every row
+        _, cols, counts = mask_hits(passed)  # one nonzero and one host read for every row
+        idx = list(cols.split(counts))
         exact = passed
         for i, sel in enumerate(idx):
             if sel.numel() > self.params.fallback_factor * k:  # the exact top-k among those that passed

@@ -90,16 +90,15 @@ from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, 
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import (
     bit_width,
-    decode_indices,
     encode_index_rows,
     index_bound,
-    index_header,
     pack_bits,
     pack_uint,
     unpack_bits,
     unpack_uint,
 )
 from aiotsim.compress.registry import register
+from aiotsim.compress.sparse import payload_indices
 from aiotsim.compress.sparsify import topk_indices, topk_rows
 from aiotsim.schema import between, non_negative, opt, positive, unit_interval
 
@@ -132,7 +131,14 @@ def range_float_rows(
     exp_bits : list of int
         Each row's exponent field width, for its header.
     """
-    v, mag, e, q, nonzero = _split(values, mantissa_bits)
+    v = values.float()
+    mag = v.abs()
+    mant, expo = torch.frexp(mag)  # mag = mant * 2**expo, mant in [0.5, 1) (0 for zeros)
+    q = torch.round((2.0 * mant - 1.0) * float(1 << mantissa_bits)).to(torch.int64)  # may round up to 2**M
+    carry = q >= (1 << mantissa_bits)
+    q = torch.where(carry, torch.zeros_like(q), q)  # mantissa code
+    e = expo.to(torch.int64) - 1 + carry.to(torch.int64)  # exponent of the 1.m form: mag = (1 + f) * 2**e
+    nonzero = mag > 0
     rows, big = values.shape[0], torch.iinfo(torch.int64).max
     if values.shape[1]:  # each row's largest and smallest exponent of a non-zero value: one host read
         extremes = torch.stack([torch.where(nonzero, e, -big).amax(dim=1), torch.where(nonzero, e, big).amin(dim=1)])
@@ -143,46 +149,17 @@ def range_float_rows(
     exp_bits = [bit_width(hi - low + 1) for (hi, _), low in zip(ranges, e_lo)]  # codes 0 .. hi - e_lo + 1
     col = {"device": v.device}
     # 2**-e_lo * 2**M in float64: 2**-e_lo overflows fp32 when e_lo is near fp32's smallest exponents
-    inv = torch.tensor([2.0**-x * float(1 << mantissa_bits) for x in e_lo], dtype=torch.float64, **col)
-    low, bits = (torch.tensor(x, dtype=torch.int64, **col).unsqueeze(1) for x in (e_lo, exp_bits))
-    return _words(v, mag, e, q, nonzero, low, bits, inv.unsqueeze(1), mantissa_bits), e_lo, exp_bits
-
-
-def _split(v: torch.Tensor, mantissa_bits: int) -> tuple[torch.Tensor, ...]:
-    """``(values, |values|, exponent e of the 1.m form, mantissa code q, non-zero)``, elementwise."""
-    v = v.float()
-    mag = v.abs()
-    mant, expo = torch.frexp(mag)  # mag = mant * 2**expo, mant in [0.5, 1) (0 for zeros)
-    e = expo.to(torch.int64) - 1  # mag = (1 + f) * 2**e
-    scale = float(1 << mantissa_bits)
-    q = torch.round((2.0 * mant - 1.0) * scale).to(torch.int64)  # mantissa code, may round up to 2**M
-    carry = q >= (1 << mantissa_bits)
-    q = torch.where(carry, torch.zeros_like(q), q)
-    return v, mag, e + carry.to(torch.int64), q, mag > 0
-
-
-def _words(
-    v: torch.Tensor,
-    mag: torch.Tensor,
-    e: torch.Tensor,
-    q: torch.Tensor,
-    nonzero: torch.Tensor,
-    e_lo: torch.Tensor,
-    exp_bits: torch.Tensor,
-    inv: torch.Tensor,
-    mantissa_bits: int,
-) -> torch.Tensor:
-    """The ``sign | code | mantissa`` words of ``[rows, m]`` values, each row at its lowest exponent
-    ``e_lo`` and field width ``exp_bits`` (``[rows, 1]`` int64 columns); ``inv`` = 2**-e_lo * 2**M
-    (a ``[rows, 1]`` float64 column)."""
-    normal = nonzero & (e >= e_lo)
+    inv = torch.tensor([2.0**-x * float(1 << mantissa_bits) for x in e_lo], dtype=torch.float64, **col).unsqueeze(1)
+    low, bits = (torch.tensor(x, dtype=torch.int64, **col).unsqueeze(1) for x in (e_lo, exp_bits))  # [rows, 1]
+    # the words, each row at its lowest exponent and field width
+    normal = nonzero & (e >= low)
     # Subnormal level: (m / 2**M) * 2**e_lo, which also holds exact zeros.
     sub_q = torch.round(mag.double() * inv).to(torch.int64)
     sub_full = sub_q >= (1 << mantissa_bits)  # rounded up to 1.0 * 2**e_lo: the first normal code
-    code = torch.where(normal, e - e_lo + 1, sub_full.to(torch.int64))
+    code = torch.where(normal, e - low + 1, sub_full.to(torch.int64))
     mcode = torch.where(normal, q, torch.where(sub_full, torch.zeros_like(sub_q), sub_q))
     sign = (v < 0).to(torch.int64)
-    return (sign << (exp_bits + mantissa_bits)) | (code << mantissa_bits) | mcode
+    return (sign << (bits + mantissa_bits)) | (code << mantissa_bits) | mcode, e_lo, exp_bits
 
 
 def range_float_decode(
@@ -445,8 +422,7 @@ class FFTSparsification(Codec[CodecState]):
         e_lo, exp_bits = int.from_bytes(head[:2], "little") - _EXP_BIAS, int.from_bytes(head[2:4], "little")
         chunks, length = self.chunking(n)
         bins = chunks * (length // 2 + 1)
-        index_buf = payload.buffers["indices"]
-        idx = decode_indices(index_buf, bins, index_header(index_buf, payload.heads.get("indices")))
+        idx = payload_indices(payload, bins)
         width = 1 + exp_bits + self.params.mantissa_bits
         return idx, unpack_words(payload.buffers["values"], width, 2 * int(idx.numel())), e_lo, exp_bits
 

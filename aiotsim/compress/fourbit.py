@@ -75,14 +75,13 @@ import torch
 from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RowDecoder
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import unpack_bits, unpack_f32
-from aiotsim.compress.quantize import f32_rows, pack_code_rows
+from aiotsim.compress.quantize import _sign_magnitude_, _signed_to_f32, f32_rows, pack_code_rows
 from aiotsim.compress.registry import register
 from aiotsim.compress.rowwise import abs_max, row_norms64
 from aiotsim.schema import opt
 
 _U8 = torch.uint8
 LEVELS = 7  # non-zero magnitudes; 3 bits of level + 1 sign bit = 4 bits
-SIGN_BIT = 8
 
 
 def first_threshold(anchor: torch.Tensor, spacing: str, statistic: str) -> torch.Tensor:
@@ -183,11 +182,8 @@ class FourBit(RowDecoder, Codec[CodecState]):
         t1 = first_threshold(anchor, spacing, statistic)
         codes = unpack_bits(buffers["codes"], 4, n)  # [..., n] uint8
         if spacing == "linear":
-            # signed level (two's complement negation where the sign bit is set), then * t1
-            minus = (codes >> 3).view(torch.int8).neg_()  # 0 or -1
-            signed = codes.bitwise_and_(LEVELS).view(torch.int8).bitwise_xor_(minus).sub_(minus)
-            out = torch.empty(signed.shape, dtype=torch.float32, device=codes.device).copy_(signed)
-            out.mul_(t1)
+            negative = codes >> 3  # the signed level (negated where the sign bit is set), then * t1
+            out = _signed_to_f32(_sign_magnitude_(codes.bitwise_and_(LEVELS), negative)).mul_(t1)
         else:
             ex = (codes & LEVELS).to(torch.int32)
             out = _log2_rungs_(ex).mul_(t1)

@@ -66,7 +66,7 @@ from typing import Any, Literal
 
 import torch
 
-from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, same_layout, stacked
+from aiotsim.compress.base import Codec, CodecState, LayerInfo, Payload, RowDecoder
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import (
     VALUE_BYTES,
@@ -104,7 +104,7 @@ def two_bit_dequantize(codes: torch.Tensor, threshold: float | torch.Tensor) -> 
 
 
 @register
-class Hylo(Codec[CodecState]):
+class Hylo(RowDecoder, Codec[CodecState]):
     """Layer-type hybrid: small layers dense, conv layers top kernels, fc layers adaptive 2-bit."""
 
     name = "hylo"
@@ -273,19 +273,19 @@ class Hylo(Codec[CodecState]):
         return index_bound(k, rows) + k * cols * VALUE_BYTES[self.params.value_dtype]
 
     def decode(self, payload: Payload, layer: LayerInfo) -> torch.Tensor:
+        """The kernel route's sparse kernels; the other routes' as :meth:`decode_rows`."""
         if self.route(layer) != "kernels":
-            out = self.decode_rows(payload.buffers, layer)
-        else:
-            rows, cols = self.kernel_grid(layer)
-            index_buf = payload.buffers["indices"]
-            header = index_header(index_buf, payload.heads.get("indices"))
-            vals = unpack_values(payload.buffers["values"], self.params.value_dtype).view(-1, cols)
-            out = torch.zeros(rows, cols, dtype=torch.float32, device=vals.device)
-            bitmap = decode_bitmap(index_buf, rows, header)
-            if bitmap is None:
-                out[decode_indices(index_buf, rows, header)] = vals
-            else:  # the kept rows in order, filled from vals row by row: no index list (a GPU sync)
-                out.masked_scatter_(bitmap[0].to(vals.device).unsqueeze(1).expand(rows, cols), vals)
+            return super().decode(payload, layer)
+        rows, cols = self.kernel_grid(layer)
+        index_buf = payload.buffers["indices"]
+        header = index_header(index_buf, payload.heads.get("indices"))
+        vals = unpack_values(payload.buffers["values"], self.params.value_dtype).view(-1, cols)
+        out = torch.zeros(rows, cols, dtype=torch.float32, device=vals.device)
+        bitmap = decode_bitmap(index_buf, rows, header)
+        if bitmap is None:
+            out[decode_indices(index_buf, rows, header)] = vals
+        else:  # the kept rows in order, filled from vals row by row: no index list (a GPU sync)
+            out.masked_scatter_(bitmap[0].to(vals.device).unsqueeze(1).expand(rows, cols), vals)
         return out.reshape(layer.shape).to(layer.dtype)
 
     def decode_rows(self, buffers: Mapping[str, torch.Tensor], layer: LayerInfo) -> torch.Tensor:
@@ -297,7 +297,6 @@ class Hylo(Codec[CodecState]):
         return two_bit_dequantize(unpack_bits(buffers["codes"], 2, layer.numel), unpack_f32(buffers["threshold"]))
 
     def _decode_rows(self, payloads: Sequence[Payload], layer: LayerInfo) -> torch.Tensor | None:
-        """Dense and 2-bit messages of one layout stacked as rows; kernel sets one by one."""
-        if self.route(layer) == "kernels" or not same_layout(payloads):
-            return None
-        return self.decode_rows(stacked(payloads), layer)
+        """Dense and 2-bit messages as :class:`~aiotsim.compress.base.RowDecoder` decodes them; kernel
+        sets one by one."""
+        return None if self.route(layer) == "kernels" else super()._decode_rows(payloads, layer)

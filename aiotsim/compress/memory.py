@@ -102,11 +102,9 @@ def remember_rows(
                 row.mul_(s.decay.reshape(-1))
     elif kind in ("sparse", "flat"):
         idx, vals = value
-        n = acc.shape[1]
         if kind == "sparse" and acc.shape[0] > 1:
-            idx = idx + n * torch.arange(acc.shape[0], device=acc.device).unsqueeze(1)  # into [rows * n]
-        flat = idx
-        acc.view(-1).index_put_((flat.reshape(-1),), -vals.reshape(-1).to(acc.dtype), accumulate=True)
+            idx = idx + acc.shape[1] * torch.arange(acc.shape[0], device=acc.device).unsqueeze(1)  # into [rows * n]
+        acc.view(-1).index_put_((idx.reshape(-1),), -vals.reshape(-1).to(acc.dtype), accumulate=True)
     else:
         raise CodecError(f"unknown kind of sent rows {kind!r}: 'dense', 'sparse', 'flat' or 'rows'")
     if len(sent) > 2:
@@ -120,12 +118,6 @@ def remember_rows(
         else:
             out.append(row.view(shape))
     return out
-
-
-def momentum_velocity(g: torch.Tensor, previous: torch.Tensor | None, m: float) -> torch.Tensor:
-    """Momentum correction (Lin et al. 2018): the velocity ``u <- m u + g``, formed in the previous
-    velocity's storage (``g`` is copied the first time); fp32, shape of ``g``."""
-    return g.clone() if previous is None else previous.mul_(m).add_(g)
 
 
 def rows_block(rows: list[torch.Tensor]) -> torch.Tensor | None:

@@ -392,12 +392,6 @@ def index_header(buf: torch.Tensor, head: bytes | None = None) -> tuple[int, int
     return head[0], head[1], int.from_bytes(head[2:6], "little")  # the count: uint32 little-endian
 
 
-def index_count(buf: torch.Tensor, head: bytes | None = None) -> int:
-    """How many indices an encoded index set holds (from its header; ``head``: as in
-    :func:`index_header`)."""
-    return index_header(buf, head)[2]
-
-
 def decode_bitmap(
     buf: torch.Tensor, n: int, header: tuple[int, int, int] | None = None
 ) -> tuple[torch.Tensor, int] | None:

@@ -93,11 +93,17 @@ import torch
 
 from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, Payload, as_float
 from aiotsim.compress.memory import SentRows
-from aiotsim.compress.packing import encode_index_ragged, pack_values
 from aiotsim.compress.registry import register
 from aiotsim.compress.rowwise import row_reduce, row_sums64, velocity_rows
 from aiotsim.compress.sparse import SparseDecoder, sparse_bound
-from aiotsim.compress.sparsify import _BRACKET_MIN_NUMEL, ValueDtype, round_values, topk_indices, value_dtype_opt
+from aiotsim.compress.sparsify import (
+    ValueDtype,
+    _brackets,
+    mask_hits,
+    ragged_rows,
+    topk_indices,
+    value_dtype_opt,
+)
 from aiotsim.schema import fraction, opt, positive
 
 
@@ -222,7 +228,7 @@ def kth_alphas(thr: list[PGCThreshold], mag: torch.Tensor) -> list[PGCThreshold]
     if not any(ks):
         return thr
     n = mag.shape[1]
-    if mag.device.type == "cpu" and n >= _BRACKET_MIN_NUMEL and 4 * max(ks) <= n:
+    if _brackets(mag.device, n, max(ks)):
         alphas = [kth_largest(row, k) if k else math.inf for row, k in zip(mag, ks)]
     else:
         top = torch.topk(mag, max(ks), dim=1, sorted=True).values  # [rows, k_max] descending
@@ -317,16 +323,8 @@ class PartitionGradientCompression(SparseDecoder, Codec[PGCState]):
             # server's update check stops the run) rather than kept in the residual unseen
             keep = ~(mag < alpha)  # [rows, n]
             del mag
-        counts = keep.sum(dim=1).tolist()  # one host read for every row, and one nonzero
-        flat = torch.nonzero(keep.view(-1)).reshape(-1)  # [m] ascending into [rows * n]
-        values = round_values(acc.view(-1).index_select(0, flat), p.value_dtype)
-        coded = encode_index_ragged(flat.remainder(max(n, 1)), counts, n)  # (n = 0: flat is empty)
-        # pack_values copies each row's split: a message owns its bytes, not a view of the pass's
-        payloads = [
-            Payload({"indices": c.buf, "values": pack_values(v, p.value_dtype)}, {"indices": c.head})
-            for c, v in zip(coded, values.split(counts))
-        ]
-        return payloads, ("flat", (flat, values))
+        flat, cols, counts = mask_hits(keep)  # one nonzero and one host read for every row
+        return ragged_rows(acc, flat, cols, counts, p.value_dtype)
 
     def message_bound(self, layer: LayerInfo) -> int:
         """Every element may reach alpha (ties, a flat gradient): n indices and n values."""

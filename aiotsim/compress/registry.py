@@ -59,12 +59,7 @@ def _load() -> None:
     if _LOADED:
         return
     for mod in _CODEC_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            # A family module not written yet is simply absent from the registry.
-            if exc.name != mod:
-                raise
+        importlib.import_module(mod)
     _LOADED = True
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 
 from aiotsim.compress.base import CodecState, LayerInfo
-from aiotsim.compress.memory import momentum_velocity, rows_block
+from aiotsim.compress.memory import rows_block
 
 
 def row_reduce(
@@ -84,8 +84,8 @@ def uniform_rows(states: list[CodecState], nodes: int, n: int, device: torch.dev
 
 
 def velocity_rows(g: torch.Tensor, states: list[CodecState], layer: LayerInfo, m: float) -> torch.Tensor:
-    """The momentum correction ``u <- m u + g`` (:func:`~aiotsim.compress.memory.momentum_velocity`)
-    of every row of the fp32 ``[nodes, n]`` ``g``, in each state's ``momentum``: one ``mul_`` and
+    """The momentum correction ``u <- m u + g`` (Lin et al. 2018), formed in the previous velocity's
+    storage, of every row of the fp32 ``[nodes, n]`` ``g``, in each state's ``momentum``: one ``mul_`` and
     ``add_`` over the rows where the velocities are the rows of one block (their previous batched
     step), else node by node; a first step keeps a copy of the rows as the velocities (one block,
     which :func:`aiotsim.sim.storage.hold_residual_rows` may move into the state pages). Returns
@@ -99,8 +99,9 @@ def velocity_rows(g: torch.Tensor, states: list[CodecState], layer: LayerInfo, m
     block = rows_block([v.reshape(-1) for v in velocity]) if all(v is not None for v in velocity) else None
     if block is not None and block.numel() == g.numel():
         return block.view(g.shape).mul_(m).add_(g)
-    for i, s in enumerate(states):  # node by node, as the loop
-        s.momentum = momentum_velocity(g[i].view(layer.shape), s.momentum, m)  # type: ignore[attr-defined]
+    for i, s in enumerate(states):  # node by node; a node's first velocity is a copy of its row
+        row = g[i].view(layer.shape)
+        s.momentum = row.clone() if s.momentum is None else s.momentum.mul_(m).add_(row)  # type: ignore[attr-defined]
     return torch.stack([s.momentum.reshape(-1) for s in states])  # type: ignore[attr-defined]
 
 

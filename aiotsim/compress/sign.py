@@ -57,8 +57,7 @@ _U8 = torch.uint8
 def unpack_signs(buf: torch.Tensor, count: int) -> torch.Tensor:
     """``+-1`` as fp32 from packed sign bits: [count]."""
     bits = unpack_bits(buf, 1, count).view(torch.int8)  # [..., count] 0 / 1 (rows: one message each)
-    signs = (bits << 1).neg_().add_(1)  # [..., count] int8: 1 - 2 * bit
-    return torch.empty(signs.shape, dtype=torch.float32, device=buf.device).copy_(signs)
+    return _signed_to_f32((bits << 1).neg_().add_(1))  # [..., count]: 1 - 2 * bit
 
 
 @register

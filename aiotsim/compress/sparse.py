@@ -30,22 +30,14 @@ from aiotsim.errors import CodecError
 
 
 def sparse_payload(
-    indices: torch.Tensor,
-    values: torch.Tensor,
-    n: int,
-    value_dtype: str = "fp32",
-    mask: torch.Tensor | None = None,
-    *,
-    ascending: bool = False,
+    indices: torch.Tensor, values: torch.Tensor, n: int, value_dtype: str = "fp32", *, ascending: bool = False
 ) -> Payload:
     """Payload for ``values`` at flat ``indices`` of an ``n``-element tensor.
 
     ``indices`` need not be sorted; they are sorted here (with their values) because every
-    index coding is of a sorted set. ``mask``: the same selection as a boolean tensor of ``n``
-    elements, when the caller has one (lets a dense set be bitmap-coded straight from it).
-    ``ascending``: the caller's indices are strictly ascending already (a selection by
-    ``nonzero``), so the check that would find it out, a host read (on a GPU a sync per message
-    and layer), is skipped.
+    index coding is of a sorted set. ``ascending``: the caller's indices are strictly ascending
+    already (a selection by ``nonzero``), so the check that would find it out, a host read (on a
+    GPU a sync per message and layer), is skipped.
     """
     indices = indices.reshape(-1).to(torch.int64)
     values = values.reshape(-1)
@@ -53,7 +45,7 @@ def sparse_payload(
     if not ascending and indices.numel() > 1 and not bool((indices[1:] > indices[:-1]).all()):
         order = torch.argsort(indices)
         indices, values = indices[order], values[order]
-    coded = encode_index_set(indices, n, mask)
+    coded = encode_index_set(indices, n)
     return Payload({"indices": coded.buf, "values": pack_values(values, value_dtype)}, {"indices": coded.head})
 
 
@@ -172,12 +164,7 @@ class SparseDecoder:
         return self._decode_rows([payload], layer).view(layer.shape).to(layer.dtype)
 
 
-def decode_sparse(payload: Payload, layer: LayerInfo, value_dtype: str = "fp32") -> torch.Tensor:
-    """Dense gradient of ``layer`` from a :func:`sparse_payload` of exact ``value_dtype`` values."""
-    return decode_sparse_rows([payload], layer, *plain_values(value_dtype)).view(layer.shape).to(layer.dtype)
-
-
 def payload_indices(payload: Payload, n: int) -> torch.Tensor:
-    """The index set of a sparse payload (for the server's union size, seed 001's metric)."""
+    """The index set of a payload's ``indices`` buffer, of an ``n``-element tensor (FFT's kept bins)."""
     buf = payload.buffers["indices"]
     return decode_indices(buf, n, index_header(buf, payload.heads.get("indices")))

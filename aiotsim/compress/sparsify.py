@@ -67,7 +67,6 @@ from aiotsim.compress.base import Codec, CodecState, FeedbackParams, LayerInfo, 
 from aiotsim.compress.memory import SentRows
 from aiotsim.compress.packing import (
     VALUE_BYTES,
-    CodedIndices,
     encode_index_ragged,
     encode_index_rows,
     index_bound,
@@ -199,26 +198,19 @@ def stack_if_equal(rows: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor
 
 
 def sparse_rows(
-    acc: torch.Tensor, idx: torch.Tensor | list[torch.Tensor], value_dtype: str
+    acc: torch.Tensor, idx: torch.Tensor | list[torch.Tensor], value_dtype: str, mask: torch.Tensor | None = None
 ) -> tuple[list[Payload], SentRows]:
     """The sparse messages (:func:`~aiotsim.compress.sparse.sparse_payload`'s bytes) of the rows of
     ``acc`` (fp32 ``[rows, n]``) at their ``[rows, k]`` ascending indices ``idx``, and what they send.
     Every row's index coding is picked with one host read for all rows
     (:func:`~aiotsim.compress.packing.encode_index_rows`); the values of all rows are one fresh
-    buffer, which the messages share (views of its rows). Index sets of differing sizes (a list,
-    from :func:`topk_rows` where a row diverged) are coded as ragged rows."""
+    buffer, which the messages share (views of its rows). Index sets that may differ in size (a
+    list: from :func:`topk_rows` where a row diverged, or DGC's thresholds) are coded as ragged rows
+    (:func:`ragged_rows`; ``mask``: the sets as a ``[rows, n]`` boolean tensor, when the caller has one)."""
     if isinstance(idx, list):
-        n, counts = acc.shape[1], [int(i.numel()) for i in idx]
-        cols = torch.cat(idx)
-        flat = cols + torch.repeat_interleave(torch.arange(len(idx), device=acc.device) * n, torch.tensor(counts))
-        picked = round_values(acc.view(-1).index_select(0, flat), value_dtype)
-        coded = encode_index_ragged(cols, counts, n)
-        parts = picked.split(counts)
-        payloads = [
-            Payload({"indices": c.buf, "values": pack_values(v, value_dtype)}, {"indices": c.head})
-            for c, v in zip(coded, parts)
-        ]
-        return payloads, ("flat", (flat, picked))
+        n = acc.shape[1]
+        flat = torch.cat([sel + i * n if i else sel for i, sel in enumerate(idx)])  # into the [rows * n] block
+        return ragged_rows(acc, flat, torch.cat(idx), [int(i.numel()) for i in idx], value_dtype, mask)
     values = round_values(acc.gather(1, idx), value_dtype)  # [rows, k] fp32
     coded = encode_index_rows(idx, acc.shape[1])
     payloads = [
@@ -228,16 +220,40 @@ def sparse_rows(
     return payloads, ("sparse", (idx, values))
 
 
-def mask_hits(mask: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def ragged_rows(
+    acc: torch.Tensor,
+    flat: torch.Tensor,
+    cols: torch.Tensor,
+    counts: list[int],
+    value_dtype: str,
+    mask: torch.Tensor | None = None,
+) -> tuple[list[Payload], SentRows]:
+    """The sparse messages (:func:`~aiotsim.compress.sparse.sparse_payload`'s bytes) of index sets of
+    differing sizes, and what they send: row ``i`` of ``acc`` (fp32 ``[rows, n]``) sends its values at
+    ``counts[i]`` ascending column indices, the rows' laid end to end in ``cols`` (``flat``: the same
+    entries' indices into the ``[rows * n]`` block). ``mask``: the sets as a ``[rows, n]`` boolean
+    tensor, when the caller has one. One host read for every row's index coding
+    (:func:`~aiotsim.compress.packing.encode_index_ragged`); ``pack_values`` copies each row's
+    values, so a message owns its bytes and the pass's values do not live until its last one is
+    aggregated."""
+    values = round_values(acc.view(-1).index_select(0, flat), value_dtype)
+    payloads = [
+        Payload({"indices": c.buf, "values": pack_values(v, value_dtype)}, {"indices": c.head})
+        for c, v in zip(encode_index_ragged(cols, counts, acc.shape[1], mask), values.split(counts))
+    ]
+    return payloads, ("flat", (flat, values))
+
+
+def mask_hits(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """The ``True`` entries of the ``[rows, n]`` boolean ``mask``: their ascending flat indices into
-    the ``[rows * n]`` block, and each row's own column indices (ascending). One ``nonzero`` and one
-    host read for all rows; the counts come from a binary search in the sorted indices, not from
-    another pass over the mask (which costs as much as the ``nonzero`` on a sparse mask)."""
+    the ``[rows * n]`` block, their column indices (each row's ascending, the rows' end to end) and
+    each row's count. One ``nonzero`` and one host read for all rows; the counts come from a binary
+    search in the sorted indices, not from another pass over the mask (which costs as much as the
+    ``nonzero`` on a sparse mask)."""
     rows, n = mask.shape
     flat = torch.nonzero(mask.view(-1)).reshape(-1)  # [c] ascending
-    ends = torch.arange(rows + 1, device=mask.device) * n
-    counts = torch.searchsorted(flat, ends).diff().tolist()
-    return flat, [cols - i * n if i else cols for i, cols in enumerate(flat.split(counts))]
+    counts = torch.searchsorted(flat, torch.arange(rows + 1, device=mask.device) * n).diff().tolist()
+    return flat, flat if rows == 1 else flat.remainder(max(n, 1)), counts
 
 
 def round_values(values: torch.Tensor, value_dtype: str) -> torch.Tensor:
@@ -416,32 +432,18 @@ class Threshold(SparseDecoder, Codec[CodecState]):
     def _encode_rows(
         self, acc: torch.Tensor, grads: torch.Tensor, layer: LayerInfo, states: list[CodecState]
     ) -> tuple[list[Payload], SentRows]:
-        rows, n = acc.shape
-        send = acc.abs() >= self.params.tau  # [rows, n]: r + g (or g without error feedback) passing
-        flat, cols = mask_hits(send)  # [m] into the [rows * n] block; per row its indices
-        counts = [int(c.numel()) for c in cols]
-        values, negative = self.sent_values(acc.view(-1).index_select(0, flat))
-        coded = encode_index_ragged(torch.cat(cols), counts, n, send)
-        signs = negative.split(counts) if negative is not None else [None] * rows
-        payloads = [self.payload(c, v, s) for c, v, s in zip(coded, values.split(counts), signs)]
-        return payloads, ("flat", (flat, values))
-
-    def sent_values(self, picked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """What the server reads back for the accumulated values ``picked`` that pass (fp32), and,
-        quantized, their signs (True: negative)."""
-        if self.params.quantize:
-            negative = picked < 0
-            return torch.where(negative, -self.params.tau, self.params.tau).to(torch.float32), negative
-        return round_values(picked, self.params.value_dtype), None
-
-    def payload(self, coded: CodedIndices, values: torch.Tensor, negative: torch.Tensor | None) -> Payload:
-        """The message: the coded index set, then the values, or (quantized) 1 sign bit per index:
-        tau is known to both sides by protocol."""
-        if negative is not None:
-            body = {"signs": pack_bits(negative.to(torch.uint8), 1)}
-        else:
-            body = {"values": pack_values(values, self.params.value_dtype)}
-        return Payload({"indices": coded.buf, **body}, {"indices": coded.head})
+        p = self.params
+        send = acc.abs() >= p.tau  # [rows, n]: r + g (or g without error feedback) passing
+        flat, cols, counts = mask_hits(send)  # [m] into the [rows * n] block, each row's indices, counts
+        if not p.quantize:
+            return ragged_rows(acc, flat, cols, counts, p.value_dtype, send)
+        # Strom's form: 1 sign bit per index (True: negative), read back as +-tau (known to both sides)
+        negative = acc.view(-1).index_select(0, flat) < 0
+        payloads = [
+            Payload({"indices": c.buf, "signs": pack_bits(s.to(torch.uint8), 1)}, {"indices": c.head})
+            for c, s in zip(encode_index_ragged(cols, counts, acc.shape[1], send), negative.split(counts))
+        ]
+        return payloads, ("flat", (flat, torch.where(negative, -p.tau, p.tau).to(torch.float32)))
 
     def message_bound(self, layer: LayerInfo) -> int:
         """Every element may pass tau: n indices, and n values (or n sign bits)."""

@@ -72,8 +72,8 @@ from aiotsim.compress.packing import (
     unpack_f32,
 )
 from aiotsim.compress.registry import register
-from aiotsim.compress.sparse import Sizes, SparseDecoder, ValuesOf, padded_values, sparse_bound, sparse_payload
-from aiotsim.compress.sparsify import ValueDtype, round_values, value_dtype_opt
+from aiotsim.compress.sparse import Sizes, SparseDecoder, ValuesOf, padded_values, sparse_bound
+from aiotsim.compress.sparsify import ValueDtype, mask_hits, ragged_rows, value_dtype_opt
 from aiotsim.schema import opt, positive, unit_interval
 
 _EXP_BITS = 3  # exponent bits of a 4-bit code (1 sign bit + 3)
@@ -95,23 +95,6 @@ class VarianceState(CodecState):
         if self.scratch is None or self.scratch.numel() != n or self.scratch.device != device:
             self.scratch = torch.empty(n, dtype=torch.float32, device=device)
         return self.scratch
-
-
-def quantize_pow2(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """4-bit sign/exponent codes of ``values`` ([k] fp32) relative to their largest magnitude:
-    :func:`quantize_pow2_rows` of one message.
-
-    Returns
-    -------
-    codes : Tensor
-        ``[k]`` uint8: bit 3 = sign (1 negative), bits 0..2 = exponent ``e``.
-    dequantized : Tensor
-        ``[k]`` fp32 values the receiver decodes, ``sign * M * 2**-e``.
-    scale : float
-        ``M``, the largest magnitude (0.0 when ``values`` is empty).
-    """
-    codes, deq, scales = quantize_pow2_rows(values.reshape(-1), [values.numel()])
-    return codes, deq, scales[0]
 
 
 def quantize_pow2_rows(values: torch.Tensor, counts: list[int]) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
@@ -151,7 +134,7 @@ def quantize_pow2_rows(values: torch.Tensor, counts: list[int]) -> tuple[torch.T
 
 
 def dequantize_pow2(codes: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`quantize_pow2`: ``[k]`` fp32 values from 4-bit codes and ``M`` (a float,
+    """Inverse of :func:`quantize_pow2_rows`: ``[k]`` fp32 values from 4-bit codes and ``M`` (a float,
     or a one-element fp32 tensor: the same products)."""
     # 16-entry table: code -> sign * M * 2**-e; index_select with int32 is the fastest CPU gather.
     code = torch.arange(1 << (_EXP_BITS + 1), device=codes.device)
@@ -200,15 +183,9 @@ class VarianceCompression(SparseDecoder, Codec[VarianceState]):
         for i in range(nodes):
             torch.mul(var[i], -p.alpha, out=score).addcmul_(acc[i], acc[i])
             torch.gt(score, 0, out=send[i])
-        flat = torch.nonzero(send.view(-1)).reshape(-1)  # [m] into [rows * n]: row by row, ascending
-        # each row's count from where its indices end in the ascending flat ones: a search per
-        # row, not a pass over [rows, n]; the one host read of the selection
-        ends = torch.searchsorted(flat, torch.arange(1, nodes + 1, device=acc.device) * n).tolist()
-        counts = [b - a for a, b in zip([0, *ends[:-1]], ends)]
-        cols = flat if nodes == 1 else flat.remainder(n)  # [m] each row's own indices
-        picked = acc.view(-1).index_select(0, flat)
+        flat, cols, counts = mask_hits(send)  # [m] into [rows * n], each row's indices, counts: one host read
         if p.quantize:
-            codes, values, scales = quantize_pow2_rows(picked, counts)
+            codes, values, scales = quantize_pow2_rows(acc.view(-1).index_select(0, flat), counts)
             coded = encode_index_ragged(cols, counts, n, send)  # one host read for all rows
             payloads = [
                 Payload(
@@ -217,12 +194,9 @@ class VarianceCompression(SparseDecoder, Codec[VarianceState]):
                 )
                 for c, m, k in zip(coded, scales, codes.split(counts))
             ]
+            sent: SentRows = ("flat", (flat, values))
         else:
-            values = round_values(picked, p.value_dtype)
-            payloads = [
-                sparse_payload(i, v, n, p.value_dtype, m, ascending=True)
-                for i, v, m in zip(cols.split(counts), values.split(counts), send)
-            ]
+            payloads, sent = ragged_rows(acc, flat, cols, counts, p.value_dtype, send)
         zeta = p.zeta
         v_decay = zeta * zeta if p.decay_residual else zeta
         # v <- 0 where sent, decayed elsewhere (in place: no [rows, n] factor tensor)
@@ -231,8 +205,8 @@ class VarianceCompression(SparseDecoder, Codec[VarianceState]):
         var.masked_fill_(send, 0.0)
         # the role keeps r <- r - q(r) where sent, and with decay_residual r <- zeta r where unsent
         if p.decay_residual and zeta < 1.0:
-            return payloads, ("flat", (flat, values), torch.where(send, 1.0, zeta))
-        return payloads, ("flat", (flat, values))
+            return payloads, (*sent, torch.where(send, 1.0, zeta))
+        return payloads, sent
 
     def message_bound(self, layer: LayerInfo) -> int:
         """Every element may pass ``r^2 > alpha v``: n indices, and n values (or a scale and n
