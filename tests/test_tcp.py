@@ -373,3 +373,24 @@ def test_radio_presets_give_links_when_asked() -> None:
     # default: the [network] keys, whatever the radio
     spec = node_layout(s.replace(**{"network.link_defaults": "network"}))[0]
     assert (spec.uplink_bps, spec.latency_s) == (10e6, 0.005)
+
+
+def test_a_slow_start_overfilling_the_buffer_loses_its_first_retransmission_as_often_as_its_segments() -> None:
+    # a slow-start round of 40 overfills a drop-tail buffer by half (dropped = 0.5): the tail's
+    # every other segment, 1, 3, ..., 39, is dropped; 38 behind the first start SACK recovery.
+    # The window goes on doubling into the full buffer until the loss is found, so the first
+    # retransmission meets it full: dropped when the draw falls below 0.5, and recovery ends in
+    # the RTO (0.6 s on a fresh connection) after the recovery round trip, the window at 1
+    def round_of(draw: float, sample: float = 0.0, stack: str = "linux") -> tuple[float, float]:
+        conn = Connection(cwnd=40.0, min_rtt_s=RTT)
+        rd = plan_round(conn, TcpParams(stack=stack), 0.0, 1000, RTT, 1e4, 1e4, scripted(), dropped=0.5,
+                        sample_s=sample, overflow_draw=draw)  # fmt: skip
+        return rd.duration_s, conn.cwnd
+
+    assert round_of(0.3) == (pytest.approx(RTT + 0.6), 1.0)
+    # the draw above the drop fraction: SACK recovery in one round trip (the next round's new
+    # segments reveal the loss at 39), one cut
+    assert round_of(0.7) == (pytest.approx(RTT), pytest.approx(28.0))
+    # HyStart's delay test stops the growth mid-round (ns-3: a round trip 0.45 s >= 2 x 0.2 s):
+    # the buffer no longer overfills when the retransmission comes; no timeout whatever the draw
+    assert round_of(0.3, sample=0.45, stack="ns3") == (pytest.approx(RTT), pytest.approx(28.0))

@@ -242,8 +242,8 @@ def compare(cases: Sequence[ClassCase], runs: int = REALISATIONS) -> list[FlowRo
     for j, case in enumerate(cases):
         mine = every[j * runs : (j + 1) * runs]
         ns3 = np.array(measured[j * runs : (j + 1) * runs])  # [realisation, flow]
-        fair = np.array([model_times(c) for c in mine])
-        fifo = np.array([model_times(c, sharing="fifo") for c in mine])
+        fair = np.array([model_times(c, seed=k + 1) for k, c in enumerate(mine)])
+        fifo = np.array([model_times(c, seed=k + 1, sharing="fifo") for k, c in enumerate(mine)])
         for i in range(ns3.shape[1]):
             if (ns3[:, i] > 0).all():
                 se = float(ns3[:, i].std(ddof=1) / math.sqrt(runs)) if runs > 1 else 0.0

@@ -247,6 +247,8 @@ class Network(TcpRounds, LinkVariation):
             if transport == "tcp" and sharing == "fifo"
             else None
         )
+        # under fifo: whether a loss round's first retransmission meets the buffer full (flows_tcp)
+        self._overflow_rng = np.random.default_rng([seed, 0xF1F0])
         self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link (change in place only)
         self._carried_mv = memoryview(self._carried)  # the same buffer: Python float adds, no numpy scalars
         self.transfers: list[Transfer] = []
@@ -386,9 +388,9 @@ class Network(TcpRounds, LinkVariation):
 
     def tcp_state(self) -> dict[str, object]:
         """What a checkpoint must keep of the TCP transport at a quiescent point (no flow in
-        flight): each connection's window state and the loss generator's state."""
+        flight): each connection's window state and the loss generators' states."""
         conns = {f"{src}\x00{dst}": dataclasses.asdict(c) for (src, dst), c in self._conns.items()}
-        return {"conns": conns, "loss_rng": self._loss.state}
+        return {"conns": conns, "loss_rng": self._loss.state, "overflow_rng": self._overflow_rng.bit_generator.state}
 
     def restore_tcp_state(self, state: Mapping[str, object] | None) -> None:
         """Restore :meth:`tcp_state` (None: a checkpoint from before the TCP transport, kept as is)."""
@@ -398,6 +400,7 @@ class Network(TcpRounds, LinkVariation):
         assert isinstance(conns, dict)
         self._conns = {tuple(k.split("\x00", 1)): Connection(**v) for k, v in conns.items()}  # type: ignore[misc]
         self._loss.state = state["loss_rng"]
+        self._overflow_rng.bit_generator.state = state["overflow_rng"]
 
     def slot_state(self) -> dict[str, object]:
         """What a checkpoint must keep of the slot bookkeeping at a quiescent point (no flow in

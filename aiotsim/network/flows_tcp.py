@@ -57,6 +57,7 @@ class TcpRounds:
     _seq: int
     _loss: LossSampler
     _loss_rng: np.random.Generator
+    _overflow_rng: np.random.Generator
 
     if TYPE_CHECKING:
 
@@ -145,10 +146,12 @@ class TcpRounds:
             held = lossy and 0 < rate < t.cap * (1 - 1e-9)
             share = rate * t.rtt / t.seg_wire if held else np.inf  # segments per round trip
             left = self._rates.remaining(slot, now)  # wire bytes
-            rtt, dropped, fifo_cap, sample = t.rtt, 0.0, np.inf, 0.0
+            rtt, dropped, fifo_cap, sample, overflow_draw = t.rtt, 0.0, np.inf, 0.0, 1.0
             if self._queues is not None:  # the round trip through the queues, its share and its drops
                 trip = trips[slot]
                 rtt, dropped, share = trip.rtt, trip.loss, np.inf
+                if dropped > 0:  # whether the buffer drops the round's first retransmission (tcp.plan_round)
+                    overflow_draw = float(self._overflow_rng.random())
                 # HyStart's first samples of a round are the ACKs of the previous round's first
                 # segments: they measure the queue that stood as that round began (ns-3 and Linux
                 # see the delay one round late, so slow start overshoots the test by a doubling);
@@ -160,7 +163,7 @@ class TcpRounds:
             rd = plan_round(
                 t.conn, self.tcp, now, left / t.seg_wire, rtt, t.bdp, t.max_window,
                 (lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty)) if lossy else _never_lost,
-                share, dropped, sample, t.rtt / t.bdp, t.rtt if self._queues is not None else None,
+                share, dropped, sample, t.rtt / t.bdp, t.rtt if self._queues is not None else None, overflow_draw,
             )  # fmt: skip
             if rd.final:  # the last window leaves in one burst, at the fair share (its FIFO share if queued)
                 t.extra_delay += rd.extra_delay_s

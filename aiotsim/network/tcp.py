@@ -307,11 +307,7 @@ def grow(
         ACK-train test to count it (0: always counted).
     """
     cwnd = conn.cwnd
-    delayed = False
-    if sample_s > 0:  # only a modelled queue moves a round trip (the fair model's path: skipped)
-        low = conn.min_rtt_s = min(conn.min_rtt_s, sample_s)
-        divisor, most = HYSTART_DELAY[params.stack]
-        delayed = sample_s >= low + min(max(low / divisor, HYSTART_DELAY_MIN_S), most)
+    delayed = _delay_test(conn, params, sample_s)
     if cwnd < conn.ssthresh:
         # the ACK-train test: ACKs close enough together, for long enough (HYSTART_TRAIN)
         train = SEGMENTS_PER_ACK * segment_s <= HYSTART_ACK_DELTA_S and cwnd >= (
@@ -343,6 +339,17 @@ def grow(
     floor = cwnd * (1.0 + 1.0 / CUBIC_PROBE_CNT) if conn.probing else cwnd + 1.0 / max(cwnd, 1.0)
     # Linux bounds CUBIC's growth at 1.5x per round trip (cnt >= 2)
     conn.cwnd = min(max(w_cubic, w_reno, floor), 1.5 * cwnd)
+
+
+def _delay_test(conn: Connection, params: TcpParams, sample_s: float) -> bool:
+    """HyStart's delay test on a round whose first samples measured ``sample_s`` (s; 0: no
+    modelled queue, no test): the round trip exceeds the smallest seen (kept up to date here) by
+    the stack's threshold (:data:`HYSTART_DELAY`)."""
+    if sample_s <= 0:  # only a modelled queue moves a round trip (the fair model's path: skipped)
+        return False
+    low = conn.min_rtt_s = min(conn.min_rtt_s, sample_s)
+    divisor, most = HYSTART_DELAY[params.stack]
+    return sample_s >= low + min(max(low / divisor, HYSTART_DELAY_MIN_S), most)
 
 
 def cut(conn: Connection, params: TcpParams, now_s: float, timeout: bool) -> None:
@@ -381,6 +388,7 @@ def plan_round(
     sample_s: float = 0.0,
     segment_s: float = 0.0,
     base_rtt_s: float | None = None,
+    overflow_draw: float = 1.0,
 ) -> Round:
     """One round trip of a window-limited flow: what it sends, how long it takes, the new window.
 
@@ -409,6 +417,13 @@ def plan_round(
         The path's round trip without queueing, s: what resending a hole of the transfer's last
         window costs after it drains, when ``rtt_s`` includes the queue its own window built
         (None: ``rtt_s``).
+    overflow_draw : float
+        A uniform draw in [0, 1) for the buffer's fate of the round's first fast retransmission
+        (1: none). A slow start that overfills a drop-tail buffer goes on doubling into it until
+        the loss is found, a round trip after the drop, unless HyStart's delay test stops it
+        mid-round: then the first retransmission meets the buffer still full and is dropped as
+        often as the round's segments (``overflow_draw < dropped``), and a lost retransmission
+        waits for the RTO (ns-3: eight slow starts through a 100-packet queue all time out).
 
     Returns
     -------
@@ -425,12 +440,14 @@ def plan_round(
             grow(conn, params, now_s + span, span, bdp_segments, sample_s, segment_s)
         return Round(sent, span, final)
     rto = params.loss_rto(span, acked)
+    growing = conn.cwnd < conn.ssthresh and not _delay_test(conn, params, sample_s)  # into the full buffer
+    resent_dropped = growing and overflow_draw < dropped
     # segments behind a loss that can raise duplicate ACKs / SACKs: the rest of this round and, if
     # the transfer goes on, the next round's new data
     more = 0.0 if final else min(window, left_segments - sent)
     # the last window's holes are resent as its segments drain, behind no queue of its own
     resend_s = span if not final or base_rtt_s is None else min(base_rtt_s, span)
-    delay, timeout = _recovery(lost, sent + more, resend_s, rto, lose, TAIL_REPAIR_RTTS[params.stack])
+    delay, timeout = _recovery(lost, sent + more, resend_s, rto, lose, TAIL_REPAIR_RTTS[params.stack], resent_dropped)
     cut(conn, params, now_s + delay, timeout)
     if final:
         return Round(sent, rtt_s, True, extra_delay_s=delay)
@@ -444,13 +461,15 @@ def _recovery(
     rto: float,
     lose: Callable[[int], int | None],
     tail_rtts: float = TAIL_REPAIR_RTTS["linux"],
+    resent_dropped: bool = False,
 ) -> tuple[float, bool]:
     """How long repairing a round's ``lost`` segments takes (s) and whether it ends in a timeout;
     ``behind_end``: segments sent up to the end of the next round (duplicate ACKs / SACKs);
-    ``tail_rtts``: what finding a lost tail costs once recovery runs (:data:`TAIL_REPAIR_RTTS`)."""
+    ``tail_rtts``: what finding a lost tail costs once recovery runs (:data:`TAIL_REPAIR_RTTS`);
+    ``resent_dropped``: a full buffer drops the first retransmission."""
     if behind_end - lost[0] - 1 < FAST_RETRANSMIT_DUPACKS:  # no fast retransmit at all
         return backed_off(rto, lose), True  # the timeout retransmission, and its backoffs if lost
-    if lose(len(lost)) is not None:  # a fast retransmission lost: found by the RTO, after the recovery RTT
+    if resent_dropped or lose(len(lost)) is not None:  # a retransmission lost: found by the RTO, after the recovery RTT
         return span + backed_off(rto, lose), True
     # SACK recovery: every hole resent in one round trip; losses too near the end for SACKs to
     # reveal them are resent in the same recovery, found as the stack finds them

@@ -177,8 +177,9 @@ def _network(c: Cluster, state: dict[str, Any]) -> list[str]:
     net = c.net
     out = bit_generator(state["net_rng"], net._rng, "net_rng")
     tcp, slots, loss = state["net_tcp"], state["net_slots"], state["net_loss"]
-    out += _keys(tcp, frozenset(("conns", "loss_rng")), "net_tcp") or (
+    out += _keys(tcp, frozenset(("conns", "loss_rng", "overflow_rng")), "net_tcp") or (
         bit_generator(tcp["loss_rng"], net._loss._rng, "net_tcp.loss_rng")
+        + bit_generator(tcp["overflow_rng"], net._overflow_rng, "net_tcp.overflow_rng")
         + typed(tcp["conns"], dict[str, Connection], "net_tcp.conns", Rules(inf=True))  # ssthresh starts at inf
     )
     if not out and not all(conn["cwnd"] > 0 for conn in tcp["conns"].values()):
