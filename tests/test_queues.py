@@ -51,6 +51,22 @@ def test_two_flows_rtt_ratio_4_share_one_fifo_by_window_over_rtt() -> None:
     assert fast / slow == pytest.approx((0.04 + q) / (0.01 + q))  # not max-min's 1:1
 
 
+def test_a_window_joining_a_queue_reprices_the_flows_already_there() -> None:
+    """Two equal windows offered 0.1 ms apart at one FIFO: the first was priced at its own queue
+    (60 ms); the second's window doubles it (140 ms), which moves the delay by far more than 10%
+    of a round trip, so the first is repriced at once: both send W / (d + q), as in one FIFO."""
+    queues = QueueLinks([C, 100 * C, 100 * C], [1e9, 1e9, 1e9])
+    w = 100_000.0
+    queues.join(0, (1, 0), (1.0, 1.0), (), 0.02)
+    queues.join(1, (2, 0), (1.0, 1.0), (), 0.02)
+    first = queues.send(0, w)
+    assert first.rtt == pytest.approx(w / C)  # 20 ms of pipe + 60 ms of its own queue
+    second = queues.send(1, w)
+    assert second.rtt == pytest.approx(2 * w / C)  # both windows: 140 ms of queue
+    assert queues.stale() == [0]
+    assert queues.rate(0) == pytest.approx(queues.rate(1)) == pytest.approx(C / 2)
+
+
 def test_queueing_delay_enters_a_second_flows_round_trip() -> None:
     """A flow joining a loaded link waits behind its queue: its round trip is base + q."""
     queues = QueueLinks([C, 100 * C, 100 * C], [1e9, 1e9, 1e9])
