@@ -10,7 +10,7 @@ import simpy
 from aiotsim.errors import ConfigError
 from aiotsim.network import Link, Network, Topology
 from aiotsim.network.queues import QueueLinks, fifo_delay, overflow_positions
-from aiotsim.network.tcp import Connection, TcpParams, plan_round
+from aiotsim.network.tcp import Connection, QueueView, TcpParams, plan_round
 
 C = 1_250_000.0  # bytes/s: 10 Mbit/s
 
@@ -131,14 +131,14 @@ def test_an_overflowing_round_is_recovered_by_sack_and_cuts_the_window() -> None
     and a CUBIC cut (x 0.7); the same drops in the transfer's last round are found by a timeout."""
     params = TcpParams()
     conn = Connection(cwnd=20.0)
-    rd = plan_round(conn, params, 0.0, 200.0, 0.1, 50.0, 1e9, lambda n: None, math.inf, 0.1, 0.0)
+    rd = plan_round(conn, params, 0.0, 200.0, 0.1, 50.0, 1e9, lambda n: None, queue=QueueView(dropped=0.1))
     assert not rd.final and rd.duration_s == pytest.approx(0.1)  # SACK recovery: one RTT
     assert conn.cwnd == pytest.approx(14.0)  # 0.7 x 20
     last = Connection(cwnd=20.0)
-    rd = plan_round(last, params, 0.0, 20.0, 0.1, 50.0, 1e9, lambda n: None, math.inf, 0.1, 0.0)
+    rd = plan_round(last, params, 0.0, 20.0, 0.1, 50.0, 1e9, lambda n: None, queue=QueueView(dropped=0.1))
     assert rd.final and rd.extra_delay_s >= params.loss_rto(0.1, 0.0)  # the tail: a timeout
     clean = Connection(cwnd=20.0)
-    rd = plan_round(clean, params, 0.0, 200.0, 0.1, 50.0, 1e9, lambda n: None, math.inf, 0.0, 0.0)
+    rd = plan_round(clean, params, 0.0, 200.0, 0.1, 50.0, 1e9, lambda n: None)
     assert clean.cwnd == 40.0  # no drop: slow start doubles
 
 

@@ -16,6 +16,7 @@ from aiotsim.config import ConfigError, Scenario
 from aiotsim.network import Link, Network, Topology
 from aiotsim.network.tcp import (
     Connection,
+    QueueView,
     TcpParams,
     backed_off,
     cut,
@@ -383,8 +384,8 @@ def test_a_slow_start_overfilling_the_buffer_loses_its_first_retransmission_as_o
     # the RTO (0.6 s on a fresh connection) after the recovery round trip, the window at 1
     def round_of(draw: float, sample: float = 0.0, stack: str = "linux") -> tuple[float, float]:
         conn = Connection(cwnd=40.0, min_rtt_s=RTT)
-        rd = plan_round(conn, TcpParams(stack=stack), 0.0, 1000, RTT, 1e4, 1e4, scripted(), dropped=0.5,
-                        sample_s=sample, overflow_draw=draw)  # fmt: skip
+        queue = QueueView(dropped=0.5, sample_s=sample, overflow_draw=draw)
+        rd = plan_round(conn, TcpParams(stack=stack), 0.0, 1000, RTT, 1e4, 1e4, scripted(), queue=queue)
         return rd.duration_s, conn.cwnd
 
     assert round_of(0.3) == (pytest.approx(RTT + 0.6), 1.0)

@@ -242,13 +242,10 @@ class Network(TcpRounds, LinkVariation):
         self._nominal = self._cap.tolist()
         self._rates = RateClasses(self._cap[:-1].tolist(), report_near=transport == "tcp")
         # drop-tail queues under TCP windows (None: no shared backlog, the per-flow fair queue)
-        self._queues = (
-            QueueLinks(self._cap[:-1].tolist(), [all_links[n].buffer_bytes for n in self._link_names])
-            if transport == "tcp" and sharing == "fifo"
-            else None
-        )
-        # under fifo: whether a loss round's first retransmission meets the buffer full (flows_tcp)
-        self._overflow_rng = np.random.default_rng([seed, 0xF1F0])
+        buffers = [all_links[n].buffer_bytes for n in self._link_names]
+        fifo = transport == "tcp" and sharing == "fifo"
+        self._queues = QueueLinks(self._cap[:-1].tolist(), buffers) if fifo else None
+        self._overflow_rng = np.random.default_rng([seed, 0xF1F0])  # fifo: a first retransmission's fate
         self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link (change in place only)
         self._carried_mv = memoryview(self._carried)  # the same buffer: Python float adds, no numpy scalars
         self.transfers: list[Transfer] = []

@@ -21,8 +21,10 @@ from aiotsim.network.flow_records import Flight, PathCost, TcpFlight
 from aiotsim.network.queues import QueueLinks, RoundTrip
 from aiotsim.network.rates import RateClasses
 from aiotsim.network.tcp import (
+    NO_QUEUE,
     Connection,
     LossSampler,
+    QueueView,
     TcpParams,
     handshake_s,
     plan_round,
@@ -146,24 +148,25 @@ class TcpRounds:
             held = lossy and 0 < rate < t.cap * (1 - 1e-9)
             share = rate * t.rtt / t.seg_wire if held else np.inf  # segments per round trip
             left = self._rates.remaining(slot, now)  # wire bytes
-            rtt, dropped, fifo_cap, sample, overflow_draw = t.rtt, 0.0, np.inf, 0.0, 1.0
+            rtt, fifo_cap, queue = t.rtt, np.inf, NO_QUEUE
             if self._queues is not None:  # the round trip through the queues, its share and its drops
                 trip = trips[slot]
-                rtt, dropped, share = trip.rtt, trip.loss, np.inf
-                if dropped > 0:  # whether the buffer drops the round's first retransmission (tcp.plan_round)
-                    overflow_draw = float(self._overflow_rng.random())
+                rtt, share = trip.rtt, np.inf
+                # whether the buffer drops the round's first retransmission (tcp.QueueView)
+                draw = float(self._overflow_rng.random()) if trip.loss > 0 else 1.0
                 # HyStart's first samples of a round are the ACKs of the previous round's first
                 # segments: they measure the queue that stood as that round began (ns-3 and Linux
                 # see the delay one round late, so slow start overshoots the test by a doubling);
                 # a first round's own first segments meet what stood before any window of now
                 sample = t.rtt + (t.standing if t.standing >= 0 else ahead[slot])
                 t.standing = ahead[slot]
+                queue = QueueView(trip.loss, sample, t.rtt, draw)
                 fifo_cap = trip.rate if trip.queued and trip.rate > 0 else np.inf
                 t.queued = trip.queued
             rd = plan_round(
                 t.conn, self.tcp, now, left / t.seg_wire, rtt, t.bdp, t.max_window,
                 (lambda n, loss=t.loss, bursty=t.bursty: self._lose(loss, n, bursty)) if lossy else _never_lost,
-                share, dropped, sample, t.rtt / t.bdp, t.rtt if self._queues is not None else None, overflow_draw,
+                share, t.rtt / t.bdp, queue,
             )  # fmt: skip
             if rd.final:  # the last window leaves in one burst, at the fair share (its FIFO share if queued)
                 t.extra_delay += rd.extra_delay_s

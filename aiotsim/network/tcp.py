@@ -306,27 +306,11 @@ def grow(
         the ACK train's spacing, which must be at most :data:`HYSTART_ACK_DELTA_S` for the
         ACK-train test to count it (0: always counted).
     """
-    cwnd = conn.cwnd
     delayed = _delay_test(conn, params, sample_s)
-    if cwnd < conn.ssthresh:
-        # the ACK-train test: ACKs close enough together, for long enough (HYSTART_TRAIN)
-        train = SEGMENTS_PER_ACK * segment_s <= HYSTART_ACK_DELTA_S and cwnd >= (
-            HYSTART_TRAIN[params.stack] * bdp_segments
-        )
-        if params.hystart and cwnd >= HYSTART_LOW_WINDOW and (train or delayed):
-            # HyStart finds the exit mid-round, and slow start has grown the window by the
-            # segments acked until then: the delay test decides after its first samples (8 ACKs
-            # of 2 segments), the train once its ACKs have spanned the yardstick (ns-3.44, one
-            # flow: 20 Mbit/s at 10 ms leaves a round of 40 at 71 = 40 + 33, here 73; 10 Mbit/s
-            # at 10 ms, by the delay test, at 163, here 176)
-            grown = SEGMENTS_PER_ACK * HYSTART_MIN_SAMPLES if delayed else HYSTART_TRAIN[params.stack] * bdp_segments
-            cwnd = conn.cwnd = min(cwnd + grown, 2.0 * cwnd)
-            conn.ssthresh = cwnd  # HyStart: leave slow start, CUBIC from here (epoch now, K = 0)
-            conn.w_max, conn.epoch_s, conn.k_s = cwnd, now_s, 0.0
-            return
-        else:
-            conn.cwnd = min(2.0 * cwnd, conn.ssthresh) if math.isfinite(conn.ssthresh) else 2.0 * cwnd
-            return
+    if conn.cwnd < conn.ssthresh:
+        _slow_start(conn, params, now_s, bdp_segments, delayed, segment_s)
+        return
+    cwnd = conn.cwnd
     if params.congestion == "reno":
         conn.cwnd = cwnd + 1.0
         return
@@ -339,6 +323,27 @@ def grow(
     floor = cwnd * (1.0 + 1.0 / CUBIC_PROBE_CNT) if conn.probing else cwnd + 1.0 / max(cwnd, 1.0)
     # Linux bounds CUBIC's growth at 1.5x per round trip (cnt >= 2)
     conn.cwnd = min(max(w_cubic, w_reno, floor), 1.5 * cwnd)
+
+
+def _slow_start(
+    conn: Connection, params: TcpParams, now_s: float, bdp_segments: float, delayed: bool, segment_s: float
+) -> None:
+    """One slow-start round of :func:`grow`: the window doubles, or HyStart ends slow start
+    (``delayed``: its delay test fired on the round's samples)."""
+    cwnd = conn.cwnd
+    # the ACK-train test: ACKs close enough together, for long enough (HYSTART_TRAIN)
+    train = SEGMENTS_PER_ACK * segment_s <= HYSTART_ACK_DELTA_S and cwnd >= HYSTART_TRAIN[params.stack] * bdp_segments
+    if not (params.hystart and cwnd >= HYSTART_LOW_WINDOW and (train or delayed)):
+        conn.cwnd = min(2.0 * cwnd, conn.ssthresh) if math.isfinite(conn.ssthresh) else 2.0 * cwnd
+        return
+    # HyStart finds the exit mid-round, and slow start has grown the window by the segments acked
+    # until then: the delay test decides after its first samples (8 ACKs of 2 segments), the train
+    # once its ACKs have spanned the yardstick (ns-3.44, one flow: 20 Mbit/s at 10 ms leaves a
+    # round of 40 at 71 = 40 + 33, here 73; 10 Mbit/s at 10 ms, by the delay test, at 163, here 176)
+    grown = SEGMENTS_PER_ACK * HYSTART_MIN_SAMPLES if delayed else HYSTART_TRAIN[params.stack] * bdp_segments
+    cwnd = conn.cwnd = min(cwnd + grown, 2.0 * cwnd)
+    conn.ssthresh = cwnd  # HyStart: leave slow start, CUBIC from here (epoch now, K = 0)
+    conn.w_max, conn.epoch_s, conn.k_s = cwnd, now_s, 0.0
 
 
 def _delay_test(conn: Connection, params: TcpParams, sample_s: float) -> bool:
@@ -374,6 +379,39 @@ def round_segments(conn: Connection, left_segments: float, max_window: float) ->
     return window, min(window, left_segments)
 
 
+@dataclass(frozen=True)
+class QueueView:
+    """What the drop-tail queues tell one round of a flow (``sharing = "fifo"``; the default
+    :data:`NO_QUEUE`: none).
+
+    Attributes
+    ----------
+    dropped : float
+        Fraction of the round a full buffer drops, besides random losses (:func:`_losses`).
+    sample_s : float
+        What HyStart's first samples of the round measure, s (0: no modelled queue; :func:`grow`).
+    base_rtt_s : float or None
+        The path's round trip without queueing, s: what resending a hole of the transfer's last
+        window costs after it drains, when the round trip includes the queue its own window built
+        (None: the round trip).
+    overflow_draw : float
+        A uniform draw in [0, 1) for the fate of the round's first fast retransmission (1: none).
+        A slow start that overfills a drop-tail buffer goes on doubling into it until the loss is
+        found, a round trip after the drop, unless HyStart's delay test stops it mid-round: then
+        that retransmission meets the buffer still full and is dropped as often as the round's
+        segments (``overflow_draw < dropped``), and a lost retransmission waits for the RTO
+        (ns-3: eight slow starts through a 100-packet queue all time out).
+    """
+
+    dropped: float = 0.0
+    sample_s: float = 0.0
+    base_rtt_s: float | None = None
+    overflow_draw: float = 1.0
+
+
+NO_QUEUE = QueueView()
+
+
 def plan_round(
     conn: Connection,
     params: TcpParams,
@@ -384,11 +422,8 @@ def plan_round(
     max_window: float,
     lose: Callable[[int], int | None],
     share_segments: float = math.inf,
-    dropped: float = 0.0,
-    sample_s: float = 0.0,
     segment_s: float = 0.0,
-    base_rtt_s: float | None = None,
-    overflow_draw: float = 1.0,
+    queue: QueueView = NO_QUEUE,
 ) -> Round:
     """One round trip of a window-limited flow: what it sends, how long it takes, the new window.
 
@@ -407,23 +442,10 @@ def plan_round(
     share_segments : float
         Segments per RTT of the fair share that limited the flow last (else inf): a larger window
         queues, the round stretches to ``sent / share_segments`` RTTs (losses drawn per segment).
-    dropped : float
-        Fraction of the round a full drop-tail buffer drops, besides random losses (:func:`_losses`).
-    sample_s : float
-        What HyStart's samples of the round measure, s (0: no modelled queue; :func:`grow`).
     segment_s : float
         One segment's time at the path's bottleneck, s (HyStart's ACK spacing; :func:`grow`).
-    base_rtt_s : float or None
-        The path's round trip without queueing, s: what resending a hole of the transfer's last
-        window costs after it drains, when ``rtt_s`` includes the queue its own window built
-        (None: ``rtt_s``).
-    overflow_draw : float
-        A uniform draw in [0, 1) for the buffer's fate of the round's first fast retransmission
-        (1: none). A slow start that overfills a drop-tail buffer goes on doubling into it until
-        the loss is found, a round trip after the drop, unless HyStart's delay test stops it
-        mid-round: then the first retransmission meets the buffer still full and is dropped as
-        often as the round's segments (``overflow_draw < dropped``), and a lost retransmission
-        waits for the RTO (ns-3: eight slow starts through a 100-packet queue all time out).
+    queue : QueueView
+        What the drop-tail queues tell this round (under ``sharing = "fifo"``).
 
     Returns
     -------
@@ -433,25 +455,29 @@ def plan_round(
     final = left_segments <= window * (1.0 + FINAL_TOL)
     span = rtt_s * max(1.0, sent / share_segments)  # s, this round's RTT with its queueing
     acked = conn.acked  # segments acknowledged before this round (the RTO's samples)
-    lost = _losses(math.ceil(sent), lose, dropped)
+    lost = _losses(math.ceil(sent), lose, queue.dropped)
     conn.acked += sent
     if not lost:
         if not final:
-            grow(conn, params, now_s + span, span, bdp_segments, sample_s, segment_s)
+            grow(conn, params, now_s + span, span, bdp_segments, queue.sample_s, segment_s)
         return Round(sent, span, final)
     rto = params.loss_rto(span, acked)
-    growing = conn.cwnd < conn.ssthresh and not _delay_test(conn, params, sample_s)  # into the full buffer
-    resent_dropped = growing and overflow_draw < dropped
+    resent_dropped = _resent_dropped(conn, params, queue)
     # segments behind a loss that can raise duplicate ACKs / SACKs: the rest of this round and, if
     # the transfer goes on, the next round's new data
     more = 0.0 if final else min(window, left_segments - sent)
     # the last window's holes are resent as its segments drain, behind no queue of its own
-    resend_s = span if not final or base_rtt_s is None else min(base_rtt_s, span)
+    resend_s = span if not final or queue.base_rtt_s is None else min(queue.base_rtt_s, span)
     delay, timeout = _recovery(lost, sent + more, resend_s, rto, lose, TAIL_REPAIR_RTTS[params.stack], resent_dropped)
     cut(conn, params, now_s + delay, timeout)
-    if final:
-        return Round(sent, rtt_s, True, extra_delay_s=delay)
-    return Round(sent, delay, False)
+    return Round(sent, rtt_s, True, extra_delay_s=delay) if final else Round(sent, delay, False)
+
+
+def _resent_dropped(conn: Connection, params: TcpParams, queue: QueueView) -> bool:
+    """Whether a full buffer drops a loss round's first fast retransmission: the round was a slow
+    start that HyStart's delay test did not stop (:attr:`QueueView.overflow_draw`)."""
+    growing = conn.cwnd < conn.ssthresh and not _delay_test(conn, params, queue.sample_s)
+    return growing and queue.overflow_draw < queue.dropped
 
 
 def _recovery(
