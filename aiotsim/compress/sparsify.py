@@ -208,9 +208,11 @@ def sparse_rows(
     list: from :func:`topk_rows` where a row diverged, or DGC's thresholds) are coded as ragged rows
     (:func:`ragged_rows`; ``mask``: the sets as a ``[rows, n]`` boolean tensor, when the caller has one)."""
     if isinstance(idx, list):
-        n = acc.shape[1]
-        flat = torch.cat([sel + i * n if i else sel for i, sel in enumerate(idx)])  # into the [rows * n] block
-        return ragged_rows(acc, flat, torch.cat(idx), [int(i.numel()) for i in idx], value_dtype, mask)
+        cols, counts = torch.cat(idx), [int(i.numel()) for i in idx]
+        # each row's offset into the [rows * n] block, in one op for all rows (not one add per row)
+        starts = torch.arange(len(idx), device=acc.device) * acc.shape[1]
+        flat = cols + torch.repeat_interleave(starts, torch.tensor(counts, device=acc.device))
+        return ragged_rows(acc, flat, cols, counts, value_dtype, mask)
     values = round_values(acc.gather(1, idx), value_dtype)  # [rows, k] fp32
     coded = encode_index_rows(idx, acc.shape[1])
     payloads = [

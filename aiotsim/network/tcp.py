@@ -486,8 +486,8 @@ def _recovery(
     span: float,
     rto: float,
     lose: Callable[[int], int | None],
-    tail_rtts: float = TAIL_REPAIR_RTTS["linux"],
-    resent_dropped: bool = False,
+    tail_rtts: float,
+    resent_dropped: bool,
 ) -> tuple[float, bool]:
     """How long repairing a round's ``lost`` segments takes (s) and whether it ends in a timeout;
     ``behind_end``: segments sent up to the end of the next round (duplicate ACKs / SACKs);
