@@ -260,3 +260,26 @@ def test_a_duplex_connection_carries_the_reply_without_a_handshake(connection: s
     rtt = 2 * 0.05  # s; 10 KB fit the initial window: one burst, then one one-way latency
     burst = (10_000 + 7 * 40) * 8 / 10e6  # 7 packets' headers; s at the 10 Mbit/s downlink
     assert took[0] == pytest.approx(handshakes * rtt + burst + 0.05, abs=2e-3)
+
+
+def test_a_window_written_at_once_queues_whole_at_the_senders_link_and_a_later_burst_stands_on_it() -> None:
+    """A server writes a download's window of 92 segments into its own 100 Mbit/s link with a
+    100-packet buffer at once: it fits (92 <= 100), and drains at 12.5 MB/s. A second window of
+    92 written 2 ms later finds 92 - 2 ms x 12.5 MB/s / 1,514 B = 75.5 segments still there:
+    75.5 + 92 - 100 = 67.5 of its 92 are dropped (ns-3.44: downloads that start 1.6 ms apart
+    lose most of their windows at the server's queue). 20 ms later the first has drained."""
+    seg = 1514.0
+    cap = 12_500_000.0  # bytes/s, 100 Mbit/s
+    queues = QueueLinks([cap, cap / 5, cap / 5], [100 * seg] * 3)
+    for i in range(2):  # the server's link 0, then each client's 20 Mbit/s link
+        queues.join(i, (0, 1 + i), (1.0, 1.0), (), 0.1)
+    first = queues.send(0, 92 * seg, math.inf, now=1.0)
+    assert first.loss == 0.0
+    second = queues.send(1, 92 * seg, math.inf, now=1.002)
+    left = 92 - 0.002 * cap / seg  # segments of the first window still queued
+    assert second.loss == pytest.approx((left + 92 - 100) / 92)
+    later = QueueLinks([cap, cap / 5, cap / 5], [100 * seg] * 3)
+    for i in range(2):
+        later.join(i, (0, 1 + i), (1.0, 1.0), (), 0.1)
+    later.send(0, 92 * seg, math.inf, now=1.0)
+    assert later.send(1, 92 * seg, math.inf, now=1.02).loss == 0.0

@@ -24,6 +24,7 @@ from aiotsim.network.tcp import (
     handshake_s,
     plan_round,
     restart_window,
+    settle,
 )
 
 RATE = 100e6  # bits/s
@@ -395,3 +396,63 @@ def test_a_slow_start_overfilling_the_buffer_loses_its_first_retransmission_as_o
     # HyStart's delay test stops the growth mid-round (ns-3: a round trip 0.45 s >= 2 x 0.2 s):
     # the buffer no longer overfills when the retransmission comes; no timeout whatever the draw
     assert round_of(0.3, sample=0.45, stack="ns3") == (pytest.approx(RTT), pytest.approx(28.0))
+
+
+def test_ns3_grows_the_window_only_while_the_transfer_has_segments_to_release() -> None:
+    # ns-3.44's TcpCubic::IncreaseWindow returns while m_isCwndLimited is false. In a slow-start
+    # round of W = 80 with 21 segments of the transfer still unsent, each ACK of 2 segments grows
+    # the window by 2 and releases 4: after 21 / 4 ACKs nothing is left to send and the window
+    # stays at 80 + 21 / 2 = 90.5 (traced in ns-3: 250 KB at 20 Mbit/s x 100 ms ends this round at
+    # 92). Linux grows while cwnd < 2 x the packets in flight: it doubles.
+    ns3 = Connection(cwnd=80.0)
+    grow(ns3, TcpParams(stack="ns3", hystart=False), 1.0, RTT, 1e4, unsent_segments=21.0)
+    assert ns3.cwnd == 90.5
+    linux = Connection(cwnd=80.0)
+    grow(linux, TcpParams(hystart=False), 1.0, RTT, 1e4, unsent_segments=21.0)
+    assert linux.cwnd == 160.0
+    # congestion avoidance: each ACK releases 2 segments and grows the window by 1/cwnd of one;
+    # with 40 of a window of 80 left, half the round's ACKs grow it: Reno's +1 becomes +0.5
+    reno = Connection(cwnd=80.0, ssthresh=50.0)
+    grow(reno, TcpParams(stack="ns3", congestion="reno"), 1.0, RTT, 1e4, unsent_segments=40.0)
+    assert reno.cwnd == 80.5
+
+
+def test_hystart_runs_on_the_last_round_of_a_transfer() -> None:
+    # a transfer's last round grows no window (the sender is not window-limited), but HyStart
+    # runs on its ACKs: ns-3's delay test (threshold = the smallest RTT, 0.1 s) on a round whose
+    # first samples measured 0.257 s ends slow start at the window (ns-3.44: a 250 KB upload at
+    # 2 Mbit/s through 100 packets leaves slow start at 92 in its last round)
+    def last_round(sample: float, sent: float = 23.0) -> Connection:
+        conn = Connection(cwnd=92.0, min_rtt_s=0.1)
+        settle(conn, TcpParams(stack="ns3"), 2.0, sent, 16.6, sample, 1500 * 8 / 2e6)
+        return conn
+
+    assert last_round(0.257).ssthresh == 92.0 and last_round(0.257).cwnd == 92.0
+    assert last_round(0.19).ssthresh == math.inf  # below 0.1 + 0.1
+    assert last_round(0.257, sent=15.0).ssthresh == math.inf  # fewer than the test's 8 samples
+    # the ACK train: at 100 Mbit/s a last round of 40 spans half the BDP of 60 (Linux)
+    conn = Connection(cwnd=64.0)
+    settle(conn, TcpParams(), 1.0, 40.0, 60.0, 0.0, SEG_S)
+    assert conn.ssthresh == 64.0 and conn.cwnd == 64.0
+    conn = Connection(cwnd=64.0)
+    settle(conn, TcpParams(), 1.0, 20.0, 60.0, 0.0, SEG_S)
+    assert conn.ssthresh == math.inf
+
+
+def test_a_reused_connection_under_ns3_takes_two_round_trips_for_the_next_transfer() -> None:
+    # ns-3.44, 250 KB down 20 Mbit/s x 50 ms over a reused connection, no idle restart: the
+    # second transfer takes 0.200 s (traced: its window starts at 92, not 160). By hand (171.2
+    # segments of 1,460 B): the first transfer's rounds 10, 20, 40, then 80 with 21.2 left grow
+    # the window to 80 + 21.2 / 2 = 90.6; the second sends 90 in one round trip (0.1 s) and its
+    # last 81.2 segments (118,600 B) in one burst, 118,600 x 1500 / 1460 B at 20 Mbit/s, plus
+    # the latency: 0.1987 s. Linux keeps 160 and takes 0.157 s.
+    topo = Topology()
+    topo.add_node("a", "node")
+    topo.add_node("b", "server")
+    topo.add_link("a", "b", Link("l", 20e6, 0.05))
+    sends = [(0.0, 250_000), (0.0, 250_000)]
+    _, second = transfers(sends, topo, stack="ns3", idle_restart=False)
+    assert second == pytest.approx(0.1 + 118_600 * 1500 / 1460 * 8 / 20e6 + 0.05, rel=1e-4)
+    assert second == pytest.approx(0.200, rel=0.01)  # ns-3.44
+    _, linux = transfers(sends, topo, idle_restart=False)
+    assert linux == pytest.approx(0.157, rel=0.01)

@@ -152,8 +152,11 @@ class TcpRounds:
             if self._queues is not None:  # the round trip through the queues, its share and its drops
                 trip = trips[slot]
                 rtt, share = trip.rtt, np.inf
-                # whether the buffer drops the round's first retransmission (tcp.QueueView)
+                # whether the buffer drops the round's first retransmission (tcp.QueueView); not
+                # where a window written at once overflowed its sender's own link: that drains
+                # while the sender waits for ACKs, and the retransmission finds room
                 draw = float(self._overflow_rng.random()) if trip.loss > 0 else 1.0
+                draw = 1.0 if trip.at_sender else draw
                 # HyStart's first samples of a round are the ACKs of the previous round's first
                 # segments: they measure the queue that stood as that round began (ns-3 and Linux
                 # see the delay one round late, so slow start overshoots the test by a doubling);
@@ -179,7 +182,7 @@ class TcpRounds:
     def _offer_rounds(self, slots: list[int], now: float) -> tuple[dict[int, RoundTrip], dict[int, float]]:
         """Under FIFO sharing: the windows of the rounds starting now go into the queues together
         (they burst together), each with the rate it is emitted at: a transfer's first window at
-        the sender's line rate, a slow-start round at twice its last round's rate, a round in
+        once (inf: into its sender's link), a slow-start round at twice its last round's rate, a round in
         congestion avoidance paced by its ACKs (0: no burst). Also returns, per flow, the queueing
         delay its path had just before (s): what the round's first segments meet."""
         queues = self._queues
@@ -187,18 +190,17 @@ class TcpRounds:
         ahead = {slot: queues.path_delay(slot) for slot in slots}  # s, before any window of now joins
         for slot in slots:
             t = self._tcp_flows[slot]
-            f = self._flows[slot]
-            assert t is not None and f is not None
+            assert t is not None
             _, sent = round_segments(t.conn, self._rates.remaining(slot, now) / t.seg_wire, t.max_window)
             if not t.started:
-                burst = f.path.links[0].capacity_Bps  # the first window leaves at line rate
+                burst = math.inf  # the first window is written into the sender's link at once
             elif t.conn.cwnd < t.conn.ssthresh and math.isfinite(t.cap):
                 burst = 2.0 * t.cap  # slow start: two segments per ACK
             else:
                 burst = 0.0
             t.started = True
             queues.offer(slot, sent * t.seg_wire, burst)
-        return queues.trips(), ahead
+        return queues.trips(now), ahead
 
     def _reprice(self, now: float) -> None:
         """Under FIFO sharing: the flows whose queue's delay moved take their new rate (window /

@@ -98,6 +98,9 @@ class RoundTrip(NamedTuple):
     rate: float  # bytes/s, window / rtt, less what a full buffer drops
     loss: float  # fraction of the round's segments a full buffer drops
     queued: bool  # its window stands in a congested link's queue
+    # its losses are a burst's at the sender's own link (a window written at once), which drains
+    # while the sender waits for ACKs
+    at_sender: bool = False
 
 
 @dataclass(slots=True)
@@ -112,6 +115,9 @@ class _LinkQueue:
     delay: float = 0.0  # s, the queueing delay as last solved
     loss: float = 0.0  # fraction of arrivals dropped (buffer full), as last solved
     members: dict[int, None] = field(default_factory=dict)  # flows queued here
+    # the windows last written at once into it (a sender's own link), above its fluid queue:
+    # bytes, when (s), the drain rate (bytes/s); a window written while they drain stands on them
+    burst: tuple[float, float, float] = (0.0, 0.0, 0.0)
     foreign: dict[int, None] = field(default_factory=dict)  # flows crossing it, queued elsewhere (or nowhere)
     member_rate: float = 0.0  # bytes/s, sum of m x rate of its members
     priced: float = 0.0  # s, the delay its members' rates were last computed at
@@ -178,27 +184,30 @@ class QueueLinks:
         m = self._members[fid]
         return self.links_delay(m.links, m.mults) + self.links_delay(m.reverse)
 
-    def send(self, fid: int, window: float, burst: float = 0.0) -> RoundTrip:
-        """Flow ``fid`` starts a round with ``window`` wire bytes in flight, sent at ``burst``
-        bytes/s (0: paced by its ACKs, no burst): :meth:`offer` then :meth:`trips` for it alone."""
+    def send(self, fid: int, window: float, burst: float = 0.0, now: float = 0.0) -> RoundTrip:
+        """Flow ``fid`` starts a round at ``now`` (s) with ``window`` wire bytes in flight, sent at
+        ``burst`` bytes/s (0: paced by its ACKs, no burst): :meth:`offer` then :meth:`trips` for it
+        alone."""
         self.offer(fid, window, burst)
-        return self.trips()[fid]
+        return self.trips(now)[fid]
 
     def offer(self, fid: int, window: float, burst: float = 0.0) -> None:
         """Flow ``fid`` starts a round with ``window`` wire bytes in flight, emitted at ``burst``
-        bytes/s: an initial window leaves at the sender's line rate, a slow-start round at twice
-        the rate its ACKs come back (two segments per ACK); 0 for a round paced by its ACKs. The
-        rounds offered at one instant burst together; :meth:`trips` prices them."""
+        bytes/s: a transfer's first window is written into the sender's own link at once (inf),
+        a slow-start round leaves at twice the rate its ACKs come back (two segments per ACK); 0
+        for a round paced by its ACKs. The rounds offered at one instant burst together;
+        :meth:`trips` prices them."""
         m = self._members[fid]
         self._take(m)
         self._offered[fid] = (float(window), float(burst))
 
-    def trips(self) -> dict[int, RoundTrip]:
+    def trips(self, now: float = 0.0) -> dict[int, RoundTrip]:
         """What each round offered since the last call meets: the round trip it sees (base + the
         queues of its forward and reverse paths), what it sends (``window / rtt``, less what a full
         buffer drops) and the fraction of its segments the buffer drops: the standing queue's
         overflow, or the burst's when the rounds offered together arrive faster than the link
-        drains them and pile up beyond its buffer (slow start overshooting a shallow buffer)."""
+        drains them and pile up beyond its buffer (slow start overshooting a shallow buffer), or
+        at a sender's own link on top of the windows written into it before ``now`` (s)."""
         offered, self._offered = self._offered, {}
         links = self._links
         standing = {}  # link -> bytes queued by the flows not offered now (before their windows come)
@@ -216,23 +225,30 @@ class QueueLinks:
             m = self._members[fid]
             if m.at >= 0:
                 self._gather(m.at)
-        burst_loss = self._bursts(offered, standing)  # fid -> fraction
+        burst_loss = self._bursts(offered, standing, now)  # fid -> (fraction, link)
         out = {}
         for fid in offered:
             m = self._members[fid]
             self._stale.pop(fid, None)
             rtt, loss = self._price(m)
-            loss = max(loss, burst_loss.get(fid, 0.0))
-            out[fid] = RoundTrip(rtt, m.window / rtt * (1.0 - loss) if rtt > 0 else m.rate, loss, m.at >= 0)
+            burst, link = burst_loss.get(fid, (0.0, -1))
+            own = burst > loss and link == m.links[0]
+            loss = max(loss, burst)
+            out[fid] = RoundTrip(rtt, m.window / rtt * (1.0 - loss) if rtt > 0 else m.rate, loss, m.at >= 0, own)
         return out
 
-    def _bursts(self, offered: dict[int, tuple[float, float]], standing: dict[int, float]) -> dict[int, float]:
-        """Per flow offered now, the fraction of its window a buffer drops in the burst: the
-        bursting windows reach each link of their paths at their emission rate (no faster than
-        the links before it on their own path), and queue at the first link of a path where they
-        and the other flows through it arrive faster than it drains; there they arrive for
+    def _bursts(
+        self, offered: dict[int, tuple[float, float]], standing: dict[int, float], now: float
+    ) -> dict[int, tuple[float, int]]:
+        """Per flow offered now, the fraction of its window a buffer drops in the burst, and the
+        link that drops it: the bursting windows reach each link of their paths at their emission
+        rate (no faster than the links before it on their own path), and queue at a link where
+        they and the other flows through it arrive faster than it drains; there they arrive for
         ``sum W / sum rate`` s, and whatever rises above the buffer on top of the standing queue
-        is dropped, spread over the burst's bytes."""
+        is dropped, spread over the burst's bytes (the first link of a path that drops counts).
+        A window written at once (rate inf) queues whole at its sender's own link, which holds
+        it while it drains (:meth:`_residual`): a server's downloads that start a millisecond
+        apart meet in its queue."""
         links = self._links
         arriving: dict[int, list[float]] = {}  # link -> [bytes, bytes/s] of the bursts reaching it
         fresh: dict[int, float] = {}  # link -> bytes/s the flows offered now are counted at in its sums
@@ -253,21 +269,31 @@ class QueueLinks:
                 acc[1] += k * rate
                 hops.append((i, k * window, k * rate))
                 rate = min(rate, links[i].capacity / k)  # what leaves this link of it
-        drop: dict[int, float] = {}  # link -> fraction of the bursts queued there that it drops
+        drop: dict[int, float] = {}  # link -> fraction of the bursts arriving there that it drops
         for i, (nbytes, rate) in arriving.items():
             q = links[i]
             others = max(q.elsewhere + q.member_rate - fresh.get(i, 0.0), 0.0)  # bytes/s of the other flows
-            grow = rate + min(others, q.capacity) - q.capacity  # bytes/s the queue rises while it lasts
-            if grow > 0:
-                peak = standing.get(i, 0.0) + grow * nbytes / rate  # bytes
+            drain = q.capacity - min(others, q.capacity)  # bytes/s left to drain the bursts
+            if rate > drain:
+                held = self._residual(q, now)
+                peak = standing.get(i, 0.0) + held + nbytes * (1.0 - drain / rate)  # bytes
                 drop[i] = min(max(peak - q.buffer, 0.0) / nbytes, 1.0)
+                if math.isinf(rate):  # windows written at once: the fluid queue does not hold them
+                    q.burst = (min(peak, q.buffer) - standing.get(i, 0.0), now, drain)
         out = {}
         for fid, hops in reach.items():
             for i, _, _ in hops:
-                if i in drop:  # the first link that queues the burst
-                    out[fid] = drop[i]
+                if drop.get(i, 0.0) > 0:  # the first link that drops from the burst
+                    out[fid] = (drop[i], i)
                     break
         return out
+
+    @staticmethod
+    def _residual(q: _LinkQueue, now: float) -> float:
+        """Bytes the windows last written at once into ``q`` (a sender's own link) still hold
+        above its fluid queue at ``now`` (s): they have drained since."""
+        peak, since, drain = q.burst
+        return max(peak - (now - since) * drain, 0.0) if peak > 0 else 0.0
 
     def _put(self, m: _Member, window: float, at: int | None = None, counted: bool = False) -> None:
         """Add a flow's window to its links' sums (``counted``: its demand already is), queued at

@@ -89,6 +89,13 @@ TAIL_REPAIR_RTTS = {"linux": 1.0, "ns3": 0.0}  # stack -> round trips after the 
 # bictcp_update and ns-3's TcpCubic::Update clamp the ACK count per increment at 20: the window
 # grows by at least 1/20 of itself per round trip ("the available bandwidth is still unknown")
 CUBIC_PROBE_CNT = 20.0
+# Does the window grow only while the sender is window-limited? ns-3.44's TcpCubic::IncreaseWindow
+# returns while m_isCwndLimited is false: once a round's ACKs have released the whole transfer,
+# the rest of its ACKs grow nothing (traced: a 250 KB transfer at 20 Mbit/s x 100 ms ends its
+# fourth round at 92 segments, not 160, and the next transfer on the connection takes two round
+# trips, not one). Linux grows in slow start while cwnd < 2 x the most packets in flight of the
+# window (tcp_is_cwnd_limited), which a non-final round always allows: no cap.
+CWND_LIMITED_GROWTH = {"linux": False, "ns3": True}
 FAST_RETRANSMIT_DUPACKS = 3
 SYN_RTO_S = 1.0  # s, first SYN retransmission timeout (RFC 6298 sec. 2.1, Linux, ns-3 ConnTimeout set so)
 SYN_RETRIES = 6  # SYN retransmissions before giving up (Linux tcp_syn_retries, ns-3 ConnCount)
@@ -280,6 +287,7 @@ def grow(
     bdp_segments: float,
     sample_s: float = 0.0,
     segment_s: float = 0.0,
+    unsent_segments: float = math.inf,
 ) -> None:
     """The window after one loss-free round trip (slow start, HyStart, CUBIC or Reno), in place.
 
@@ -305,15 +313,30 @@ def grow(
         Time one segment takes at the path's bottleneck, s: a delayed ACK's two segments apart is
         the ACK train's spacing, which must be at most :data:`HYSTART_ACK_DELTA_S` for the
         ACK-train test to count it (0: always counted).
+    unsent_segments : float
+        Segments of the transfer not sent by the round's window: where the stack grows only while
+        window-limited (:data:`CWND_LIMITED_GROWTH`), the round's ACKs grow the window until they
+        have released these (in slow start each ACK of 2 segments sends 4: the window grows by
+        half of them; in congestion avoidance each sends 2: the growth scales by their share of
+        the window).
     """
     delayed = _delay_test(conn, params, sample_s)
-    if conn.cwnd < conn.ssthresh:
-        _slow_start(conn, params, now_s, bdp_segments, delayed, segment_s)
-        return
     cwnd = conn.cwnd
+    limited = CWND_LIMITED_GROWTH[params.stack]
+    if cwnd < conn.ssthresh:
+        _slow_start(conn, params, now_s, bdp_segments, delayed, segment_s, unsent_segments if limited else math.inf)
+        return
     if params.congestion == "reno":
         conn.cwnd = cwnd + 1.0
-        return
+    else:
+        _cubic(conn, now_s, rtt_s)
+    if limited and unsent_segments < cwnd:  # the growth of the ACKs that still released new data
+        conn.cwnd = cwnd + (conn.cwnd - cwnd) * unsent_segments / cwnd
+
+
+def _cubic(conn: Connection, now_s: float, rtt_s: float) -> None:
+    """One congestion-avoidance round of CUBIC (:func:`grow`), in place."""
+    cwnd = conn.cwnd
     if conn.w_max <= 0:  # the first round since a timeout reset CUBIC: a new epoch from this window
         conn.w_max, conn.epoch_s, conn.k_s = cwnd, now_s, 0.0
     t = now_s - conn.epoch_s  # s since the last reduction
@@ -326,24 +349,64 @@ def grow(
 
 
 def _slow_start(
-    conn: Connection, params: TcpParams, now_s: float, bdp_segments: float, delayed: bool, segment_s: float
+    conn: Connection,
+    params: TcpParams,
+    now_s: float,
+    bdp_segments: float,
+    delayed: bool,
+    segment_s: float,
+    unsent_segments: float,
 ) -> None:
     """One slow-start round of :func:`grow`: the window doubles, or HyStart ends slow start
-    (``delayed``: its delay test fired on the round's samples)."""
+    (``delayed``: its delay test fired on the round's samples); it grows by at most half of
+    ``unsent_segments`` (the ACKs that release them; inf: no such cap)."""
     cwnd = conn.cwnd
-    # the ACK-train test: ACKs close enough together, for long enough (HYSTART_TRAIN)
-    train = SEGMENTS_PER_ACK * segment_s <= HYSTART_ACK_DELTA_S and cwnd >= HYSTART_TRAIN[params.stack] * bdp_segments
+    most = cwnd + unsent_segments / 2.0  # each ACK of 2 segments grows 2 and sends 4 new ones
+    train = _ack_train(params, segment_s, cwnd, bdp_segments)
     if not (params.hystart and cwnd >= HYSTART_LOW_WINDOW and (train or delayed)):
-        conn.cwnd = min(2.0 * cwnd, conn.ssthresh) if math.isfinite(conn.ssthresh) else 2.0 * cwnd
+        conn.cwnd = min(2.0 * cwnd, conn.ssthresh, most)
         return
     # HyStart finds the exit mid-round, and slow start has grown the window by the segments acked
     # until then: the delay test decides after its first samples (8 ACKs of 2 segments), the train
     # once its ACKs have spanned the yardstick (ns-3.44, one flow: 20 Mbit/s at 10 ms leaves a
     # round of 40 at 71 = 40 + 33, here 73; 10 Mbit/s at 10 ms, by the delay test, at 163, here 176)
     grown = SEGMENTS_PER_ACK * HYSTART_MIN_SAMPLES if delayed else HYSTART_TRAIN[params.stack] * bdp_segments
-    cwnd = conn.cwnd = min(cwnd + grown, 2.0 * cwnd)
+    cwnd = conn.cwnd = min(cwnd + grown, 2.0 * cwnd, most)
     conn.ssthresh = cwnd  # HyStart: leave slow start, CUBIC from here (epoch now, K = 0)
     conn.w_max, conn.epoch_s, conn.k_s = cwnd, now_s, 0.0
+
+
+def _ack_train(params: TcpParams, segment_s: float, segments: float, bdp_segments: float) -> bool:
+    """HyStart's ACK-train test on a round of ``segments``: its ACKs close enough together
+    (:data:`HYSTART_ACK_DELTA_S`) for long enough (:data:`HYSTART_TRAIN`)."""
+    close = SEGMENTS_PER_ACK * segment_s <= HYSTART_ACK_DELTA_S
+    return close and segments >= HYSTART_TRAIN[params.stack] * bdp_segments
+
+
+def settle(
+    conn: Connection,
+    params: TcpParams,
+    now_s: float,
+    sent: float,
+    bdp_segments: float,
+    sample_s: float,
+    segment_s: float,
+) -> None:
+    """A transfer's last loss-free round, in place: its ACKs grow no window (the sender is not
+    window-limited: Linux's tcp_is_cwnd_limited, ns-3's m_isCwndLimited), but HyStart still runs
+    on them (Linux's bictcp_acked, ns-3's TcpCubic::PktsAcked): a test that fires sets ssthresh to
+    the window, and the connection's next transfer leaves slow start there. ns-3.44, a 250 KB
+    upload at 2 Mbit/s x 100 ms through 100 packets: its last round's samples (256.8 ms) end slow
+    start at 92 segments, and the next uploads stay below the buffer's overflow.
+
+    Parameters are those of :func:`grow`; ``sent``: the round's segments (its ACK train)."""
+    delayed = _delay_test(conn, params, sample_s) and sent >= SEGMENTS_PER_ACK * HYSTART_MIN_SAMPLES
+    cwnd = conn.cwnd
+    if not (params.hystart and HYSTART_LOW_WINDOW <= cwnd < conn.ssthresh):
+        return
+    if delayed or _ack_train(params, segment_s, sent, bdp_segments):
+        conn.ssthresh = cwnd
+        conn.w_max, conn.epoch_s, conn.k_s = cwnd, now_s, 0.0
 
 
 def _delay_test(conn: Connection, params: TcpParams, sample_s: float) -> bool:
@@ -458,17 +521,18 @@ def plan_round(
     lost = _losses(math.ceil(sent), lose, queue.dropped)
     conn.acked += sent
     if not lost:
-        if not final:
-            grow(conn, params, now_s + span, span, bdp_segments, queue.sample_s, segment_s)
+        if final:
+            settle(conn, params, now_s + span, sent, bdp_segments, queue.sample_s, segment_s)
+        else:
+            grow(conn, params, now_s + span, span, bdp_segments, queue.sample_s, segment_s, left_segments - sent)
         return Round(sent, span, final)
     rto = params.loss_rto(span, acked)
-    resent_dropped = _resent_dropped(conn, params, queue)
     # segments behind a loss that can raise duplicate ACKs / SACKs: the rest of this round and, if
     # the transfer goes on, the next round's new data
-    more = 0.0 if final else min(window, left_segments - sent)
+    behind = sent + (0.0 if final else min(window, left_segments - sent))
     # the last window's holes are resent as its segments drain, behind no queue of its own
     resend_s = span if not final or queue.base_rtt_s is None else min(queue.base_rtt_s, span)
-    delay, timeout = _recovery(lost, sent + more, resend_s, rto, lose, TAIL_REPAIR_RTTS[params.stack], resent_dropped)
+    delay, timeout = _recovery(lost, behind, resend_s, rto, lose, params.stack, _resent_dropped(conn, params, queue))
     cut(conn, params, now_s + delay, timeout)
     return Round(sent, rtt_s, True, extra_delay_s=delay) if final else Round(sent, delay, False)
 
@@ -486,12 +550,12 @@ def _recovery(
     span: float,
     rto: float,
     lose: Callable[[int], int | None],
-    tail_rtts: float,
+    stack: str,
     resent_dropped: bool,
 ) -> tuple[float, bool]:
     """How long repairing a round's ``lost`` segments takes (s) and whether it ends in a timeout;
     ``behind_end``: segments sent up to the end of the next round (duplicate ACKs / SACKs);
-    ``tail_rtts``: what finding a lost tail costs once recovery runs (:data:`TAIL_REPAIR_RTTS`);
+    ``stack``: whose SACK recovery finds a lost tail, at what cost (:data:`TAIL_REPAIR_RTTS`);
     ``resent_dropped``: a full buffer drops the first retransmission."""
     if behind_end - lost[0] - 1 < FAST_RETRANSMIT_DUPACKS:  # no fast retransmit at all
         return backed_off(rto, lose), True  # the timeout retransmission, and its backoffs if lost
@@ -500,7 +564,7 @@ def _recovery(
     # SACK recovery: every hole resent in one round trip; losses too near the end for SACKs to
     # reveal them are resent in the same recovery, found as the stack finds them
     tail = behind_end - lost[-1] - 1 < FAST_RETRANSMIT_DUPACKS
-    return span * (1.0 + (tail_rtts if tail else 0.0)), False
+    return span * (1.0 + (TAIL_REPAIR_RTTS[stack] if tail else 0.0)), False
 
 
 def _losses(segments: int, lose: Callable[[int], int | None], dropped: float = 0.0) -> list[int]:
