@@ -52,12 +52,13 @@ def test_fair_model_ignores_the_buffer_and_fifo_feels_it() -> None:
 
 def test_markdown_report_lays_out_both_sharings() -> None:
     case = cc.ClassCase("mixed RTT", "x", (cc.Flow(1, 1.0),) * 2)
-    rows = [cc.FlowRow(case, 0, 2.0, 3.0, 1.0, 0.1), cc.FlowRow(case, 1, 4.0, 4.0, 5.0, 0.4)]
+    rows = [cc.FlowRow(case, 0, 2.0, 3.0, 1.0, 0.1, 0.05), cc.FlowRow(case, 1, 4.0, 4.0, 5.0, 0.4, 0.5)]
     text = cc.markdown_report(rows)
     # fair: |errors| 0.5 and 0 (median 25%); fifo: 0.5 and 0.25 (median 37.5%, signed mean -12.5%);
-    # ns-3's relative standard errors 0.1 / 2 and 0.4 / 4: median 7.5%
-    assert "| mixed RTT | 2 | 25.0% | 45.0% | 50.0% | +25.0% | 7.5% |" in text
-    assert "| mixed RTT | 2 | 37.5% | 47.5% | 50.0% | -12.5% | 7.5% |" in text
+    # ns-3's relative standard errors 0.1 / 2 and 0.4 / 4: median 7.5%; the fifo model's 0.05 / 1
+    # and 0.5 / 5: median 7.5% (fair's model is deterministic here: 0)
+    assert "| mixed RTT | 2 | 25.0% | 45.0% | 50.0% | +25.0% | 7.5% | 0.0% |" in text
+    assert "| mixed RTT | 2 | 37.5% | 47.5% | 50.0% | -12.5% | 7.5% | 7.5% |" in text
     assert text.index('`sharing = "fair"`') < text.index('`sharing = "fifo"`')
     assert "| mixed RTT | x | 1 | 4.000 | 0.400 | 4.000 | +0.0% | 5.000 | +25.0% |" in text
 
@@ -82,6 +83,27 @@ def test_compare_averages_the_realisations_and_gives_ns3s_standard_error(monkeyp
     # the model's side is the mean of its three realisations (each within 1 ms of the exact time)
     exact = cc.model_times(case)[0]
     assert row.model_s == pytest.approx(exact, abs=1e-3)
+
+
+def test_compare_averages_fifo_over_model_seeds_per_realisation(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fifo's overflow draws make one seed's time a sample: each of 3 realisations runs 2 seeds,
+    # k + 1 + 3 s (the first set is fair's), here times equal to the seed: 1..6, mean 3.5, standard
+    # error stdev(1..6) / sqrt(6)
+    case = cc.ClassCase("shallow buffer", "s", (cc.Flow(10_000, 50.0),))
+    monkeypatch.setattr(cc, "run_ns3", lambda cases: [[1.0]] * len(cases))
+    monkeypatch.setattr(cc, "MODEL_SEEDS", 2)
+    seen: list[tuple[int, str]] = []
+
+    def fake(c: cc.ClassCase, seed: int = 1, sharing: str = "fair") -> list[float]:
+        seen.append((seed, sharing))
+        return [float(seed)] if sharing == "fifo" else [1.0]
+
+    monkeypatch.setattr(cc, "model_times", fake)
+    (row,) = cc.compare([case], runs=3)
+    assert sorted(seed for seed, sharing in seen if sharing == "fifo") == [1, 2, 3, 4, 5, 6]
+    assert sorted(seed for seed, sharing in seen if sharing == "fair") == [1, 2, 3]
+    assert row.fifo_s == pytest.approx(3.5)
+    assert row.fifo_se == pytest.approx((17.5 / 5) ** 0.5 / 6**0.5)
 
 
 def test_markdown_needs_ns3() -> None:

@@ -283,3 +283,25 @@ def test_a_window_written_at_once_queues_whole_at_the_senders_link_and_a_later_b
         later.join(i, (0, 1 + i), (1.0, 1.0), (), 0.1)
     later.send(0, 92 * seg, math.inf, now=1.0)
     assert later.send(1, 92 * seg, math.inf, now=1.02).loss == 0.0
+
+
+def test_a_burst_still_arriving_holds_the_link_and_a_full_fifo_drops_every_arrival_alike() -> None:
+    """Flow 0's initial window of 10 segments crosses its access link and then link 0 (10 Mbit/s,
+    a 5-packet buffer) at the 10 Mbit/s line rate: it fills link 0 for 10 x 1,514 B / 1.25 MB/s =
+    12.1 ms, though its fluid rate is only 15,140 B / 0.1 s. Flow 1's window, 1 ms later, meets
+    the link full: all 10 of its segments pile up, 5 above the buffer, and the FIFO drops those
+    from both arrivals alike: flow 1 loses its share, 1/2 of 5 of its 10 = 25%. Read at the
+    fluid rate alone, the link would drain all but 1.2 segments and drop nothing. Once both
+    windows have arrived and drained, a third meets no queue; and once every flow has left, no
+    queue is left at all."""
+    seg = 1514.0
+    queues = QueueLinks([C, C, C, C], [5 * seg, 1000 * seg, 1000 * seg, 1000 * seg])
+    for i in range(3):
+        queues.join(i, (i + 1, 0), (1.0, 1.0), (), 0.1)
+    assert queues.send(0, 10 * seg, C, now=1.0).loss == 0.0
+    assert queues.send(1, 10 * seg, C, now=1.001).loss == pytest.approx(0.25)
+    assert queues.send(2, 10 * seg, C, now=1.03).loss == 0.0
+    for i in range(3):
+        queues.leave(i)
+    queues.join(3, (1, 0), (1.0, 1.0), (), 0.1)
+    assert queues.send(3, 10 * seg, C, now=1.0011).loss == 0.0  # no trace of flow 0's burst

@@ -58,6 +58,10 @@ from aiotsim.network.topology import Topology
 
 CLASSES = ("deep buffer", "shallow buffer", "mixed RTT", "staggered", "low rate", "hierarchy", "asymmetric reuse")
 REALISATIONS = 8  # runs of every case, each flow's start jittered (module docstring)
+# model seeds per realisation under fifo, whose overflow draws make a flow's time vary from seed to
+# seed (8 x 250 KB through 100 packets: one seed set's per-flow means differ from another's by a
+# median 9%); fair draws nothing in these loss-free cases, one seed is its mean
+MODEL_SEEDS = 32
 START_JITTER_S = 1e-3  # s, the most a flow starts later than its case says
 
 
@@ -118,6 +122,7 @@ class FlowRow:
     model_s: float
     fifo_s: float = math.nan
     ns3_se: float = 0.0  # s, standard error of ns3_s (a mean over realisations)
+    fifo_se: float = 0.0  # s, standard error of fifo_s (a mean over realisations and model seeds)
 
     @property
     def error(self) -> float:
@@ -243,12 +248,15 @@ def compare(cases: Sequence[ClassCase], runs: int = REALISATIONS) -> list[FlowRo
         mine = every[j * runs : (j + 1) * runs]
         ns3 = np.array(measured[j * runs : (j + 1) * runs])  # [realisation, flow]
         fair = np.array([model_times(c, seed=k + 1) for k, c in enumerate(mine)])
-        fifo = np.array([model_times(c, seed=k + 1, sharing="fifo") for k, c in enumerate(mine)])
+        # seed k + 1 + runs * s: the first seed set is the one fair uses
+        fifo = np.array([model_times(c, seed=k + 1 + runs * s, sharing="fifo")
+                         for k, c in enumerate(mine) for s in range(MODEL_SEEDS)])  # fmt: skip
         for i in range(ns3.shape[1]):
             if (ns3[:, i] > 0).all():
                 se = float(ns3[:, i].std(ddof=1) / math.sqrt(runs)) if runs > 1 else 0.0
+                fifo_se = float(fifo[:, i].std(ddof=1) / math.sqrt(len(fifo))) if len(fifo) > 1 else 0.0
                 rows.append(FlowRow(case, i, float(ns3[:, i].mean()), float(fair[:, i].mean()),
-                                    float(fifo[:, i].mean()), se))  # fmt: skip
+                                    float(fifo[:, i].mean()), se, fifo_se))  # fmt: skip
     return rows
 
 
@@ -265,6 +273,7 @@ class ClassStats:
     n: int
     bias: float
     noise: float = 0.0  # median relative standard error of ns-3's means (how exactly they are known)
+    model_noise: float = 0.0  # the same of the model's means (fifo: over realisations and seeds)
 
 
 def class_stats(rows: Sequence[FlowRow], sharing: str = "fair") -> list[ClassStats]:
@@ -277,8 +286,9 @@ def class_stats(rows: Sequence[FlowRow], sharing: str = "fair") -> list[ClassSta
             mags = [abs(e) for e in errs]
             p90 = float(np.percentile(mags, 90))  # linear between order statistics
             noise = statistics.median(r.ns3_se / r.ns3_s for r in mine)
+            model = statistics.median(r.fifo_se / r.fifo_s for r in mine) if sharing == "fifo" else 0.0
             out.append(ClassStats(klass, statistics.median(mags), p90, max(mags), len(errs), statistics.fmean(errs),
-                                  noise))  # fmt: skip
+                                  noise, model))  # fmt: skip
     return out
 
 
@@ -295,10 +305,11 @@ def format_table(rows: Sequence[FlowRow]) -> str:
     for sharing in ("fair", "fifo"):
         lines.append("")
         lines.append(f"sharing = {sharing}")
-        head = f"{'median':>8} {'p90':>8} {'worst':>8} {'mean signed':>12} {'ns-3 se':>8}"
+        head = f"{'median':>8} {'p90':>8} {'worst':>8} {'mean signed':>12} {'ns-3 se':>8} {'model se':>8}"
         lines.append(f"{'class':<16} {'flows':>5} {head}")
         for s in class_stats(rows, sharing):
             stats = f"{s.median:>8.1%} {s.p90:>8.1%} {s.worst:>8.1%} {s.bias:>+12.1%} {s.noise:>8.1%}"
+            stats += f" {s.model_noise:>8.1%}"
             lines.append(f"{s.klass:<16} {s.n:>5} {stats}")
     return "\n".join(lines)
 
@@ -309,11 +320,12 @@ def markdown_report(rows: Sequence[FlowRow]) -> str:
     lines = []
     for sharing in ("fair", "fifo"):
         lines += [f'`sharing = "{sharing}"`:', ""]
-        lines.append("| class | flows | median | 90th percentile | worst | mean signed | ns-3 se |")
-        lines.append("|---|---:|---:|---:|---:|---:|---:|")
+        lines.append("| class | flows | median | 90th percentile | worst | mean signed | ns-3 se | model se |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
         for s in class_stats(rows, sharing):
             lines.append(
-                f"| {s.klass} | {s.n} | {s.median:.1%} | {s.p90:.1%} | {s.worst:.1%} | {s.bias:+.1%} | {s.noise:.1%} |"
+                f"| {s.klass} | {s.n} | {s.median:.1%} | {s.p90:.1%} | {s.worst:.1%} | {s.bias:+.1%} | {s.noise:.1%} "
+                f"| {s.model_noise:.1%} |"
             )
         lines.append("")
     lines += ["Every flow:", "", "| class | case | transfer | ns-3 s | ± se | fair s | error | fifo s | error |"]
