@@ -456,3 +456,26 @@ def test_a_reused_connection_under_ns3_takes_two_round_trips_for_the_next_transf
     assert second == pytest.approx(0.200, rel=0.01)  # ns-3.44
     _, linux = transfers(sends, topo, idle_restart=False)
     assert linux == pytest.approx(0.157, rel=0.01)
+
+
+def test_a_window_tail_dropped_at_the_senders_own_queue_is_found_a_round_trip_later() -> None:
+    # a window of 132 written at once into the sender's 100-packet queue loses its last 33
+    # (dropped = 0.25): nothing of the round arrives behind them, so no duplicate ACK comes until
+    # the next round's new data, sent as the first 99 are acknowledged, reaches the receiver.
+    # SACK recovery then resends all 33: the round lasts two round trips, not one (ns-3.44: a
+    # 250 KB download of 134 segments whose last 34 the server's queue dropped took 0.274 s, the
+    # same download without loss 0.175 s)
+    def round_of(written: bool, left: float = 173.0) -> tuple[float, float, bool]:
+        conn = Connection(cwnd=132.0, min_rtt_s=RTT)
+        queue = QueueView(dropped=0.25, written=written)
+        rd = plan_round(conn, TcpParams(stack="ns3"), 0.0, left, RTT, 1e4, 1e4, scripted(), queue=queue)
+        return rd.duration_s, conn.cwnd, rd.final
+
+    assert round_of(True) == (pytest.approx(2 * RTT), pytest.approx(0.7 * 132), False)
+    # the same holes interleaved with arriving segments (a queue downstream): one round trip
+    assert round_of(False) == (pytest.approx(RTT), pytest.approx(0.7 * 132), False)
+    # a last window's written-off tail has nothing behind it at all: the RTO finds it
+    conn = Connection(cwnd=132.0, min_rtt_s=RTT)
+    rd = plan_round(conn, TcpParams(stack="ns3"), 0.0, 130.0, RTT, 1e4, 1e4, scripted(),
+                    queue=QueueView(dropped=0.25, written=True))  # fmt: skip
+    assert rd.final and rd.extra_delay_s >= 0.2 and conn.cwnd == 1.0

@@ -163,7 +163,7 @@ class TcpRounds:
                 # a first round's own first segments meet what stood before any window of now
                 sample = t.rtt + (t.standing if t.standing >= 0 else ahead[slot])
                 t.standing = ahead[slot]
-                queue = QueueView(trip.loss, sample, t.rtt, draw)
+                queue = QueueView(trip.loss, sample, t.rtt, draw, trip.at_sender)
                 fifo_cap = trip.rate if trip.queued and trip.rate > 0 else np.inf
                 t.queued = trip.queued
             rd = plan_round(

@@ -457,6 +457,10 @@ class QueueView:
         The path's round trip without queueing, s: what resending a hole of the transfer's last
         window costs after it drains, when the round trip includes the queue its own window built
         (None: the round trip).
+    written : bool
+        The drops are the tail of a window written at once into the sender's own link
+        (:attr:`~aiotsim.network.queues.RoundTrip.at_sender`): contiguous, and nothing of the round
+        arrives behind them.
     overflow_draw : float
         A uniform draw in [0, 1) for the fate of the round's first fast retransmission (1: none).
         A slow start that overfills a drop-tail buffer goes on doubling into it until the loss is
@@ -470,6 +474,7 @@ class QueueView:
     sample_s: float = 0.0
     base_rtt_s: float | None = None
     overflow_draw: float = 1.0
+    written: bool = False
 
 
 NO_QUEUE = QueueView()
@@ -518,7 +523,7 @@ def plan_round(
     final = left_segments <= window * (1.0 + FINAL_TOL)
     span = rtt_s * max(1.0, sent / share_segments)  # s, this round's RTT with its queueing
     acked = conn.acked  # segments acknowledged before this round (the RTO's samples)
-    lost = _losses(math.ceil(sent), lose, queue.dropped)
+    lost = _losses(math.ceil(sent), lose, queue.dropped, queue.written)
     conn.acked += sent
     if not lost:
         if final:
@@ -527,12 +532,12 @@ def plan_round(
             grow(conn, params, now_s + span, span, bdp_segments, queue.sample_s, segment_s, left_segments - sent)
         return Round(sent, span, final)
     rto = params.loss_rto(span, acked)
-    # segments behind a loss that can raise duplicate ACKs / SACKs: the rest of this round and, if
-    # the transfer goes on, the next round's new data
+    # segments that can raise duplicate ACKs / SACKs: the rest of this round and the next one's new data
     behind = sent + (0.0 if final else min(window, left_segments - sent))
     # the last window's holes are resent as its segments drain, behind no queue of its own
     resend_s = span if not final or queue.base_rtt_s is None else min(queue.base_rtt_s, span)
-    delay, timeout = _recovery(lost, behind, resend_s, rto, lose, params.stack, _resent_dropped(conn, params, queue))
+    dropped = _resent_dropped(conn, params, queue)
+    delay, timeout = _recovery(lost, behind, resend_s, rto, lose, params.stack, dropped, queue.written)
     cut(conn, params, now_s + delay, timeout)
     return Round(sent, rtt_s, True, extra_delay_s=delay) if final else Round(sent, delay, False)
 
@@ -552,26 +557,34 @@ def _recovery(
     lose: Callable[[int], int | None],
     stack: str,
     resent_dropped: bool,
+    written: bool = False,
 ) -> tuple[float, bool]:
     """How long repairing a round's ``lost`` segments takes (s) and whether it ends in a timeout;
     ``behind_end``: segments sent up to the end of the next round (duplicate ACKs / SACKs);
     ``stack``: whose SACK recovery finds a lost tail, at what cost (:data:`TAIL_REPAIR_RTTS`);
-    ``resent_dropped``: a full buffer drops the first retransmission."""
-    if behind_end - lost[0] - 1 < FAST_RETRANSMIT_DUPACKS:  # no fast retransmit at all
+    ``resent_dropped``: a full buffer drops the first retransmission; ``written``: the holes are
+    the tail of a window written at once, so only the next round's new data, sent as the round's
+    ACKs come back, reveals them, a round trip later (ns-3.44: a download of 134 segments whose
+    last 34 its server's 100-packet queue dropped took 0.274 s, 0.1 s more than without loss)."""
+    revealing = behind_end - lost[0] - 1 - (len(lost) - 1 if written else 0)  # segments behind the first hole
+    if revealing < FAST_RETRANSMIT_DUPACKS:  # no fast retransmit at all
         return backed_off(rto, lose), True  # the timeout retransmission, and its backoffs if lost
     if resent_dropped or lose(len(lost)) is not None:  # a retransmission lost: found by the RTO, after the recovery RTT
         return span + backed_off(rto, lose), True
     # SACK recovery: every hole resent in one round trip; losses too near the end for SACKs to
     # reveal them are resent in the same recovery, found as the stack finds them
     tail = behind_end - lost[-1] - 1 < FAST_RETRANSMIT_DUPACKS
-    return span * (1.0 + (TAIL_REPAIR_RTTS[stack] if tail else 0.0)), False
+    return span * (1.0 + float(written) + (TAIL_REPAIR_RTTS[stack] if tail else 0.0)), False
 
 
-def _losses(segments: int, lose: Callable[[int], int | None], dropped: float = 0.0) -> list[int]:
+def _losses(
+    segments: int, lose: Callable[[int], int | None], dropped: float = 0.0, written: bool = False
+) -> list[int]:
     """Indices of the lost segments among ``segments`` sent back to back: the first loss, then
     the next one behind it, and so on (independent losses: each gap is one geometric draw); and,
     where a full drop-tail buffer drops the fraction ``dropped`` (> 0: at least one segment), the
-    round's tail (:func:`~aiotsim.network.queues.overflow_positions`)."""
+    round's tail (:func:`~aiotsim.network.queues.overflow_positions`; ``written``: a window
+    written at once, whose tail is dropped whole)."""
     lost: list[int] = []
     start = 0
     while start < segments:
@@ -581,7 +594,8 @@ def _losses(segments: int, lose: Callable[[int], int | None], dropped: float = 0
         lost.append(start + nxt)
         start += nxt + 1
     if dropped > 0:
-        tail = overflow_positions(segments, math.ceil(dropped * segments - 1e-9))
+        n = math.ceil(dropped * segments - 1e-9)
+        tail = range(segments - min(n, segments), segments) if written else overflow_positions(segments, n)
         return sorted(set(lost).union(tail))
     return lost
 
