@@ -305,3 +305,22 @@ def test_a_burst_still_arriving_holds_the_link_and_a_full_fifo_drops_every_arriv
         queues.leave(i)
     queues.join(3, (1, 0), (1.0, 1.0), (), 0.1)
     assert queues.send(3, 10 * seg, C, now=1.0011).loss == 0.0  # no trace of flow 0's burst
+
+
+def test_only_a_window_written_alone_loses_its_tail_at_its_senders_own_link() -> None:
+    """A server writes a 150-segment window at once into its 100-packet link: the tail of 50
+    that does not fit is the window's own (RoundTrip.at_sender: TCP finds it a round trip late).
+    Two windows of 75 written at the same instant also overflow it by 50, but how a stack orders
+    them is not modelled: the loss is spread over both as interleaved drops (at_sender False)."""
+    seg = 1514.0
+    cap = 12_500_000.0
+    alone = QueueLinks([cap, cap], [100 * seg, 1000 * seg])
+    alone.join(0, (0, 1), (1.0, 1.0), (), 0.1)
+    trip = alone.send(0, 150 * seg, math.inf, now=1.0)
+    assert trip.loss == pytest.approx(50 / 150) and trip.at_sender
+    two = QueueLinks([cap, cap, cap], [100 * seg, 1000 * seg, 1000 * seg])
+    for i in range(2):
+        two.join(i, (0, 1 + i), (1.0, 1.0), (), 0.1)
+        two.offer(i, 75 * seg, math.inf)
+    trips = two.trips(1.0)
+    assert all(t.loss == pytest.approx(50 / 150) and not t.at_sender for t in trips.values())

@@ -100,8 +100,8 @@ class RoundTrip(NamedTuple):
     rate: float  # bytes/s, window / rtt, less what a full buffer drops
     loss: float  # fraction of the round's segments a full buffer drops
     queued: bool  # its window stands in a congested link's queue
-    # its losses are a burst's at the sender's own link (a window written at once), which drains
-    # while the sender waits for ACKs
+    # its losses are those of a window written at once, at its sender's own link, which drains
+    # while the sender waits for ACKs (not a slow-start round's, which goes on filling it)
     at_sender: bool = False
 
 
@@ -239,13 +239,20 @@ class QueueLinks:
             if m.at >= 0:
                 self._gather(m.at)
         burst_loss = self._bursts(offered, standing, now)  # fid -> (fraction, link)
+        writers: dict[int, int] = {}  # link -> windows written at once into it now (its senders' first link)
+        for fid, (_, burst) in offered.items():
+            if math.isinf(burst):
+                first = self._members[fid].links[0]
+                writers[first] = writers.get(first, 0) + 1
         out = {}
         for fid in offered:
             m = self._members[fid]
             self._stale.pop(fid, None)
             rtt, loss = self._price(m)
             burst, link = burst_loss.get(fid, (0.0, -1))
-            own = burst > loss and link == m.links[0]
+            # a window written alone at its instant loses its tail there (QueueView.written);
+            # several written at one instant are spread as interleaved drops, as before
+            own = burst > loss and link == m.links[0] and math.isinf(offered[fid][1]) and writers[link] == 1
             loss = max(loss, burst)
             out[fid] = RoundTrip(rtt, m.window / rtt * (1.0 - loss) if rtt > 0 else m.rate, loss, m.at >= 0, own)
         return out
