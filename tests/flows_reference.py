@@ -62,8 +62,8 @@ from aiotsim.network.tcp import (
     TcpParams,
     handshake_s,
     plan_round,
-    restart_window,
 )
+from aiotsim.network.tcp_window import restart_window
 from aiotsim.network.topology import Topology
 from aiotsim.network.traces import SNAP_S, GilbertElliott, retransmitted_packets
 

@@ -225,7 +225,7 @@ def test_hystart_delay_test_of_each_stack(stack: str, exits_at: float) -> None:
     4 ms, 16 ms) = 12.5 ms in Linux, by clamp(min, 4 ms, 1 s) = 100 ms in ns-3; not below. The
     test decides after 8 samples (ACKs of 2 segments) of the round: the window leaves at
     20 + 16 = 36."""
-    from aiotsim.network.tcp import grow
+    from aiotsim.network.tcp_window import grow
 
     params = TcpParams(stack=stack)
     for rtt, leaves in ((exits_at - 1e-4, False), (exits_at + 1e-4, True)):

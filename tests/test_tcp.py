@@ -19,13 +19,10 @@ from aiotsim.network.tcp import (
     QueueView,
     TcpParams,
     backed_off,
-    cut,
-    grow,
     handshake_s,
     plan_round,
-    restart_window,
-    settle,
 )
+from aiotsim.network.tcp_window import cut, grow, restart_window, settle
 
 RATE = 100e6  # bits/s
 LAT = 0.1  # s one way

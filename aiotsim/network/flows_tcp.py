@@ -28,9 +28,9 @@ from aiotsim.network.tcp import (
     TcpParams,
     handshake_s,
     plan_round,
-    restart_window,
     round_segments,
 )
+from aiotsim.network.tcp_window import restart_window
 from aiotsim.network.traces import GilbertElliott
 
 ROUND_EPS_S = 1e-9  # s; a round boundary this close to now is due (float rounding of timers)
