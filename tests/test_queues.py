@@ -324,3 +324,66 @@ def test_only_a_window_written_alone_loses_its_tail_at_its_senders_own_link() ->
         two.offer(i, 75 * seg, math.inf)
     trips = two.trips(1.0)
     assert all(t.loss == pytest.approx(50 / 150) and not t.at_sender for t in trips.values())
+
+
+def _line(first_ms: float, second_ms: float, *, equal: bool = False) -> Topology:
+    """node -> gw -> server: a 100 Mbit/s access link (10 Mbit/s when ``equal``) into a 10 Mbit/s
+    gateway link, one-way latencies ``first_ms`` and ``second_ms``, and the way back alike."""
+    topo = Topology("line")
+    for name, role in (("server", "server"), ("gw", "relay"), ("node", "node")):
+        topo.add_node(name, role)
+    access = 10e6 if equal else 100e6
+    topo.add_link("node", "gw", Link("node.up", access, first_ms * 1e-3, queue_packets=20))
+    topo.add_link("gw", "server", Link("gw.up", 10e6, second_ms * 1e-3, queue_packets=20))
+    topo.add_link("server", "gw", Link("gw.down", 10e6, second_ms * 1e-3, queue_packets=20))
+    topo.add_link("gw", "node", Link("node.down", access, first_ms * 1e-3, queue_packets=20))
+    return topo
+
+
+def test_the_bottleneck_clock_leads_by_the_propagation_before_the_last_smallest_link() -> None:
+    from aiotsim.network.flows_tcp import bottleneck_ahead
+
+    net = Network(simpy.Environment(), _line(150.0, 2.0), transport="tcp", sharing="fifo")
+    assert bottleneck_ahead(net._path("node", "server")) == pytest.approx(0.150)  # the gateway's link
+    assert bottleneck_ahead(net._path("server", "node")) == 0.0  # gw.down is the first hop
+    equal = Network(simpy.Environment(), _line(150.0, 2.0, equal=True), transport="tcp", sharing="fifo")
+    # two equal 10 Mbit/s links: the later one, where the access link's backlog drains at line rate
+    assert bottleneck_ahead(equal._path("node", "server")) == pytest.approx(0.150)
+
+
+def _upload_rounds(topo: Topology, sharing: str, nbytes: int = 400_000) -> tuple[float, list[float]]:
+    """One upload node -> server from t = 0: its end (s) and when each of its rounds began (s)."""
+    import aiotsim.network.flows_tcp as flows_tcp
+
+    starts: list[float] = []
+    plan = flows_tcp.plan_round
+
+    def spy(conn, params, now, *args, **kwargs):  # type: ignore[no-untyped-def]
+        starts.append(now)
+        return plan(conn, params, now, *args, **kwargs)
+
+    env = simpy.Environment()
+    net = Network(env, topo, transport="tcp", sharing=sharing)
+    flows_tcp.plan_round = spy
+    try:
+        done = net.send("node", "server", nbytes)
+        env.run()
+    finally:
+        flows_tcp.plan_round = plan
+    return done.value.end_s, starts
+
+
+def test_a_lone_flow_ends_alike_wherever_its_latency_lies_and_its_rounds_run_on_the_bottlenecks_clock() -> None:
+    """The same 160 ms round trip, 75 + 5 ms or 5 + 75 ms one way: under fifo each round is
+    priced when its window reaches the gateway's queue, 75 ms or 5 ms after it leaves (the first:
+    handshake 0.160 s + 0.075 s, or + 0.005 s), so every round of the first comes 70 ms later, and
+    the transfer ends at the same instant, as under fair (whose rounds run on the sender's clock)."""
+    before, rounds_before = _upload_rounds(_line(75.0, 5.0), "fifo")
+    after, rounds_after = _upload_rounds(_line(5.0, 75.0), "fifo")
+    assert rounds_before[0] == pytest.approx(0.160 + 0.075)
+    assert rounds_after[0] == pytest.approx(0.160 + 0.005)
+    assert [b - a for a, b in zip(rounds_after, rounds_before)] == pytest.approx([0.070] * len(rounds_after))
+    assert before == pytest.approx(after, rel=1e-12)
+    fair, rounds_fair = _upload_rounds(_line(75.0, 5.0), "fair")
+    assert rounds_fair[0] == pytest.approx(0.160)  # fair prices nothing at a queue: the sender's clock
+    assert fair == pytest.approx(_upload_rounds(_line(5.0, 75.0), "fair")[0], rel=1e-12)

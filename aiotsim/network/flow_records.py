@@ -63,6 +63,7 @@ class TcpFlight:
     round_end: float = math.inf  # s, next round boundary of a window-limited flow (inf: none)
     cap: float = math.inf  # bytes/s, window cap (inf: none; 0: waiting out a handshake or timeout)
     queued: bool = False  # its last round's window stands in a link's queue (sharing = "fifo")
+    hello: bool = False  # its handshake is yet to begin (sharing = "fifo": its SYN is on its way to the bottleneck)
     started: bool = False  # its first round has begun (sharing = "fifo": the first window bursts)
     standing: float = -1.0  # s, the queue its path had as its last round began (sharing = "fifo"; -1: none yet)
 

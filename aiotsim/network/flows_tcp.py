@@ -5,7 +5,9 @@ to a new flow (connection reuse, idle restart, the handshake), planning every ro
 (:func:`aiotsim.network.tcp.plan_round`: the window becomes a rate cap, losses are drawn in slot
 order), pacing windows on traced paths, letting a flow whose window no longer binds go fluid, and,
 under ``sharing = "fifo"``, the round trips through the drop-tail queues
-(:class:`aiotsim.network.queues.QueueLinks`). Units: bytes, bytes/s, s, segments.
+(:class:`aiotsim.network.queues.QueueLinks`), each flow on its bottleneck's clock
+(:func:`bottleneck_ahead`: its handshake and rounds are priced when its SYN and windows reach the
+queue). Units: bytes, bytes/s, s, segments.
 """
 
 from __future__ import annotations
@@ -34,6 +36,23 @@ from aiotsim.network.tcp_window import restart_window
 from aiotsim.network.traces import GilbertElliott
 
 ROUND_EPS_S = 1e-9  # s; a round boundary this close to now is due (float rounding of timers)
+
+
+def bottleneck_ahead(path: PathCost) -> float:
+    """Under ``sharing = "fifo"``, s: the propagation from a flow's sender to its path's bottleneck,
+    the last of its links of smallest capacity per crossing (where a backlog queued at an equal
+    link before it drains at line rate: a sensor's 10 Mbit/s uplink into a gateway's shared 10
+    Mbit/s link meets the other sensors at the gateway). The flow's rounds run on the bottleneck's
+    clock, this much behind its sender's: a window is priced at the queue when it reaches it, not
+    when it leaves (a 150 ms sensor's first window meets the queue as it stands 150 ms after the
+    send, once others' overshoot has drained), and its last byte then has only the rest of the
+    path to go. A lone flow ends when it did; flows with the same lead all shift alike."""
+    ahead = reach = 0.0  # s: to the last smallest link so far; to the link at hand
+    for link in path.links:
+        if link.capacity_Bps / path.names.count(link.name) <= path.bottleneck_Bps * (1.0 + 1e-12):
+            ahead = reach
+        reach += link.latency_s
+    return ahead
 
 
 def _never_lost(_segments: int) -> None:
@@ -92,17 +111,34 @@ class TcpRounds:
         self._tcp_flows[slot] = t
         if path.traced:
             self._paced[slot] = None
-        queued = 0.0  # s, the queues the SYN and the SYN-ACK wait in
+        ahead = 0.0  # s, how far the flow's clock runs behind its sender's (bottleneck_ahead)
         if self._queues is not None:
             back = self._paths.get((dst, src)) or self._path(dst, src)
             self._queues.join(slot, path.links_t, path.mults_t, back.links_t, rtt)
-            queued = self._queues.links_delay(path.links_t) + self._queues.links_delay(back.links_t)
-        if fresh and not opened:  # SYN, SYN-ACK before the first data (+ 1 s, 2 s, ... per lost SYN)
-            end = now + handshake_s(rtt + queued, lambda n: self._lose(fmt.loss, n, path.bursty))
-            self._set_round(slot, t, end, 0.0, now)
+            ahead = bottleneck_ahead(path)
+            t.extra_delay -= ahead  # its last byte is at the bottleneck: the rest of the path is left
+        t.hello = fresh and not opened
+        if t.hello and ahead <= 0:
+            self._handshake(slot, t, now)
+        elif ahead > 0:  # its SYN, or its first window, reaches the bottleneck later
+            self._set_round(slot, t, now + ahead, 0.0, now)
         else:  # its first round is due now (its cap is already none); no heap entry needed
             t.round_end = now
             self._starting.append((now, slot, 0, t))
+
+    def _handshake(self, slot: int, t: TcpFlight, now: float) -> None:
+        """SYN, SYN-ACK before a new connection's first data (+ 1 s, 2 s, ... per lost SYN), through
+        the queues as they stand ``now`` (s, on the flow's clock: as its SYN reaches the bottleneck)."""
+        f = self._flows[slot]
+        assert f is not None
+        path = f.path
+        queued = 0.0  # s, the queues the SYN and the SYN-ACK wait in
+        if self._queues is not None:
+            back = self._paths.get((f.dst, f.src)) or self._path(f.dst, f.src)
+            queued = self._queues.links_delay(path.links_t) + self._queues.links_delay(back.links_t)
+        t.hello = False
+        end = now + handshake_s(t.rtt + queued, lambda n: self._lose(path.fmt.loss, n, path.bursty))
+        self._set_round(slot, t, end, 0.0, now)
 
     def _tcp_path(self, path: PathCost) -> tuple[float, float, float, float, float]:
         """A path's TCP constants (:attr:`PathCost.tcp`), computed once."""
@@ -137,6 +173,11 @@ class TcpRounds:
             entry = heapq.heappop(self._rounds)
             if self._round_valid(entry):
                 due.add(entry[1])
+        for slot in list(due):  # a SYN reaching the bottleneck: the handshake begins on its clock
+            t = self._tcp_flows[slot]
+            if t is not None and t.hello:
+                self._handshake(slot, t, now)
+                due.discard(slot)
         slots = sorted(due)
         trips, ahead = self._offer_rounds(slots, now) if self._queues is not None else ({}, {})
         for slot in slots:
