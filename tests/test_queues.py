@@ -387,3 +387,71 @@ def test_a_lone_flow_ends_alike_wherever_its_latency_lies_and_its_rounds_run_on_
     fair, rounds_fair = _upload_rounds(_line(75.0, 5.0), "fair")
     assert rounds_fair[0] == pytest.approx(0.160)  # fair prices nothing at a queue: the sender's clock
     assert fair == pytest.approx(_upload_rounds(_line(5.0, 75.0), "fair")[0], rel=1e-12)
+
+
+def test_a_backlog_left_in_an_access_queue_drains_into_the_shared_link_and_the_newcomer_meets_only_its_own() -> None:
+    """Flow 0 (100 KB window, 20 ms base) fills its own 10 Mbit/s access link (link 0) into a shared
+    10 Mbit/s link (2): the first of equals queues, 100,000 / C - 0.02 = 60 ms of it, 75,000 bytes
+    (its rate C x 60 ms). A round trip later flow 1 joins the shared link with its 15,000-byte
+    window: the shared link is tighter now and flow 0 queues there, but its 75,000 bytes stay in
+    its access queue, so the shared queue holds 25,000 + 15,000 bytes: 40,000 / C - 0.02 = 12 ms,
+    not the 72 ms of both whole windows. Flow 0's access link still delays everything crossing it
+    by 60 ms; flow 0 sends its share of the shared link, 25,000 / 32 ms, flow 1 15,000 / 32 ms:
+    together C. 0.1 s later flow 0's backlog has drained at C less its own 781,250 bytes/s."""
+    queues = QueueLinks([C, C, C], [1e9, 1e9, 1e9])
+    queues.join(0, (0, 2), (1.0, 1.0), (), 0.02)
+    queues.join(1, (1, 2), (1.0, 1.0), (), 0.02)
+    assert queues.send(0, 100_000.0, now=0.0).rtt == pytest.approx(0.08)
+    assert queues.send(0, 100_000.0, now=0.1).rtt == pytest.approx(0.08)  # a round trip at its own link
+    joined = queues.send(1, 15_000.0, now=0.2)
+    assert queues.links_delay((2,)) == pytest.approx(0.012)
+    assert joined.rtt == pytest.approx(0.032)  # base + 12 ms, not base + 72 ms
+    assert queues.links_delay((0,)) == pytest.approx(0.06)  # the backlog left behind
+    share = 25_000.0 / 0.032
+    assert queues.rate(0) == pytest.approx(share)
+    assert queues.rate(0) + queues.rate(1) == pytest.approx(C)
+    later = queues.send(0, 100_000.0, now=0.3)
+    held = 75_000.0 - 0.1 * (C - share)  # bytes still in its access queue
+    assert queues.links_delay((0,)) == pytest.approx(held / C)
+    assert queues.links_delay((2,)) == pytest.approx((100_000.0 - held + 15_000.0) / C - 0.02)
+    assert later.rate == pytest.approx((100_000.0 - held) / (0.02 + queues.links_delay((2,))))
+
+
+def test_a_backlog_moves_with_its_flow_to_a_faster_link() -> None:
+    """A backlog that drains at 10 Mbit/s into a 20 Mbit/s link cannot queue there: when the
+    faster shared link becomes the tighter one, the flow's whole window queues there (as before)."""
+    queues = QueueLinks([C, 4 * C, 2 * C], [1e9, 1e9, 1e9])
+    queues.join(0, (0, 2), (1.0, 1.0), (), 0.02)
+    queues.join(1, (1, 2), (1.0, 1.0), (), 0.02)
+    queues.send(0, 100_000.0, now=0.0)
+    queues.send(0, 100_000.0, now=0.1)
+    # flow 1 asks 4.8 MB/s: 1.2x its own link, (100 + 120) KB / 20 ms = 4.4x the shared one,
+    # which is now tighter than flow 0's access link (4x) too
+    queues.send(1, 120_000.0, now=0.2)
+    assert queues.links_delay((0,)) == 0.0
+    assert queues.links_delay((2,)) == pytest.approx(220_000.0 / (2 * C) - 0.02)
+
+
+def test_a_flow_joining_a_loaded_link_goes_through_what_reached_the_shared_queue_as_in_ns3() -> None:
+    """ns-3.44 (calibrate_classes' set-up, traced): a 250 KB upload that joins a 4 MB upload 1 s
+    after it started, both over 10 Mbit/s access links into one 10 Mbit/s link with 1,000-packet
+    queues (10 ms one way), takes 0.594 s; the first upload's backlog sits in its own access
+    queue and reaches the shared one over half a second. Before the model left it there, the
+    newcomer waited behind all of it: 1.53 s."""
+    topo = Topology.star(2, 10e6, 10e6, 0.0, 10e6, mtu=1500, header_bytes=52,
+                         per_node=[{"latency_s": 0.01, "framing_bytes": 2}] * 2, queue_packets=1000)  # fmt: skip
+    env = simpy.Environment()
+    net = Network(env, topo, transport="tcp", sharing="fifo",
+                  tcp=TcpParams(connection="per-transfer", idle_restart=False, stack="ns3"))  # fmt: skip
+    done = {}
+
+    def upload(i: int, size: int, at: float):  # type: ignore[no-untyped-def]
+        yield env.timeout(at)
+        t = yield net.send(f"node{i}", "server", size)
+        done[i] = t.end_s - t.start_s
+
+    env.process(upload(0, 4_000_000, 0.0))
+    env.process(upload(1, 250_000, 1.0))
+    env.run()
+    assert done[1] == pytest.approx(0.594, rel=0.25)
+    assert done[0] == pytest.approx(3.570, rel=0.05)  # ns-3: the long upload

@@ -15,6 +15,12 @@ ns-3's point-to-point devices and most IoT gateways are:
   ``sum W_i / (d_i + q) = C - A`` (``A``: the rate of flows queued elsewhere that cross it), which
   fixes ``q`` (:func:`fifo_delay`). Rates go by window and RTT: a 5 ms flow beside a 150 ms flow
   with the same window gets ~the ratio of their RTTs, not max-min's equal shares.
+* **Backlog left behind.** A flow whose queue moves on to a later link of its path, no faster than
+  the one it stood at (a newcomer fills the shared link behind a sensor's access link), leaves the
+  bytes it had standing there (``held``): they drain into the later link at the earlier link's rate
+  less what the flow feeds it, so the newcomer meets only what has reached the shared queue, the
+  earlier link's delay includes them for every flow crossing it, and the flow's ACKs come at its
+  share of the later link (:meth:`QueueLinks._held`).
 * **Queueing delay.** Every round trip a flow sees includes ``q`` of the links on its forward path
   and of the links its ACKs cross on the way back (the reverse route): its windows' rounds, its
   timers and its handshake (:meth:`QueueLinks.links_delay`).
@@ -46,6 +52,7 @@ SOLVE_TOL = 1e-12  # relative tolerance of the FIFO delay's Newton steps
 REPRICE = 0.1
 MAX_NEWTON = 60
 MIN_ROOM = 0.01  # fraction of a link kept for the flows queued at it (see _settle)
+HELD_MAX = 0.9  # fraction of a window that may stand behind at an earlier link (_held)
 _NO_WRITTEN = (0.0, 0.0, 0.0)  # _LinkQueue.written of a link nothing was written into
 _NO_BUILT = (0.0, 0.0, 0.0, 0.0)  # _LinkQueue.built of a link no burst queued at
 
@@ -128,6 +135,7 @@ class _LinkQueue:
     arrivals: list[tuple[float, float]] = field(default_factory=list)
     foreign: dict[int, None] = field(default_factory=dict)  # flows crossing it, queued elsewhere (or nowhere)
     member_rate: float = 0.0  # bytes/s, sum of m x rate of its members
+    held: float = 0.0  # bytes standing in it of flows now queued further on (_Member.held)
     priced: float = 0.0  # s, the delay its members' rates were last computed at
 
 
@@ -143,6 +151,14 @@ class _Member:
     window: float = 0.0  # wire bytes in flight this round
     rate: float = 0.0  # bytes/s, what it sends this round (counted in ``elsewhere`` of other links)
     at: int = -1  # the link it queues at (-1: none)
+    counted_w: float = 0.0  # bytes of its window in its queue link's sums (the window less ``held``)
+    held: float = 0.0  # bytes of its window still standing at an earlier link of its path (held_at)
+    held_at: int = -1
+    held_t: float = 0.0  # s, when ``held`` was last brought up to date
+    was: int = -1  # the link it queued at before its window was last taken
+    backlog: float = 0.0  # bytes it had standing there
+    sent: float = 0.0  # bytes/s, its rate before its window was last taken (what it feeds ``held_at``)
+    since: float = 0.0  # s, since when it has queued at that link
 
 
 class QueueLinks:
@@ -161,6 +177,7 @@ class QueueLinks:
         self._members: dict[int, _Member] = {}
         self._stale: dict[int, None] = {}  # flows whose rate moved with their queue's delay
         self._offered: dict[int, tuple[float, float]] = {}  # fid -> (window bytes, burst bytes/s) not yet priced
+        self._now = 0.0  # s, the instant of the rounds being priced
 
     def set_capacity(self, link: int, capacity: float) -> None:
         """A traced link's capacity changed (bytes/s): read at the next solve of its queue."""
@@ -179,10 +196,12 @@ class QueueLinks:
         m = self._members.pop(fid, None)
         if m is not None:
             self._take(m, reprice=True)
+            if m.held > 0:
+                self._hold(m.held_at, -m.held)
         self._stale.pop(fid, None)
         if not self._members:
             for q in self._links:
-                q.written, q.built, q.arrivals = _NO_WRITTEN, _NO_BUILT, []
+                q.written, q.built, q.arrivals, q.held = _NO_WRITTEN, _NO_BUILT, [], 0.0
 
     def links_delay(self, links: Sequence[int], mults: Sequence[float] | None = None) -> float:
         """Summed queueing delay of ``links`` (each crossed ``mults`` times, default once) as last
@@ -222,6 +241,7 @@ class QueueLinks:
         drains them and pile up beyond its buffer (slow start overshooting a shallow buffer), or
         at a sender's own link on top of the windows written into it before ``now`` (s)."""
         offered, self._offered = self._offered, {}
+        self._now = now
         links = self._links
         standing = {}  # link -> bytes queued by the flows not offered now (before their windows come)
         for fid in offered:
@@ -347,7 +367,8 @@ class QueueLinks:
                 links[i].foreign[m.fid] = None
         if m.at >= 0:
             q = links[m.at]
-            q.queued[m.rtt] = q.queued.get(m.rtt, 0.0) + self._mult(m, m.at) * window
+            m.counted_w = window - self._held(m, window)
+            q.queued[m.rtt] = q.queued.get(m.rtt, 0.0) + self._mult(m, m.at) * m.counted_w
             q.members[m.fid] = None
             self._solve(q, reprice=True)
         m.rate = 0.0
@@ -389,6 +410,8 @@ class QueueLinks:
         links = self._links
         rtt = m.rtt + self.path_delay(m.fid)
         loss = links[m.at].loss if m.at >= 0 else 0.0
+        if m.held > 0 and m.at >= 0:  # it sends what its queue passes of the rest: ACKs at that rate
+            rtt = (rtt - m.held / links[m.held_at].capacity) * m.window / max(m.counted_w, 1e-9)
         old, m.rate = m.rate, m.window / rtt * (1.0 - loss) if rtt > 0 else math.inf
         self._count(m, m.rate - old)
         return rtt, loss
@@ -418,16 +441,56 @@ class QueueLinks:
             q = links[i]
             q.foreign.pop(m.fid, None)
             q.demand = max(q.demand - k * m.window / m.rtt, 0.0)
+        m.was, m.backlog, m.sent = -1, 0.0, m.rate
         if m.at >= 0:
             q = links[m.at]
+            m.was, m.backlog = m.at, m.rate * q.delay  # bytes standing there (Little's law)
             q.members.pop(m.fid, None)
-            left = q.queued.get(m.rtt, 0.0) - self._mult(m, m.at) * m.window
+            left = q.queued.get(m.rtt, 0.0) - self._mult(m, m.at) * m.counted_w
             if left > 1e-9 * m.window:
                 q.queued[m.rtt] = left
             else:
                 q.queued.pop(m.rtt, None)
             self._solve(q, reprice)
         m.window, m.rate, m.at = 0.0, 0.0, -1
+
+    def _held(self, m: _Member, window: float) -> float:
+        """The bytes of flow ``m``'s window still standing at an earlier link of its path than the
+        one it queues at now (``m.at``), brought up to now: a flow whose queue moves on to a later
+        link no faster than the one it stood at for a round trip or more (a newcomer filled a
+        shared link behind its own access link) leaves its backlog where it stood. The backlog
+        drains from there at that link's rate less what the flow feeds it, into the later link's
+        queue, not at once (ns-3: a 4 MB upload's 200 packets in its access queue took half a
+        second to reach the shared link, while a 250 KB flow that joined it went through an
+        almost empty queue). A faster later link cannot queue what an earlier one drains into it
+        at line rate: there the flow's backlog moves with it, as before."""
+        now, links = self._now, self._links
+        old, at = m.held, m.held_at
+        if m.held > 0:
+            drain = max(links[m.held_at].capacity - m.sent, 0.0)  # bytes/s
+            m.held = max(m.held - (now - m.held_t) * drain, 0.0)
+        if m.at < 0 or m.at == m.held_at:
+            m.held = 0.0
+        elif (m.held <= 0 and m.was >= 0 and m.at != m.was and now - m.since >= m.rtt
+              and m.links.index(m.was) < m.links.index(m.at)
+              and links[m.at].capacity <= links[m.was].capacity):  # fmt: skip
+            m.held, m.held_at = m.backlog, m.was
+        m.held, m.held_t = min(m.held, HELD_MAX * window), now
+        if m.at != m.was:
+            m.since = now
+        if at >= 0 and (at != m.held_at or m.held != old):
+            self._hold(at, -old)
+        if m.held > 0 and (at != m.held_at or m.held != old):
+            self._hold(m.held_at, m.held)
+        if m.held <= 0:
+            m.held_at = -1
+        return m.held
+
+    def _hold(self, link: int, change: float) -> None:
+        """Bytes held at ``link`` by flows queued further on changed by ``change``: its delay follows."""
+        q = self._links[link]
+        q.held = max(q.held + change, 0.0)
+        self._settle(q)
 
     def _tightest(self, m: _Member) -> int:
         """The congested link of the flow's path with the largest demand / capacity (the first of
@@ -455,20 +518,22 @@ class QueueLinks:
                 q.priced = q.delay
 
     def _settle(self, q: _LinkQueue) -> None:
-        """One link's queueing delay (s, capped by its buffer) and loss fraction."""
-        if not q.queued:
-            q.delay, q.loss = 0.0, 0.0
-            return
+        """One link's queueing delay (s, capped by its buffer; with what flows queued further on
+        still hold in it) and loss fraction."""
         if q.capacity <= 0:  # a traced link momentarily off: the rate engine stalls its flows
             q.delay, q.loss = 0.0, 0.0
+            return
+        held = q.held / q.capacity  # s
+        if not q.queued:
+            q.delay, q.loss = min(held, q.buffer / q.capacity), 0.0
             return
         # bytes/s left for the flows queued here; flows queued upstream that fill it alone move
         # here at their next round (_gather), until then its own keep a sliver
         room = max(q.capacity - q.elsewhere, MIN_ROOM * q.capacity)
         delay = fifo_delay(q.queued, room)
         full = q.buffer / q.capacity  # s, the delay of a full buffer
-        if delay <= full:
-            q.delay, q.loss = delay, 0.0
+        if delay + held <= full:
+            q.delay, q.loss = delay + held, 0.0
             return
         offered = sum(w / (d + full) for d, w in q.queued.items())  # bytes/s arriving at a full buffer
         q.delay, q.loss = full, max(0.0, 1.0 - room / offered)
