@@ -397,7 +397,9 @@ def test_a_backlog_left_in_an_access_queue_drains_into_the_shared_link_and_the_n
     its access queue, so the shared queue holds 25,000 + 15,000 bytes: 40,000 / C - 0.02 = 12 ms,
     not the 72 ms of both whole windows. Flow 0's access link still delays everything crossing it
     by 60 ms; flow 0 sends its share of the shared link, 25,000 / 32 ms, flow 1 15,000 / 32 ms:
-    together C. 0.1 s later flow 0's backlog has drained at C less its own 781,250 bytes/s."""
+    together C. From then on flow 0's backlog drains into the shared queue at C less what flow 0
+    sends (781,250 bytes/s, then its new share): each window that meets the shared queue meets
+    what has drained into it by then."""
     queues = QueueLinks([C, C, C], [1e9, 1e9, 1e9])
     queues.join(0, (0, 2), (1.0, 1.0), (), 0.02)
     queues.join(1, (1, 2), (1.0, 1.0), (), 0.02)
@@ -410,8 +412,15 @@ def test_a_backlog_left_in_an_access_queue_drains_into_the_shared_link_and_the_n
     share = 25_000.0 / 0.032
     assert queues.rate(0) == pytest.approx(share)
     assert queues.rate(0) + queues.rate(1) == pytest.approx(C)
+    # flow 1's next round, 50 ms on: what drained from flow 0's access queue meets it at the shared one
+    queues.send(1, 15_000.0, now=0.25)
+    held = 75_000.0 - 0.05 * (C - share)
+    assert queues.links_delay((0,)) == pytest.approx(held / C)
+    assert queues.links_delay((2,)) == pytest.approx((100_000.0 - held + 15_000.0) / C - 0.02)
+    assert 0 in queues.stale()  # flow 0's rate moved with it
+    sent = queues.rate(0)
     later = queues.send(0, 100_000.0, now=0.3)
-    held = 75_000.0 - 0.1 * (C - share)  # bytes still in its access queue
+    held -= 0.05 * (C - sent)  # bytes still in its access queue
     assert queues.links_delay((0,)) == pytest.approx(held / C)
     assert queues.links_delay((2,)) == pytest.approx((100_000.0 - held + 15_000.0) / C - 0.02)
     assert later.rate == pytest.approx((100_000.0 - held) / (0.02 + queues.links_delay((2,))))

@@ -18,7 +18,8 @@ ns-3's point-to-point devices and most IoT gateways are:
 * **Backlog left behind.** A flow whose queue moves on to a later link of its path, no faster than
   the one it stood at (a newcomer fills the shared link behind a sensor's access link), leaves the
   bytes it had standing there (``held``): they drain into the later link at the earlier link's rate
-  less what the flow feeds it, so the newcomer meets only what has reached the shared queue, the
+  less what the flow feeds it (brought up to date whenever a window meets the later link's queue,
+  :meth:`QueueLinks._migrate`), so the newcomer meets only what has reached the shared queue, the
   earlier link's delay includes them for every flow crossing it, and the flow's ACKs come at its
   share of the later link (:meth:`QueueLinks._held`).
 * **Queueing delay.** Every round trip a flow sees includes ``q`` of the links on its forward path
@@ -136,6 +137,7 @@ class _LinkQueue:
     foreign: dict[int, None] = field(default_factory=dict)  # flows crossing it, queued elsewhere (or nowhere)
     member_rate: float = 0.0  # bytes/s, sum of m x rate of its members
     held: float = 0.0  # bytes standing in it of flows now queued further on (_Member.held)
+    holders: dict[int, None] = field(default_factory=dict)  # its members with bytes held at an earlier link
     priced: float = 0.0  # s, the delay its members' rates were last computed at
 
 
@@ -243,6 +245,8 @@ class QueueLinks:
         offered, self._offered = self._offered, {}
         self._now = now
         links = self._links
+        for i in {i for fid in offered for i in self._members[fid].links}:
+            self._migrate(i, offered)
         standing = {}  # link -> bytes queued by the flows not offered now (before their windows come)
         for fid in offered:
             for i in self._members[fid].links:
@@ -446,6 +450,7 @@ class QueueLinks:
             q = links[m.at]
             m.was, m.backlog = m.at, m.rate * q.delay  # bytes standing there (Little's law)
             q.members.pop(m.fid, None)
+            q.holders.pop(m.fid, None)
             left = q.queued.get(m.rtt, 0.0) - self._mult(m, m.at) * m.counted_w
             if left > 1e-9 * m.window:
                 q.queued[m.rtt] = left
@@ -484,7 +489,20 @@ class QueueLinks:
             self._hold(m.held_at, m.held)
         if m.held <= 0:
             m.held_at = -1
+        elif m.at >= 0:
+            links[m.at].holders[m.fid] = None
         return m.held
+
+    def _migrate(self, link: int, offered: dict[int, tuple[float, float]]) -> None:
+        """Bring the backlogs that ``link``'s members left at earlier links up to now (``_held``)
+        before windows meet its queue: what has drained from them since stands here now."""
+        for fid in list(self._links[link].holders):
+            if fid not in offered:
+                m = self._members[fid]
+                window = m.window
+                self._take(m)
+                self._put(m, window, link)
+                self._stale[fid] = None
 
     def _hold(self, link: int, change: float) -> None:
         """Bytes held at ``link`` by flows queued further on changed by ``change``: its delay follows."""
