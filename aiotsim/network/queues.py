@@ -415,7 +415,8 @@ class QueueLinks:
         rtt = m.rtt + self.path_delay(m.fid)
         loss = links[m.at].loss if m.at >= 0 else 0.0
         if m.held > 0 and m.at >= 0:  # it sends what its queue passes of the rest: ACKs at that rate
-            rtt = (rtt - m.held / links[m.held_at].capacity) * m.window / max(m.counted_w, 1e-9)
+            # less its own backlog's wait (never below its base: a full earlier buffer caps that wait)
+            rtt = max(rtt - m.held / links[m.held_at].capacity, m.rtt) * m.window / max(m.counted_w, 1e-9)
         old, m.rate = m.rate, m.window / rtt * (1.0 - loss) if rtt > 0 else math.inf
         self._count(m, m.rate - old)
         return rtt, loss
