@@ -51,8 +51,8 @@ run: $(SETUP_RUN)
 	$(AIOTSIM) run scenarios/iot10.toml
 
 # pytest exits 5 when it collects no test: turn that into a failure, never a silent pass.
-# -n auto: one pytest-xdist worker per CPU this process may use (2 on CI: the suite took 6.5-9.5
-# minutes in fresh clones, inside CI's 10); tests/conftest.py splits torch's threads between them.
+# -n auto: one pytest-xdist worker per CPU this process may use (2 on CI: the suite took 6.5-11.5
+# minutes in fresh clones, around CI's 10-minute budget); tests/conftest.py splits torch's threads between them.
 test: $(SETUP_TEST)
 	$(PYTHON) -m pytest -n auto; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
