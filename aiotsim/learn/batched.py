@@ -407,7 +407,8 @@ class BatchedGradients:
         for a in range(0, nodes, step):
             m = min(step, nodes - a)
             per = self.computer.per_sample_grads(params, xs[a : a + m].flatten(0, 1), ys[a : a + m].flatten(0, 1))
-            parts.append([per[n].view(m, batch, *per[n].shape[1:]).square().mean(dim=1) for n in self.computer.names])
+            # squared in place (the per-sample gradients are ours alone): no second [m x batch, *shape]
+            parts.append([per[n].view(m, batch, *per[n].shape[1:]).square_().mean(dim=1) for n in self.computer.names])
         return [torch.cat(col) if len(col) > 1 else col[0] for col in zip(*parts)]
 
     def loops(self, batch: int) -> bool:

@@ -230,8 +230,9 @@ class GradientComputer:
         return GradResult(grads, loss_value, wall_s, sq, time.perf_counter() - t1)
 
     def _per_sample_sq(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
-        per_sample = self.per_sample_grads(params, x, y)  # name -> [B, *shape]
-        return [per_sample[n].square().mean(dim=0) for n in self.names]
+        per_sample = self.per_sample_grads(params, x, y)  # name -> [B, *shape], ours alone
+        # squared in place: a second [B, *shape] tensor (B x the model's size) costs page faults
+        return [per_sample[n].square_().mean(dim=0) for n in self.names]
 
     def per_sample_grads(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each sample's own gradient of its loss at ``params`` (detached, in ``model.parameters()``
