@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 
 import pytest
 import simpy
 
 from aiotsim.errors import ConfigError
+from aiotsim.network import ns3_engine
 from aiotsim.network.calibrate_ns3 import ns3_available
 from aiotsim.network.link import Link
 from aiotsim.network.ns3_engine import Ns3Error, Ns3Network, Ns3Worker
@@ -269,9 +271,75 @@ def test_an_802_15_4_pan_carries_tcp_over_6lowpan_no_faster_than_its_250_kbits()
     assert facts["links"]["pan"]["wire_bytes"] > 2 * 2 * 2000  # every byte crossed the air, with headers
 
 
+def _worker_pids() -> set[int]:
+    """The ns-3 workers this process has started and not ended."""
+    found = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "aiotsim.network.ns3_worker"], capture_output=True)
+    return {int(pid) for pid in found.stdout.split()}
+
+
 @needs_ns3
 def test_a_world_that_cannot_be_built_leaves_no_worker_behind() -> None:
     with pytest.raises(Ns3Error):
-        Ns3Worker({"op": "build"})  # no spec: the worker answers with an error
-    mine = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "aiotsim.network.ns3_worker"], capture_output=True)
-    assert mine.returncode == 1, mine.stdout  # pgrep: 1 = no such process
+        Ns3Worker.open({"op": "build"})  # no spec: the worker answers with an error
+    # what lives on is only the idle workers kept for the next world, none of them the failed one
+    assert _worker_pids() == {w._proc.pid for w in ns3_engine._IDLE}
+
+
+def _uploads(topo: Topology, seed: int, size: int) -> tuple[list[tuple[str, float]], int, int]:
+    """Every node's upload of ``size`` B at 0.1 s + 10 ms per node: (node, arrival) sorted, and
+    the segments retransmitted; with the pid of the worker that carried them."""
+    env = simpy.Environment()
+    net = Ns3Network(env, topo, seed=seed, tcp=TcpParams(connection="reuse"))
+    arrivals: list[tuple[str, float]] = []
+
+    def upload(node: str, at: float):  # type: ignore[no-untyped-def]
+        yield env.timeout(at)
+        t = yield net.send(node, "server", size)
+        arrivals.append((node, t.end_s))
+
+    pid = net._worker._proc.pid
+    try:
+        for i, node in enumerate(v for v in topo.vertices if v.startswith("node")):
+            env.process(upload(node, 0.1 + 0.01 * i))
+        env.run()
+        retx = net.facts()["retransmissions"]
+    finally:
+        net.close()
+    return sorted(arrivals), retx, pid
+
+
+@needs_ns3
+def test_a_reused_worker_carries_a_world_exactly_as_a_new_one() -> None:
+    ns3_engine.close_idle_workers()  # the first world below gets a new worker
+    cell = Topology.shared_medium(3, 10e6, 0.001)  # Wi-Fi: MAC addresses, backoff draws, association
+    first = _uploads(cell, seed=3, size=60_000)
+    lossy = _uploads(pair(loss=0.02), seed=3, size=60_000)  # random losses draw from ns-3's streams
+    again = _uploads(cell, seed=3, size=60_000)
+    assert first[2] == lossy[2] == again[2]  # one worker carried all three, one world at a time
+    assert lossy[1] > 0  # its losses drew from the streams the reset must rewind
+    assert again[:2] == first[:2]  # to the nanosecond, retransmissions included
+    assert len(first[0]) == 3
+    env = simpy.Environment()
+    net = Ns3Network(env, pair(), seed=1)
+    net.close()
+    net.close()  # a second close must not park the worker twice: two networks would share it
+    idle = [w._proc.pid for w in ns3_engine._IDLE]
+    assert len(idle) == len(set(idle)) == 1
+
+
+def test_a_worker_whose_reply_is_pending_is_ended_not_kept() -> None:
+    class Proc:  # what release() sees of an interrupted worker's process
+        pid, stdin = -1, None
+
+        def __init__(self) -> None:
+            self.ended = False
+
+        def poll(self) -> int | None:
+            return 0 if self.ended else None
+
+    worker = Ns3Worker.__new__(Ns3Worker)
+    worker._proc, worker._owner, worker._waiting, worker._released = Proc(), os.getpid(), True, False  # type: ignore[assignment]
+    worker._err = tempfile.TemporaryFile("w+")
+    worker.close = lambda: setattr(worker._proc, "ended", True)  # type: ignore[method-assign]
+    worker.release()  # a reset now would read the interrupted request's reply as its own
+    assert worker._proc.ended and worker not in ns3_engine._IDLE

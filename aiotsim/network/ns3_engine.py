@@ -32,12 +32,15 @@ checkpoint.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Generator
 from typing import IO, Any, NamedTuple
 
@@ -83,20 +86,62 @@ def worker_error(stderr: str) -> str:
 
 
 class Ns3Worker:
-    """The child process running one ns-3 world (JSON lines over its stdin and stdout)."""
+    """The child process that runs ns-3 worlds, one at a time (JSON lines over its stdin and
+    stdout). Use :meth:`open` and :meth:`release`: a released worker is reset and kept for the
+    process's next world (loading ns-3's bindings costs ~11 s of CPU, a reset milliseconds)."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self) -> None:
         self._err: IO[str] = tempfile.TemporaryFile("w+")  # cppyy's and ns-3's chatter, kept for errors
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "aiotsim.network.ns3_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True, bufsize=1,
         )  # fmt: skip
+        self.built: dict[str, Any] = {}
+        self._owner = os.getpid()  # a forked child must not drive its parent's worker
+        self._waiting = False  # a request sent whose reply was not read (an interrupted call)
+        self._released = False  # its world ended: it is idle, or ended
         try:
             self._read()  # {"ready": true}: ns-3 loaded and the program compiled
-            self.built = self.call(spec)
-        except BaseException:  # else the worker (~700 MB) lives on until this process ends
+        except BaseException:
             self.close()
             raise
+
+    @classmethod
+    def open(cls, spec: dict[str, Any]) -> Ns3Worker:
+        """A worker with the world ``spec`` built: an idle one of this process's, else a new one.
+        If the build fails the worker is ended (a half-built world is not reused)."""
+        with _IDLE_LOCK:
+            mine = [w for w in _IDLE if w._owner == os.getpid()]
+            worker = mine[-1] if mine else None
+            _IDLE[:] = mine[:-1]
+        worker = worker or cls()
+        worker._released = False
+        try:
+            worker.built = worker.call(spec)
+        except BaseException:  # else the worker (~700 MB) lives on until this process ends
+            worker.close()
+            raise
+        return worker
+
+    def release(self) -> None:
+        """End this worker's world and keep the worker for the next :meth:`open` (at most
+        :data:`IDLE_MAX` wait, ~650 MB each, until the process exits); else end the worker."""
+        if self._released:  # a network closed twice must not park its worker twice
+            return
+        self._released = True
+        if self._waiting or self._owner != os.getpid():  # its next reply is an old request's
+            self.close()
+            return
+        try:
+            self.call({"op": "reset"})
+        except Ns3Error:  # it died, or cannot reset: a new world gets a new worker
+            self.close()
+            return
+        with _IDLE_LOCK:
+            if len(_IDLE) < IDLE_MAX:
+                _IDLE.append(self)
+                return
+        self.close()
 
     def _read(self) -> dict[str, Any]:
         assert self._proc.stdout is not None
@@ -112,10 +157,13 @@ class Ns3Worker:
     def call(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Send one request, return its reply (Ns3Error when the worker reports an error)."""
         assert self._proc.stdin is not None
+        self._waiting = True
         with contextlib.suppress(BrokenPipeError):  # a dead worker: _read reports its own error
             self._proc.stdin.write(json.dumps(msg) + "\n")
             self._proc.stdin.flush()
-        return self._read()
+        reply = self._read()  # an Ns3Error from the worker is a reply read: the protocol is in step
+        self._waiting = False
+        return reply
 
     def close(self) -> None:
         """End the worker (it destroys its simulator when its stdin closes)."""
@@ -127,6 +175,23 @@ class Ns3Worker:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
         self._err.close()
+
+
+# Workers with no world, ready for the next Ns3Worker.open in this process (compare and sweeps run
+# their runs one after another in a process; the ns-3 engine check runs two cases at a time).
+IDLE_MAX = 2
+_IDLE: list[Ns3Worker] = []
+_IDLE_LOCK = threading.Lock()
+
+
+@atexit.register
+def close_idle_workers() -> None:
+    """End every idle worker of this process (at its exit, or when a caller wants the memory back)."""
+    with _IDLE_LOCK:
+        idle = [w for w in _IDLE if w._owner == os.getpid()]  # a forked child leaves its parent's be
+        _IDLE.clear()
+    for worker in idle:
+        worker.close()
 
 
 # A :class:`~aiotsim.network.flows.Transfer` carried by ns-3: the same fields in the same order, then
@@ -193,11 +258,11 @@ class Ns3Network:
         cells = bool(spec["wifi"] or spec["lte"])
         spec["warmup_ns"] = _ns(WARMUP_S) if cells else 0
         spec["warmup_max_ns"] = _ns(WARMUP_MAX_S) if cells else 0
-        self._worker = Ns3Worker(spec)
+        self._worker = Ns3Worker.open(spec)
         self._offset_ns = int(self._worker.built["warmup_ns"])
         lost = self._worker.built["unassociated"]
         if lost:
-            self._worker.close()
+            self._worker.release()
             what = "LTE UE(s) did not attach to the eNB" if spec["lte"] else "Wi-Fi station(s) did not associate"
             raise Ns3Error(f"{len(lost)} {what} within {WARMUP_MAX_S:g} s (node{lost[0]}, ...): the cell is too "
                            "crowded or too large (network.wifi_radius_m)")  # fmt: skip
@@ -292,8 +357,8 @@ class Ns3Network:
         return out
 
     def close(self) -> None:
-        """End the ns-3 worker."""
-        self._worker.close()
+        """End this network's ns-3 world; its worker is kept for the process's next one."""
+        self._worker.release()
 
     # checkpoints (sim/checkpoint.py) save the flow engine's state; ns-3's cannot be saved
     def tcp_state(self) -> dict[str, object]:

@@ -37,6 +37,7 @@ ENGINE_SOURCE = r"""
 #include <sstream>
 #include <deque>
 #include <set>
+#include <memory>
 
 namespace aiotsim_engine {
 using namespace ns3;
@@ -230,7 +231,9 @@ class World {
   NetDeviceContainer ue_devices;
 
   // ---- 802.15.4 with 6LoWPAN: IPv6 only (6LoWPAN carries no IPv4), static routes
-  LrWpanHelper lowpan;  // a member: its destructor disposes the channel (found in the prototype)
+  // made by AddLowPan and kept while the world runs (its destructor disposes the PAN's channel);
+  // destroyed before the simulator, which a helper outliving it crashes
+  std::unique_ptr<LrWpanHelper> lowpan;
 
   static std::string text(Ipv6Address a) { std::ostringstream o; o << a; return o.str(); }
 
@@ -472,7 +475,15 @@ class World {
         lost.push_back(i);
     return lost;
   }
-  void Destroy() { Simulator::Destroy(); }
+  // The world's end: the simulator and all it owns, then every attribute default, global value and
+  // automatic random stream number back to a new process's, so that a reused worker's next world
+  // is built and drawn exactly as in a new worker (Mac48Address's counter resets with the simulator).
+  void Destroy() {
+    lowpan.reset();
+    Simulator::Destroy();
+    Config::Reset();
+    RngSeedManager::ResetNextStreamIndex();
+  }
 };
 }  // namespace aiotsim_engine
 """

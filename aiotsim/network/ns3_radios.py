@@ -104,14 +104,15 @@ void World::AddLowPan(int sink, std::vector<int> sensors, std::vector<double> xs
   place(nodes.Get(sink), around, xs, ys);
   NodeContainer pan(nodes.Get(sink));
   pan.Add(around);
-  lowpan.AddPropagationLossModel("ns3::LogDistancePropagationLossModel");
-  lowpan.SetPropagationDelayModel("ns3::ConstantSpeedPropagationDelayModel");
-  NetDeviceContainer lr = lowpan.Install(pan);
-  lowpan.CreateAssociatedPan(lr, 0xbeef);  // the first device is the coordinator
-  lowpan.AssignStreams(lr, 100);
+  lowpan = std::make_unique<LrWpanHelper>();
+  lowpan->AddPropagationLossModel("ns3::LogDistancePropagationLossModel");
+  lowpan->SetPropagationDelayModel("ns3::ConstantSpeedPropagationDelayModel");
+  NetDeviceContainer lr = lowpan->Install(pan);
+  lowpan->CreateAssociatedPan(lr, 0xbeef);  // the first device is the coordinator
+  lowpan->AssignStreams(lr, 100);
   for (uint32_t i = 0; i < lr.GetN(); ++i) {
     Ptr<lrwpan::LrWpanNetDevice> d = DynamicCast<lrwpan::LrWpanNetDevice>(lr.Get(i));
-    lowpan.AddMobility(d->GetPhy(), pan.Get(i)->GetObject<MobilityModel>());
+    lowpan->AddMobility(d->GetPhy(), pan.Get(i)->GetObject<MobilityModel>());
     track_lowpan(d);
   }
   SixLowPanHelper six_helper;
