@@ -52,7 +52,8 @@ run: $(SETUP_RUN)
 
 # pytest exits 5 when it collects no test: turn that into a failure, never a silent pass.
 # -n auto: one pytest-xdist worker per CPU this process may use (2 on CI: the suite took 6.5-11.5
-# minutes in fresh clones, around CI's 10-minute budget); tests/conftest.py splits torch's threads between them.
+# minutes in fresh clones, 7:44 once ns-3's workers were reused; CI's budget is 10); tests/conftest.py
+# splits torch's threads between them.
 test: $(SETUP_TEST)
 	$(PYTHON) -m pytest -n auto; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
