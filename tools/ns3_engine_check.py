@@ -2,7 +2,7 @@
 
     python tools/ns3_engine_check.py                  # the 75 lossless grid cases, flow by flow
     python tools/ns3_engine_check.py --quick          # a handful of them
-    python tools/ns3_engine_check.py --jobs 2         # cases in parallel (one ns-3 worker per job, reused)
+    python tools/ns3_engine_check.py --jobs 2         # cases in parallel (each thread's ns-3 worker reused)
     python tools/ns3_engine_check.py --case 10000000,16,10   # chosen lossless cases (size,flows,ms)
     python tools/ns3_engine_check.py --lossy --quick  # lossy cases: means over realisations
 
@@ -35,8 +35,8 @@ compared by their mean makespan over R realisations: calibration RngRun 1..R, en
 error models' random streams differently (``1000 + device index`` against the calibration's flow
 index), so the same RngRun loses different packets. The difference of the means is reported in
 units of its standard error (the two sides' standard errors combined); |z| <= 2 is agreement.
-Each realisation is one engine world (a thread's ns-3 worker is started once, about 10 s, and reused),
-so the full lossy grid takes hours: use ``--quick``.
+Each realisation is one engine world (a worker, about 10 s to start, is reused: up to two stay
+idle per process, ns3_engine.IDLE_MAX), so the full lossy grid takes hours: use ``--quick``.
 """
 
 from __future__ import annotations
