@@ -464,3 +464,55 @@ def test_a_flow_joining_a_loaded_link_goes_through_what_reached_the_shared_queue
     env.run()
     assert done[1] == pytest.approx(0.594, rel=0.25)
     assert done[0] == pytest.approx(3.570, rel=0.05)  # ns-3: the long upload
+
+
+def test_the_next_windows_first_segments_meet_an_ack_clocked_backlog_whole_and_a_burst_half_served() -> None:
+    """One FIFO at 10 Mbit/s, base RTT 100 ms: flow 0's 150,000-byte window is clocked by its ACKs,
+    flow 1's 100,000-byte window bursts (slow start). q = 250,000 / C - 0.1 = 100 ms; flow 1 sends
+    100,000 / 0.2 s = 40% of the link, so 40% of the queue is its burst, which is half served when
+    the next window's first segments arrive: they meet 0.1 x (1 - 0.4 / 2) = 80 ms (HyStart's
+    samples), while the round trip stays 200 ms. A lone burst: half its queue."""
+    queues = QueueLinks([C, 100 * C, 100 * C], [1e9, 1e9, 1e9])
+    queues.join(0, (1, 0), (1.0, 1.0), (), 0.1)
+    queues.join(1, (2, 0), (1.0, 1.0), (), 0.1)
+    queues.offer(0, 150_000.0, 0.0)
+    queues.offer(1, 100_000.0, 2 * C)
+    trips = queues.trips()
+    assert trips[1].rtt == pytest.approx(0.2)
+    assert queues.path_delay(0) == queues.path_delay(1) == pytest.approx(0.1)
+    assert queues.head_delay(0) == queues.head_delay(1) == pytest.approx(0.08)
+    queues.leave(0)
+    alone = queues.send(1, 100_000.0, 2 * C)  # below the pipe's 125,000 bytes: no queue
+    assert alone.rtt == pytest.approx(0.1) and queues.head_delay(1) == 0.0
+    assert queues.send(1, 250_000.0, 2 * C).rtt == pytest.approx(0.2)  # 100 ms of queue, all its burst
+    assert queues.head_delay(1) == pytest.approx(0.05)
+
+
+def test_a_flow_joining_a_link_kept_full_leaves_slow_start_where_ns3s_does() -> None:
+    """ns-3.44 (calibrate_classes' set-up, traced per socket): flow 0 uploads 1 MB and keeps its
+    10 Mbit/s access link and the shared 10 Mbit/s link full; flow 1 uploads 1 MB from 0.3 s (10
+    ms one way, 1,000-packet queues). Flow 1's round trips grow with its own packets in the shared
+    queue: the first samples of its window of 40 measure 47.6 ms, over twice its smallest (20.4
+    ms), and HyStart ends slow start at 55 segments; flow 0 takes 1.141 s, flow 1 1.403 s. When
+    the model sampled the queue as the round before began, flow 1 left slow start at 96 and flow
+    0 took 1.246 s (+9%)."""
+    topo = Topology.star(2, 10e6, 10e6, 0.0, 10e6, mtu=1500, header_bytes=52,
+                         per_node=[{"latency_s": 0.01, "framing_bytes": 2}] * 2, queue_packets=1000)  # fmt: skip
+    env = simpy.Environment()
+    net = Network(env, topo, transport="tcp", sharing="fifo",
+                  tcp=TcpParams(connection="per-transfer", idle_restart=False, stack="ns3"))  # fmt: skip
+    done = {}
+
+    def upload(i: int, at: float):  # type: ignore[no-untyped-def]
+        yield env.timeout(at)
+        t = yield net.send(f"node{i}", "server", 1_000_000)
+        done[i] = t.end_s - t.start_s
+
+    env.process(upload(0, 0.0))
+    env.process(upload(1, 0.3))
+    env.run()
+    conns = net.tcp_state()["conns"]
+    assert isinstance(conns, dict)
+    assert conns["node1\x00server"]["ssthresh"] == pytest.approx(55.0, abs=3.0)
+    assert done[0] == pytest.approx(1.141, rel=0.03)
+    assert done[1] == pytest.approx(1.403, rel=0.03)

@@ -65,7 +65,6 @@ class TcpFlight:
     queued: bool = False  # its last round's window stands in a link's queue (sharing = "fifo")
     hello: bool = False  # its handshake is yet to begin (sharing = "fifo": its SYN is on its way to the bottleneck)
     started: bool = False  # its first round has begun (sharing = "fifo": the first window bursts)
-    standing: float = -1.0  # s, the queue its path had as its last round began (sharing = "fifo"; -1: none yet)
 
 
 @dataclass(slots=True)

@@ -179,7 +179,7 @@ class TcpRounds:
                 self._handshake(slot, t, now)
                 due.discard(slot)
         slots = sorted(due)
-        trips, ahead = self._offer_rounds(slots, now) if self._queues is not None else ({}, {})
+        trips, met = self._offer_rounds(slots, now) if self._queues is not None else ({}, {})
         for slot in slots:
             t = self._tcp_flows[slot]
             assert t is not None
@@ -198,12 +198,9 @@ class TcpRounds:
                 # while the sender waits for ACKs, and the retransmission finds room
                 draw = float(self._overflow_rng.random()) if trip.loss > 0 else 1.0
                 draw = 1.0 if trip.at_sender else draw
-                # HyStart's first samples of a round are the ACKs of the previous round's first
-                # segments: they measure the queue that stood as that round began (ns-3 and Linux
-                # see the delay one round late, so slow start overshoots the test by a doubling);
-                # a first round's own first segments meet what stood before any window of now
-                sample = t.rtt + (t.standing if t.standing >= 0 else ahead[slot])
-                t.standing = ahead[slot]
+                # HyStart's first samples of the window grown now are the RTTs of this round's
+                # first segments: what they meet at the queues (QueueLinks.head_delay)
+                sample = t.rtt + met[slot]
                 queue = QueueView(trip.loss, sample, t.rtt, draw, trip.at_sender)
                 fifo_cap = trip.rate if trip.queued and trip.rate > 0 else np.inf
                 t.queued = trip.queued
@@ -225,10 +222,11 @@ class TcpRounds:
         (they burst together), each with the rate it is emitted at: a transfer's first window at
         once (inf: into its sender's link), a slow-start round at twice its last round's rate, a round in
         congestion avoidance paced by its ACKs (0: no burst). Also returns, per flow, the queueing
-        delay its path had just before (s): what the round's first segments meet."""
+        delay the round's first segments meet (s, :meth:`QueueLinks.head_delay` before any window
+        of now joins)."""
         queues = self._queues
         assert queues is not None
-        ahead = {slot: queues.path_delay(slot) for slot in slots}  # s, before any window of now joins
+        met = {slot: queues.head_delay(slot) for slot in slots}  # s
         for slot in slots:
             t = self._tcp_flows[slot]
             assert t is not None
@@ -241,7 +239,7 @@ class TcpRounds:
                 burst = 0.0
             t.started = True
             queues.offer(slot, sent * t.seg_wire, burst)
-        return queues.trips(now), ahead
+        return queues.trips(now), met
 
     def _reprice(self, now: float) -> None:
         """Under FIFO sharing: the flows whose queue's delay moved take their new rate (window /

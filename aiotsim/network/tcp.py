@@ -15,7 +15,7 @@ Per round trip (one :func:`plan_round` per window-limited flow and round):
   CUBIC, from 16 segments up) ends slow start mid-round: its ACK-train test once a round's ACKs,
   at most 2 ms apart, span half the smallest round trip (ns-3: all of it), which a bottleneck
   under 12 Mbit/s never allows; its delay test once the queue a round's first ACKs measured
-  (under ``sharing = "fifo"``: the one standing as the round before began) exceeds a threshold;
+  (under ``sharing = "fifo"``: the one the round's first segments met) exceeds a threshold;
 * **congestion avoidance**: CUBIC (RFC 9438; Linux's and ns-3's default, C = 0.4, beta = 0.7) with
   its Reno-friendly region, growing at least 5% per round until its first reduction (Linux's and
   ns-3's clamp), or Reno (+1 segment per round, beta = 0.5);

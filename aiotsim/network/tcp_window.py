@@ -161,7 +161,7 @@ def grow(
         The path's bandwidth-delay product in segments (HyStart's ACK-train yardstick).
     sample_s : float
         The round trip HyStart's first samples of the round measured, s: the base plus the queue
-        standing when the round began (its own burst has not built up yet; Linux and ns-3 take
+        the round's first segments met (their own burst had not built up yet; Linux and ns-3 take
         the least of the round's first 8 samples). Where it is > 0 (round trips carry a modelled
         queue), the delay test ends slow start once it exceeds the smallest seen by its
         threshold (:data:`HYSTART_DELAY`).
