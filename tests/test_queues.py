@@ -9,7 +9,8 @@ import simpy
 
 from aiotsim.errors import ConfigError
 from aiotsim.network import Link, Network, Topology
-from aiotsim.network.queues import QueueLinks, fifo_delay, overflow_positions
+from aiotsim.network.droptail import fifo_delay, overflow_positions
+from aiotsim.network.queues import QueueLinks
 from aiotsim.network.tcp import Connection, QueueView, TcpParams, plan_round
 
 C = 1_250_000.0  # bytes/s: 10 Mbit/s

@@ -43,7 +43,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-SOLVE_TOL = 1e-12  # relative tolerance of the FIFO delay's Newton steps
+from aiotsim.network.droptail import fifo_delay
+
 # when a window joins a queue, or a flow leaves it for good, and its delay moves by more than this
 # fraction of a round trip (the smallest base RTT queued there plus the delay they were priced at),
 # the flows queued there are repriced at once (O(members)): packets in one FIFO wait alike, so
@@ -51,54 +52,10 @@ SOLVE_TOL = 1e-12  # relative tolerance of the FIFO delay's Newton steps
 # (8 x 250 KB with starts jittered by 1 ms: 6% slow before). Smaller changes reach each flow at its
 # next round, as its ACK clock would (repricing on every change cost 1.3x at 1,000 flows)
 REPRICE = 0.1
-MAX_NEWTON = 60
 MIN_ROOM = 0.01  # fraction of a link kept for the flows queued at it (see _settle)
 HELD_MAX = 0.9  # fraction of a window that may stand behind at an earlier link (_held)
 _NO_WRITTEN = (0.0, 0.0, 0.0)  # _LinkQueue.written of a link nothing was written into
 _NO_BUILT = (0.0, 0.0, 0.0, 0.0)  # _LinkQueue.built of a link no burst queued at
-
-
-def fifo_delay(windows: dict[float, float], capacity: float) -> float:
-    """The queueing delay ``q`` (s) of a FIFO link at ``capacity`` (bytes/s) carrying window-limited
-    flows: the ``q >= 0`` with ``sum_d W_d / (d + q) = capacity``, 0 when the windows do not fill
-    the link at ``q = 0``.
-
-    Parameters
-    ----------
-    windows : dict of float to float
-        Base round trip ``d`` (s) -> the summed windows (wire bytes) of the flows with that round trip.
-    capacity : float
-        What the link has left for these flows, bytes/s.
-
-    Examples
-    --------
-    One RTT class: ``q = W / C - d``; 30,000 bytes in flight at 125,000 bytes/s over 0.1 s:
-
-    >>> round(fifo_delay({0.1: 30_000.0}, 125_000.0), 12)
-    0.14
-    """
-    if capacity <= 0:
-        return math.inf
-    demand = sum(w / d if d > 0 else math.inf for d, w in windows.items() if w > 0)
-    if demand <= capacity:
-        return 0.0
-    if len(windows) == 1:
-        ((d, w),) = windows.items()
-        return max(w / capacity - d, 0.0)
-    # f(q) = sum W/(d+q) - C is convex and decreasing: Newton from below converges monotonically
-    q = 0.0 if all(d > 0 for d in windows) else 1e-12  # s; a zero base RTT needs q > 0 to start
-    for _ in range(MAX_NEWTON):
-        f = -capacity
-        df = 0.0
-        for d, w in windows.items():
-            x = d + q
-            f += w / x
-            df -= w / (x * x)
-        step = f / df  # <= 0 while f >= 0
-        q -= step
-        if -step <= SOLVE_TOL * max(q, 1e-9):
-            break
-    return q
 
 
 class RoundTrip(NamedTuple):
@@ -599,16 +556,3 @@ def _built(built: tuple[float, float, float, float], now: float) -> float:
     if now < end:
         return max(top - (end - now) * rise, 0.0)
     return max(top - (now - end) * drain, 0.0)
-
-
-def overflow_positions(sent: int, lost: int) -> list[int]:
-    """Which of a round's ``sent`` segments (0-based) a full drop-tail buffer drops when ``lost``
-    of them do not fit: the tail of the round, every other one (in slow start and at a standing
-    queue, each ACK releases two segments while the link drains one, so once the buffer is full
-    every second arrival finds it full); contiguous when more than half must go."""
-    lost = min(max(lost, 0), sent)
-    if lost == 0:
-        return []
-    if 2 * lost <= sent:
-        return [sent - 1 - 2 * k for k in range(lost)][::-1]
-    return list(range(sent - lost, sent))

@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from aiotsim.network.queues import overflow_positions
+from aiotsim.network.droptail import overflow_positions
 from aiotsim.network.tcp_window import (
     Connection,
     TcpParams,
