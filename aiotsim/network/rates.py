@@ -20,34 +20,20 @@ rate changes only when it *moves*: a link it crosses goes from one user to two (
 cap changes (TCP window, trace), or its group's level crosses its cap. Heaps use lazy deletion
 (an entry is stale when its version differs from the flow's).
 
-Levels: a group whose shared links no other group uses has ``lam = min over its links of
-(capacity - capped use) / (times crossed x leveled flows)``. Groups sharing links form a
-**component** (:mod:`aiotsim.network.components`), found once and kept until a group of it or
-next to it is made or dropped; its groups are filled progressively, a group weighing its leveled
-flows (the same tie tolerance, 1e-12 relative, as :func:`aiotsim.network.flows.progressive_filling`).
+Groups sharing links form a **component** (:mod:`aiotsim.network.components`), found once and
+kept until a group of it or next to it is made or dropped. The pieces:
 
-The **common regime** (gateways behind one server link): in a *fast* component, where every
-link crossed by more than one group is crossed by all of them (*common* links), running sums
-over the common links (leveled flows x times crossed, capped use; compensated) and a heap of the
-groups' own-link fill levels give, in O(log groups), whether a common link is among the first to
-fill; if so every group is at that one level and the component is *attached*: its groups drain
-by one shared clock ``w`` (a group's clock is ``base + w``, ``base`` set when it joins), a heap
-over the groups keyed by their next threshold - base gives the next completion, and heaps of the
-groups' lowest leveled and highest capped caps give the groups whose flows the level crosses.
-When the common link stops filling first (a gateway's own link binds, a group has no leveled
-flow: the tail of a round) the component is detached (each group back on its own clock, exactly
-where the shared one was) and filled progressively over all its groups; it attaches again when
-the common link fills first again.
+* this module: the flows, their groups and heaps (placing, moving, draining), the queries and
+  :meth:`RateClasses.solve`, and finding components;
+* :mod:`aiotsim.network.rates_levels`: the levels of a touched component and the flows moved
+  across them until none moves (the max-min fair allocation, equal to progressive filling);
+* :mod:`aiotsim.network.rates_common`: the common regime, gateways behind one server link at one
+  level on one shared clock.
 
-After a solve, capped flows whose cap exceeds the level become leveled and leveled flows below
-it become capped (a cap within the tie tolerance of the level is a tie: it stays), until no flow
-moves; the result is the max-min fair allocation (every leveled flow's group is frozen at a
-saturated link where no flow is faster, every capped flow is below its level), so the rates
-equal progressive filling over all flows up to that tie tolerance. Cost of an event: O(log flows)
-per flow that moves, plus O(log groups) in an attached component and O(groups of the touched
-component x their links) otherwise (and once per component found): it does not grow with the
-number of flows in flight for fleets of alike nodes, nor with the number of gateways while the
-server link is the bottleneck.
+Cost of an event: O(log flows) per flow that moves, plus O(log groups) in an attached component
+and O(groups of the touched component x their links) otherwise (and once per component found): it
+does not grow with the number of flows in flight for fleets of alike nodes, nor with the number of
+gateways while the server link is the bottleneck.
 """
 
 from __future__ import annotations
@@ -57,15 +43,11 @@ import math
 from dataclasses import dataclass
 
 from aiotsim.network.components import (
-    CAP,
     CAPPED,
     CLOCK,
-    LEV,
     LEVELED,
     NEAR,
     PENDING,
-    SPARE_TOL,
-    TIE,
     WAITING,
     Component,
     Group,
@@ -74,6 +56,7 @@ from aiotsim.network.components import (
     layout,
     search,
 )
+from aiotsim.network.rates_levels import Leveling
 
 
 @dataclass(eq=False, slots=True)
@@ -91,7 +74,7 @@ class _Flow:
     r: float = 0.0  # bytes/s, PENDING: the rate it had (it moves within the instant)
 
 
-class RateClasses:
+class RateClasses(Leveling):
     """Max-min fair rates of flows over capacitated links, kept incrementally (module docstring).
 
     Parameters
@@ -347,43 +330,6 @@ class RateClasses:
             out.append(fid)
         return out
 
-    def _due_common(self, c: Component, now: float, min_bytes: float, snap_s: float, out: list[int]) -> None:
-        """:meth:`due` over an attached component: its groups' next thresholds in one heap."""
-        c.advance(now)
-        lam, w = c.lam, c.w
-        if not lam > 0:
-            return
-        while (entry := self._clock_top(c)) is not None:
-            g = entry[2]
-            rem = entry[0] - w  # bytes: (threshold - base) - w, as in remaining()
-            eta = rem / lam  # s
-            if not (rem < min_bytes or now + eta <= now or eta <= snap_s):
-                return
-            out.append(heapq.heappop(g.thr)[2])
-            self._rekey(c, g)
-
-    def _clock_top(self, c: Component) -> tuple[float, int, Group] | None:
-        """The live top of an attached component's CLOCK heap whose group's top threshold is live
-        (a stale one: the group re-keyed)."""
-        flows = self.flows
-        while (entry := c.top(CLOCK)) is not None:
-            g = entry[2]
-            if g.thr:
-                _, ver, fid = g.thr[0]
-                f = flows.get(fid)
-                if f is not None and f.ver == ver and f.mode == LEVELED:
-                    return entry
-            self._rekey(c, g)
-        return None
-
-    def _rekey(self, c: Component, g: Group) -> None:
-        """Push ``g``'s next threshold (its heap's live top) - base onto ``c``'s CLOCK heap."""
-        if clean(g.thr, LEVELED, self.flows):
-            g.wkey = g.thr[0][0] - g.base
-            c.push(g, CLOCK, g.wkey)
-        else:
-            g.wkey, g.seqs[CLOCK] = math.inf, -1
-
     def next_finish(self, now: float) -> float:
         """Earliest time (s) at which a flow could be drained at the current rates (inf: none)."""
         best = math.inf
@@ -584,300 +530,3 @@ class RateClasses:
             groups = search(g, self._link_groups)
             view = c.views[g] = (groups, layout(groups))
         return view
-
-    def _attach(self, c: Component, now: float) -> None:
-        """Put a component's groups on one shared clock (they are all at one level)."""
-        for g in c.groups:
-            g.advance(now)
-        c.attached, c.w, c.t, c.heaps[CLOCK] = True, 0.0, now, []
-        for g in c.groups:
-            g.base, g.common = g.v, c
-            del self._solo[g]
-            self._rekey(c, g)
-        self._commons[c] = None
-
-    def _detach(self, c: Component) -> None:
-        """Give a component's groups their own clocks again (as of the shared clock's time)."""
-        for g in c.groups:
-            g.v, g.t, g.lam, g.common = g.base + c.w, c.t, c.lam, None
-            g.wkey, g.seqs[CLOCK] = math.inf, -1
-            self._solo[g] = None
-        c.attached, c.heaps[CLOCK] = False, []
-        del self._commons[c]
-
-    def _lone_level(self, g: Group) -> float:
-        """Level of a group whose shared links carry no other group (bytes/s)."""
-        lam, used, cap = math.inf, g.s + g.s_err, self.cap  # used: g.used
-        for link, m in g.key:
-            spare = cap[link] - m * used
-            if g.n:
-                lam = min(lam, spare / (m * g.n))
-            elif spare < -SPARE_TOL * self.cap[link]:
-                lam = -math.inf
-        return max(lam, 0.0) if g.n else lam
-
-    def _settle_lone(self, c: Component, now: float) -> list[int]:
-        """:meth:`_settle` of a component of one group (its level: :meth:`_lone_level`)."""
-        g = c.groups[0]
-        moved: list[int] = []
-        near = self.report_near
-        if now > g.t:
-            g.advance(now)
-        if near:
-            self._near_into(g, moved)  # at their cap now: they may not be after the re-leveling
-        g.lam = self._lone_level(g)
-        settled = self._settled(c, c.groups)  # the usual case: no flow moves, no loop
-        for _ in range(0 if settled else 4 * (g.n + g.capped) + 8):  # bound: float ties cannot cycle
-            g.lam = self._lone_level(g)  # the same value on the first pass
-            if self._settled(c, c.groups):
-                break
-            step: list[int] = []
-            self._fix_group(g, now, True, step)
-            if not step:
-                self._fix_group(g, now, False, step)
-            if not step:
-                break
-            moved.extend(step)
-        if g.n == 0 and g.capped == 0 and g.key in self._groups:
-            self._drop_group(g)
-        elif near:
-            self._near_into(g, moved)
-        return moved
-
-    def _settle(self, c: Component, dirty: list[Group], now: float) -> list[int]:
-        """Re-level a component whose groups ``dirty`` changed and move flows across the levels
-        until none moves."""
-        if c.lay is None:
-            return self._settle_lone(c, now)
-        groups, lay = ([], c.lay) if c.attached else self._view(c, dirty[0])  # attached: not needed
-        moved: list[int] = []
-        near = self.report_near
-        if c.fast:
-            for g in dirty:
-                c.refresh(g, self.cap, self.flows)
-        if c.attached:
-            c.advance(now)
-            if near:
-                self._near_common(c, moved)
-        else:
-            for g in groups:
-                if now > g.t:
-                    g.advance(now)
-                if near:
-                    self._near_into(g, moved)  # at their cap now: they may not be after the re-leveling
-        rounds, bound = 0, 0
-        while True:
-            if not self._level(c, now):
-                if not groups:
-                    groups, lay = self._view(c, dirty[0])
-                assert lay is not None
-                self._fill_levels(groups, lay, not c.fast)
-            if self._settled(c, groups):
-                break
-            step = self._fix(c, groups, now, up=True) or self._fix(c, groups, now, up=False)
-            if not step:
-                break
-            moved.extend(step)
-            rounds += 1
-            # bound: float ties cannot cycle (moves keep each group's flow count: computed once)
-            bound = bound or 4 * (c.nflows if c.fast else sum(g.n + g.capped for g in groups)) + 8
-            if rounds >= bound:
-                break
-        if c.attached and near:
-            self._near_common(c, moved)
-        for g in dirty if c.attached else list(groups):
-            if g.n == 0 and g.capped == 0 and g.key in self._groups:
-                self._drop_group(g)
-            elif near and g.common is None:
-                self._near_into(g, moved)
-        return moved
-
-    def _level(self, c: Component, now: float) -> bool:
-        """The common regime of a fast component: if a common link fills first, its groups on
-        the shared clock (attached if they were not) at that level: True. Else False, its groups
-        on their own clocks (detached if they were not), to be filled progressively."""
-        if c.fast and (level := c.common_level(self.cap)) is not None:
-            if not c.attached:
-                self._attach(c, now)
-            c.lam = level
-            return True
-        if c.attached:
-            self._detach(c)
-        return False
-
-    def _near_into(self, g: Group, out: list[int]) -> None:
-        """Append :meth:`_near` of ``g`` to ``out``; the usual case (a live top entry not near
-        the level: nothing near) checked inline."""
-        if g.lev:
-            cap, ver, fid = g.lev[0]
-            f = self.flows.get(fid)
-            if f is not None and f.ver == ver and f.mode == LEVELED and not cap * (1.0 - NEAR) <= g.lam:
-                return
-        out.extend(self._near(g))
-
-    def _near(self, g: Group) -> list[int]:
-        """Leveled flows whose cap is within ``NEAR`` (relative) above the level: their rate is
-        their cap for a caller testing ``rate >= cap x (1 - NEAR)`` (TCP's window binding)."""
-        near = []
-        while clean(g.lev, LEVELED, self.flows) and g.lev[0][0] * (1.0 - NEAR) <= g.lam:
-            near.append(heapq.heappop(g.lev))
-        for entry in near:
-            heapq.heappush(g.lev, entry)
-        return [entry[2] for entry in near]
-
-    def _near_common(self, c: Component, out: list[int]) -> None:
-        """:meth:`_near` of every group of an attached component with a leveled cap near its level."""
-        lam, heap, popped = c.lam, c.heaps[LEV], []
-        while (top := c.top(LEV)) is not None and top[0] * (1.0 - NEAR) <= lam:
-            popped.append(heapq.heappop(heap))
-        for entry in popped:
-            heapq.heappush(heap, entry)
-            g = entry[2]
-            g.lam = lam
-            out.extend(self._near(g))
-
-    def _settled(self, c: Component, groups: list[Group]) -> bool:
-        """Whether no flow of the component has to move (:meth:`_fix` both ways would move
-        none): every group's top capped flow is at or below its level and its top leveled flow
-        at or above it, checked on live top entries (a stale top: not known, False); in an
-        attached component, on the tops of its CAP and LEV heaps."""
-        if c.attached:
-            top = c.top(CAP)
-            if top is not None and -top[0] > c.lam:
-                return False
-            top = c.top(LEV)
-            return top is None or top[0] >= c.lam * (1.0 - TIE)
-        flows = self.flows
-        for g in groups:
-            lam = g.lam
-            if g.capped:
-                cap, ver, fid = g.cap[0]
-                f = flows.get(fid)
-                if f is None or f.ver != ver or f.mode != CAPPED or -cap > lam:
-                    return False
-            if g.n:
-                cap, ver, fid = g.lev[0]
-                f = flows.get(fid)
-                if f is None or f.ver != ver or f.mode != LEVELED or cap < lam * (1.0 - TIE):
-                    return False
-        return True
-
-    def _fix(self, c: Component, groups: list[Group], now: float, up: bool) -> list[int]:
-        """``up``: capped flows whose cap exceeds the level become leveled; else leveled flows
-        whose cap is below the level become capped (a tie stays leveled: the same rate, and a
-        group keeps a leveled flow to define its level; a cap within TIE below the level is a tie:
-        else a level rounded up by an ulp caps flows that, once capped, leave the group a level
-        below their caps, and they move back and forth). Returns the fids moved. An attached
-        component visits only the groups its CAP or LEV heap puts across the level."""
-        moved: list[int] = []
-        if c.attached:
-            which, lam, low = (CAP if up else LEV), c.lam, c.lam * (1.0 - TIE)
-            while (top := c.top(which)) is not None and ((-top[0] > lam) if up else (top[0] < low)):
-                heapq.heappop(c.heaps[which])
-                g = top[2]
-                g.seqs[which] = -1
-                g.advance(now)  # its clock and level from the shared clock
-                self._fix_group(g, now, up, moved)
-                c.refresh(g, self.cap, self.flows)
-            return moved
-        for g in groups:
-            self._fix_group(g, now, up, moved)
-        if c.fast and moved:  # keep the sums and heaps (the common regime may begin next round)
-            for g in dict.fromkeys(self.flows[fid].group for fid in moved):
-                assert g is not None
-                c.refresh(g, self.cap, self.flows)
-        return moved
-
-    def _fix_group(self, g: Group, now: float, up: bool, moved: list[int]) -> None:
-        """:meth:`_fix` within one group at its level ``g.lam``; appends the fids moved."""
-        heap, mode = (g.cap, CAPPED) if up else (g.lev, LEVELED)
-        if not (g.capped if up else g.n):  # no live entry: only stale ones, drop them at once
-            heap.clear()
-            return
-        lam, low = g.lam, g.lam * (1.0 - TIE)
-        top = heap[0] if heap else None  # the usual case: a live top entry that does not move
-        flows = self.flows
-        if top is not None and ((-top[0] <= lam) if up else (top[0] >= low)):
-            f = flows.get(top[2])
-            if f is not None and f.ver == top[1] and f.mode == mode:
-                return
-        while clean(heap, mode, flows) and ((-heap[0][0] > lam) if up else (heap[0][0] < low)):
-            fid = heapq.heappop(heap)[2]
-            self._move(fid, up, now)
-            moved.append(fid)
-
-    def _fill_levels(self, comp: list[Group], lay: Layout, try_common: bool) -> None:
-        """Progressive filling over the groups of a component (each weighs its leveled flows,
-        capped flows' caps are fixed use); a group with no leveled flow gets the level at which
-        its tightest link is full (inf: a link of it has room, -inf: over-committed).
-        ``try_common``: first see whether a common link fills first (:meth:`_fill_common`)."""
-        if try_common and lay.common and self._fill_common(comp, lay):
-            return
-        links, hops = lay.links, lay.hops
-        cap = self.cap
-        spare = [cap[link] for link in links]  # bytes/s left on each link of the component
-        weight = [0.0] * len(links)  # leveled flows x times crossed, per link
-        for g, hop in zip(comp, hops, strict=True):
-            used, n = g.s + g.s_err, g.n  # g.used
-            for k, m in hop:
-                spare[k] -= m * used
-                weight[k] += m * n
-        active = [(g, hop) for g, hop in zip(comp, hops, strict=True) if g.n]
-        level, frozen = 0.0, {}
-        while active:
-            fill = {k: spare[k] / w for k, w in enumerate(weight) if w > 0}
-            level = max(level, min(fill.values()))
-            top = level * (1.0 + TIE)
-            full = {k for k, x in fill.items() if x <= top}
-            rest = []
-            for g, hop in active:
-                for k, _ in hop:
-                    if k in full:
-                        break
-                else:
-                    rest.append((g, hop))
-                    continue
-                g.lam, n = level, g.n
-                for k, m in hop:
-                    spare[k] -= m * n * level
-                    weight[k] -= m * n
-            for k in full:
-                frozen.setdefault(k, level)
-            active = rest
-        for g, hop in zip(comp, hops, strict=True):
-            if not g.n:
-                g.lam = min(
-                    frozen.get(k, math.inf if spare[k] >= -SPARE_TOL * cap[links[k]] else -math.inf) for k, _ in hop
-                )
-
-    def _fill_common(self, comp: list[Group], lay: Layout) -> bool:
-        """The first round of :meth:`_fill_levels` when every group has leveled flows, with the
-        same sums in the same order; if a link that every group crosses is among the first to
-        fill, every group freezes at that level: set it and return True (else False, nothing
-        set). A group's own links need no list: their spare and weight are the group's alone."""
-        cap = self.cap
-        spare = [cap[link] for link in lay.links]
-        weight = [0.0] * len(spare)
-        level = math.inf  # the smallest fill so far, bytes/s per flow
-        for g, shared, own in zip(comp, lay.shared, lay.own, strict=True):
-            used, n = g.s + g.s_err, g.n  # g.used
-            if not n:
-                return False
-            for k, m in shared:
-                spare[k] -= m * used
-                weight[k] += m * n
-            for link, m in own:
-                x = (cap[link] - m * used) / (0.0 + m * n)
-                if x < level:
-                    level = x
-        for k in lay.shared_pos:
-            x = spare[k] / weight[k]
-            if x < level:
-                level = x
-        level = max(0.0, level)
-        top = level * (1.0 + TIE)
-        if not any(spare[k] / weight[k] <= top for k in lay.common):
-            return False
-        for g in comp:  # a link every group crosses is full: all freeze at this level
-            g.lam = level
-        return True
