@@ -57,27 +57,30 @@ def test_fingerprint_unchanged(key, path, iters, codec, sets, tmp_path: Path, on
 
 
 def test_every_set_covers_every_case_and_its_canary() -> None:
-    """Each kind of machine has a whole set: every codec on every scenario, the canary among them
+    """Each kind of machine has a whole set: every codec on every scenario, the canaries among them
     (a case added since the set was recorded is marked stale there instead)."""
     keys = {c[0] for c in fingerprints.cases(all_codecs=True)}
-    assert SETS and fingerprints.CANARY in keys
+    assert SETS and set(fingerprints.CANARIES) <= {c[0] for c in CASES}
     for s in SETS:
         stale = set(s.get("stale", []))
         assert set(s["fingerprints"]) | stale == keys, s["machine"]
         assert stale <= keys and set(s["fingerprints"]) <= keys
-    canaries = [json.dumps(s["fingerprints"][fingerprints.CANARY], sort_keys=True) for s in SETS]
-    assert len(set(canaries)) == len(SETS)  # a canary tells the sets apart
+    canaries = [json.dumps([s["fingerprints"].get(k) for k in fingerprints.CANARIES], sort_keys=True) for s in SETS]
+    assert len(set(canaries)) == len(SETS)  # the canaries tell the sets apart
 
 
 def test_machine_set_and_the_set_record_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The set whose canary the machine reproduces is its set; --record rewrites it, else the set
-    of a CPU of the same name (results changed on purpose), else appends a new one."""
-    here = {"metrics.csv": "m1"}
-    monkeypatch.setattr(fingerprints, "run_case", lambda *a: here)
-    a = {"machine": "cpu A", "fingerprints": {fingerprints.CANARY: {"metrics.csv": "m0"}}}
-    b = {"machine": "cpu B", "fingerprints": {fingerprints.CANARY: here}}
-    assert fingerprints.machine_set([a, b], tmp_path) == (b, here)
-    assert fingerprints.machine_set([a], tmp_path) == (None, here)
+    """The set whose canaries the machine all reproduces is its set (one that matches only the
+    first is not); --record rewrites it, else the set of a CPU of the same name (results changed
+    on purpose), else appends a new one."""
+    conv, var = fingerprints.CANARIES
+    monkeypatch.setattr(fingerprints, "run_case", lambda path, iters, codec, *a: {"metrics.csv": f"{codec[0]}1"})
+    here = {conv: {"metrics.csv": "n1"}, var: {"metrics.csv": "v1"}}  # none, variance
+    a = {"machine": "cpu A", "fingerprints": {conv: {"metrics.csv": "n0"}, var: {"metrics.csv": "v1"}}}
+    a2 = {"machine": "cpu A2", "fingerprints": {conv: {"metrics.csv": "n1"}, var: {"metrics.csv": "v0"}}}
+    b = {"machine": "cpu B", "fingerprints": here}
+    assert fingerprints.machine_set([a, a2, b], tmp_path) == (b, here)
+    assert fingerprints.machine_set([a, a2], tmp_path) == (None, here)
     sets = [a]
     assert fingerprints.set_to_record(sets, None, "cpu A") is a and len(sets) == 1
     new = fingerprints.set_to_record(sets, None, "cpu C")

@@ -20,9 +20,10 @@ machine's results repeat exactly.
 
 The same run's floats differ between kinds of CPU: MKL and oneDNN pick their kernels by
 microarchitecture, so on an AMD EPYC the losses of iot10 with ``none`` differ in the last bits from
-those recorded on the earlier development machine (every other column equal). The fixture holds
-one set of fingerprints per kind of machine met so far, and a machine's set is the one whose
-:data:`CANARY` run it reproduces (:func:`machine_set`). ``--record`` rewrites that set, or the set
+those recorded on the earlier development machine (every other column equal), and two AMD EPYC
+machines whose convolutions agree differ in the variance codec's per-sample gradients. The fixture
+holds one set of fingerprints per kind of machine met so far, and a machine's set is the one whose
+:data:`CANARIES` runs it reproduces (:func:`machine_set`). ``--record`` rewrites that set, or the set
 recorded on a CPU of the same name, or adds one; ``--check`` on a machine no set matches says so
 and fails (the test skips: there is nothing to compare with until the machine's set is recorded,
 from the code before the change under test). A case whose fingerprint ``--record`` changes (a
@@ -55,9 +56,11 @@ from aiotsim.config import load_scenario  # noqa: E402
 from aiotsim.results.fingerprint import fingerprint_run_dir  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "data" / "fingerprints.json"
-# the run that tells which recorded set a machine reproduces: short, and through the kernels whose
-# rounding differs between CPUs (LeNet-5's convolutions and matrix products)
-CANARY = "iot10-ideal|none"
+# the runs that tell which recorded set a machine reproduces: short, and through the kernels whose
+# rounding differs between CPUs: LeNet-5's convolutions and matrix products, and the variance
+# codec's per-sample gradients (vmap), whose rounding told apart two AMD EPYC machines (CPU family
+# 25) that agree on the first: 2 of 84 cases differed on the second, at every commit back to 2135c23
+CANARIES = ("iot10-ideal|none", "iot10-partial|variance")
 # scenario file -> iterations of its short run (async: an iteration is one server update)
 SCENARIOS = {
     "scenarios/iot10.toml": 3,
@@ -137,24 +140,31 @@ def save_sets(path: Path, sets: list[dict]) -> None:
 
 
 def machine_name() -> str:
-    """This machine's CPU model and the vector instructions torch dispatches to (a set's label)."""
+    """This machine's CPU model (with its family and model numbers where /proc/cpuinfo gives them:
+    a virtual machine may hide the rest of the name) and the vector instructions torch dispatches
+    to (a set's label)."""
     model = platform.processor() or platform.machine()
+    info: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    model = info.get("model name", model)
+    if "cpu family" in info and "model" in info:
+        model += f" (family {info['cpu family']}, model {info['model']})"
     return f"{model}; torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()}"
 
 
 def machine_set(sets: list[dict], work_dir: Path) -> tuple[dict | None, dict[str, str]]:
-    """The recorded set whose :data:`CANARY` fingerprint this machine reproduces (None: no set
-    does), and the canary's fingerprint here."""
-    (key, path, iters, codec, over), *_ = [c for c in cases(all_codecs=False) if c[0] == CANARY]
-    fp = run_case(path, iters, codec, over, work_dir)
-    return next((s for s in sets if s["fingerprints"].get(key) == fp), None), fp
+    """The recorded set whose :data:`CANARIES` fingerprints this machine all reproduces (None: no
+    set does), and the canaries' fingerprints here."""
+    here = {}
+    for key, path, iters, codec, over in [c for c in cases(all_codecs=False) if c[0] in CANARIES]:
+        here[key] = run_case(path, iters, codec, over, work_dir / key.replace("|", "__"))
+    found = (s for s in sets if all(s["fingerprints"].get(k) == fp for k, fp in here.items()))
+    return next(found, None), here
 
 
 def set_to_record(sets: list[dict], found: dict | None, name: str) -> dict:
@@ -284,7 +294,7 @@ def main() -> int:
             chosen = set_to_record(sets, found, machine_name())
             recorded = chosen["fingerprints"]
         elif found is None:
-            print(f"no recorded set matches this machine ({machine_name()}): its {CANARY} run differs from all")
+            print(f"no recorded set matches this machine ({machine_name()}): its {', '.join(CANARIES)} runs differ")
             print(f"{len(sets)} sets; record one with --record, from the code before the change under test")
             return 1
         else:
