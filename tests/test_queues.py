@@ -442,27 +442,35 @@ def test_a_backlog_moves_with_its_flow_to_a_faster_link() -> None:
     assert queues.links_delay((2,)) == pytest.approx(220_000.0 / (2 * C) - 0.02)
 
 
+def _two_uploads(sizes: tuple[int, int], starts: tuple[float, float]) -> tuple[dict[int, float], Network]:
+    """Two uploads (bytes, starting at s) over 10 Mbit/s access links (10 ms one way) into one
+    10 Mbit/s link, 1,000-packet queues, TCP as ns-3 runs it (calibrate_classes' set-up): each
+    one's completion time from its start, s, and the network."""
+    topo = Topology.star(2, 10e6, 10e6, 0.0, 10e6, mtu=1500, header_bytes=52,
+                         per_node=[{"latency_s": 0.01, "framing_bytes": 2}] * 2, queue_packets=1000)  # fmt: skip
+    env = simpy.Environment()
+    net = Network(env, topo, transport="tcp", sharing="fifo",
+                  tcp=TcpParams(connection="per-transfer", idle_restart=False, stack="ns3"))  # fmt: skip
+    done: dict[int, float] = {}
+
+    def upload(i: int):  # type: ignore[no-untyped-def]
+        yield env.timeout(starts[i])
+        t = yield net.send(f"node{i}", "server", sizes[i])
+        done[i] = t.end_s - t.start_s
+
+    for i in range(2):
+        env.process(upload(i))
+    env.run()
+    return done, net
+
+
 def test_a_flow_joining_a_loaded_link_goes_through_what_reached_the_shared_queue_as_in_ns3() -> None:
     """ns-3.44 (calibrate_classes' set-up, traced): a 250 KB upload that joins a 4 MB upload 1 s
     after it started, both over 10 Mbit/s access links into one 10 Mbit/s link with 1,000-packet
     queues (10 ms one way), takes 0.594 s; the first upload's backlog sits in its own access
     queue and reaches the shared one over half a second. Before the model left it there, the
     newcomer waited behind all of it: 1.53 s."""
-    topo = Topology.star(2, 10e6, 10e6, 0.0, 10e6, mtu=1500, header_bytes=52,
-                         per_node=[{"latency_s": 0.01, "framing_bytes": 2}] * 2, queue_packets=1000)  # fmt: skip
-    env = simpy.Environment()
-    net = Network(env, topo, transport="tcp", sharing="fifo",
-                  tcp=TcpParams(connection="per-transfer", idle_restart=False, stack="ns3"))  # fmt: skip
-    done = {}
-
-    def upload(i: int, size: int, at: float):  # type: ignore[no-untyped-def]
-        yield env.timeout(at)
-        t = yield net.send(f"node{i}", "server", size)
-        done[i] = t.end_s - t.start_s
-
-    env.process(upload(0, 4_000_000, 0.0))
-    env.process(upload(1, 250_000, 1.0))
-    env.run()
+    done, _ = _two_uploads((4_000_000, 250_000), (0.0, 1.0))
     assert done[1] == pytest.approx(0.594, rel=0.25)
     assert done[0] == pytest.approx(3.570, rel=0.05)  # ns-3: the long upload
 
@@ -497,21 +505,7 @@ def test_a_flow_joining_a_link_kept_full_leaves_slow_start_where_ns3s_does() -> 
     ms), and HyStart ends slow start at 55 segments; flow 0 takes 1.141 s, flow 1 1.403 s. When
     the model sampled the queue as the round before began, flow 1 left slow start at 96 and flow
     0 took 1.246 s (+9%)."""
-    topo = Topology.star(2, 10e6, 10e6, 0.0, 10e6, mtu=1500, header_bytes=52,
-                         per_node=[{"latency_s": 0.01, "framing_bytes": 2}] * 2, queue_packets=1000)  # fmt: skip
-    env = simpy.Environment()
-    net = Network(env, topo, transport="tcp", sharing="fifo",
-                  tcp=TcpParams(connection="per-transfer", idle_restart=False, stack="ns3"))  # fmt: skip
-    done = {}
-
-    def upload(i: int, at: float):  # type: ignore[no-untyped-def]
-        yield env.timeout(at)
-        t = yield net.send(f"node{i}", "server", 1_000_000)
-        done[i] = t.end_s - t.start_s
-
-    env.process(upload(0, 0.0))
-    env.process(upload(1, 0.3))
-    env.run()
+    done, net = _two_uploads((1_000_000, 1_000_000), (0.0, 0.3))
     conns = net.tcp_state()["conns"]
     assert isinstance(conns, dict)
     assert conns["node1\x00server"]["ssthresh"] == pytest.approx(55.0, abs=3.0)
