@@ -248,3 +248,21 @@ def test_routes_equal_a_full_search_on_random_directed_graphs(graph: tuple[int, 
                     topo.route_nodes(a, b)
             else:
                 assert topo.route_nodes(a, b) == want
+
+
+def test_unqueued_links_are_a_relays_links_that_drain_all_that_can_reach_them() -> None:
+    """A relay's link never queues when its capacity is at least the sum of every other link into
+    the relay: 20 Mbit/s behind two 10 Mbit/s backhauls is such a link, 15 Mbit/s is not; a star's
+    30 Mbit/s server link behind three 10 Mbit/s sensors is, 29 is not. Downlinks never are here
+    (the server's link and the other sensors' uplinks feed the switch too), nor a shared channel."""
+
+    def hier(core_bps: float) -> set[str]:
+        return Topology.hierarchical([4, 4], 10e6, 10e6, 0.0, 10e6, 10e6, 0.02, server_bps=core_bps).unqueued_links()
+
+    assert hier(20e6) == {"server.in"}
+    assert hier(15e6) == set()
+    assert Topology.star(3, 10e6, 10e6, 0.0, 30e6).unqueued_links() == {"server.in"}
+    assert Topology.star(3, 10e6, 10e6, 0.0, 29e6).unqueued_links() == set()
+    # the channel is one link on every edge of the cell: never unqueued (the AP's link to the
+    # server, 100 Gbit/s by default, drains all the 100 Mbit/s channel brings)
+    assert Topology.shared_medium(3, 100e6, 0.001).unqueued_links() == {"server.in"}

@@ -128,6 +128,29 @@ class Graph:
         """Every directed edge ``(src, dst)`` and its link, in the order they were added."""
         return {(a, b): link for a, out in self._out.items() for b, link in out.items()}
 
+    def unqueued_links(self) -> set[str]:
+        """Links that can never hold a queue: a relay's link whose capacity is at least what every
+        other link into the relay can bring (the link back from its far end excluded: a packet
+        does not return where it came from). A relay originates nothing, so nothing reaches such
+        a link faster than it drains: a 20 Mbit/s core link behind two 10 Mbit/s gateway
+        backhauls. A shared channel, or a link whose rate a trace moves (its own or a feeder's),
+        is never one."""
+        uses: dict[str, int] = {}
+        into: dict[str, list[tuple[str, Link]]] = {}
+        for a, out in self._out.items():
+            for b, link in out.items():
+                uses[link.name] = uses.get(link.name, 0) + 1
+                into.setdefault(b, []).append((a, link))
+        found = set()
+        for a in self._with_role("relay"):
+            for b, link in self._out[a].items():
+                feeders = [f for x, f in into.get(a, []) if x != b]
+                if uses[link.name] > 1 or any(f.trace is not None for f in [link, *feeders]):
+                    continue
+                if link.capacity_Bps >= sum(f.capacity_Bps for f in feeders) * (1.0 - 1e-12):
+                    found.add(link.name)
+        return found
+
     def role(self, name: str) -> str:
         """Role of vertex ``name``."""
         self._check_known(name)

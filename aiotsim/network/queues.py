@@ -39,7 +39,7 @@ step. Units: bytes, bytes/s, s.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -131,14 +131,19 @@ class QueueLinks:
         Each link's capacity, bytes/s.
     buffer : sequence of float
         Each link's drop-tail buffer, wire bytes.
+    unqueued : collection of int
+        Links that never hold a queue, whatever the windows ask
+        (:meth:`~aiotsim.network.graph.Graph.unqueued_links`): no flow queues there, no burst
+        overflows there.
     """
 
-    def __init__(self, capacity: Sequence[float], buffer: Sequence[float]) -> None:
+    def __init__(self, capacity: Sequence[float], buffer: Sequence[float], unqueued: Collection[int] = ()) -> None:
         self._links = [_LinkQueue(float(c), float(b)) for c, b in zip(capacity, buffer, strict=True)]
         self._members: dict[int, _Member] = {}
         self._stale: dict[int, None] = {}  # flows whose rate moved with their queue's delay
         self._offered: dict[int, tuple[float, float]] = {}  # fid -> (window bytes, burst bytes/s) not yet priced
         self._now = 0.0  # s, the instant of the rounds being priced
+        self._unqueued = frozenset(unqueued)
 
     def set_capacity(self, link: int, capacity: float) -> None:
         """A traced link's capacity changed (bytes/s): read at the next solve of its queue."""
@@ -295,6 +300,7 @@ class QueueLinks:
         drop = {  # link -> fraction of the bursts arriving there that it drops
             i: self._burst_drop(links[i], nbytes, rate, standing.get(i, 0.0), fresh.get(i, 0.0), now)
             for i, (nbytes, rate) in arriving.items()
+            if i not in self._unqueued
         }
         out = {}
         for fid, hops in reach.items():
@@ -495,9 +501,11 @@ class QueueLinks:
 
     def _tightest(self, m: _Member) -> int:
         """The congested link of the flow's path with the largest demand / capacity (the first of
-        equals), or -1 when its windows fill no link."""
+        equals; never an unqueued one), or -1 when its windows fill no link."""
         best, at = 1.0, -1
         for i in m.links:
+            if i in self._unqueued:
+                continue
             q = self._links[i]
             ratio = q.demand / q.capacity if q.capacity > 0 else math.inf
             if ratio > best * (1.0 + 1e-12):
