@@ -35,7 +35,7 @@ from aiotsim.compress import build_codec, codec_names, get_codec_class
 from aiotsim.compress.base import CodecState, LayerInfo, Payload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fingerprints import load_sets, machine_name, save_sets, set_to_record  # noqa: E402
+from fingerprints import load_sets, machine_name, matching_set, save_sets, set_to_record  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "data" / "codec_digests.json"
 CPU = torch.device("cpu")
@@ -177,8 +177,7 @@ def machine_set(sets: list[dict]) -> tuple[dict | None, dict[str, str]]:
     """The recorded set whose :data:`CANARIES` digests this machine all reproduces (None: no set
     does), and the canaries' digests here."""
     here = compute(sorted({k.split("|")[0] for k in CANARIES}), CANARIES)
-    found = (s for s in sets if all(s["fingerprints"].get(k) == v for k, v in here.items()))
-    return next(found, None), here
+    return matching_set(sets, here), here
 
 
 def main(argv: list[str] | None = None) -> int:

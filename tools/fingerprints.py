@@ -163,8 +163,13 @@ def machine_set(sets: list[dict], work_dir: Path) -> tuple[dict | None, dict[str
     here = {}
     for key, path, iters, codec, over in [c for c in cases(all_codecs=False) if c[0] in CANARIES]:
         here[key] = run_case(path, iters, codec, over, work_dir / key.replace("|", "__"))
-    found = (s for s in sets if all(s["fingerprints"].get(k) == fp for k, fp in here.items()))
-    return next(found, None), here
+    return matching_set(sets, here), here
+
+
+def matching_set(sets: list[dict], here: dict) -> dict | None:
+    """The first set whose recorded values of ``here``'s keys (canary cases) all equal this
+    machine's ``here``, or None."""
+    return next((s for s in sets if all(s["fingerprints"].get(k) == v for k, v in here.items())), None)
 
 
 def set_to_record(sets: list[dict], found: dict | None, name: str) -> dict:

@@ -191,11 +191,9 @@ class QueueLinks:
         stands whole. ns-3.44, a 1 MB flow joining a 10 Mbit/s link that another 1 MB flow keeps
         full: its delay test fires at 55 segments, at the first round whose first samples are
         twice the base (47.6 ms against 20.4 ms)."""
-        m = self._members[fid]
-        met = 0.0
-        for i, k in zip(m.links, m.mults, strict=True):
-            met += k * self._met(self._links[i])
-        return met + sum(self._met(self._links[i]) for i in m.reverse)
+        m, links, met = self._members[fid], self._links, self._met
+        forward = sum(k * met(links[i]) for i, k in zip(m.links, m.mults, strict=True))
+        return forward + sum(met(links[i]) for i in m.reverse)
 
     @staticmethod
     def _met(q: _LinkQueue) -> float:
