@@ -244,10 +244,9 @@ class Network(TcpRounds, LinkVariation):
         # drop-tail queues under TCP windows (None: no shared backlog, the per-flow fair queue)
         buffers = [all_links[n].buffer_bytes for n in self._link_names]
         fifo = transport == "tcp" and sharing == "fifo"
-        self._queues = None
-        if fifo:  # a link that drains all that can reach it holds none (Graph.unqueued_links)
-            unqueued = {self._link_index[n] for n in topology.unqueued_links()}
-            self._queues = QueueLinks(self._cap[:-1].tolist(), buffers, unqueued)
+        # ... none at a link that drains all that can reach it (Graph.unqueued_links)
+        unqueued = [self._link_index[n] for n in topology.unqueued_links()] if fifo else []
+        self._queues = QueueLinks(self._cap[:-1].tolist(), buffers, unqueued) if fifo else None
         self._overflow_rng = np.random.default_rng([seed, 0xF1F0])  # fifo: a first retransmission's fate
         self._carried = np.zeros(len(self._link_names) + 1)  # wire bytes per link (change in place only)
         self._carried_mv = memoryview(self._carried)  # the same buffer: Python float adds, no numpy scalars
