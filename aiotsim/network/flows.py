@@ -243,8 +243,7 @@ class Network(TcpRounds, LinkVariation):
         self._rates = RateClasses(self._cap[:-1].tolist(), report_near=transport == "tcp")
         # drop-tail queues under TCP windows (None: no shared backlog, the per-flow fair queue)
         buffers = [all_links[n].buffer_bytes for n in self._link_names]
-        fifo = transport == "tcp" and sharing == "fifo"
-        # ... none at a link that drains all that can reach it (Graph.unqueued_links)
+        fifo = transport == "tcp" and sharing == "fifo"  # none at Graph.unqueued_links
         unqueued = [self._link_index[n] for n in topology.unqueued_links()] if fifo else []
         self._queues = QueueLinks(self._cap[:-1].tolist(), buffers, unqueued) if fifo else None
         self._overflow_rng = np.random.default_rng([seed, 0xF1F0])  # fifo: a first retransmission's fate
