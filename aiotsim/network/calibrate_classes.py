@@ -22,11 +22,11 @@ assumption at a time:
   default do).
 
 Both sides are set up as in :mod:`~aiotsim.network.calibrate_ns3` (CUBIC, initial window 10,
-1,448-byte segments, SACK, Linux's timers, a handshake per transfer) and carry no random loss.
-Yet a drop-tail buffer makes a case lossy: which flow's slow start loses a burst, or which
-retransmission meets a full queue, turns on the order packets reach it, and a start 1 ms later
-moves one flow's completion by up to 40% in ns-3 (8 x 250 KB through 10 packets: one flow 1.03 s,
-the others 2.3-3.0 s, and which one changes with the start). So every case runs in
+1,448-byte segments, SACK, Linux's timers, RFC 6937's fast recovery, a handshake per transfer)
+and carry no random loss. Yet a drop-tail buffer makes a case lossy: which flow's slow start loses
+a burst, or which retransmission meets a full queue, turns on the order packets reach it, and a
+start 1 ms later can make one flow's completion 3x another realisation's in ns-3 (8 x 250 KB
+through 10 packets: 0.92-3.01 s, and which flow is fast changes with the starts). So every case runs in
 :data:`REALISATIONS` realisations, each flow starting up to :data:`START_JITTER_S` later than
 written (seeded, the same draws on both sides), and each flow's time is the mean over them, with
 ns-3's standard error beside it: the model is judged against what a flow can expect, not against
@@ -57,11 +57,16 @@ from aiotsim.network.tcp import TcpParams
 from aiotsim.network.topology import Topology
 
 CLASSES = ("deep buffer", "shallow buffer", "mixed RTT", "staggered", "low rate", "hierarchy", "asymmetric reuse")
-REALISATIONS = 8  # runs of every case, each flow's start jittered (module docstring)
+# runs of every case, each flow's start jittered (module docstring). ns-3's fast recovery by RFC
+# 6937 (calibrate_ns3) turns a 1 ms later start into a flow time up to 3x another's in the shallow
+# cases (8 x 250 KB through 10 packets: 0.92-3.01 s): 8 realisations left ns-3's per-flow means a
+# median 9.6% standard error there, 32 leave about half
+REALISATIONS = 32
 # model seeds per realisation under fifo, whose overflow draws make a flow's time vary from seed to
-# seed (8 x 250 KB through 100 packets: one seed set's per-flow means differ from another's by a
-# median 9%); fair draws nothing in these loss-free cases, one seed is its mean
-MODEL_SEEDS = 32
+# seed (8 x 250 KB through 100 packets: one seed set's per-flow means differed from another's by a
+# median 9% over 8 realisations of one seed); 256 runs of a case in all, as with 8 realisations of
+# 32 seeds before; fair draws nothing in these loss-free cases, one seed is its mean
+MODEL_SEEDS = 8
 START_JITTER_S = 1e-3  # s, the most a flow starts later than its case says
 
 
