@@ -290,22 +290,61 @@ def test_a_burst_still_arriving_holds_the_link_and_a_full_fifo_drops_every_arriv
     """Flow 0's initial window of 10 segments crosses its access link and then link 0 (10 Mbit/s,
     a 5-packet buffer) at the 10 Mbit/s line rate: it fills link 0 for 10 x 1,514 B / 1.25 MB/s =
     12.1 ms, though its fluid rate is only 15,140 B / 0.1 s. Flow 1's window, 1 ms later, meets
-    the link full: all 10 of its segments pile up, 5 above the buffer, and the FIFO drops those
-    from both arrivals alike: flow 1 loses its share, 1/2 of 5 of its 10 = 25%. Read at the
-    fluid rate alone, the link would drain all but 1.2 segments and drop nothing. Once both
-    windows have arrived and drained, a third meets no queue; and once every flow has left, no
-    queue is left at all."""
+    the link busy: for the 11.1 ms flow 0 still arrives, both come at 1.25 MB/s into a 1.25 MB/s
+    drain, so the queue gains 1.25 MB/s, fills its 7,570 B in 6.06 ms, and for the other 5.04 ms
+    the FIFO drops the excess from both arrivals alike: flow 1 loses half, 5.04 ms x 1.25 MB/s / 2
+    = 3,152 B. In its last 1 ms only it (1.25 MB/s) and flow 0's fluid rate (151.4 kB/s) arrive:
+    the queue, still full, drops 151.4 kB/s, flow 1's share 1.25 / 1.4014 of it: 135 B. In all
+    3,287 B of its 15,140 = 21.7%. Read at the fluid rate alone, the link would drain all but 1.2
+    segments and drop nothing. Once both windows have arrived and drained, a third meets no queue;
+    and once every flow has left, no queue is left at all."""
     seg = 1514.0
     queues = QueueLinks([C, C, C, C], [5 * seg, 1000 * seg, 1000 * seg, 1000 * seg])
     for i in range(3):
         queues.join(i, (i + 1, 0), (1.0, 1.0), (), 0.1)
     assert queues.send(0, 10 * seg, C, now=1.0).loss == 0.0
-    assert queues.send(1, 10 * seg, C, now=1.001).loss == pytest.approx(0.25)
+    fill_s, over_s = 5 * seg / C, (10 * seg / C - 0.001) - 5 * seg / C  # s: filling, then full
+    fluid0 = 10 * seg / 0.1  # B/s, flow 0's fluid rate
+    lost = over_s * C / 2 + 0.001 * fluid0 * C / (C + fluid0)  # B of flow 1's window
+    assert fill_s < 10 * seg / C - 0.001
+    assert queues.send(1, 10 * seg, C, now=1.001).loss == pytest.approx(lost / (10 * seg))
+    assert lost / (10 * seg) == pytest.approx(0.217, abs=0.001)
     assert queues.send(2, 10 * seg, C, now=1.03).loss == 0.0
     for i in range(3):
         queues.leave(i)
     queues.join(3, (1, 0), (1.0, 1.0), (), 0.1)
     assert queues.send(3, 10 * seg, C, now=1.0011).loss == 0.0  # no trace of flow 0's burst
+
+
+def test_bursts_still_arriving_pile_up_together_and_a_later_one_loses_more() -> None:
+    """Three initial windows of 10 segments at the 10 Mbit/s line rate into link 0 (a 5-packet
+    buffer), 1 ms apart: flow 2's window comes while flows 0 and 1 still arrive (each at 1.25 MB/s,
+    1.0986 MB/s above its 151.4 kB/s fluid rate). By hand: the
+    queue flow 1's window began 1 ms earlier holds 1.25 MB/s x 1 ms = 1,250 B. For 10.11 ms all
+    three arrive, 3.75 MB/s into 1.25: the queue gains 2.5 MB/s, fills in 2.53 ms and then drops
+    2.5 MB/s, a third of it flow 2's: 6,320 B; for 1 ms flows 1 and 2 (2.65 MB/s): 661 B; for its
+    last 1 ms flow 2 and the fluid rates (1.55 MB/s): 244 B. 7,225 B of its 15,140: 47.7%,
+    against flow 1's 21.7%, which met one burst. Before the pieces were summed, flow 2 met only
+    its own pile-up over the queue flow 1's burst had built by then."""
+    seg = 1514.0
+    queues = QueueLinks([C] * 4, [5 * seg, 1000 * seg, 1000 * seg, 1000 * seg])
+    for i in range(3):
+        queues.join(i, (i + 1, 0), (1.0, 1.0), (), 0.1)
+    span = 10 * seg / C  # s, one window's arrival at the line rate
+    fluid = 10 * seg / 0.1  # B/s, one flow's fluid rate
+    above = C - fluid  # B/s, a burst above its fluid rate
+    queues.send(0, 10 * seg, C, now=1.0)
+    queues.send(1, 10 * seg, C, now=1.001)
+    pieces = [  # (s, B/s arriving) while flow 2's window arrives, the queue full after its fill
+        (span - 0.002, 2 * fluid + C + 2 * above),
+        (0.001, 2 * fluid + C + above),
+        (0.001, 2 * fluid + C),
+    ]
+    fill_s = (5 * seg - C * 0.001) / (pieces[0][1] - C)
+    lost = (pieces[0][0] - fill_s) * (pieces[0][1] - C) * C / pieces[0][1]
+    lost += sum(dt * (total - C) * C / total for dt, total in pieces[1:])
+    assert queues.send(2, 10 * seg, C, now=1.002).loss == pytest.approx(lost / (10 * seg))
+    assert lost / (10 * seg) == pytest.approx(0.477, abs=0.001)
 
 
 def test_only_a_window_written_alone_loses_its_tail_at_its_senders_own_link() -> None:

@@ -1,6 +1,8 @@
 """The arithmetic of one drop-tail FIFO under TCP windows: the queueing delay that window-limited
 flows build (:func:`fifo_delay`) and which of a round's segments a full buffer drops
-(:func:`overflow_positions`). :mod:`aiotsim.network.queues` keeps a network's queues with these;
+(:func:`overflow_positions`), and how a burst fills it and what of the burst it drops
+(:func:`fill_burst`, with the levels bursts leave behind: :func:`built_level`,
+:func:`written_level`). :mod:`aiotsim.network.queues` keeps a network's queues with these;
 :mod:`aiotsim.network.tcp` places a round's overflow losses. Units: bytes, bytes/s, s."""
 
 from __future__ import annotations
@@ -65,3 +67,57 @@ def overflow_positions(sent: int, lost: int) -> list[int]:
     if 2 * lost <= sent:
         return [sent - 1 - 2 * k for k in range(lost)][::-1]
     return list(range(sent - lost, sent))
+
+
+def fill_burst(
+    level: float,
+    buffer: float,
+    capacity: float,
+    fluid: float,
+    rate: float,
+    arriving: list[tuple[float, float]],
+    now: float,
+    span: float,
+) -> tuple[float, float, float]:
+    """A burst arriving at ``rate`` for ``span`` s from ``now`` into a link draining ``capacity``
+    (bytes/s) whose queue holds ``level`` of its ``buffer`` (bytes), besides the other flows'
+    ``fluid`` rate and the bursts still ``arriving`` ((end s, bytes/s above their fluid rate)
+    each): the queue piles at the arrivals' excess over the capacity, piece by piece as the other
+    bursts end, and once full drops every arrival alike, so the burst loses its share, ``rate /
+    arrivals``, of the excess. Returns the queue when the burst ends (bytes, at most the buffer),
+    the bytes of the burst dropped and the rate the queue gains at first (bytes/s). Eight initial
+    windows 0.1 ms apart into one 10-packet queue: each comes while the others still arrive, and
+    the later ones lose most of theirs."""
+    t, end = now, now + span
+    dropped, rise = 0.0, None
+    for stop in sorted({min(e, end) for e, _ in arriving if e > now} | {end}):
+        total = fluid + rate + sum(x for e, x in arriving if e > t)  # bytes/s arriving in [t, stop]
+        excess = total - capacity  # bytes/s the queue gains
+        rise = excess if rise is None else rise
+        dt = stop - t
+        if excess > 0:
+            fills = (buffer - level) / excess if level < buffer else 0.0  # s until it is full
+            if fills < dt:
+                dropped += (dt - fills) * excess * rate / total
+            level = min(level + excess * dt, buffer)
+        else:
+            level = max(level + excess * dt, 0.0)
+        t = stop
+    return level, dropped, max(rise or 0.0, 0.0)
+
+
+def written_level(written: tuple[float, float, float], now: float) -> float:
+    """Bytes the windows last written at once into a sender's own link still hold above its fluid
+    queue at ``now`` (s): they have drained since."""
+    top, since, drain = written
+    return max(top - (now - since) * drain, 0.0) if top > 0 else 0.0
+
+
+def built_level(built: tuple[float, float, float, float, float, float], now: float) -> float:
+    """The queue (bytes) the last ACK-clocked burst at a link built, at ``now`` (s): rising from
+    where it began at the rate it began with until it reaches its top, held there until its
+    arrival ends, draining after."""
+    base, start, rise, top, end, drain = built
+    if now < end:
+        return min(base + max(now - start, 0.0) * rise, top)
+    return max(top - (now - end) * drain, 0.0)

@@ -43,7 +43,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from aiotsim.network.droptail import fifo_delay
+from aiotsim.network.droptail import built_level, fifo_delay, fill_burst, written_level
 
 # when a window joins a queue, or a flow leaves it for good, and its delay moves by more than this
 # fraction of a round trip (the smallest base RTT queued there plus the delay they were priced at),
@@ -55,7 +55,7 @@ REPRICE = 0.1
 MIN_ROOM = 0.01  # fraction of a link kept for the flows queued at it (see _settle)
 HELD_MAX = 0.9  # fraction of a window that may stand behind at an earlier link (_held)
 _NO_WRITTEN = (0.0, 0.0, 0.0)  # _LinkQueue.written of a link nothing was written into
-_NO_BUILT = (0.0, 0.0, 0.0, 0.0)  # _LinkQueue.built of a link no burst queued at
+_NO_BUILT = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # _LinkQueue.built of a link no burst queued at
 
 
 class RoundTrip(NamedTuple):
@@ -86,9 +86,10 @@ class _LinkQueue:
     # the windows last written at once into it (a sender's own link), above its fluid queue:
     # bytes, when (s), the drain rate (bytes/s); a window written while they drain stands on them
     written: tuple[float, float, float] = _NO_WRITTEN
-    # the queue the last ACK-clocked burst built: bytes at its top, when its arrival ends (s), the
-    # rates it rose and drains at (bytes/s); the fluid queue or this, whichever is longer, stands
-    built: tuple[float, float, float, float] = _NO_BUILT
+    # the queue the last ACK-clocked burst built: bytes when it began, when it began (s), the rate it
+    # rose at (bytes/s), bytes at its top, when its arrival ends (s), the rate it drains at after
+    # (bytes/s); the fluid queue or this, whichever is longer, stands
+    built: tuple[float, float, float, float, float, float] = _NO_BUILT
     # bursts still arriving: (when they end, s; bytes/s above their flows' fluid rates)
     arrivals: list[tuple[float, float]] = field(default_factory=list)
     foreign: dict[int, None] = field(default_factory=dict)  # flows crossing it, queued elsewhere (or nowhere)
@@ -318,10 +319,12 @@ class QueueLinks:
         (``arrivals``: eight initial windows 0.1 ms apart each hold a 10 Mbit/s link for 12 ms,
         not at their 1.2 Mbit/s average). The bursts stand on the fluid queue or on what the last
         burst built (``built``), whichever is longer, and on windows written into a sender's own
-        link (``written``). What the queue piles above the buffer while they arrive is dropped
-        from every arrival alike, so the bursts lose their share of it, ``rate / (rate +
-        others)``: a window that meets a full buffer shared with others loses part of itself,
-        not all."""
+        link (``written``). The queue piles at what all of them bring above the link's rate,
+        piece by piece as the bursts still arriving end (:func:`~aiotsim.network.droptail.fill_burst`),
+        and what comes once it is full is dropped from every arrival alike, so a burst loses its
+        share of it, ``rate / arrivals``: a window that meets a full buffer shared with others
+        loses part of itself, not all, and one that comes while several others still arrive
+        loses more than one that meets a single one."""
         q.arrivals = [(end, x) for end, x in q.arrivals if end > now]
         fluid = max(q.elsewhere + q.member_rate - fresh, 0.0)  # bytes/s of the other flows, on average
         others = fluid + sum(x for _, x in q.arrivals)  # bytes/s, with the bursts still arriving
@@ -332,14 +335,15 @@ class QueueLinks:
             q.arrivals.append((now + nbytes / rate, max(rate - fresh, 0.0)))
         if rate <= drain:
             return 0.0
-        peak = max(standing, _built(q.built, now)) + _written(q.written, now) + nbytes * (1.0 - drain / rate)
+        level = max(standing, built_level(q.built, now)) + written_level(q.written, now)  # bytes queued now
         if at_once:  # windows written at once: the fluid queue does not hold them
+            peak = level + nbytes * (1.0 - drain / rate)
             q.written = (min(peak, q.buffer) - standing, now, after)
-            share = 1.0
-        else:
-            q.built = (min(peak, q.buffer), now + nbytes / rate, rate - drain, after)
-            share = rate / (rate + q.capacity - drain)
-        return min(max(peak - q.buffer, 0.0) / nbytes * share, 1.0)
+            return min(max(peak - q.buffer, 0.0) / nbytes, 1.0)
+        span = nbytes / rate  # s, how long this burst arrives
+        top, dropped, rise = fill_burst(level, q.buffer, q.capacity, fluid, rate, q.arrivals[:-1], now, span)
+        q.built = (level, now, rise, top, now + span, after)
+        return min(dropped / nbytes, 1.0)
 
     def _put(self, m: _Member, window: float, at: int | None = None, counted: bool = False) -> None:
         """Add a flow's window to its links' sums (``counted``: its demand already is), queued at
@@ -544,21 +548,3 @@ class QueueLinks:
             return
         offered = sum(w / (d + full) for d, w in q.queued.items())  # bytes/s arriving at a full buffer
         q.delay, q.loss = full, max(0.0, 1.0 - room / offered)
-
-
-def _written(written: tuple[float, float, float], now: float) -> float:
-    """Bytes the windows last written at once into a sender's own link still hold above its fluid
-    queue at ``now`` (s): they have drained since."""
-    top, since, drain = written
-    return max(top - (now - since) * drain, 0.0) if top > 0 else 0.0
-
-
-def _built(built: tuple[float, float, float, float], now: float) -> float:
-    """The queue (bytes) the last ACK-clocked burst at a link built, at ``now`` (s): rising until
-    its arrival ends, draining after."""
-    top, end, rise, drain = built
-    if top <= 0:
-        return 0.0
-    if now < end:
-        return max(top - (end - now) * rise, 0.0)
-    return max(top - (now - end) * drain, 0.0)
