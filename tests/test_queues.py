@@ -303,12 +303,12 @@ def test_a_burst_still_arriving_holds_the_link_and_a_full_fifo_drops_every_arriv
     for i in range(3):
         queues.join(i, (i + 1, 0), (1.0, 1.0), (), 0.1)
     assert queues.send(0, 10 * seg, C, now=1.0).loss == 0.0
-    fill_s, over_s = 5 * seg / C, (10 * seg / C - 0.001) - 5 * seg / C  # s: filling, then full
+    over_s = (10 * seg / C - 0.001) - 5 * seg / C  # s both arrive with the queue full (it fills in 5 seg / C)
     fluid0 = 10 * seg / 0.1  # B/s, flow 0's fluid rate
     lost = over_s * C / 2 + 0.001 * fluid0 * C / (C + fluid0)  # B of flow 1's window
-    assert fill_s < 10 * seg / C - 0.001
-    assert queues.send(1, 10 * seg, C, now=1.001).loss == pytest.approx(lost / (10 * seg))
-    assert lost / (10 * seg) == pytest.approx(0.217, abs=0.001)
+    loss = queues.send(1, 10 * seg, C, now=1.001).loss
+    assert loss == pytest.approx(lost / (10 * seg))
+    assert loss == pytest.approx(0.217, abs=0.001)  # the docstring's figure
     assert queues.send(2, 10 * seg, C, now=1.03).loss == 0.0
     for i in range(3):
         queues.leave(i)
@@ -343,8 +343,9 @@ def test_bursts_still_arriving_pile_up_together_and_a_later_one_loses_more() -> 
     fill_s = (5 * seg - C * 0.001) / (pieces[0][1] - C)
     lost = (pieces[0][0] - fill_s) * (pieces[0][1] - C) * C / pieces[0][1]
     lost += sum(dt * (total - C) * C / total for dt, total in pieces[1:])
-    assert queues.send(2, 10 * seg, C, now=1.002).loss == pytest.approx(lost / (10 * seg))
-    assert lost / (10 * seg) == pytest.approx(0.477, abs=0.001)
+    loss = queues.send(2, 10 * seg, C, now=1.002).loss
+    assert loss == pytest.approx(lost / (10 * seg))
+    assert loss == pytest.approx(0.477, abs=0.001)  # the docstring's figure
 
 
 def test_only_a_window_written_alone_loses_its_tail_at_its_senders_own_link() -> None:

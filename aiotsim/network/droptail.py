@@ -88,12 +88,13 @@ def fill_burst(
     the bytes of the burst dropped and the rate the queue gains at first (bytes/s). Eight initial
     windows 0.1 ms apart into one 10-packet queue: each comes while the others still arrive, and
     the later ones lose most of theirs."""
-    t, end = now, now + span
-    dropped, rise = 0.0, None
-    for stop in sorted({min(e, end) for e, _ in arriving if e > now} | {end}):
-        total = fluid + rate + sum(x for e, x in arriving if e > t)  # bytes/s arriving in [t, stop]
-        excess = total - capacity  # bytes/s the queue gains
-        rise = excess if rise is None else rise
+    ends = sorted((e, x) for e, x in arriving if e > now)  # the other bursts, as they end
+    total = fluid + rate + sum(x for _, x in ends)  # bytes/s arriving now
+    rise = max(total - capacity, 0.0)
+    t, end, dropped, k = now, now + span, 0.0, 0
+    while t < end:
+        stop = min(ends[k][0], end) if k < len(ends) else end
+        excess = total - capacity  # bytes/s the queue gains in [t, stop]
         dt = stop - t
         if excess > 0:
             fills = (buffer - level) / excess if level < buffer else 0.0  # s until it is full
@@ -103,7 +104,10 @@ def fill_burst(
         else:
             level = max(level + excess * dt, 0.0)
         t = stop
-    return level, dropped, max(rise or 0.0, 0.0)
+        while k < len(ends) and ends[k][0] <= t:  # a burst that ended: its rate leaves the sum
+            total -= ends[k][1]
+            k += 1
+    return level, dropped, rise
 
 
 def written_level(written: tuple[float, float, float], now: float) -> float:

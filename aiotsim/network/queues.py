@@ -331,6 +331,7 @@ class QueueLinks:
         drain = q.capacity - min(others, q.capacity)  # bytes/s left to drain the bursts while they last
         after = q.capacity - min(fluid, q.capacity)  # ... and once every burst has arrived
         at_once = math.isinf(rate)
+        arriving = list(q.arrivals)  # the other bursts, before this one joins them
         if not at_once:
             q.arrivals.append((now + nbytes / rate, max(rate - fresh, 0.0)))
         if rate <= drain:
@@ -341,7 +342,7 @@ class QueueLinks:
             q.written = (min(peak, q.buffer) - standing, now, after)
             return min(max(peak - q.buffer, 0.0) / nbytes, 1.0)
         span = nbytes / rate  # s, how long this burst arrives
-        top, dropped, rise = fill_burst(level, q.buffer, q.capacity, fluid, rate, q.arrivals[:-1], now, span)
+        top, dropped, rise = fill_burst(level, q.buffer, q.capacity, fluid, rate, arriving, now, span)
         q.built = (level, now, rise, top, now + span, after)
         return min(dropped / nbytes, 1.0)
 
